@@ -1,0 +1,37 @@
+// Batch normalization over NHWC activations viewed as [M, C] (M = N*H*W): statistics per
+// channel. Semantics follow PyTorch's BatchNorm2d: biased variance for normalization,
+// unbiased variance in the running average, running = (1 - momentum)*running + momentum*batch.
+#ifndef TOPIARY_KERNELS_BATCH_NORM_H_
+#define TOPIARY_KERNELS_BATCH_NORM_H_
+
+#include <cstdint>
+
+namespace topiary::kernels {
+
+struct BatchNormShape {
+  int64_t m = 0;  // rows: N*H*W
+  int c = 0;      // channels
+  float eps = 1e-5f;
+  float momentum = 0.1f;
+};
+
+// Training forward: y = (x - mean) * inv_std * gamma + beta with the batch's statistics.
+// Writes save_mean and save_inv_std [C] for the backward pass and updates the running stats.
+// REQUIRES: m >= 2.
+void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                              const float* beta, float* running_mean, float* running_var,
+                              float* save_mean, float* save_inv_std, float* y);
+
+// Inference forward with the running statistics.
+void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean,
+                             const float* running_var, float* y);
+
+// Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C].
+void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* dy,
+                          const float* gamma, const float* save_mean, const float* save_inv_std,
+                          float* dx, float* dgamma, float* dbeta);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_BATCH_NORM_H_

@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/conv.h"
+#include "kernels/test_util.h"
+
+namespace topiary::kernels {
+namespace {
+
+using testing::Dot;
+using testing::NumericalGradient;
+using testing::RandomFloats;
+using testing::RelError;
+using testing::ToDouble;
+
+// Direct convolution in double: y[n,oh,ow,k] = sum_{r,s,c} x[n,ih,iw,c] w[k,r,s,c].
+std::vector<double> RefForward(const ConvShape& sh, const std::vector<double>& x,
+                               const std::vector<double>& w) {
+  std::vector<double> y(static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k, 0.0);
+  for (int n = 0; n < sh.n; ++n)
+    for (int oh = 0; oh < sh.ho(); ++oh)
+      for (int ow = 0; ow < sh.wo(); ++ow)
+        for (int k = 0; k < sh.k; ++k) {
+          double acc = 0.0;
+          for (int r = 0; r < sh.r; ++r)
+            for (int s = 0; s < sh.s; ++s) {
+              const int ih = oh * sh.stride_h - sh.pad_h + r;
+              const int iw = ow * sh.stride_w - sh.pad_w + s;
+              if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) continue;
+              for (int c = 0; c < sh.c; ++c)
+                acc += x[((static_cast<size_t>(n) * sh.h + ih) * sh.w + iw) * sh.c + c] *
+                       w[((static_cast<size_t>(k) * sh.r + r) * sh.s + s) * sh.c + c];
+            }
+          y[((static_cast<size_t>(n) * sh.ho() + oh) * sh.wo() + ow) * sh.k + k] = acc;
+        }
+  return y;
+}
+
+// Gradients of L = <y, g> in double, written out directly (not through im2col).
+void RefBackward(const ConvShape& sh, const std::vector<double>& x, const std::vector<double>& w,
+                 const std::vector<double>& g, std::vector<double>* dx, std::vector<double>* dw) {
+  dx->assign(x.size(), 0.0);
+  dw->assign(w.size(), 0.0);
+  for (int n = 0; n < sh.n; ++n)
+    for (int oh = 0; oh < sh.ho(); ++oh)
+      for (int ow = 0; ow < sh.wo(); ++ow)
+        for (int k = 0; k < sh.k; ++k) {
+          const double gy = g[((static_cast<size_t>(n) * sh.ho() + oh) * sh.wo() + ow) * sh.k + k];
+          for (int r = 0; r < sh.r; ++r)
+            for (int s = 0; s < sh.s; ++s) {
+              const int ih = oh * sh.stride_h - sh.pad_h + r;
+              const int iw = ow * sh.stride_w - sh.pad_w + s;
+              if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) continue;
+              for (int c = 0; c < sh.c; ++c) {
+                const size_t xi = ((static_cast<size_t>(n) * sh.h + ih) * sh.w + iw) * sh.c + c;
+                const size_t wi = ((static_cast<size_t>(k) * sh.r + r) * sh.s + s) * sh.c + c;
+                (*dx)[xi] += gy * w[wi];
+                (*dw)[wi] += gy * x[xi];
+              }
+            }
+        }
+}
+
+ConvShape Make(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
+  ConvShape sh;
+  sh.n = n; sh.h = h; sh.w = w; sh.c = c; sh.k = k; sh.r = r; sh.s = s;
+  sh.stride_h = sh.stride_w = stride;
+  sh.pad_h = sh.pad_w = pad;
+  return sh;
+}
+
+class ConvTest : public ::testing::TestWithParam<ConvShape> {};
+
+TEST_P(ConvTest, MatchesFloat64Reference) {
+  const ConvShape sh = GetParam();
+  ASSERT_TRUE(CheckConvShape(sh).ok());
+  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+  const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+  const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+  auto x = RandomFloats(nx, 1), w = RandomFloats(nw, 2), b = RandomFloats(sh.k, 3);
+  auto g = RandomFloats(ny, 4);
+  std::vector<float> ws(ConvWorkspaceFloatsCpu(sh) + 1);
+
+  std::vector<float> y(ny);
+  Conv2dForwardCpu(sh, x.data(), w.data(), b.data(), y.data(), ws.data());
+  auto ref_y = RefForward(sh, ToDouble(x), ToDouble(w));
+  for (size_t i = 0; i < ny; ++i) ref_y[i] += b[i % sh.k];
+  EXPECT_LT(RelError(y, ref_y), 1e-5);
+
+  std::vector<double> ref_dx, ref_dw;
+  RefBackward(sh, ToDouble(x), ToDouble(w), ToDouble(g), &ref_dx, &ref_dw);
+  std::vector<float> dx(nx, 123.0f), dw(nw, 123.0f), db(sh.k, 123.0f);
+  Conv2dBackwardDataCpu(sh, g.data(), w.data(), dx.data(), ws.data());
+  Conv2dBackwardFilterCpu(sh, x.data(), g.data(), dw.data(), db.data(), ws.data());
+  EXPECT_LT(RelError(dx, ref_dx), 1e-5);
+  EXPECT_LT(RelError(dw, ref_dw), 1e-5);
+  std::vector<double> ref_db(sh.k, 0.0);
+  for (size_t i = 0; i < ny; ++i) ref_db[i % sh.k] += g[i];
+  EXPECT_LT(RelError(db, ref_db), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvTest,
+    ::testing::Values(Make(2, 5, 5, 3, 4, 3, 3, 1, 1),     // same padding
+                      Make(1, 7, 6, 3, 5, 3, 3, 2, 1),     // batch 1, odd, stride 2
+                      Make(3, 6, 6, 8, 16, 1, 1, 1, 0),    // pointwise (no im2col)
+                      Make(2, 7, 7, 5, 3, 1, 1, 2, 0),     // 1x1 stride 2 (shortcut)
+                      Make(2, 9, 8, 2, 3, 5, 3, 1, 2),     // non-square filter
+                      Make(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
+                      Make(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
+                      Make(300, 3, 3, 2, 3, 3, 3, 1, 1)),  // many chunks
+    [](const ::testing::TestParamInfo<ConvShape>& info) {
+      const ConvShape& s = info.param;
+      return absl::StrFormat("n%dh%dw%dc%dk%dr%ds%dst%dp%d", s.n, s.h, s.w, s.c, s.k, s.r, s.s,
+                             s.stride_h, s.pad_h);
+    });
+
+// The reference's backward is itself checked against finite differences of its forward.
+TEST(ConvReference, BackwardMatchesFiniteDifferences) {
+  const ConvShape sh = Make(2, 5, 4, 2, 3, 3, 2, 2, 1);
+  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+  const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+  auto x = ToDouble(RandomFloats(nx, 5)), w = ToDouble(RandomFloats(nw, 6));
+  auto g = ToDouble(RandomFloats(static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k, 7));
+  std::vector<double> dx, dw;
+  RefBackward(sh, x, w, g, &dx, &dw);
+  auto num_dx = NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, v, w), g); }, x);
+  auto num_dw = NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, x, v), g); }, w);
+  EXPECT_LT(RelError(dx, num_dx), 1e-7);
+  EXPECT_LT(RelError(dw, num_dw), 1e-7);
+}
+
+TEST(ConvShapeCheck, RejectsBadShapes) {
+  EXPECT_FALSE(CheckConvShape(Make(0, 5, 5, 3, 4, 3, 3, 1, 1)).ok());
+  EXPECT_FALSE(CheckConvShape(Make(1, 2, 2, 3, 4, 5, 5, 1, 0)).ok());
+  EXPECT_FALSE(CheckConvShape(Make(1, 5, 5, 3, 4, 3, 3, 0, 0)).ok());
+  EXPECT_TRUE(CheckConvShape(Make(1, 2, 2, 3, 4, 5, 5, 1, 2)).ok());
+}
+
+}  // namespace
+}  // namespace topiary::kernels

@@ -1,0 +1,18 @@
+// Elementwise operations: ReLU and the residual add (and its use as a gradient sum).
+#ifndef TOPIARY_KERNELS_ELEMENTWISE_H_
+#define TOPIARY_KERNELS_ELEMENTWISE_H_
+
+#include <cstdint>
+
+namespace topiary::kernels {
+
+// y = max(x, 0). x and y may alias.
+void ReluForwardCpu(int64_t n, const float* x, float* y);
+// dx = dy where y > 0, else 0 (uses the output, so the input need not be kept). May alias.
+void ReluBackwardCpu(int64_t n, const float* y, const float* dy, float* dx);
+// y = a + b. Any of them may alias.
+void AddCpu(int64_t n, const float* a, const float* b, float* y);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_ELEMENTWISE_H_

@@ -1,0 +1,25 @@
+// Fully connected layer: y[N, out] = x[N, in] * W^T + b, with W stored [out, in] (PyTorch's
+// layout). All three passes are single GEMMs.
+#ifndef TOPIARY_KERNELS_LINEAR_H_
+#define TOPIARY_KERNELS_LINEAR_H_
+
+namespace topiary::kernels {
+
+struct LinearShape {
+  int n = 0;    // batch
+  int in = 0;   // input features
+  int out = 0;  // output features
+};
+
+// bias may be null.
+void LinearForwardCpu(const LinearShape& sh, const float* x, const float* w, const float* bias,
+                      float* y);
+// dx[N, in] = dy * W (overwrites).
+void LinearBackwardDataCpu(const LinearShape& sh, const float* dy, const float* w, float* dx);
+// dw[out, in] = dy^T * x, dbias[out] = column sums of dy (when not null); overwrites.
+void LinearBackwardFilterCpu(const LinearShape& sh, const float* x, const float* dy, float* dw,
+                             float* dbias);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_LINEAR_H_

@@ -1,0 +1,151 @@
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/pooling.h"
+
+namespace topiary::kernels {
+namespace {
+
+// Calls f(oh, ow, h0, h1, w0, w1) for every output pixel with its clipped input window.
+template <typename F>
+void ForEachWindow(const PoolShape& sh, F f) {
+  for (int oh = 0; oh < sh.ho(); ++oh) {
+    const int hs = oh * sh.stride_h - sh.pad_h;
+    const int h0 = std::max(hs, 0), h1 = std::min(hs + sh.r, sh.h);
+    for (int ow = 0; ow < sh.wo(); ++ow) {
+      const int ws = ow * sh.stride_w - sh.pad_w;
+      const int w0 = std::max(ws, 0), w1 = std::min(ws + sh.s, sh.w);
+      f(oh, ow, h0, h1, w0, w1);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status CheckPoolShape(const PoolShape& sh) {
+  if (sh.n <= 0 || sh.h <= 0 || sh.w <= 0 || sh.c <= 0 || sh.r <= 0 || sh.s <= 0 ||
+      sh.stride_h <= 0 || sh.stride_w <= 0 || sh.pad_h < 0 || sh.pad_w < 0) {
+    return absl::InvalidArgumentError("pool sizes and strides must be positive, padding >= 0");
+  }
+  if (2 * sh.pad_h > sh.r || 2 * sh.pad_w > sh.s) {
+    return absl::InvalidArgumentError("pool padding must be at most half the window");
+  }
+  if (sh.h + 2 * sh.pad_h < sh.r || sh.w + 2 * sh.pad_w < sh.s) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pool window %dx%d larger than padded input %dx%d", sh.r, sh.s, sh.h + 2 * sh.pad_h,
+        sh.w + 2 * sh.pad_w));
+  }
+  return absl::OkStatus();
+}
+
+void MaxPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
+  const int c = sh.c;
+  for (int n = 0; n < sh.n; ++n) {
+    const float* img = x + static_cast<size_t>(n) * sh.h * sh.w * c;
+    float* out = y + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
+    ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
+      float* o = out + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
+      std::fill(o, o + c, -std::numeric_limits<float>::infinity());
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          const float* p = img + (static_cast<size_t>(ih) * sh.w + iw) * c;
+          for (int j = 0; j < c; ++j) o[j] = std::max(o[j], p[j]);
+        }
+      }
+    });
+  }
+}
+
+void MaxPoolBackwardCpu(const PoolShape& sh, const float* x, const float* y, const float* dy,
+                        float* dx) {
+  const int c = sh.c;
+  std::memset(dx, 0, sizeof(float) * sh.n * sh.h * sh.w * c);
+  std::vector<char> routed(c);
+  for (int n = 0; n < sh.n; ++n) {
+    const size_t in_off = static_cast<size_t>(n) * sh.h * sh.w * c;
+    const size_t out_off = static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
+    ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
+      const size_t o = out_off + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
+      std::fill(routed.begin(), routed.end(), 0);
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          const size_t p = in_off + (static_cast<size_t>(ih) * sh.w + iw) * c;
+          for (int j = 0; j < c; ++j) {
+            if (!routed[j] && x[p + j] == y[o + j]) {
+              dx[p + j] += dy[o + j];
+              routed[j] = 1;
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+void AvgPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
+  const int c = sh.c;
+  const float inv = 1.0f / static_cast<float>(sh.r * sh.s);
+  for (int n = 0; n < sh.n; ++n) {
+    const float* img = x + static_cast<size_t>(n) * sh.h * sh.w * c;
+    float* out = y + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
+    ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
+      float* o = out + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
+      std::fill(o, o + c, 0.0f);
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          const float* p = img + (static_cast<size_t>(ih) * sh.w + iw) * c;
+          for (int j = 0; j < c; ++j) o[j] += p[j];
+        }
+      }
+      for (int j = 0; j < c; ++j) o[j] *= inv;
+    });
+  }
+}
+
+void AvgPoolBackwardCpu(const PoolShape& sh, const float* dy, float* dx) {
+  const int c = sh.c;
+  const float inv = 1.0f / static_cast<float>(sh.r * sh.s);
+  std::memset(dx, 0, sizeof(float) * sh.n * sh.h * sh.w * c);
+  for (int n = 0; n < sh.n; ++n) {
+    float* img = dx + static_cast<size_t>(n) * sh.h * sh.w * c;
+    const float* g = dy + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
+    ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
+      const float* go = g + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          float* p = img + (static_cast<size_t>(ih) * sh.w + iw) * c;
+          for (int j = 0; j < c; ++j) p[j] += go[j] * inv;
+        }
+      }
+    });
+  }
+}
+
+void GlobalAvgPoolForwardCpu(int n, int hw, int c, const float* x, float* y) {
+  const float inv = 1.0f / static_cast<float>(hw);
+  for (int i = 0; i < n; ++i) {
+    float* o = y + static_cast<size_t>(i) * c;
+    std::fill(o, o + c, 0.0f);
+    for (int p = 0; p < hw; ++p) {
+      const float* row = x + (static_cast<size_t>(i) * hw + p) * c;
+      for (int j = 0; j < c; ++j) o[j] += row[j];
+    }
+    for (int j = 0; j < c; ++j) o[j] *= inv;
+  }
+}
+
+void GlobalAvgPoolBackwardCpu(int n, int hw, int c, const float* dy, float* dx) {
+  const float inv = 1.0f / static_cast<float>(hw);
+  for (int i = 0; i < n; ++i) {
+    const float* g = dy + static_cast<size_t>(i) * c;
+    for (int p = 0; p < hw; ++p) {
+      float* row = dx + (static_cast<size_t>(i) * hw + p) * c;
+      for (int j = 0; j < c; ++j) row[j] = g[j] * inv;
+    }
+  }
+}
+
+}  // namespace topiary::kernels

@@ -1,0 +1,69 @@
+// Helpers for kernel tests: seeded random data, error measures, finite differences.
+#ifndef TOPIARY_KERNELS_TEST_UTIL_H_
+#define TOPIARY_KERNELS_TEST_UTIL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace topiary::kernels::testing {
+
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f,
+                                       float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+inline std::vector<double> ToDouble(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// max |a - b| / (max |b| + tiny): error relative to the reference's scale.
+inline double RelError(const std::vector<float>& a, const std::vector<double>& b) {
+  double err = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return err / scale;
+}
+
+inline double RelError(const std::vector<double>& a, const std::vector<double>& b) {
+  double err = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return err / scale;
+}
+
+// Central differences of a scalar function f at x, in double precision.
+inline std::vector<double> NumericalGradient(const std::function<double(std::vector<double>&)>& f,
+                                             std::vector<double> x, double eps = 1e-5) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double old = x[i];
+    x[i] = old + eps;
+    const double up = f(x);
+    x[i] = old - eps;
+    const double down = f(x);
+    x[i] = old;
+    g[i] = (up - down) / (2 * eps);
+  }
+  return g;
+}
+
+inline double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace topiary::kernels::testing
+
+#endif  // TOPIARY_KERNELS_TEST_UTIL_H_
