@@ -1,0 +1,29 @@
+// Terminal rendering of run events: a progress bar per epoch on a terminal, plain lines
+// otherwise, and the final summary.
+#ifndef TOPIARY_CLIENTS_PROGRESS_H_
+#define TOPIARY_CLIENTS_PROGRESS_H_
+
+#include <cstdio>
+
+#include "topiary/v1/events.pb.h"
+
+namespace topiary {
+
+class ProgressPrinter {
+ public:
+  // tty: redraw one bar line in place (with \r); otherwise print only whole lines.
+  ProgressPrinter(std::FILE* out, bool tty) : out_(out), tty_(tty) {}
+  void Print(const topiary::v1::Event& event);
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  bool bar_open_ = false;
+};
+
+// "1:02:03" / "2:03" / "45s"
+std::string FormatDuration(double seconds);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_CLIENTS_PROGRESS_H_

@@ -1,0 +1,52 @@
+#include "trainer/init.h"
+#include "trainer/layers.h"
+
+namespace topiary {
+
+kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
+  kernels::BatchNormShape s;
+  s.m = static_cast<int64_t>(batch) * in_.h * in_.w;
+  s.c = in_.c;
+  return s;
+}
+
+absl::StatusOr<Shape4> BatchNorm2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() != 1) return absl::InvalidArgumentError(name() + ": takes one input");
+  in_ = inputs[0];
+  const std::vector<int> shape = {in_.c};
+  for (auto [role, slot, trainable] :
+       {std::tuple{"gamma", &gamma_, true}, std::tuple{"beta", &beta_, true},
+        std::tuple{"running_mean", &mean_, false}, std::tuple{"running_var", &var_, false}}) {
+    auto p = AddParameter(device, role, shape, trainable, false);
+    if (!p.ok()) return p.status();
+    *slot = *p;
+  }
+  return in_;
+}
+
+void BatchNorm2d::Initialize(Philox& rng) {
+  FillConstant(gamma_, 1.0f);
+  FillConstant(beta_, 0.0f);
+  FillConstant(mean_, 0.0f);
+  FillConstant(var_, 1.0f);
+}
+
+void BatchNorm2d::Forward(const LayerIo& io, bool training) {
+  const kernels::BatchNormShape s = ShapeFor(io.batch);
+  if (training) {
+    kernels::BatchNormForwardTrainCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
+                                      mean_->value.data(), var_->value.data(), io.scratch,
+                                      io.scratch + in_.c, io.y);
+  } else {
+    kernels::BatchNormForwardEvalCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
+                                     mean_->value.data(), var_->value.data(), io.y);
+  }
+}
+
+void BatchNorm2d::Backward(const LayerIo& io) {
+  kernels::BatchNormBackwardCpu(ShapeFor(io.batch), io.x[0], io.dy, gamma_->value.data(),
+                                io.scratch, io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
+                                beta_->grad.data());
+}
+
+}  // namespace topiary

@@ -1,0 +1,13 @@
+// GPU discovery in a CPU-only build (no CUDA toolkit when the build was configured).
+#include "trainer/device.h"
+
+namespace topiary {
+
+bool BuiltWithCuda() { return false; }
+
+std::vector<GpuInfo> ListGpus(std::string* why_none) {
+  if (why_none) *why_none = "this binary was built without CUDA";
+  return {};
+}
+
+}  // namespace topiary

@@ -1,0 +1,31 @@
+#include "trainer/layer.h"
+
+namespace topiary {
+
+absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string& role,
+                                               std::vector<int> shape, bool trainable,
+                                               bool decay) {
+  auto p = std::make_unique<Parameter>();
+  p->layer = name_;
+  p->role = role;
+  p->shape = std::move(shape);
+  p->trainable = trainable;
+  p->decay = decay;
+  size_t count = 1;
+  for (int d : p->shape) count *= d;
+  auto value = Buffer<float>::Create(device, count);
+  if (!value.ok()) return value.status();
+  p->value = std::move(*value);
+  if (trainable) {
+    auto grad = Buffer<float>::Create(device, count);
+    if (!grad.ok()) return grad.status();
+    auto mom = Buffer<float>::Create(device, count);
+    if (!mom.ok()) return mom.status();
+    p->grad = std::move(*grad);
+    p->momentum = std::move(*mom);
+  }
+  params_.push_back(std::move(p));
+  return params_.back().get();
+}
+
+}  // namespace topiary

@@ -1,0 +1,85 @@
+// Layer: forward and backward of one operation, written by hand (no general autograd).
+//
+// A layer holds its configuration and parameters only; everything that depends on the batch
+// (activations, gradients, saved statistics, workspaces) belongs to the Network that plans
+// it, so one set of layers serves a training network and an evaluation network with
+// different batch sizes. Conv2d is the extension point for other forward and weight-gradient
+// modes (approximate, block-sparse, sampled).
+#ifndef TOPIARY_TRAINER_LAYER_H_
+#define TOPIARY_TRAINER_LAYER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/device.h"
+#include "trainer/parameter.h"
+#include "trainer/random.h"
+
+namespace topiary {
+
+// Shape of an activation: NHWC. Vectors (after Flatten, Linear) are [N, 1, 1, C].
+struct Shape4 {
+  int n = 0, h = 0, w = 0, c = 0;
+  size_t count() const { return static_cast<size_t>(n) * h * w * c; }
+  size_t per_image() const { return static_cast<size_t>(h) * w * c; }
+  bool operator==(const Shape4& o) const {
+    return n == o.n && h == o.h && w == o.w && c == o.c;
+  }
+};
+
+// Pointers a layer reads and writes in one pass, all sized for `batch` images.
+struct LayerIo {
+  int batch = 0;
+  std::vector<const float*> x;  // inputs
+  float* y = nullptr;           // output
+  std::vector<float*> dx;       // input gradients (overwritten); null where none is needed
+  const float* dy = nullptr;    // output gradient
+  float* scratch = nullptr;     // ScratchFloats(batch) floats, kept from forward to backward
+  float* workspace = nullptr;   // WorkspaceFloats(batch) floats, free between calls
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* type() const = 0;
+
+  // Called once, when the layer joins a model: checks the input shapes (n = 1), creates the
+  // parameters on `device` and returns the output shape for one image. Errors name the layer.
+  virtual absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) = 0;
+  // Fills the parameters with their initial values.
+  virtual void Initialize(Philox& rng) {}
+
+  virtual size_t ScratchFloats(int batch) const { return 0; }
+  virtual size_t WorkspaceFloats(int batch) const { return 0; }
+
+  // training: batch statistics in batch norm (and whatever else differs from inference).
+  virtual void Forward(const LayerIo& io, bool training) = 0;
+  // REQUIRES: the Forward of the same batch ran with training = true.
+  virtual void Backward(const LayerIo& io) = 0;
+
+  std::vector<Parameter*> parameters() {
+    std::vector<Parameter*> out;
+    for (auto& p : params_) out.push_back(p.get());
+    return out;
+  }
+
+ protected:
+  // Creates a parameter (with gradient and momentum when trainable).
+  absl::StatusOr<Parameter*> AddParameter(Device* device, const std::string& role,
+                                          std::vector<int> shape, bool trainable, bool decay);
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_LAYER_H_

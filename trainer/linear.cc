@@ -1,0 +1,41 @@
+#include <cmath>
+
+#include "kernels/linear.h"
+#include "trainer/init.h"
+#include "trainer/layers.h"
+
+namespace topiary {
+
+absl::StatusOr<Shape4> Linear::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() != 1) return absl::InvalidArgumentError(name() + ": takes one input");
+  if (inputs[0].h != 1 || inputs[0].w != 1) {
+    return absl::InvalidArgumentError(name() + ": linear input must be flattened");
+  }
+  in_ = inputs[0].c;
+  auto k = AddParameter(device, "kernel", {out_, in_}, true, true);
+  if (!k.ok()) return k.status();
+  kernel_ = *k;
+  auto b = AddParameter(device, "bias", {out_}, true, false);
+  if (!b.ok()) return b.status();
+  bias_ = *b;
+  return Shape4{1, 1, 1, out_};
+}
+
+void Linear::Initialize(Philox& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
+  FillUniform(kernel_, rng, bound);
+  FillUniform(bias_, rng, bound);
+}
+
+void Linear::Forward(const LayerIo& io, bool training) {
+  kernels::LinearForwardCpu({io.batch, in_, out_}, io.x[0], kernel_->value.data(),
+                            bias_->value.data(), io.y);
+}
+
+void Linear::Backward(const LayerIo& io) {
+  const kernels::LinearShape s{io.batch, in_, out_};
+  kernels::LinearBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data());
+  if (io.dx[0] != nullptr) kernels::LinearBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0]);
+}
+
+}  // namespace topiary

@@ -1,0 +1,181 @@
+#include "trainer/model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "kernels/elementwise.h"
+#include "kernels/loss.h"
+
+namespace topiary {
+
+Model::Model(std::string arch, Device* device, Shape4 input, int classes)
+    : arch_(std::move(arch)), device_(device), classes_(classes) {
+  input.n = 1;
+  shapes_.push_back(input);
+}
+
+int Model::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
+  if (!status_.ok()) return -1;
+  if (FindLayer(layer->name()) != nullptr) {
+    status_ = absl::InvalidArgumentError("duplicate layer name " + layer->name());
+    return -1;
+  }
+  std::vector<Shape4> in;
+  for (int v : inputs) {
+    if (v < 0 || v >= static_cast<int>(shapes_.size())) {
+      status_ = absl::InvalidArgumentError(layer->name() + ": reads an unknown value");
+      return -1;
+    }
+    in.push_back(shapes_[v]);
+  }
+  auto out = layer->Setup(in, device_);
+  if (!out.ok()) {
+    status_ = out.status();
+    return -1;
+  }
+  shapes_.push_back(*out);
+  nodes_.push_back({layer.get(), std::move(inputs), static_cast<int>(shapes_.size()) - 1});
+  layers_.push_back(std::move(layer));
+  return nodes_.back().output;
+}
+
+absl::Status Model::Finish(int output) {
+  if (!status_.ok()) return status_;
+  const Shape4& s = shapes_[output];
+  if (s.h != 1 || s.w != 1 || s.c != classes_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model output is %dx%dx%d, expected %d class logits", s.h, s.w, s.c, classes_));
+  }
+  output_ = output;
+  return absl::OkStatus();
+}
+
+void Model::Initialize(uint64_t seed) {
+  Philox rng(seed, RngStream::kInit);
+  for (auto& layer : layers_) layer->Initialize(rng);
+}
+
+std::vector<Parameter*> Model::parameters() const {
+  std::vector<Parameter*> out;
+  for (const auto& layer : layers_) {
+    for (Parameter* p : layer->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+int64_t Model::trainable_parameter_count() const {
+  int64_t n = 0;
+  for (Parameter* p : parameters()) n += p->trainable ? static_cast<int64_t>(p->size()) : 0;
+  return n;
+}
+
+Layer* Model::FindLayer(const std::string& name) const {
+  for (const auto& layer : layers_) {
+    if (layer->name() == name) return layer.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, bool training) {
+  if (model->output() < 0) return absl::FailedPreconditionError("model not finished");
+  std::unique_ptr<Network> net(new Network(model, batch, training));
+  if (auto st = net->Allocate(); !st.ok()) {
+    return absl::Status(st.code(), absl::StrFormat("planning %s for batch %d: %s", model->arch(),
+                                                   batch, st.message()));
+  }
+  return net;
+}
+
+absl::Status Network::Allocate() {
+  Device* dev = model_->device();
+  const auto& shapes = model_->value_shapes();
+  const auto& nodes = model_->nodes();
+  auto alloc = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
+    planned_bytes_ += count * sizeof(float);
+    return Buffer<float>::Create(dev, count);
+  };
+
+  values_.resize(shapes.size());
+  for (size_t v = 0; v < shapes.size(); ++v) {
+    auto data = alloc(shapes[v].per_image() * batch_);
+    if (!data.ok()) return data.status();
+    values_[v].data = std::move(*data);
+  }
+  size_t workspace = 0;
+  io_.resize(nodes.size());
+  scratch_.resize(nodes.size());
+  // Counts how many consumers of each value have been wired so far.
+  std::vector<int> consumers(shapes.size(), 0);
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    const Model::Node& node = nodes[j];
+    LayerIo& io = io_[j];
+    io.batch = batch_;
+    io.y = values_[node.output].data.data();
+    for (int v : node.inputs) {
+      io.x.push_back(values_[v].data.data());
+      float* dx = nullptr;
+      // The network input needs no gradient.
+      if (training_ && v != 0) {
+        Value& val = values_[v];
+        if (consumers[v] == 0) {
+          auto g = alloc(shapes[v].per_image() * batch_);
+          if (!g.ok()) return g.status();
+          val.grad = std::move(*g);
+          dx = val.grad.data();
+        } else {
+          auto g = alloc(shapes[v].per_image() * batch_);
+          if (!g.ok()) return g.status();
+          val.extra_grads.push_back(std::move(*g));
+          dx = val.extra_grads.back().data();
+        }
+      }
+      ++consumers[v];
+      io.dx.push_back(dx);
+    }
+    auto scratch = alloc(node.layer->ScratchFloats(batch_));
+    if (!scratch.ok()) return scratch.status();
+    scratch_[j] = std::move(*scratch);
+    io.scratch = scratch_[j].data();
+    workspace = std::max(workspace, node.layer->WorkspaceFloats(batch_));
+  }
+  if (training_) {
+    auto g = alloc(shapes[model_->output()].per_image() * batch_);
+    if (!g.ok()) return g.status();
+    values_[model_->output()].grad = std::move(*g);
+  }
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    io_[j].dy = training_ ? values_[nodes[j].output].grad.data() : nullptr;
+  }
+  auto ws = alloc(workspace);
+  if (!ws.ok()) return ws.status();
+  workspace_ = std::move(*ws);
+  for (auto& io : io_) io.workspace = workspace_.data();
+  return absl::OkStatus();
+}
+
+void Network::Forward(bool training) {
+  const auto& nodes = model_->nodes();
+  for (size_t j = 0; j < nodes.size(); ++j) nodes[j].layer->Forward(io_[j], training);
+}
+
+double Network::Loss(const int32_t* labels, float label_smoothing) {
+  Value& out = values_[model_->output()];
+  return kernels::SoftmaxCrossEntropyCpu(batch_, model_->classes(), out.data.data(), labels,
+                                         label_smoothing,
+                                         training_ ? out.grad.data() : nullptr);
+}
+
+void Network::Backward() {
+  const auto& nodes = model_->nodes();
+  const auto& shapes = model_->value_shapes();
+  for (size_t j = nodes.size(); j-- > 0;) {
+    Value& out = values_[nodes[j].output];
+    const size_t n = shapes[nodes[j].output].per_image() * batch_;
+    for (const auto& extra : out.extra_grads) {
+      kernels::AddCpu(n, out.grad.data(), extra.data(), out.grad.data());
+    }
+    nodes[j].layer->Backward(io_[j]);
+  }
+}
+
+}  // namespace topiary

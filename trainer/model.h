@@ -1,0 +1,106 @@
+// Model: layers in topological order, the values they read and write, and the parameters.
+// Built once (by the model zoo); planned into Networks for concrete batch sizes.
+#ifndef TOPIARY_TRAINER_MODEL_H_
+#define TOPIARY_TRAINER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "trainer/layer.h"
+
+namespace topiary {
+
+class Model {
+ public:
+  struct Node {
+    Layer* layer;
+    std::vector<int> inputs;  // value ids
+    int output;               // value id
+  };
+
+  // Value 0 is the input image [1, H, W, C]. Parameters are created on `device`.
+  Model(std::string arch, Device* device, Shape4 input, int classes);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Appends a layer reading `inputs` and returns its output value id. Errors (bad shapes,
+  // duplicate names) are remembered and returned by Finish(); later calls then do nothing.
+  int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // Declares the logits value. Fails when an Add failed or the output is not [classes].
+  absl::Status Finish(int output);
+
+  // Draws every parameter from the init stream of `seed` (layer by layer, in order).
+  void Initialize(uint64_t seed);
+
+  const std::string& arch() const { return arch_; }
+  Device* device() const { return device_; }
+  const Shape4& input_shape() const { return shapes_[0]; }
+  int classes() const { return classes_; }
+  int output() const { return output_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Shape4>& value_shapes() const { return shapes_; }
+  std::vector<Parameter*> parameters() const;
+  int64_t trainable_parameter_count() const;
+  Layer* FindLayer(const std::string& name) const;
+
+ private:
+  std::string arch_;
+  Device* device_;
+  int classes_;
+  int output_ = -1;
+  absl::Status status_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Node> nodes_;
+  std::vector<Shape4> shapes_;  // per value, batch 1
+};
+
+// A model planned for one batch size: every activation, gradient, saved statistic and
+// workspace is allocated here, once, so a training step allocates nothing.
+class Network {
+ public:
+  // training = false plans inference only (no gradients).
+  static absl::StatusOr<std::unique_ptr<Network>> Plan(Model* model, int batch, bool training);
+
+  int batch() const { return batch_; }
+  // The input batch [batch, H, W, C]; write images here before Forward.
+  float* input() const { return values_[0].data.data(); }
+  // Logits [batch, classes] after Forward.
+  const float* logits() const { return values_[model_->output()].data.data(); }
+
+  void Forward(bool training);
+  // Mean softmax cross-entropy of the logits; on a training network also writes its
+  // gradient, which Backward then propagates into every parameter's grad.
+  double Loss(const int32_t* labels, float label_smoothing);
+  // REQUIRES: a training network; Forward(true) and Loss ran for this batch.
+  void Backward();
+
+  // Bytes of activations, gradients, scratch and workspace planned for this network.
+  size_t planned_bytes() const { return planned_bytes_; }
+
+ private:
+  struct Value {
+    Buffer<float> data;
+    Buffer<float> grad;
+    // Gradients from the second, third... consumer of a value; summed into grad before the
+    // producer's backward (the role of Caffe's Split layer, without a layer).
+    std::vector<Buffer<float>> extra_grads;
+  };
+  Network(Model* model, int batch, bool training) : model_(model), batch_(batch), training_(training) {}
+  absl::Status Allocate();
+
+  Model* model_;
+  int batch_;
+  bool training_;
+  std::vector<Value> values_;
+  std::vector<Buffer<float>> scratch_;  // per node
+  Buffer<float> workspace_;             // shared by all nodes
+  std::vector<LayerIo> io_;             // per node, pointers fixed at plan time
+  size_t planned_bytes_ = 0;
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_MODEL_H_

@@ -1,0 +1,44 @@
+// The experiment runner: turns an ExperimentSpec into a run (data, model, optimizer, the
+// training loop and evaluation) and reports it as a stream of events.
+//
+// Deterministic on the CPU: the same spec and seed give a bit-identical loss trajectory
+// (every random draw comes from a Philox stream of the seed; BLAS sums in a fixed order).
+#ifndef TOPIARY_TRAINER_RUNNER_H_
+#define TOPIARY_TRAINER_RUNNER_H_
+
+#include <functional>
+#include <string>
+
+#include "topiary/v1/events.pb.h"
+#include "topiary/v1/experiment.pb.h"
+#include "trainer/batcher.h"
+#include "trainer/model.h"
+
+namespace topiary {
+
+struct RunOptions {
+  // When set: spec.textproto (with defaults), events.jsonl and summary.json are written here.
+  std::string out_dir;
+  // Receives every event as it happens (on the training thread).
+  std::function<void(const topiary::v1::Event&)> on_event;
+  // Minimum seconds between progress events (0: one per step).
+  double progress_interval_s = 0.5;
+};
+
+// Runs `spec` (validated here; defaults filled in). Never throws; a failure is a summary with
+// state FAILED and the error text, also delivered as the last event.
+topiary::v1::RunSummary RunExperiment(const topiary::v1::ExperimentSpec& spec,
+                                      const RunOptions& options);
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
+  int64_t images = 0;
+};
+
+// Evaluates `net` (inference mode) on every image of `set`, in order, in batches of
+// net.batch(); the last partial batch counts only its real images.
+EvalResult Evaluate(Network& net, const Batcher& batcher, const ImageSet& set, int classes);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_RUNNER_H_
