@@ -1,0 +1,144 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "trainer/model_zoo.h"
+
+namespace topiary {
+namespace {
+
+int64_t Params(const std::string& arch, Shape4 in, int classes) {
+  auto dev = MakeCpuDevice(0);
+  auto m = BuildModel(arch, 1.0f, in, classes, dev.get());
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? (*m)->trainable_parameter_count() : -1;
+}
+
+// Parameter counts of the reference implementations (torchvision for ImageNet models; the
+// CIFAR ResNets with projection shortcuts; LeNet-5 with 5x5 convolutions).
+TEST(ModelZoo, ParameterCountsMatchReferences) {
+  EXPECT_EQ(Params("resnet18", {1, 224, 224, 3}, 1000), 11689512);
+  EXPECT_EQ(Params("resnet34", {1, 224, 224, 3}, 1000), 21797672);
+  EXPECT_EQ(Params("resnet50", {1, 224, 224, 3}, 1000), 25557032);
+  EXPECT_EQ(Params("lenet5", {1, 28, 28, 1}, 10), 61706);
+  // resnet20: 269,722 with parameter-free (option A) shortcuts, the usual reference; ours
+  // are 1x1 conv + BN projections (16->32 and 32->64: 512 + 64 and 2048 + 128 more).
+  EXPECT_EQ(Params("resnet20", {1, 32, 32, 3}, 10), 269722 + 512 + 64 + 2048 + 128);
+}
+
+TEST(ModelZoo, StableLayerNamesAndShapes) {
+  auto dev = MakeCpuDevice(0);
+  auto m = BuildModel("resnet20", 1.0f, {1, 28, 28, 1}, 10, dev.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const char* name : {"stem.conv", "stem.bn", "stage1.block0.conv1", "stage1.block0.bn1",
+                           "stage1.block2.conv2", "stage2.block0.shortcut.conv",
+                           "stage3.block0.shortcut.bn", "fc"}) {
+    EXPECT_NE((*m)->FindLayer(name), nullptr) << name;
+  }
+  EXPECT_EQ((*m)->FindLayer("stage1.block0.shortcut.conv"), nullptr);  // identity shortcut
+  for (const auto& arch : ModelNames()) {
+    auto mm = BuildModel(arch, 0.5f, {1, 32, 32, 3}, 7, dev.get());
+    EXPECT_TRUE(mm.ok()) << arch << ": " << mm.status();
+  }
+}
+
+TEST(ModelZoo, ErrorsNameArchitectureAndLayer) {
+  auto dev = MakeCpuDevice(0);
+  auto bad = BuildModel("lenet5", 1.0f, {1, 8, 8, 1}, 10, dev.get());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("conv2"), std::string::npos) << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find("8x8x1"), std::string::npos);
+  auto unknown = BuildModel("alexnet", 1.0f, {1, 8, 8, 1}, 10, dev.get());
+  EXPECT_NE(std::string(unknown.status().message()).find("model.arch"), std::string::npos);
+}
+
+// Whole-network check: the analytic gradient of the loss with respect to parameters and
+// the wiring (residual splits and adds, BN in training mode) agrees with finite differences.
+// A step can cross a ReLU or max-pool kink and make a single central difference wrong, so
+// up to 5% of the entries may disagree; a wiring error (a lost gradient sum, a wrong input)
+// breaks most of them.
+void CheckNetworkGradients(const std::string& arch, Shape4 in, float width) {
+  auto dev = MakeCpuDevice(1);
+  auto m = BuildModel(arch, width, in, 5, dev.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->Initialize(3);
+  const int batch = 4;
+  auto net = Network::Plan(m->get(), batch, true);
+  ASSERT_TRUE(net.ok()) << net.status();
+  std::mt19937 gen(1);
+  std::normal_distribution<float> dist;
+  const size_t n_in = in.per_image() * batch;
+  for (size_t i = 0; i < n_in; ++i) (*net)->input()[i] = dist(gen);
+  std::vector<int32_t> labels = {0, 3, 4, 1};
+  auto loss = [&]() {
+    (*net)->Forward(true);
+    return (*net)->Loss(labels.data(), 0.1f);
+  };
+  loss();
+  (*net)->Backward();
+  int checked = 0, bad = 0;
+  for (Parameter* p : (*m)->parameters()) {
+    if (!p->trainable) continue;
+    const std::vector<float> grad = p->grad.ToHost();
+    // A few entries per parameter: the largest-gradient one and one fixed index.
+    size_t imax = 0;
+    for (size_t i = 0; i < grad.size(); ++i)
+      if (std::abs(grad[i]) > std::abs(grad[imax])) imax = i;
+    for (size_t i : {imax, grad.size() / 2}) {
+      if (std::abs(grad[i]) < 1e-2) continue;  // below float noise of the difference
+      float* w = p->value.data() + i;
+      const float old = *w;
+      const float eps = 1e-4f * std::max(1.0f, std::abs(old));
+      *w = old + eps;
+      const double up = loss();
+      *w = old - eps;
+      const double down = loss();
+      *w = old;
+      const double numeric = (up - down) / (2 * eps);
+      if (std::abs(grad[i] - numeric) > 0.05 * std::abs(numeric) + 5e-3) {
+        ++bad;
+        std::printf("%s[%zu]: analytic %g, numeric %g\n", p->full_name().c_str(), i, grad[i],
+                    numeric);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  EXPECT_LE(bad, checked / 20) << bad << " of " << checked << " entries disagree";
+}
+
+TEST(Network, Resnet20GradientsMatchFiniteDifferences) {
+  CheckNetworkGradients("resnet20", {1, 16, 16, 2}, 0.25f);
+}
+
+TEST(Network, Lenet5GradientsMatchFiniteDifferences) {
+  CheckNetworkGradients("lenet5", {1, 16, 16, 1}, 0.5f);
+}
+
+// ImageNet-style stem (7x7/2 conv, padded 3x3/2 max pool), 16 basic blocks.
+TEST(Network, Resnet34GradientsMatchFiniteDifferences) {
+  CheckNetworkGradients("resnet34", {1, 64, 64, 3}, 0.125f);
+}
+
+TEST(Network, PlannedMemoryIsAllocatedOnce) {
+  auto dev = MakeCpuDevice(1);
+  auto m = BuildModel("resnet20", 1.0f, {1, 28, 28, 1}, 10, dev.get());
+  ASSERT_TRUE(m.ok());
+  (*m)->Initialize(1);
+  auto net = Network::Plan(m->get(), 8, true);
+  ASSERT_TRUE(net.ok());
+  const size_t before = dev->allocated_bytes();
+  std::vector<int32_t> labels(8, 1);
+  for (int i = 0; i < 2; ++i) {
+    (*net)->Forward(true);
+    (*net)->Loss(labels.data(), 0.0f);
+    (*net)->Backward();
+  }
+  EXPECT_EQ(dev->allocated_bytes(), before);
+  EXPECT_GT((*net)->planned_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace topiary
