@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Topiary builds and tests with, if any are missing.
+# Runs apt-get as root, or through sudo. Idempotent: does nothing when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap           # Bazel 4.2.3, used fully offline (see docs/building.md)
+  g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libabsl-dev libhdf5-dev libgtest-dev libopenblas-dev zlib1g-dev
+  libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
+  dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""PyTorch reference for train_step_bench: the same models (LeNet-5 with max pooling; the
+CIFAR ResNet-20 with 1x1-conv + BN projection shortcuts), batch, input and thread count, SGD
+with momentum and weight decay, random data. Prints one JSON line per model and memory format."""
+import argparse, json, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LeNet5(nn.Module):
+    def __init__(self, c, hw, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        side = ((hw // 2) - 4) // 2
+        self.fc1 = nn.Linear(16 * side * side, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc = nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + self.shortcut(x))
+
+
+class ResNetCifar(nn.Module):
+    def __init__(self, depth, c, classes):
+        super().__init__()
+        n = (depth - 2) // 6
+        self.conv = nn.Conv2d(c, 16, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        layers, cin = [], 16
+        for i, w in enumerate([16, 32, 64]):
+            for b in range(n):
+                layers.append(Block(cin, w, 2 if (i > 0 and b == 0) else 1))
+                cin = w
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        x = self.layers(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def build(name, c, hw):
+    if name == "lenet5":
+        return LeNet5(c, hw, 10)
+    return ResNetCifar(int(name[len("resnet"):]), c, 10)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="lenet5,resnet20")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--hw", type=int, default=28)
+    p.add_argument("--channels", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=0)
+    a = p.parse_args()
+    threads = a.threads or torch.get_num_interop_threads() or 1
+    if a.threads == 0:
+        import os
+        threads = os.cpu_count()
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    for name in a.models.split(","):
+        for fmt in ("contiguous", "channels_last"):
+            model = build(name, a.channels, a.hw)
+            mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
+            model = model.to(memory_format=mf)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+            x = torch.randn(a.batch, a.channels, a.hw, a.hw).to(memory_format=mf)
+            y = torch.arange(a.batch) % 10
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+
+            for _ in range(3):
+                step()
+            t0 = time.perf_counter()
+            for _ in range(a.steps):
+                step()
+            s = time.perf_counter() - t0
+            print(json.dumps({"engine": "pytorch " + torch.__version__ + " " + fmt, "model": name,
+                              "batch": a.batch, "threads": threads,
+                              "images_per_s": round(a.batch * a.steps / s, 1),
+                              "ms_per_step": round(1000 * s / a.steps, 2)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

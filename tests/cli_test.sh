@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# End-to-end test of the topiary binary: help, validation errors, exit codes, and a real
+# run on Fashion-MNIST with --json and --out.
+set -uo pipefail
+TOPIARY="$1"
+SPEC="$2"
+tmp="${TEST_TMPDIR:-/tmp}/cli_test"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() {  # check DESCRIPTION COMMAND...
+  local what="$1"; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+
+help=$("$TOPIARY" --help)
+check "--help exits 0 and lists every command" \
+  bash -c '[[ "$0" == *"run SPEC"* && "$0" == *"validate SPEC"* && "$0" == *"info"* && "$0" == *"--json"* ]]' "$help"
+
+"$TOPIARY" run >/dev/null 2>&1; rc=$?
+check "run without SPEC is a usage error (2)" test "$rc" -eq 2
+"$TOPIARY" run "$SPEC" --bogus >/dev/null 2>&1; rc=$?
+check "unknown flag is a usage error (2)" test "$rc" -eq 2
+
+printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
+err=$("$TOPIARY" run "$tmp/bad.textproto" 2>&1); rc=$?
+check "invalid spec exits 3" test "$rc" -eq 3
+check "invalid spec names the field" bash -c '[[ "$0" == *"data.batch_size: must be > 0"* ]]' "$err"
+printf 'model { arch: "lenet5" colour: 3 }\n' > "$tmp/unknown.textproto"
+err=$("$TOPIARY" validate "$tmp/unknown.textproto" 2>&1); rc=$?
+check "unknown spec field is an error naming it" bash -c '[[ $1 -eq 3 && "$0" == *colour* ]]' "$err" "$rc"
+out=$("$TOPIARY" validate "$SPEC"); rc=$?
+check "validate prints defaults" bash -c '[[ $1 -eq 0 && "$0" == *"eval_batch_size: 64"* ]]' "$out" "$rc"
+
+"$TOPIARY" run "$SPEC" --json --out "$tmp/run" > "$tmp/events.jsonl" 2> "$tmp/stderr"; rc=$?
+check "run exits 0" test "$rc" -eq 0
+last=$(tail -n 1 "$tmp/events.jsonl")
+check "first line is the started event" bash -c 'head -n 1 "$0" | grep -q "\"event\":\"started\""' "$tmp/events.jsonl"
+check "epoch event with test metrics" grep -q '"event":"epoch".*"evaluated":true' "$tmp/events.jsonl"
+for key in state test_top1 test_loss epochs seconds device checkpoint; do
+  check "summary has $key" bash -c '[[ "$0" == *"\"$1\":"* ]]' "$last" "$key"
+done
+check "summary says SUCCEEDED" bash -c '[[ "$0" == *"\"state\":\"SUCCEEDED\""* ]]' "$last"
+top1=$(echo "$last" | sed -E 's/.*"test_top1":([0-9.e-]+).*/\1/')
+check "lenet5 learns (test top-1 $top1 > 0.7)" awk -v t="$top1" 'BEGIN { exit !(t > 0.7) }'
+for f in spec.textproto events.jsonl summary.json; do
+  check "--out wrote $f" test -s "$tmp/run/$f"
+done
+check "no progress bar when stderr is not a terminal" bash -c '! grep -q "ETA" "$0"' "$tmp/stderr"
+exit $fail
