@@ -17,12 +17,13 @@ std::string FormatDuration(double seconds) {
 void ProgressPrinter::Print(const topiary::v1::Event& e) {
   if (e.has_started()) {
     const auto& s = e.started();
-    absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n",
-                  s.name(), s.model_arch(), s.dataset(), s.train_images(), s.test_images(),
-                  s.parameters(), s.device());
+    absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
+                  s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
+                  s.device());
   } else if (e.has_progress() && tty_) {
     const auto& p = e.progress();
-    const double frac = p.images_total() ? static_cast<double>(p.images_done()) / p.images_total() : 0;
+    const double frac =
+        p.images_total() ? static_cast<double>(p.images_done()) / p.images_total() : 0;
     constexpr int kWidth = 28;
     const int filled = static_cast<int>(frac * kWidth);
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/progress.h"
 #include "trainer/device.h"
@@ -159,12 +159,13 @@ int Info(const Args& a) {
   if (a.json) {
     std::vector<std::string> g;
     for (const auto& x : gpus) {
-      g.push_back(absl::StrFormat(R"({"ordinal":%d,"name":"%s","memory_bytes":%d,"compute":"%d.%d"})",
-                                  x.ordinal, x.name, x.memory_bytes, x.compute_major,
-                                  x.compute_minor));
+      g.push_back(
+          absl::StrFormat(R"({"ordinal":%d,"name":"%s","memory_bytes":%d,"compute":"%d.%d"})",
+                          x.ordinal, x.name, x.memory_bytes, x.compute_major, x.compute_minor));
     }
-    absl::PrintF(R"({"version":"%s","cuda_built":%s,"gpus":[%s],"models":["%s"]})" "\n", kVersion,
-                 BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
+    absl::PrintF(R"({"version":"%s","cuda_built":%s,"gpus":[%s],"models":["%s"]})"
+                 "\n",
+                 kVersion, BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
                  absl::StrJoin(ModelNames(), "\",\""));
     return kExitOk;
   }

@@ -24,8 +24,8 @@ void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const fl
 
 // Inference forward with the running statistics.
 void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
-                             const float* beta, const float* running_mean,
-                             const float* running_var, float* y);
+                             const float* beta, const float* running_mean, const float* running_var,
+                             float* y);
 
 // Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C].
 void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* dy,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/parallel.h"
 #include "kernels/test_util.h"
 
 namespace topiary::kernels {
@@ -27,44 +28,48 @@ std::vector<double> RefForward(int64_t m, int c, const std::vector<double>& p) {
     for (int64_t i = 0; i < m; ++i) var += (p[i * c + j] - mean) * (p[i * c + j] - mean);
     var /= m;
     for (int64_t i = 0; i < m; ++i)
-      y[i * c + j] = (p[i * c + j] - mean) / std::sqrt(var + 1e-5) * p[m * c + j] + p[m * c + c + j];
+      y[i * c + j] =
+          (p[i * c + j] - mean) / std::sqrt(var + 1e-5) * p[m * c + j] + p[m * c + c + j];
   }
   return y;
 }
 
 TEST(BatchNorm, TrainForwardBackwardMatchReference) {
-  for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {64, 16}, {2, 1}}) {
-    BatchNormShape sh{m, c};
-    auto x = RandomFloats(m * c, 1, -2.0f, 3.0f), gamma = RandomFloats(c, 2, 0.5f, 1.5f);
-    auto beta = RandomFloats(c, 3), g = RandomFloats(m * c, 4);
-    std::vector<float> rm(c, 0.5f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
-    BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                             mean.data(), inv.data(), y.data());
-    std::vector<double> packed = ToDouble(x);
-    packed.insert(packed.end(), gamma.begin(), gamma.end());
-    packed.insert(packed.end(), beta.begin(), beta.end());
-    EXPECT_LT(RelError(y, RefForward(m, c, packed)), 1e-5) << "m=" << m;
+  for (int threads : {1, 3}) {
+    SetCpuThreads(threads);
+    for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {64, 16}, {2, 1}}) {
+      BatchNormShape sh{m, c};
+      auto x = RandomFloats(m * c, 1, -2.0f, 3.0f), gamma = RandomFloats(c, 2, 0.5f, 1.5f);
+      auto beta = RandomFloats(c, 3), g = RandomFloats(m * c, 4);
+      std::vector<float> rm(c, 0.5f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
+      BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                               mean.data(), inv.data(), y.data());
+      std::vector<double> packed = ToDouble(x);
+      packed.insert(packed.end(), gamma.begin(), gamma.end());
+      packed.insert(packed.end(), beta.begin(), beta.end());
+      EXPECT_LT(RelError(y, RefForward(m, c, packed)), 1e-5) << "m=" << m;
 
-    // Running statistics: momentum 0.1, unbiased variance.
-    for (int j = 0; j < c; ++j) {
-      double mu = 0, var = 0;
-      for (int64_t i = 0; i < m; ++i) mu += x[i * c + j];
-      mu /= m;
-      for (int64_t i = 0; i < m; ++i) var += (x[i * c + j] - mu) * (x[i * c + j] - mu);
-      EXPECT_NEAR(rm[j], 0.9 * 0.5 + 0.1 * mu, 1e-5);
-      EXPECT_NEAR(rv[j], 0.9 * 2.0 + 0.1 * var / (m - 1), 1e-4);
+      // Running statistics: momentum 0.1, unbiased variance.
+      for (int j = 0; j < c; ++j) {
+        double mu = 0, var = 0;
+        for (int64_t i = 0; i < m; ++i) mu += x[i * c + j];
+        mu /= m;
+        for (int64_t i = 0; i < m; ++i) var += (x[i * c + j] - mu) * (x[i * c + j] - mu);
+        EXPECT_NEAR(rm[j], 0.9 * 0.5 + 0.1 * mu, 1e-5);
+        EXPECT_NEAR(rv[j], 0.9 * 2.0 + 0.1 * var / (m - 1), 1e-4);
+      }
+
+      std::vector<float> dx(m * c), dgamma(c), dbeta(c);
+      BatchNormBackwardCpu(sh, x.data(), g.data(), gamma.data(), mean.data(), inv.data(), dx.data(),
+                           dgamma.data(), dbeta.data());
+      auto gd = ToDouble(g);
+      auto num = NumericalGradient(
+          [&](std::vector<double>& p) { return Dot(RefForward(m, c, p), gd); }, packed, 1e-4);
+      std::vector<float> analytic = dx;
+      analytic.insert(analytic.end(), dgamma.begin(), dgamma.end());
+      analytic.insert(analytic.end(), dbeta.begin(), dbeta.end());
+      EXPECT_LT(RelError(analytic, num), 2e-4) << "m=" << m << " threads=" << threads;
     }
-
-    std::vector<float> dx(m * c), dgamma(c), dbeta(c);
-    BatchNormBackwardCpu(sh, x.data(), g.data(), gamma.data(), mean.data(), inv.data(), dx.data(),
-                         dgamma.data(), dbeta.data());
-    auto gd = ToDouble(g);
-    auto num = NumericalGradient(
-        [&](std::vector<double>& p) { return Dot(RefForward(m, c, p), gd); }, packed, 1e-4);
-    std::vector<float> analytic = dx;
-    analytic.insert(analytic.end(), dgamma.begin(), dgamma.end());
-    analytic.insert(analytic.end(), dbeta.begin(), dbeta.end());
-    EXPECT_LT(RelError(analytic, num), 2e-4) << "m=" << m;
   }
 }
 

@@ -4,17 +4,46 @@
 #include "absl/strings/str_format.h"
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
+#include "kernels/parallel.h"
 
 namespace topiary::kernels {
 namespace {
 
 // Rows of the im2col buffer per chunk: large enough for efficient GEMMs, small enough that
-// the buffer (rows x patch floats) stays within a few MB of cache-friendly memory.
-constexpr int kTargetChunkRows = 4096;
+// a thread's buffer (rows x patch floats) stays near its core's cache.
+constexpr int kTargetChunkRows = 1024;
 
 int ImagesPerChunk(const ConvShape& sh) {
   const int rows_per_image = sh.ho() * sh.wo();
-  return std::clamp(kTargetChunkRows / rows_per_image, 1, sh.n);
+  const int per_thread = (sh.n + CpuThreads() - 1) / CpuThreads();  // keep every thread busy
+  return std::clamp(kTargetChunkRows / rows_per_image, 1, std::max(per_thread, 1));
+}
+
+// Per-thread slices of the workspace: the im2col buffer, then (for the filter gradient) a
+// partial dW [K, patch] and a partial dbias [K].
+struct ThreadScratch {
+  size_t cols, dw, dbias;
+  size_t total() const { return cols + dw + dbias; }
+};
+
+ThreadScratch Scratch(const ConvShape& sh) {
+  const size_t cols =
+      sh.is_pointwise() ? 0
+                        : static_cast<size_t>(ImagesPerChunk(sh)) * sh.ho() * sh.wo() * sh.patch();
+  return {cols, static_cast<size_t>(sh.k) * sh.patch(), static_cast<size_t>(sh.k)};
+}
+
+// Calls f(first_image, count, thread) for each chunk, chunks spread over the threads.
+template <typename F>
+void ForEachChunk(const ConvShape& sh, F&& f) {
+  const int chunk = ImagesPerChunk(sh);
+  const int chunks = (sh.n + chunk - 1) / chunk;
+  ParallelFor(chunks, [&](int64_t begin, int64_t end, int t) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int n0 = static_cast<int>(c) * chunk;
+      f(n0, std::min(chunk, sh.n - n0), t);
+    }
+  });
 }
 
 // cols[(i*Ho + oh)*Wo + ow, (r*S + s)*C + c] = x[n0 + i, oh*sh - ph + r, ow*sw - pw + s, c]
@@ -98,81 +127,99 @@ absl::Status CheckConvShape(const ConvShape& sh) {
 }
 
 size_t ConvWorkspaceFloatsCpu(const ConvShape& sh) {
-  if (sh.is_pointwise()) return 0;
-  return static_cast<size_t>(ImagesPerChunk(sh)) * sh.ho() * sh.wo() * sh.patch();
+  return static_cast<size_t>(CpuThreads()) * Scratch(sh).total();
 }
 
 void Conv2dForwardCpu(const ConvShape& sh, const float* x, const float* w, const float* bias,
                       float* y, float* workspace) {
   const int rows_per_image = sh.ho() * sh.wo();
   const int patch = sh.patch();
-  if (sh.is_pointwise()) {
-    SgemmCpu(false, true, sh.n * rows_per_image, sh.k, patch, 1.0f, x, patch, w, patch, 0.0f, y,
-             sh.k);
-  } else {
-    const int chunk = ImagesPerChunk(sh);
-    for (int n0 = 0; n0 < sh.n; n0 += chunk) {
-      const int count = std::min(chunk, sh.n - n0);
-      Im2Col(sh, x, n0, count, workspace);
-      float* y0 = y + static_cast<size_t>(n0) * rows_per_image * sh.k;
-      SgemmCpu(false, true, count * rows_per_image, sh.k, patch, 1.0f, workspace, patch, w,
-               patch, 0.0f, y0, sh.k);
+  const ThreadScratch ts = Scratch(sh);
+  ForEachChunk(sh, [&](int n0, int count, int t) {
+    const size_t row0 = static_cast<size_t>(n0) * rows_per_image;
+    const int rows = count * rows_per_image;
+    const float* a = x + row0 * patch;  // pointwise: the input is already the im2col matrix
+    if (!sh.is_pointwise()) {
+      float* cols = workspace + t * ts.total();
+      Im2Col(sh, x, n0, count, cols);
+      a = cols;
     }
-  }
-  if (bias != nullptr) {
-    const size_t rows = static_cast<size_t>(sh.n) * rows_per_image;
-    for (size_t i = 0; i < rows; ++i) {
-      float* yr = y + i * sh.k;
-      for (int j = 0; j < sh.k; ++j) yr[j] += bias[j];
+    float* y0 = y + row0 * sh.k;
+    SgemmCpu(false, true, rows, sh.k, patch, 1.0f, a, patch, w, patch, 0.0f, y0, sh.k);
+    if (bias != nullptr) {
+      for (int i = 0; i < rows; ++i) {
+        float* yr = y0 + static_cast<size_t>(i) * sh.k;
+        for (int j = 0; j < sh.k; ++j) yr[j] += bias[j];
+      }
     }
-  }
+  });
 }
 
 void Conv2dBackwardDataCpu(const ConvShape& sh, const float* dy, const float* w, float* dx,
                            float* workspace) {
   const int rows_per_image = sh.ho() * sh.wo();
   const int patch = sh.patch();
-  if (sh.is_pointwise()) {
-    SgemmCpu(false, false, sh.n * rows_per_image, patch, sh.k, 1.0f, dy, sh.k, w, patch, 0.0f,
-             dx, patch);
-    return;
-  }
-  std::memset(dx, 0, sizeof(float) * sh.n * sh.h * sh.w * sh.c);
-  const int chunk = ImagesPerChunk(sh);
-  for (int n0 = 0; n0 < sh.n; n0 += chunk) {
-    const int count = std::min(chunk, sh.n - n0);
-    const float* dy0 = dy + static_cast<size_t>(n0) * rows_per_image * sh.k;
+  const ThreadScratch ts = Scratch(sh);
+  const size_t image = static_cast<size_t>(sh.h) * sh.w * sh.c;
+  ForEachChunk(sh, [&](int n0, int count, int t) {
+    const size_t row0 = static_cast<size_t>(n0) * rows_per_image;
+    const float* dy0 = dy + row0 * sh.k;
+    if (sh.is_pointwise()) {
+      SgemmCpu(false, false, count * rows_per_image, patch, sh.k, 1.0f, dy0, sh.k, w, patch, 0.0f,
+               dx + row0 * patch, patch);
+      return;
+    }
+    float* cols = workspace + t * ts.total();
     SgemmCpu(false, false, count * rows_per_image, patch, sh.k, 1.0f, dy0, sh.k, w, patch, 0.0f,
-             workspace, patch);
-    Col2ImAdd(sh, workspace, n0, count, dx);
-  }
+             cols, patch);
+    std::memset(dx + n0 * image, 0, sizeof(float) * count * image);
+    Col2ImAdd(sh, cols, n0, count, dx);
+  });
 }
 
 void Conv2dBackwardFilterCpu(const ConvShape& sh, const float* x, const float* dy, float* dw,
                              float* dbias, float* workspace) {
   const int rows_per_image = sh.ho() * sh.wo();
   const int patch = sh.patch();
-  if (sh.is_pointwise()) {
-    SgemmCpu(true, false, sh.k, patch, sh.n * rows_per_image, 1.0f, dy, sh.k, x, patch, 0.0f,
-             dw, patch);
-  } else {
-    const int chunk = ImagesPerChunk(sh);
-    for (int n0 = 0; n0 < sh.n; n0 += chunk) {
-      const int count = std::min(chunk, sh.n - n0);
-      Im2Col(sh, x, n0, count, workspace);
-      const float* dy0 = dy + static_cast<size_t>(n0) * rows_per_image * sh.k;
-      SgemmCpu(true, false, sh.k, patch, count * rows_per_image, 1.0f, dy0, sh.k, workspace,
-               patch, n0 == 0 ? 0.0f : 1.0f, dw, patch);
+  const ThreadScratch ts = Scratch(sh);
+  const int threads = CpuThreads();
+  // Each thread sums its chunks into its own partial dW (and dbias)...
+  ParallelFor(threads, [&](int64_t, int64_t, int t) {
+    std::memset(workspace + t * ts.total() + ts.cols, 0, sizeof(float) * (ts.dw + ts.dbias));
+  });
+  ForEachChunk(sh, [&](int n0, int count, int t) {
+    float* base = workspace + t * ts.total();
+    const size_t row0 = static_cast<size_t>(n0) * rows_per_image;
+    const int rows = count * rows_per_image;
+    const float* dy0 = dy + row0 * sh.k;
+    const float* b = x + row0 * patch;
+    if (!sh.is_pointwise()) {
+      Im2Col(sh, x, n0, count, base);
+      b = base;
     }
-  }
-  if (dbias != nullptr) {
-    std::memset(dbias, 0, sizeof(float) * sh.k);
-    const size_t rows = static_cast<size_t>(sh.n) * rows_per_image;
-    for (size_t i = 0; i < rows; ++i) {
-      const float* g = dy + i * sh.k;
-      for (int j = 0; j < sh.k; ++j) dbias[j] += g[j];
+    SgemmCpu(true, false, sh.k, patch, rows, 1.0f, dy0, sh.k, b, patch, 1.0f, base + ts.cols,
+             patch);
+    if (dbias != nullptr) {
+      float* db = base + ts.cols + ts.dw;
+      for (int i = 0; i < rows; ++i) {
+        const float* g = dy0 + static_cast<size_t>(i) * sh.k;
+        for (int j = 0; j < sh.k; ++j) db[j] += g[j];
+      }
     }
-  }
+  });
+  // ...and the partials are added in thread order, so the result does not depend on timing.
+  const size_t n = ts.dw + (dbias != nullptr ? ts.dbias : 0);
+  ParallelFor(static_cast<int64_t>(n), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      float sum = 0.0f;
+      for (int t = 0; t < threads; ++t) sum += workspace[t * ts.total() + ts.cols + i];
+      if (static_cast<size_t>(i) < ts.dw) {
+        dw[i] = sum;
+      } else {
+        dbias[i - ts.dw] = sum;
+      }
+    }
+  });
 }
 
 }  // namespace topiary::kernels

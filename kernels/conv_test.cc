@@ -1,9 +1,11 @@
+#include "kernels/conv.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "kernels/conv.h"
+#include "kernels/parallel.h"
 #include "kernels/test_util.h"
 
 namespace topiary::kernels {
@@ -65,7 +67,13 @@ void RefBackward(const ConvShape& sh, const std::vector<double>& x, const std::v
 
 ConvShape Make(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
   ConvShape sh;
-  sh.n = n; sh.h = h; sh.w = w; sh.c = c; sh.k = k; sh.r = r; sh.s = s;
+  sh.n = n;
+  sh.h = h;
+  sh.w = w;
+  sh.c = c;
+  sh.k = k;
+  sh.r = r;
+  sh.s = s;
   sh.stride_h = sh.stride_w = stride;
   sh.pad_h = sh.pad_w = pad;
   return sh;
@@ -74,31 +82,35 @@ ConvShape Make(int n, int h, int w, int c, int k, int r, int s, int stride, int 
 class ConvTest : public ::testing::TestWithParam<ConvShape> {};
 
 TEST_P(ConvTest, MatchesFloat64Reference) {
-  const ConvShape sh = GetParam();
-  ASSERT_TRUE(CheckConvShape(sh).ok());
-  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
-  const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
-  const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
-  auto x = RandomFloats(nx, 1), w = RandomFloats(nw, 2), b = RandomFloats(sh.k, 3);
-  auto g = RandomFloats(ny, 4);
-  std::vector<float> ws(ConvWorkspaceFloatsCpu(sh) + 1);
+  for (int threads : {1, 3}) {  // serial, and an odd split of chunks over threads
+    SetCpuThreads(threads);
+    SCOPED_TRACE(threads);
+    const ConvShape sh = GetParam();
+    ASSERT_TRUE(CheckConvShape(sh).ok());
+    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+    const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+    auto x = RandomFloats(nx, 1), w = RandomFloats(nw, 2), b = RandomFloats(sh.k, 3);
+    auto g = RandomFloats(ny, 4);
+    std::vector<float> ws(ConvWorkspaceFloatsCpu(sh) + 1);
 
-  std::vector<float> y(ny);
-  Conv2dForwardCpu(sh, x.data(), w.data(), b.data(), y.data(), ws.data());
-  auto ref_y = RefForward(sh, ToDouble(x), ToDouble(w));
-  for (size_t i = 0; i < ny; ++i) ref_y[i] += b[i % sh.k];
-  EXPECT_LT(RelError(y, ref_y), 1e-5);
+    std::vector<float> y(ny);
+    Conv2dForwardCpu(sh, x.data(), w.data(), b.data(), y.data(), ws.data());
+    auto ref_y = RefForward(sh, ToDouble(x), ToDouble(w));
+    for (size_t i = 0; i < ny; ++i) ref_y[i] += b[i % sh.k];
+    EXPECT_LT(RelError(y, ref_y), 1e-5);
 
-  std::vector<double> ref_dx, ref_dw;
-  RefBackward(sh, ToDouble(x), ToDouble(w), ToDouble(g), &ref_dx, &ref_dw);
-  std::vector<float> dx(nx, 123.0f), dw(nw, 123.0f), db(sh.k, 123.0f);
-  Conv2dBackwardDataCpu(sh, g.data(), w.data(), dx.data(), ws.data());
-  Conv2dBackwardFilterCpu(sh, x.data(), g.data(), dw.data(), db.data(), ws.data());
-  EXPECT_LT(RelError(dx, ref_dx), 1e-5);
-  EXPECT_LT(RelError(dw, ref_dw), 1e-5);
-  std::vector<double> ref_db(sh.k, 0.0);
-  for (size_t i = 0; i < ny; ++i) ref_db[i % sh.k] += g[i];
-  EXPECT_LT(RelError(db, ref_db), 1e-5);
+    std::vector<double> ref_dx, ref_dw;
+    RefBackward(sh, ToDouble(x), ToDouble(w), ToDouble(g), &ref_dx, &ref_dw);
+    std::vector<float> dx(nx, 123.0f), dw(nw, 123.0f), db(sh.k, 123.0f);
+    Conv2dBackwardDataCpu(sh, g.data(), w.data(), dx.data(), ws.data());
+    Conv2dBackwardFilterCpu(sh, x.data(), g.data(), dw.data(), db.data(), ws.data());
+    EXPECT_LT(RelError(dx, ref_dx), 1e-5);
+    EXPECT_LT(RelError(dw, ref_dw), 1e-5);
+    std::vector<double> ref_db(sh.k, 0.0);
+    for (size_t i = 0; i < ny; ++i) ref_db[i % sh.k] += g[i];
+    EXPECT_LT(RelError(db, ref_db), 1e-5);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -126,8 +138,10 @@ TEST(ConvReference, BackwardMatchesFiniteDifferences) {
   auto g = ToDouble(RandomFloats(static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k, 7));
   std::vector<double> dx, dw;
   RefBackward(sh, x, w, g, &dx, &dw);
-  auto num_dx = NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, v, w), g); }, x);
-  auto num_dw = NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, x, v), g); }, w);
+  auto num_dx =
+      NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, v, w), g); }, x);
+  auto num_dw =
+      NumericalGradient([&](std::vector<double>& v) { return Dot(RefForward(sh, x, v), g); }, w);
   EXPECT_LT(RelError(dx, num_dx), 1e-7);
   EXPECT_LT(RelError(dw, num_dw), 1e-7);
 }

@@ -40,12 +40,21 @@ TEST(Linear, MatchesReferenceAndFiniteDifferences) {
     LinearBackwardFilterCpu(sh, x.data(), g.data(), dw.data(), db.data());
     auto xd = ToDouble(x), wd = ToDouble(w), bd = ToDouble(b), gd = ToDouble(g);
     EXPECT_LT(RelError(y, RefLinear(sh, xd, wd, bd)), 1e-6);
-    EXPECT_LT(RelError(dx, NumericalGradient([&](std::vector<double>& v) {
-                return Dot(RefLinear(sh, v, wd, bd), gd); }, xd)), 1e-6);
-    EXPECT_LT(RelError(dw, NumericalGradient([&](std::vector<double>& v) {
-                return Dot(RefLinear(sh, xd, v, bd), gd); }, wd)), 1e-6);
-    EXPECT_LT(RelError(db, NumericalGradient([&](std::vector<double>& v) {
-                return Dot(RefLinear(sh, xd, wd, v), gd); }, bd)), 1e-6);
+    EXPECT_LT(
+        RelError(
+            dx, NumericalGradient(
+                    [&](std::vector<double>& v) { return Dot(RefLinear(sh, v, wd, bd), gd); }, xd)),
+        1e-6);
+    EXPECT_LT(
+        RelError(
+            dw, NumericalGradient(
+                    [&](std::vector<double>& v) { return Dot(RefLinear(sh, xd, v, bd), gd); }, wd)),
+        1e-6);
+    EXPECT_LT(
+        RelError(
+            db, NumericalGradient(
+                    [&](std::vector<double>& v) { return Dot(RefLinear(sh, xd, wd, v), gd); }, bd)),
+        1e-6);
   }
 }
 
@@ -82,7 +91,7 @@ TEST(SoftmaxCrossEntropy, LossAndGradientWithAndWithoutSmoothing) {
 
 TEST(TopK, CountsWithTiesTowardLowerIndex) {
   // Rows: label is argmax; label second; all equal (class 0 wins ties); label last of 4.
-  std::vector<float> z = {0, 5, 1, 2,  9, 8, 0, 0,  1, 1, 1, 1,  4, 3, 2, 1};
+  std::vector<float> z = {0, 5, 1, 2, 9, 8, 0, 0, 1, 1, 1, 1, 4, 3, 2, 1};
   std::vector<int32_t> y = {1, 1, 2, 3};
   EXPECT_EQ(TopKCorrectCpu(4, 4, z.data(), y.data(), 1), 1);
   EXPECT_EQ(TopKCorrectCpu(4, 4, z.data(), y.data(), 2), 2);

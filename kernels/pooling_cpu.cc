@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/parallel.h"
 #include "kernels/pooling.h"
 
 namespace topiary::kernels {
@@ -23,6 +24,14 @@ void ForEachWindow(const PoolShape& sh, F f) {
   }
 }
 
+// Calls f(n) for every image, images spread over the threads.
+template <typename F>
+void ForEachImage(const PoolShape& sh, F&& f) {
+  ParallelFor(sh.n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t n = begin; n < end; ++n) f(static_cast<int>(n));
+  });
+}
+
 }  // namespace
 
 absl::Status CheckPoolShape(const PoolShape& sh) {
@@ -34,16 +43,16 @@ absl::Status CheckPoolShape(const PoolShape& sh) {
     return absl::InvalidArgumentError("pool padding must be at most half the window");
   }
   if (sh.h + 2 * sh.pad_h < sh.r || sh.w + 2 * sh.pad_w < sh.s) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pool window %dx%d larger than padded input %dx%d", sh.r, sh.s, sh.h + 2 * sh.pad_h,
-        sh.w + 2 * sh.pad_w));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pool window %dx%d larger than padded input %dx%d", sh.r, sh.s,
+                        sh.h + 2 * sh.pad_h, sh.w + 2 * sh.pad_w));
   }
   return absl::OkStatus();
 }
 
 void MaxPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
   const int c = sh.c;
-  for (int n = 0; n < sh.n; ++n) {
+  ForEachImage(sh, [&](int n) {
     const float* img = x + static_cast<size_t>(n) * sh.h * sh.w * c;
     float* out = y + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
     ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
@@ -56,15 +65,15 @@ void MaxPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
         }
       }
     });
-  }
+  });
 }
 
 void MaxPoolBackwardCpu(const PoolShape& sh, const float* x, const float* y, const float* dy,
                         float* dx) {
   const int c = sh.c;
-  std::memset(dx, 0, sizeof(float) * sh.n * sh.h * sh.w * c);
-  std::vector<char> routed(c);
-  for (int n = 0; n < sh.n; ++n) {
+  ForEachImage(sh, [&](int n) {
+    std::vector<char> routed(c);
+    std::memset(dx + static_cast<size_t>(n) * sh.h * sh.w * c, 0, sizeof(float) * sh.h * sh.w * c);
     const size_t in_off = static_cast<size_t>(n) * sh.h * sh.w * c;
     const size_t out_off = static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
     ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
@@ -82,13 +91,13 @@ void MaxPoolBackwardCpu(const PoolShape& sh, const float* x, const float* y, con
         }
       }
     });
-  }
+  });
 }
 
 void AvgPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
   const int c = sh.c;
   const float inv = 1.0f / static_cast<float>(sh.r * sh.s);
-  for (int n = 0; n < sh.n; ++n) {
+  ForEachImage(sh, [&](int n) {
     const float* img = x + static_cast<size_t>(n) * sh.h * sh.w * c;
     float* out = y + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
     ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
@@ -102,15 +111,15 @@ void AvgPoolForwardCpu(const PoolShape& sh, const float* x, float* y) {
       }
       for (int j = 0; j < c; ++j) o[j] *= inv;
     });
-  }
+  });
 }
 
 void AvgPoolBackwardCpu(const PoolShape& sh, const float* dy, float* dx) {
   const int c = sh.c;
   const float inv = 1.0f / static_cast<float>(sh.r * sh.s);
-  std::memset(dx, 0, sizeof(float) * sh.n * sh.h * sh.w * c);
-  for (int n = 0; n < sh.n; ++n) {
+  ForEachImage(sh, [&](int n) {
     float* img = dx + static_cast<size_t>(n) * sh.h * sh.w * c;
+    std::memset(img, 0, sizeof(float) * sh.h * sh.w * c);
     const float* g = dy + static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
     ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
       const float* go = g + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
@@ -121,31 +130,35 @@ void AvgPoolBackwardCpu(const PoolShape& sh, const float* dy, float* dx) {
         }
       }
     });
-  }
+  });
 }
 
 void GlobalAvgPoolForwardCpu(int n, int hw, int c, const float* x, float* y) {
   const float inv = 1.0f / static_cast<float>(hw);
-  for (int i = 0; i < n; ++i) {
-    float* o = y + static_cast<size_t>(i) * c;
-    std::fill(o, o + c, 0.0f);
-    for (int p = 0; p < hw; ++p) {
-      const float* row = x + (static_cast<size_t>(i) * hw + p) * c;
-      for (int j = 0; j < c; ++j) o[j] += row[j];
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* o = y + static_cast<size_t>(i) * c;
+      std::fill(o, o + c, 0.0f);
+      for (int p = 0; p < hw; ++p) {
+        const float* row = x + (static_cast<size_t>(i) * hw + p) * c;
+        for (int j = 0; j < c; ++j) o[j] += row[j];
+      }
+      for (int j = 0; j < c; ++j) o[j] *= inv;
     }
-    for (int j = 0; j < c; ++j) o[j] *= inv;
-  }
+  });
 }
 
 void GlobalAvgPoolBackwardCpu(int n, int hw, int c, const float* dy, float* dx) {
   const float inv = 1.0f / static_cast<float>(hw);
-  for (int i = 0; i < n; ++i) {
-    const float* g = dy + static_cast<size_t>(i) * c;
-    for (int p = 0; p < hw; ++p) {
-      float* row = dx + (static_cast<size_t>(i) * hw + p) * c;
-      for (int j = 0; j < c; ++j) row[j] = g[j] * inv;
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* g = dy + static_cast<size_t>(i) * c;
+      for (int p = 0; p < hw; ++p) {
+        float* row = dx + (static_cast<size_t>(i) * hw + p) * c;
+        for (int j = 0; j < c; ++j) row[j] = g[j] * inv;
+      }
     }
-  }
+  });
 }
 
 }  // namespace topiary::kernels

@@ -19,7 +19,11 @@ using testing::ToDouble;
 
 PoolShape Make(int n, int h, int w, int c, int r, int stride, int pad) {
   PoolShape sh;
-  sh.n = n; sh.h = h; sh.w = w; sh.c = c; sh.r = sh.s = r;
+  sh.n = n;
+  sh.h = h;
+  sh.w = w;
+  sh.c = c;
+  sh.r = sh.s = r;
   sh.stride_h = sh.stride_w = stride;
   sh.pad_h = sh.pad_w = pad;
   return sh;

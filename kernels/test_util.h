@@ -10,8 +10,7 @@
 
 namespace topiary::kernels::testing {
 
-inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f,
-                                       float hi = 1.0f) {
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);

@@ -32,8 +32,7 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
 
 Batcher::Batcher(const ImageSet* set, float max_value, Normalization norm,
                  topiary::v1::Augment augment, uint64_t seed)
-    : set_(set), scale_(1.0f / max_value), norm_(std::move(norm)), augment_(augment),
-      seed_(seed) {}
+    : set_(set), scale_(1.0f / max_value), norm_(std::move(norm)), augment_(augment), seed_(seed) {}
 
 std::vector<int32_t> Batcher::EpochOrder(int epoch) const {
   std::vector<int32_t> order(set_->size());
@@ -52,8 +51,8 @@ Philox Batcher::AugmentStream(int epoch) const {
   return rng;
 }
 
-void Batcher::Assemble(const std::vector<int32_t>& order, int64_t first, int count,
-                       bool augment, Philox* rng, float* x, int32_t* labels) const {
+void Batcher::Assemble(const std::vector<int32_t>& order, int64_t first, int count, bool augment,
+                       Philox* rng, float* x, int32_t* labels) const {
   const int h = set_->h, w = set_->w, c = set_->c;
   const int pad = augment ? augment_.crop_padding() : 0;
   // Lookup table: raw byte -> normalized float, per channel (pixels are bytes).

@@ -25,8 +25,8 @@ absl::StatusOr<Shape4> Conv2d::Setup(const std::vector<Shape4>& inputs, Device* 
   in_ = inputs[0];
   const kernels::ConvShape s = ShapeFor(1);
   if (auto st = kernels::CheckConvShape(s); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s (input %dx%dx%d)", name(), st.message(), in_.h, in_.w, in_.c));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s (input %dx%dx%d)", name(), st.message(), in_.h, in_.w, in_.c));
   }
   auto k = AddParameter(device, "kernel", {s.k, s.r, s.s, s.c}, true, true);
   if (!k.ok()) return k.status();

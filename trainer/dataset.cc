@@ -32,8 +32,8 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(const std::string& path, co
   const uint32_t magic = BigEndian32(s, 0);
   if (magic != want) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: wrong IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d dimensions)", path,
-        magic, want, dims));
+        "%s: wrong IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d dimensions)", path, magic,
+        want, dims));
   }
   if (s.size() < 4 + 4 * static_cast<size_t>(dims)) {
     return absl::DataLossError(path + ": truncated IDX header");
@@ -46,15 +46,14 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(const std::string& path, co
   }
   const size_t have = s.size() - 4 - 4 * dims;
   if (have < payload) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: truncated IDX file: header promises %d bytes of data, file has %d", path, payload,
-        have));
+    return absl::DataLossError(
+        absl::StrFormat("%s: truncated IDX file: header promises %d bytes of data, file has %d",
+                        path, payload, have));
   }
   return d;
 }
 
-absl::Status CheckLabels(const std::string& path, const std::vector<int32_t>& labels,
-                         int classes) {
+absl::Status CheckLabels(const std::string& path, const std::vector<int32_t>& labels, int classes) {
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -71,8 +70,8 @@ absl::StatusOr<std::string> FindFile(const std::string& dir,
     const std::string p = dir + "/" + c;
     if (PathExists(p)) return p;
   }
-  return absl::NotFoundError(absl::StrCat(dir, ": none of ", absl::StrJoin(candidates, ", "),
-                                          " found"));
+  return absl::NotFoundError(
+      absl::StrCat(dir, ": none of ", absl::StrJoin(candidates, ", "), " found"));
 }
 
 absl::Status CheckFolder(const std::string& dir, const std::string& hint) {
@@ -89,8 +88,8 @@ void ImageSet::Truncate(int64_t n) {
   pixels.resize(n * image_bytes());
 }
 
-absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path,
-                                     const std::string& labels_path, int classes) {
+absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
+                                     int classes) {
   auto img = ReadFileMaybeGzip(images_path);
   if (!img.ok()) return img.status();
   auto lab = ReadFileMaybeGzip(labels_path);
@@ -100,9 +99,9 @@ absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path,
   auto ldims = ParseIdxHeader(labels_path, *lab, 1);
   if (!ldims.ok()) return ldims.status();
   if ((*idims)[0] != (*ldims)[0]) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "image/label count mismatch: %s has %d images, %s has %d labels", images_path,
-        (*idims)[0], labels_path, (*ldims)[0]));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image/label count mismatch: %s has %d images, %s has %d labels",
+                        images_path, (*idims)[0], labels_path, (*ldims)[0]));
   }
   ImageSet set;
   set.h = static_cast<int>((*idims)[1]);
@@ -127,11 +126,11 @@ absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string&
   ds.classes = 10;
   for (auto [prefix, set] : {std::pair{"train", &ds.train}, std::pair{"t10k", &ds.test}}) {
     const std::string p(prefix);
-    auto images = FindFile(dir, {p + "-images-idx3-ubyte", p + "-images-idx3-ubyte.gz",
-                                 p + "-images.idx3-ubyte"});
+    auto images = FindFile(
+        dir, {p + "-images-idx3-ubyte", p + "-images-idx3-ubyte.gz", p + "-images.idx3-ubyte"});
     if (!images.ok()) return images.status();
-    auto labels = FindFile(dir, {p + "-labels-idx1-ubyte", p + "-labels-idx1-ubyte.gz",
-                                 p + "-labels.idx1-ubyte"});
+    auto labels = FindFile(
+        dir, {p + "-labels-idx1-ubyte", p + "-labels-idx1-ubyte.gz", p + "-labels.idx1-ubyte"});
     if (!labels.ok()) return labels.status();
     auto s = ReadIdxPair(*images, *labels, ds.classes);
     if (!s.ok()) return s.status();
@@ -163,9 +162,9 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
       auto data = ReadFile(path);
       if (!data.ok()) return data.status();
       if (data->empty() || data->size() % record != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: size %d is not a multiple of the %d-byte CIFAR%s record", path, data->size(),
-            record, cifar100 ? "-100" : "-10"));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: size %d is not a multiple of the %d-byte CIFAR%s record", path,
+                            data->size(), record, cifar100 ? "-100" : "-10"));
       }
       const size_t n = data->size() / record;
       const size_t first = set->labels.size();
@@ -189,8 +188,7 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
 absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path) {
   auto text = ReadFileMaybeGzip(path);
   if (!text.ok()) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat("data.path: ", text.status().message()));
+    return absl::Status(text.status().code(), absl::StrCat("data.path: ", text.status().message()));
   }
   Dataset ds;
   ds.name = "digits";
@@ -205,18 +203,18 @@ absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path) {
     ++row;
     std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
     if (cells.size() != 65) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: line %d has %d values, expected 65 (64 pixels and a label)", path, row,
-          cells.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: line %d has %d values, expected 65 (64 pixels and a label)", path,
+                          row, cells.size()));
     }
     ImageSet& set = (row - 1) % 5 == 4 ? ds.test : ds.train;
     for (int i = 0; i < 65; ++i) {
       double v;
       if (!absl::SimpleAtod(cells[i], &v) || v < 0 || v > (i < 64 ? 16 : 9) ||
           (i == 64 && v != std::floor(v))) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: line %d, column %d: '%s' is not a %s", path, row, i + 1, cells[i],
-            i < 64 ? "pixel value in 0..16" : "label in 0..9"));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: line %d, column %d: '%s' is not a %s", path, row, i + 1, cells[i],
+                            i < 64 ? "pixel value in 0..16" : "label in 0..9"));
       }
       if (i < 64) {
         set.pixels.push_back(static_cast<uint8_t>(std::lround(v)));

@@ -38,8 +38,8 @@ absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t 
 
 // One IDX image file ([n, rows, cols] ubyte) and its label file ([n] ubyte), raw or gzipped
 // (found by content, not by name). Labels must be < classes.
-absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path,
-                                     const std::string& labels_path, int classes);
+absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
+                                     int classes);
 // The four IDX files of MNIST-format data in `dir` (train-/t10k-, -idx3-ubyte[.gz]).
 absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name);
 // CIFAR-10 ("binary version": data_batch_1..5.bin, test_batch.bin) or CIFAR-100 (train.bin,

@@ -1,6 +1,7 @@
 #include "trainer/dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -33,7 +34,9 @@ std::string IdxImages(uint32_t n, uint32_t rows, uint32_t cols, uint32_t magic =
   return s;
 }
 
-std::string IdxLabels(const std::string& labels) { return Be32(0x801) + Be32(labels.size()) + labels; }
+std::string IdxLabels(const std::string& labels) {
+  return Be32(0x801) + Be32(labels.size()) + labels;
+}
 
 std::string Gzip(const std::string& data) {
   uLongf cap = compressBound(data.size()) + 64;
@@ -110,18 +113,19 @@ TEST(Idx, MissingFolderHintsAtDebianPackage) {
 
 TEST(Cifar, RejectsSizeNotMultipleOfRecord) {
   const std::string dir = TempDir() + "/cifar_bad";
-  std::system(("mkdir -p " + dir).c_str());
-  for (int i = 1; i <= 5; ++i) Write(dir + "/data_batch_" + std::to_string(i) + ".bin", std::string(3073 * 2, '\1'));
+  ::mkdir(dir.c_str(), 0755);
+  for (int i = 1; i <= 5; ++i)
+    Write(dir + "/data_batch_" + std::to_string(i) + ".bin", std::string(3073 * 2, '\1'));
   Write(dir + "/test_batch.bin", std::string(3073 + 7, '\1'));
   ExpectError(ReadCifarFolder(dir, false).status(), "not a multiple of the 3073-byte");
 }
 
 TEST(Cifar, ReadsPlanarRecordsAsHwc) {
   const std::string dir = TempDir() + "/cifar100";
-  std::system(("mkdir -p " + dir).c_str());
+  ::mkdir(dir.c_str(), 0755);
   std::string rec(3074, '\0');
-  rec[0] = 3;   // coarse
-  rec[1] = 77;  // fine
+  rec[0] = 3;          // coarse
+  rec[1] = 77;         // fine
   rec[2 + 0] = 10;     // R of pixel 0
   rec[2 + 1024] = 20;  // G of pixel 0
   rec[2 + 2048] = 30;  // B of pixel 0
@@ -170,8 +174,13 @@ TEST(FashionMnist, RealDatasetLoads) {
 
 TEST(Synthetic, DeterministicPerSeed) {
   topiary::v1::SyntheticSpec s;
-  s.set_height(8); s.set_width(8); s.set_channels(2); s.set_classes(4);
-  s.set_train_size(20); s.set_test_size(5); s.set_noise(0.3f);
+  s.set_height(8);
+  s.set_width(8);
+  s.set_channels(2);
+  s.set_classes(4);
+  s.set_train_size(20);
+  s.set_test_size(5);
+  s.set_noise(0.3f);
   const Dataset a = MakeSynthetic(s, 7), b = MakeSynthetic(s, 7), c = MakeSynthetic(s, 8);
   EXPECT_EQ(a.train.pixels, b.train.pixels);
   EXPECT_EQ(a.train.labels, b.train.labels);
@@ -180,7 +189,9 @@ TEST(Synthetic, DeterministicPerSeed) {
 
 TEST(Batcher, ShuffleIsAPermutationAndFlipMirrors) {
   ImageSet set;
-  set.h = 2; set.w = 3; set.c = 1;
+  set.h = 2;
+  set.w = 3;
+  set.c = 1;
   set.pixels = {1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60};
   set.labels = {0, 1};
   Normalization id{{0.0f}, {1.0f}};
@@ -208,7 +219,9 @@ TEST(Batcher, ShuffleIsAPermutationAndFlipMirrors) {
 
 TEST(Batcher, CropPadsWithZeroBeforeNormalization) {
   ImageSet set;
-  set.h = 4; set.w = 4; set.c = 1;
+  set.h = 4;
+  set.w = 4;
+  set.c = 1;
   set.pixels.assign(16, 200);
   set.labels = {0};
   Normalization norm{{0.5f}, {2.0f}};

@@ -2,10 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "absl/strings/str_format.h"
-#include <unordered_map>
-#include "kernels/gemm.h"
+#include "kernels/parallel.h"
 
 namespace topiary {
 namespace {
@@ -59,8 +59,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSp
     std::string why;
     const auto gpus = ListGpus(&why);
     if (gpus.empty()) {
-      return absl::FailedPreconditionError("device.kind: CUDA requested but no usable GPU: " +
-                                           why);
+      return absl::FailedPreconditionError("device.kind: CUDA requested but no usable GPU: " + why);
     }
     return absl::UnimplementedError(absl::StrFormat(
         "device.kind: CUDA: found %s, but this version trains on the CPU only (the CUDA "

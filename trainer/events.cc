@@ -20,14 +20,27 @@ std::string EventToJsonLine(const topiary::v1::Event& event) {
   const google::protobuf::Message* body = nullptr;
   const char* kind = "unknown";
   switch (event.kind_case()) {
-    case topiary::v1::Event::kStarted: body = &event.started(); kind = "started"; break;
-    case topiary::v1::Event::kProgress: body = &event.progress(); kind = "progress"; break;
-    case topiary::v1::Event::kEpoch: body = &event.epoch(); kind = "epoch"; break;
-    case topiary::v1::Event::kSummary: body = &event.summary(); kind = "summary"; break;
-    default: break;
+    case topiary::v1::Event::kStarted:
+      body = &event.started();
+      kind = "started";
+      break;
+    case topiary::v1::Event::kProgress:
+      body = &event.progress();
+      kind = "progress";
+      break;
+    case topiary::v1::Event::kEpoch:
+      body = &event.epoch();
+      kind = "epoch";
+      break;
+    case topiary::v1::Event::kSummary:
+      body = &event.summary();
+      kind = "summary";
+      break;
+    default:
+      break;
   }
-  std::string head = absl::StrFormat(R"({"event":"%s","seq":%d,"time_s":%.3f)", kind,
-                                     event.seq(), event.time_s());
+  std::string head =
+      absl::StrFormat(R"({"event":"%s","seq":%d,"time_s":%.3f)", kind, event.seq(), event.time_s());
   if (body == nullptr) return head + "}";
   const std::string fields = MessageToJson(*body);  // "{...}"
   if (fields.size() <= 2) return head + "}";

@@ -2,9 +2,9 @@
 #ifndef TOPIARY_TRAINER_EVENTS_H_
 #define TOPIARY_TRAINER_EVENTS_H_
 
-#include <string>
-
 #include <google/protobuf/message.h>
+
+#include <string>
 
 #include "topiary/v1/events.pb.h"
 

@@ -59,8 +59,8 @@ absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path) {
     }
     if (rc != Z_OK && rc != Z_STREAM_END) {
       inflateEnd(&zs);
-      return absl::DataLossError(absl::StrCat(path, ": corrupt gzip data (",
-                                              zs.msg ? zs.msg : "inflate failed", ")"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": corrupt gzip data (", zs.msg ? zs.msg : "inflate failed", ")"));
     }
     out.append(buf, sizeof(buf) - zs.avail_out);
   } while (rc != Z_STREAM_END);
@@ -72,7 +72,8 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& content
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
   }
   size_t done = 0;
   while (done < contents.size()) {

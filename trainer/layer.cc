@@ -3,8 +3,7 @@
 namespace topiary {
 
 absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string& role,
-                                               std::vector<int> shape, bool trainable,
-                                               bool decay) {
+                                               std::vector<int> shape, bool trainable, bool decay) {
   auto p = std::make_unique<Parameter>();
   p->layer = name_;
   p->role = role;

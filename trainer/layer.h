@@ -24,9 +24,7 @@ struct Shape4 {
   int n = 0, h = 0, w = 0, c = 0;
   size_t count() const { return static_cast<size_t>(n) * h * w * c; }
   size_t per_image() const { return static_cast<size_t>(h) * w * c; }
-  bool operator==(const Shape4& o) const {
-    return n == o.n && h == o.h && w == o.w && c == o.c;
-  }
+  bool operator==(const Shape4& o) const { return n == o.n && h == o.h && w == o.w && c == o.c; }
 };
 
 // Pointers a layer reads and writes in one pass, all sized for `batch` images.

@@ -1,6 +1,7 @@
+#include "kernels/linear.h"
+
 #include <cmath>
 
-#include "kernels/linear.h"
 #include "trainer/init.h"
 #include "trainer/layers.h"
 
@@ -35,7 +36,8 @@ void Linear::Forward(const LayerIo& io, bool training) {
 void Linear::Backward(const LayerIo& io) {
   const kernels::LinearShape s{io.batch, in_, out_};
   kernels::LinearBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data());
-  if (io.dx[0] != nullptr) kernels::LinearBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0]);
+  if (io.dx[0] != nullptr)
+    kernels::LinearBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0]);
 }
 
 }  // namespace topiary

@@ -161,8 +161,7 @@ void Network::Forward(bool training) {
 double Network::Loss(const int32_t* labels, float label_smoothing) {
   Value& out = values_[model_->output()];
   return kernels::SoftmaxCrossEntropyCpu(batch_, model_->classes(), out.data.data(), labels,
-                                         label_smoothing,
-                                         training_ ? out.grad.data() : nullptr);
+                                         label_smoothing, training_ ? out.grad.data() : nullptr);
 }
 
 void Network::Backward() {

@@ -88,7 +88,8 @@ class Network {
     // producer's backward (the role of Caffe's Split layer, without a layer).
     std::vector<Buffer<float>> extra_grads;
   };
-  Network(Model* model, int batch, bool training) : model_(model), batch_(batch), training_(training) {}
+  Network(Model* model, int batch, bool training)
+      : model_(model), batch_(batch), training_(training) {}
   absl::Status Allocate();
 
   Model* model_;

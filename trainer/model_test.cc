@@ -32,9 +32,9 @@ TEST(ModelZoo, StableLayerNamesAndShapes) {
   auto dev = MakeCpuDevice(0);
   auto m = BuildModel("resnet20", 1.0f, {1, 28, 28, 1}, 10, dev.get());
   ASSERT_TRUE(m.ok()) << m.status();
-  for (const char* name : {"stem.conv", "stem.bn", "stage1.block0.conv1", "stage1.block0.bn1",
-                           "stage1.block2.conv2", "stage2.block0.shortcut.conv",
-                           "stage3.block0.shortcut.bn", "fc"}) {
+  for (const char* name :
+       {"stem.conv", "stem.bn", "stage1.block0.conv1", "stage1.block0.bn1", "stage1.block2.conv2",
+        "stage2.block0.shortcut.conv", "stage3.block0.shortcut.bn", "fc"}) {
     EXPECT_NE((*m)->FindLayer(name), nullptr) << name;
   }
   EXPECT_EQ((*m)->FindLayer("stage1.block0.shortcut.conv"), nullptr);  // identity shortcut

@@ -25,13 +25,21 @@ class Builder {
     c.bias = bias;
     return m_->Add(std::make_unique<Conv2d>(name, c), {x});
   }
-  int Bn(const std::string& name, int x) { return m_->Add(std::make_unique<BatchNorm2d>(name), {x}); }
-  int Relu(const std::string& name, int x) { return m_->Add(std::make_unique<topiary::Relu>(name), {x}); }
+  int Bn(const std::string& name, int x) {
+    return m_->Add(std::make_unique<BatchNorm2d>(name), {x});
+  }
+  int Relu(const std::string& name, int x) {
+    return m_->Add(std::make_unique<topiary::Relu>(name), {x});
+  }
   int MaxPool(const std::string& name, int x, int k, int stride, int pad) {
     return m_->Add(std::make_unique<Pool2d>(name, Pool2d::Kind::kMax, k, stride, pad), {x});
   }
-  int Sum(const std::string& name, int a, int b) { return m_->Add(std::make_unique<Add>(name), {a, b}); }
-  int Fc(const std::string& name, int x, int out) { return m_->Add(std::make_unique<Linear>(name, out), {x}); }
+  int Sum(const std::string& name, int a, int b) {
+    return m_->Add(std::make_unique<Add>(name), {a, b});
+  }
+  int Fc(const std::string& name, int x, int out) {
+    return m_->Add(std::make_unique<Linear>(name, out), {x});
+  }
   int GlobalPool(int x) { return m_->Add(std::make_unique<GlobalAvgPool>("pool"), {x}); }
   int FlattenAll(int x) { return m_->Add(std::make_unique<Flatten>("flatten"), {x}); }
   // conv -> bn (-> relu)
@@ -105,7 +113,8 @@ int ImageNetResNet(Builder& b, int x, int classes, const std::vector<int>& block
     for (int k = 0; k < blocks[s]; ++k) {
       const int stride = (s > 0 && k == 0) ? 2 : 1;
       const std::string name = absl::StrCat("stage", s + 1, ".block", k);
-      x = bottleneck ? Bottleneck(b, name, x, width, stride) : BasicBlock(b, name, x, width, stride);
+      x = bottleneck ? Bottleneck(b, name, x, width, stride)
+                     : BasicBlock(b, name, x, width, stride);
     }
   }
   return b.Fc("fc", b.GlobalPool(x), classes);
@@ -114,7 +123,7 @@ int ImageNetResNet(Builder& b, int x, int classes, const std::vector<int>& block
 }  // namespace
 
 std::vector<std::string> ModelNames() {
-  return {"lenet5",   "resnet20", "resnet32", "resnet44", "resnet56",
+  return {"lenet5",    "resnet20", "resnet32", "resnet44", "resnet56",
           "resnet110", "resnet18", "resnet34", "resnet50"};
 }
 
@@ -127,8 +136,8 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float
   int out = -1;
   if (arch == "lenet5") {
     out = LeNet5(b, x, classes);
-  } else if (arch == "resnet20" || arch == "resnet32" || arch == "resnet44" ||
-             arch == "resnet56" || arch == "resnet110") {
+  } else if (arch == "resnet20" || arch == "resnet32" || arch == "resnet44" || arch == "resnet56" ||
+             arch == "resnet110") {
     const int depth = std::stoi(arch.substr(6));
     out = CifarResNet(b, x, classes, (depth - 2) / 6);
   } else if (arch == "resnet18") {
@@ -138,12 +147,12 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float
   } else if (arch == "resnet50") {
     out = ImageNetResNet(b, x, classes, {3, 4, 6, 3}, true);
   } else {
-    return absl::InvalidArgumentError("model.arch: unknown architecture '" + arch +
-                                      "'; one of " + absl::StrJoin(ModelNames(), ", "));
+    return absl::InvalidArgumentError("model.arch: unknown architecture '" + arch + "'; one of " +
+                                      absl::StrJoin(ModelNames(), ", "));
   }
   if (auto st = model->Finish(out); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model.arch: ", arch, " does not fit ",
-                                                   input.h, "x", input.w, "x", input.c,
+    return absl::InvalidArgumentError(absl::StrCat("model.arch: ", arch, " does not fit ", input.h,
+                                                   "x", input.w, "x", input.c,
                                                    " images: ", st.message()));
   }
   return model;

@@ -26,9 +26,8 @@ Philox::Philox(uint64_t seed, RngStream stream) {
 }
 
 void Philox::Refill() {
-  block_ = Philox4x32({static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32),
-                       0u, 0u},
-                      key_);
+  block_ = Philox4x32(
+      {static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32), 0u, 0u}, key_);
   ++counter_;
   index_ = 0;
 }

@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +42,7 @@ absl::Status MakeDirs(const std::string& path) {
 // Numbers events and hands them to the callback and the events file.
 class EventSink {
  public:
-  EventSink(const RunOptions& options, Clock::time_point start)
-      : options_(options), start_(start) {
+  EventSink(const RunOptions& options, Clock::time_point start) : options_(options), start_(start) {
     if (!options.out_dir.empty()) file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
   }
   Event New() {
@@ -94,8 +93,8 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
   if (data->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
 
   const Shape4 input{1, data->train.h, data->train.w, data->train.c};
-  auto model = BuildModel(spec.model().arch(), spec.model().width(), input, data->classes,
-                          device->get());
+  auto model =
+      BuildModel(spec.model().arch(), spec.model().width(), input, data->classes, device->get());
   if (!model.ok()) return model.status();
   (*model)->Initialize(spec.seed());
   auto train_net = Network::Plan(model->get(), batch, true);
@@ -151,14 +150,14 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
                              (*train_net)->input(), labels.data());
       (*train_net)->Forward(true);
       const double loss = (*train_net)->Loss(labels.data(), smoothing);
-      correct += kernels::TopKCorrectCpu(batch, data->classes, (*train_net)->logits(),
-                                         labels.data(), 1);
+      correct +=
+          kernels::TopKCorrectCpu(batch, data->classes, (*train_net)->logits(), labels.data(), 1);
       (*train_net)->Backward();
       optimizer.Step(static_cast<float>(lr));
       if (!std::isfinite(loss)) {
         return absl::InternalError(absl::StrFormat(
-            "training diverged: loss is %f at epoch %d, step %d (lower train.optimizer.lr)",
-            loss, epoch + 1, step + 1));
+            "training diverged: loss is %f at epoch %d, step %d (lower train.optimizer.lr)", loss,
+            epoch + 1, step + 1));
       }
       loss_sum += loss;
       window_loss += loss;
@@ -193,7 +192,8 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
     auto* es = e.mutable_epoch();
     es->set_epoch(epoch + 1);
     es->set_train_loss(loss_sum / steps_per_epoch);
-    es->set_train_top1(static_cast<double>(correct) / (static_cast<double>(steps_per_epoch) * batch));
+    es->set_train_top1(static_cast<double>(correct) /
+                       (static_cast<double>(steps_per_epoch) * batch));
     es->set_lr(lr);
     es->set_seconds(epoch_seconds);
     es->set_images_per_s(steps_per_epoch * batch / epoch_seconds);
@@ -238,10 +238,11 @@ EvalResult Evaluate(Network& net, const Batcher& batcher, const ImageSet& set, i
     batcher.Assemble(order, first, count, false, nullptr, net.input(), labels.data());
     net.Forward(false);
     loss_sum += kernels::SoftmaxCrossEntropyCpu(count, classes, net.logits(), labels.data(), 0.0f,
-                                                nullptr) * count;
+                                                nullptr) *
+                count;
     top1 += kernels::TopKCorrectCpu(count, classes, net.logits(), labels.data(), 1);
-    top5 += kernels::TopKCorrectCpu(count, classes, net.logits(), labels.data(),
-                                    std::min(5, classes));
+    top5 +=
+        kernels::TopKCorrectCpu(count, classes, net.logits(), labels.data(), std::min(5, classes));
   }
   r.images = set.size();
   r.loss = loss_sum / set.size();
@@ -258,7 +259,8 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
   const ExperimentSpec spec = WithDefaults(raw_spec);
   if (status.ok() && !options.out_dir.empty()) {
     status = MakeDirs(options.out_dir);
-    if (status.ok()) status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
+    if (status.ok())
+      status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
   }
   EventSink sink(options, start);
   if (status.ok()) status = Run(spec, sink, &summary);

@@ -38,8 +38,8 @@ absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* 
   in_ = *in;
   const kernels::PoolShape s = ShapeFor(1);
   if (auto st = kernels::CheckPoolShape(s); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s (input %dx%d)", name(),
-                                                      st.message(), in_.h, in_.w));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s (input %dx%d)", name(), st.message(), in_.h, in_.w));
   }
   return Shape4{1, s.ho(), s.wo(), in_.c};
 }

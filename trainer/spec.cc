@@ -23,7 +23,8 @@ using topiary::v1::ExperimentSpec;
 class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first.empty()) first = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    if (first.empty())
+      first = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
   }
   std::string first;
 };
@@ -50,7 +51,8 @@ absl::Status ValidateData(const DataSpec& d) {
     CHECK_RULE(d.dataset() == DataSpec::SYNTHETIC, "data.synthetic",
                "only allowed with dataset: SYNTHETIC");
     const auto& s = d.synthetic();
-    CHECK_RULE(s.height() >= 0 && s.height() <= 512, "data.synthetic.height", "must be in [1, 512]");
+    CHECK_RULE(s.height() >= 0 && s.height() <= 512, "data.synthetic.height",
+               "must be in [1, 512]");
     CHECK_RULE(s.width() >= 0 && s.width() <= 512, "data.synthetic.width", "must be in [1, 512]");
     CHECK_RULE(s.channels() >= 0 && s.channels() <= 16, "data.synthetic.channels",
                "must be in [1, 16]");
@@ -124,8 +126,8 @@ absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::str
     opts.ignore_unknown_fields = false;
     const auto st = google::protobuf::util::JsonStringToMessage(text, &spec, opts);
     if (!st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON spec: ",
-                                                     std::string(st.message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": invalid JSON spec: ", std::string(st.message())));
     }
     return spec;
   }
@@ -155,9 +157,9 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   const auto names = ModelNames();
   CHECK_RULE(!spec.model().arch().empty(), "model.arch",
              "required; one of " + absl::StrJoin(names, ", "));
-  CHECK_RULE(std::find(names.begin(), names.end(), spec.model().arch()) != names.end(),
-             "model.arch",
-             "unknown architecture '" + spec.model().arch() + "'; one of " + absl::StrJoin(names, ", "));
+  CHECK_RULE(
+      std::find(names.begin(), names.end(), spec.model().arch()) != names.end(), "model.arch",
+      "unknown architecture '" + spec.model().arch() + "'; one of " + absl::StrJoin(names, ", "));
   CHECK_RULE(spec.model().width() >= 0 && spec.model().width() <= 16, "model.width",
              "must be in (0, 16]");
   if (auto st = ValidateData(spec.data()); !st.ok()) return st;
@@ -169,9 +171,9 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   CHECK_RULE(spec.checkpoints().keep_last() >= 0, "checkpoints.keep_last", "must be >= 0");
   CHECK_RULE(spec.device().threads() >= 0, "device.threads", "must be >= 0");
   for (int g : spec.device().gpus()) CHECK_RULE(g >= 0, "device.gpus", "ordinals must be >= 0");
-  CHECK_RULE(spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() ||
-                 spec.has_pruning(),
-             "train.epochs", "must be > 0 unless pruning or init_from_checkpoint is set");
+  CHECK_RULE(
+      spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() || spec.has_pruning(),
+      "train.epochs", "must be > 0 unless pruning or init_from_checkpoint is set");
   return absl::OkStatus();
 }
 

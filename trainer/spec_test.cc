@@ -24,7 +24,8 @@ std::string WithTrain(const std::string& inner) {
 TEST(Spec, TextAndJsonGiveTheSameSpec) {
   auto a = ParseSpec("name: 'x' seed: 3 model { arch: 'resnet20' } data { batch_size: 32 }", "a");
   auto b = ParseSpec(R"({"name": "x", "seed": "3", "model": {"arch": "resnet20"},
-                         "data": {"batch_size": 32}})", "b");
+                         "data": {"batch_size": 32}})",
+                     "b");
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->SerializeAsString(), b->SerializeAsString());
@@ -42,14 +43,12 @@ TEST(Spec, ValidationNamesTheField) {
   EXPECT_NE(Error("train { epochs: 1 }").find("model.arch: required"), std::string::npos);
   EXPECT_NE(Error("model { arch: 'vgg99' } train { epochs: 1 }").find("model.arch: unknown"),
             std::string::npos);
-  EXPECT_EQ(Error(WithTrain("") + "data { dataset: CIFAR10 }"),
-            "data.path: required for CIFAR10");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: CIFAR10 }"), "data.path: required for CIFAR10");
   EXPECT_EQ(Error(WithTrain("optimizer { momentum: 1.5 }")),
             "train.optimizer.momentum: must be in [0, 1)");
   EXPECT_EQ(Error(WithTrain("lr_schedule { kind: MULTISTEP milestones: [5, 3] }")),
             "train.lr_schedule.milestones: must be positive and strictly increasing");
-  EXPECT_EQ(Error(WithTrain("") + "pruning { target: 1.5 }"),
-            "pruning.target: must be in (0, 1)");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { target: 1.5 }"), "pruning.target: must be in (0, 1)");
   EXPECT_EQ(Error(WithTrain("") + "pruning { method: N_OF_M n: 4 m: 4 }"),
             "pruning.n: must be < pruning.m");
   EXPECT_EQ(Error(WithTrain("") + "pruning { overrides { target: 0.3 } }"),

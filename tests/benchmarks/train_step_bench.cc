@@ -71,12 +71,18 @@ int main(int argc, char** argv) {
   topiary::Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--models") f.models = absl::StrSplit(v, ',');
-    else if (k == "--batch") f.batch = std::stoi(v);
-    else if (k == "--hw") f.hw = std::stoi(v);
-    else if (k == "--channels") f.channels = std::stoi(v);
-    else if (k == "--steps") f.steps = std::stoi(v);
-    else if (k == "--threads") f.threads = std::stoi(v);
+    if (k == "--models")
+      f.models = absl::StrSplit(v, ',');
+    else if (k == "--batch")
+      f.batch = std::stoi(v);
+    else if (k == "--hw")
+      f.hw = std::stoi(v);
+    else if (k == "--channels")
+      f.channels = std::stoi(v);
+    else if (k == "--steps")
+      f.steps = std::stoi(v);
+    else if (k == "--threads")
+      f.threads = std::stoi(v);
     else {
       absl::FPrintF(stderr, "unknown flag %s\n", k);
       return 2;

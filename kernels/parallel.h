@@ -1,0 +1,25 @@
+// CPU parallelism for the kernels: OpenMP over static, contiguous partitions. The partition
+// depends only on the range and the thread count, and every reduction combines per-thread
+// partial results in thread order, so results are bit-identical from run to run for a given
+// thread count. BLAS itself runs single-threaded inside each partition: OpenBLAS's own
+// threads spin and yield on the tall, skinny GEMMs of small convolutions.
+#ifndef TOPIARY_KERNELS_PARALLEL_H_
+#define TOPIARY_KERNELS_PARALLEL_H_
+
+#include <cstdint>
+#include <functional>
+
+namespace topiary::kernels {
+
+// Threads the CPU kernels use (0: all cores). Call before planning networks: workspace
+// sizes depend on it.
+void SetCpuThreads(int threads);
+int CpuThreads();
+
+// Calls f(begin, end, thread) for CpuThreads() contiguous slices of [0, n) in parallel
+// (slices may be empty) and returns when all are done.
+void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& f);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_PARALLEL_H_
