@@ -1,6 +1,8 @@
 // Batch normalization over NHWC activations viewed as [M, C] (M = N*H*W): statistics per
-// channel. Semantics follow PyTorch's BatchNorm2d: biased variance for normalization,
-// unbiased variance in the running average, running = (1 - momentum)*running + momentum*batch.
+// channel, optionally fused with the ReLU that follows it (one pass over memory instead of
+// two, forward and backward: these layers are memory-bound on the CPU). Semantics follow PyTorch's
+// BatchNorm2d: biased variance for normalization, unbiased variance in the running average, running
+// = (1 - momentum)*running + momentum*batch.
 #ifndef TOPIARY_KERNELS_BATCH_NORM_H_
 #define TOPIARY_KERNELS_BATCH_NORM_H_
 
@@ -13,6 +15,7 @@ struct BatchNormShape {
   int c = 0;      // channels
   float eps = 1e-5f;
   float momentum = 0.1f;
+  bool relu = false;  // y = max(0, bn(x)); the backward pass then needs y
 };
 
 // Training forward: y = (x - mean) * inv_std * gamma + beta with the batch's statistics.
@@ -27,8 +30,9 @@ void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const flo
                              const float* beta, const float* running_mean, const float* running_var,
                              float* y);
 
-// Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C].
-void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* dy,
+// Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C]. With relu,
+// y is the forward output and dy is first masked by y > 0; otherwise y may be null.
+void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                           const float* gamma, const float* save_mean, const float* save_inv_std,
                           float* dx, float* dgamma, float* dbeta);
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,16 +31,25 @@ void ChannelSums(int64_t m, int c, F&& f, std::vector<double>* a, std::vector<do
   }
 }
 
-// y = x * scale + shift per channel, rows in parallel.
-void ScaleShift(int64_t m, int c, const float* x, const float* scale, const float* shift,
+// y = x * scale + shift per channel (then max(0, .) with relu), rows in parallel.
+void ScaleShift(int64_t m, int c, bool relu, const float* x, const float* scale, const float* shift,
                 float* y) {
   ParallelFor(m, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       const float* row = x + i * c;
       float* out = y + i * c;
-      for (int j = 0; j < c; ++j) out[j] = row[j] * scale[j] + shift[j];
+      if (relu) {
+        for (int j = 0; j < c; ++j) out[j] = std::max(row[j] * scale[j] + shift[j], 0.0f);
+      } else {
+        for (int j = 0; j < c; ++j) out[j] = row[j] * scale[j] + shift[j];
+      }
     }
   });
+}
+
+// The incoming gradient, masked by the fused ReLU's output when there is one.
+inline float Grad(const float* y, const float* dy, int64_t i) {
+  return (y == nullptr || y[i] > 0.0f) ? dy[i] : 0.0f;
 }
 
 }  // namespace
@@ -82,7 +92,7 @@ void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const fl
     running_var[j] =
         static_cast<float>((1.0 - sh.momentum) * running_var[j] + sh.momentum * unbiased);
   }
-  ScaleShift(sh.m, c, x, scale.data(), shift.data(), y);
+  ScaleShift(sh.m, c, sh.relu, x, scale.data(), shift.data(), y);
 }
 
 void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
@@ -95,22 +105,23 @@ void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const flo
     scale[j] = static_cast<float>(gamma[j] * inv_std);
     shift[j] = static_cast<float>(beta[j] - running_mean[j] * gamma[j] * inv_std);
   }
-  ScaleShift(sh.m, c, x, scale.data(), shift.data(), y);
+  ScaleShift(sh.m, c, sh.relu, x, scale.data(), shift.data(), y);
 }
 
-void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* dy,
+void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                           const float* gamma, const float* save_mean, const float* save_inv_std,
                           float* dx, float* dgamma, float* dbeta) {
   const int c = sh.c;
+  if (!sh.relu) y = nullptr;
   std::vector<double> sum_dy, sum_dy_xhat;
   ChannelSums(
       sh.m, c,
       [&](int64_t i, double* a, double* b) {
         const float* xr = x + i * c;
-        const float* g = dy + i * c;
         for (int j = 0; j < c; ++j) {
-          a[j] += g[j];
-          b[j] += g[j] * (xr[j] - save_mean[j]) * save_inv_std[j];
+          const float g = Grad(y, dy, i * c + j);
+          a[j] += g;
+          b[j] += g * (xr[j] - save_mean[j]) * save_inv_std[j];
         }
       },
       &sum_dy, &sum_dy_xhat);
@@ -127,11 +138,10 @@ void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float*
   ParallelFor(sh.m, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       const float* xr = x + i * c;
-      const float* g = dy + i * c;
       float* out = dx + i * c;
       for (int j = 0; j < c; ++j) {
         const float xhat = (xr[j] - save_mean[j]) * save_inv_std[j];
-        out[j] = k_scale[j] * (g[j] - k_mean_dy[j] - xhat * k_mean_dyx[j]);
+        out[j] = k_scale[j] * (Grad(y, dy, i * c + j) - k_mean_dy[j] - xhat * k_mean_dyx[j]);
       }
     }
   });

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -60,8 +61,8 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
       }
 
       std::vector<float> dx(m * c), dgamma(c), dbeta(c);
-      BatchNormBackwardCpu(sh, x.data(), g.data(), gamma.data(), mean.data(), inv.data(), dx.data(),
-                           dgamma.data(), dbeta.data());
+      BatchNormBackwardCpu(sh, x.data(), nullptr, g.data(), gamma.data(), mean.data(), inv.data(),
+                           dx.data(), dgamma.data(), dbeta.data());
       auto gd = ToDouble(g);
       auto num = NumericalGradient(
           [&](std::vector<double>& p) { return Dot(RefForward(m, c, p), gd); }, packed, 1e-4);
@@ -70,6 +71,41 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
       analytic.insert(analytic.end(), dbeta.begin(), dbeta.end());
       EXPECT_LT(RelError(analytic, num), 2e-4) << "m=" << m << " threads=" << threads;
     }
+  }
+}
+
+// With the fused ReLU: y = max(0, bn(x)), and the backward pass equals BN's backward of the
+// gradient masked by y > 0.
+TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
+  for (int threads : {1, 2}) {
+    SetCpuThreads(threads);
+    const int64_t m = 50;
+    const int c = 6;
+    BatchNormShape plain{m, c}, fused{m, c};
+    fused.relu = true;
+    auto x = RandomFloats(m * c, 21, -2.0f, 2.0f), gamma = RandomFloats(c, 22, 0.5f, 1.5f);
+    auto beta = RandomFloats(c, 23), g = RandomFloats(m * c, 24);
+    std::vector<float> rm(c, 0.0f), rv(c, 1.0f), mean(c), inv(c), y(m * c), yf(m * c);
+    BatchNormForwardTrainCpu(plain, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                             mean.data(), inv.data(), y.data());
+    BatchNormForwardTrainCpu(fused, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                             mean.data(), inv.data(), yf.data());
+    std::vector<float> gm(m * c);
+    int zeros = 0;
+    for (int64_t i = 0; i < m * c; ++i) {
+      EXPECT_EQ(yf[i], std::max(y[i], 0.0f));
+      gm[i] = y[i] > 0 ? g[i] : 0.0f;
+      zeros += yf[i] == 0.0f;
+    }
+    EXPECT_GT(zeros, 0);
+    std::vector<float> dx(m * c), dg(c), db(c), dxf(m * c), dgf(c), dbf(c);
+    BatchNormBackwardCpu(plain, x.data(), nullptr, gm.data(), gamma.data(), mean.data(), inv.data(),
+                         dx.data(), dg.data(), db.data());
+    BatchNormBackwardCpu(fused, x.data(), yf.data(), g.data(), gamma.data(), mean.data(),
+                         inv.data(), dxf.data(), dgf.data(), dbf.data());
+    EXPECT_EQ(dx, dxf);
+    EXPECT_EQ(dg, dgf);
+    EXPECT_EQ(db, dbf);
   }
 }
 

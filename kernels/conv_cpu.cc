@@ -33,6 +33,34 @@ ThreadScratch Scratch(const ConvShape& sh) {
   return {cols, static_cast<size_t>(sh.k) * sh.patch(), static_cast<size_t>(sh.k)};
 }
 
+// Stride-1 convolutions whose padding is at most R-1 (all the usual ones): dx is the forward
+// convolution of dy, padded by R-1-pad, with the filter flipped in R and S and transposed to
+// [C, R, S, K]. That trades col2im's scattered adds (and a GEMM whose inner dimension is only
+// K) for im2col's contiguous copies and a GEMM with inner dimension R*S*K.
+bool UsesTransposedBackward(const ConvShape& sh) {
+  return !sh.is_pointwise() && sh.stride_h == 1 && sh.stride_w == 1 && sh.pad_h <= sh.r - 1 &&
+         sh.pad_w <= sh.s - 1;
+}
+
+ConvShape TransposedShape(const ConvShape& sh) {
+  ConvShape t;
+  t.n = sh.n;
+  t.h = sh.ho();
+  t.w = sh.wo();
+  t.c = sh.k;
+  t.k = sh.c;
+  t.r = sh.r;
+  t.s = sh.s;
+  t.pad_h = sh.r - 1 - sh.pad_h;
+  t.pad_w = sh.s - 1 - sh.pad_w;
+  return t;
+}
+
+// Floats for the transposed filter, rounded up so what follows stays 64-byte aligned.
+size_t TransposedFilterFloats(const ConvShape& sh) {
+  return (static_cast<size_t>(sh.k) * sh.patch() + 15) / 16 * 16;
+}
+
 // Calls f(first_image, count, thread) for each chunk, chunks spread over the threads.
 template <typename F>
 void ForEachChunk(const ConvShape& sh, F&& f) {
@@ -127,7 +155,12 @@ absl::Status CheckConvShape(const ConvShape& sh) {
 }
 
 size_t ConvWorkspaceFloatsCpu(const ConvShape& sh) {
-  return static_cast<size_t>(CpuThreads()) * Scratch(sh).total();
+  const size_t direct = static_cast<size_t>(CpuThreads()) * Scratch(sh).total();
+  if (!UsesTransposedBackward(sh)) return direct;
+  const ConvShape t = TransposedShape(sh);
+  const size_t transposed =
+      TransposedFilterFloats(sh) + static_cast<size_t>(CpuThreads()) * Scratch(t).total();
+  return std::max(direct, transposed);
 }
 
 void Conv2dForwardCpu(const ConvShape& sh, const float* x, const float* w, const float* bias,
@@ -159,6 +192,20 @@ void Conv2dBackwardDataCpu(const ConvShape& sh, const float* dy, const float* w,
                            float* workspace) {
   const int rows_per_image = sh.ho() * sh.wo();
   const int patch = sh.patch();
+  if (UsesTransposedBackward(sh)) {
+    float* wt = workspace;  // wt[c, r, s, k] = w[k, R-1-r, S-1-s, c]
+    for (int k = 0; k < sh.k; ++k)
+      for (int r = 0; r < sh.r; ++r)
+        for (int s = 0; s < sh.s; ++s)
+          for (int c = 0; c < sh.c; ++c)
+            wt[((static_cast<size_t>(c) * sh.r + r) * sh.s + s) * sh.k + k] =
+                w[((static_cast<size_t>(k) * sh.r + (sh.r - 1 - r)) * sh.s + (sh.s - 1 - s)) *
+                      sh.c +
+                  c];
+    Conv2dForwardCpu(TransposedShape(sh), dy, wt, nullptr, dx,
+                     workspace + TransposedFilterFloats(sh));
+    return;
+  }
   const ThreadScratch ts = Scratch(sh);
   const size_t image = static_cast<size_t>(sh.h) * sh.w * sh.c;
   ForEachChunk(sh, [&](int n0, int count, int t) {

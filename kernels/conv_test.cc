@@ -122,6 +122,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Make(2, 9, 8, 2, 3, 5, 3, 1, 2),     // non-square filter
                       Make(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
                       Make(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
+                      Make(2, 3, 3, 2, 3, 1, 1, 1, 1),     // padded 1x1: pad > R-1
                       Make(300, 3, 3, 2, 3, 3, 3, 1, 1)),  // many chunks
     [](const ::testing::TestParamInfo<ConvShape>& info) {
       const ConvShape& s = info.param;

@@ -12,6 +12,10 @@ void ReluForwardCpu(int64_t n, const float* x, float* y);
 void ReluBackwardCpu(int64_t n, const float* y, const float* dy, float* dx);
 // y = a + b. Any of them may alias.
 void AddCpu(int64_t n, const float* a, const float* b, float* y);
+// Residual add fused with the ReLU after it: y = max(a + b, 0).
+void AddReluCpu(int64_t n, const float* a, const float* b, float* y);
+// Its backward: da = db = dy where y > 0, else 0 (one pass writing both).
+void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db);
 
 }  // namespace topiary::kernels
 

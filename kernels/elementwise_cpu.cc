@@ -21,4 +21,23 @@ void AddCpu(int64_t n, const float* a, const float* b, float* y) {
   });
 }
 
+void AddReluCpu(int64_t n, const float* a, const float* b, float* y) {
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = a[i] + b[i];
+      y[i] = v > 0.0f ? v : 0.0f;
+    }
+  });
+}
+
+void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db) {
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = y[i] > 0.0f ? dy[i] : 0.0f;
+      da[i] = g;
+      db[i] = g;
+    }
+  });
+}
+
 }  // namespace topiary::kernels

@@ -110,6 +110,19 @@ TEST(Pooling, RejectsBadShapes) {
   EXPECT_FALSE(CheckPoolShape(Make(1, 1, 1, 1, 3, 1, 0)).ok());  // window > input
 }
 
+TEST(Elementwise, FusedAddRelu) {
+  auto a = RandomFloats(99, 18), b = RandomFloats(99, 19), g = RandomFloats(99, 20);
+  std::vector<float> y(99), da(99), db(99);
+  AddReluCpu(99, a.data(), b.data(), y.data());
+  AddReluBackwardCpu(99, y.data(), g.data(), da.data(), db.data());
+  for (int i = 0; i < 99; ++i) {
+    const float s = a[i] + b[i];
+    EXPECT_EQ(y[i], s > 0 ? s : 0.0f);
+    EXPECT_EQ(da[i], s > 0 ? g[i] : 0.0f);
+    EXPECT_EQ(db[i], da[i]);
+  }
+}
+
 TEST(Elementwise, ReluAndAdd) {
   auto x = RandomFloats(100, 15), b = RandomFloats(100, 16), g = RandomFloats(100, 17);
   std::vector<float> y(100), dx(100), s(100);

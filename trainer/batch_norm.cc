@@ -7,6 +7,7 @@ kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
   kernels::BatchNormShape s;
   s.m = static_cast<int64_t>(batch) * in_.h * in_.w;
   s.c = in_.c;
+  s.relu = relu_;
   return s;
 }
 
@@ -44,7 +45,7 @@ void BatchNorm2d::Forward(const LayerIo& io, bool training) {
 }
 
 void BatchNorm2d::Backward(const LayerIo& io) {
-  kernels::BatchNormBackwardCpu(ShapeFor(io.batch), io.x[0], io.dy, gamma_->value.data(),
+  kernels::BatchNormBackwardCpu(ShapeFor(io.batch), io.x[0], io.y, io.dy, gamma_->value.data(),
                                 io.scratch, io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
                                 beta_->grad.data());
 }

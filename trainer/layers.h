@@ -41,10 +41,10 @@ class Conv2d : public Layer {
 };
 
 // Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's
-// semantics: momentum 0.1, eps 1e-5.
+// semantics: momentum 0.1, eps 1e-5. With relu, fused with the ReLU that follows it.
 class BatchNorm2d : public Layer {
  public:
-  explicit BatchNorm2d(std::string name) : Layer(std::move(name)) {}
+  explicit BatchNorm2d(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
   const char* type() const override { return "batch_norm"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
@@ -54,6 +54,7 @@ class BatchNorm2d : public Layer {
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;
+  bool relu_;
   Shape4 in_;
   Parameter *gamma_ = nullptr, *beta_ = nullptr, *mean_ = nullptr, *var_ = nullptr;
 };
@@ -118,16 +119,17 @@ class Relu : public Layer {
   Shape4 in_;
 };
 
-// Residual add of two inputs of the same shape.
+// Residual add of two inputs of the same shape; with relu, fused with the ReLU after it.
 class Add : public Layer {
  public:
-  explicit Add(std::string name) : Layer(std::move(name)) {}
+  explicit Add(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
   const char* type() const override { return "add"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Forward(const LayerIo& io, bool training) override;
   void Backward(const LayerIo& io) override;
 
  private:
+  bool relu_;
   Shape4 in_;
 };
 

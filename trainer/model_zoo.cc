@@ -25,8 +25,8 @@ class Builder {
     c.bias = bias;
     return m_->Add(std::make_unique<Conv2d>(name, c), {x});
   }
-  int Bn(const std::string& name, int x) {
-    return m_->Add(std::make_unique<BatchNorm2d>(name), {x});
+  int Bn(const std::string& name, int x, bool relu) {
+    return m_->Add(std::make_unique<BatchNorm2d>(name, relu), {x});
   }
   int Relu(const std::string& name, int x) {
     return m_->Add(std::make_unique<topiary::Relu>(name), {x});
@@ -34,26 +34,26 @@ class Builder {
   int MaxPool(const std::string& name, int x, int k, int stride, int pad) {
     return m_->Add(std::make_unique<Pool2d>(name, Pool2d::Kind::kMax, k, stride, pad), {x});
   }
-  int Sum(const std::string& name, int a, int b) {
-    return m_->Add(std::make_unique<Add>(name), {a, b});
+  // Residual add fused with the block's closing ReLU.
+  int SumRelu(const std::string& name, int a, int b) {
+    return m_->Add(std::make_unique<Add>(name, true), {a, b});
   }
   int Fc(const std::string& name, int x, int out) {
     return m_->Add(std::make_unique<Linear>(name, out), {x});
   }
   int GlobalPool(int x) { return m_->Add(std::make_unique<GlobalAvgPool>("pool"), {x}); }
   int FlattenAll(int x) { return m_->Add(std::make_unique<Flatten>("flatten"), {x}); }
-  // conv -> bn (-> relu)
+  // conv -> bn (with the ReLU fused into the BN layer)
   int ConvBn(const std::string& prefix, const std::string& idx, int x, int out, int k, int stride,
              int pad, bool relu) {
     x = Conv(prefix + ".conv" + idx, x, out, k, stride, pad);
-    x = Bn(prefix + ".bn" + idx, x);
-    return relu ? Relu(prefix + ".relu" + idx, x) : x;
+    return Bn(prefix + ".bn" + idx, x, relu);
   }
   // Identity, or 1x1 conv + BN when the block changes resolution or width.
   int Shortcut(const std::string& block, int x, int in_c, int out, int stride) {
     if (stride == 1 && in_c == out) return x;
     x = Conv(block + ".shortcut.conv", x, out, 1, stride, 0);
-    return Bn(block + ".shortcut.bn", x);
+    return Bn(block + ".shortcut.bn", x, false);
   }
   int channels_of(int v) const { return m_->value_shapes()[v].c; }
   Model* model() { return m_; }
@@ -68,7 +68,7 @@ int BasicBlock(Builder& b, const std::string& name, int x, int out, int stride) 
   int y = b.ConvBn(name, "1", x, out, 3, stride, 1, true);
   y = b.ConvBn(name, "2", y, out, 3, 1, 1, false);
   const int sc = b.Shortcut(name, x, in_c, out, stride);
-  return b.Relu(name + ".relu_out", b.Sum(name + ".add", y, sc));
+  return b.SumRelu(name + ".add", y, sc);
 }
 
 int Bottleneck(Builder& b, const std::string& name, int x, int mid, int stride) {
@@ -77,7 +77,7 @@ int Bottleneck(Builder& b, const std::string& name, int x, int mid, int stride) 
   y = b.ConvBn(name, "2", y, mid, 3, stride, 1, true);  // stride on the 3x3 (ResNet v1.5)
   y = b.ConvBn(name, "3", y, out, 1, 1, 0, false);
   const int sc = b.Shortcut(name, x, in_c, out, stride);
-  return b.Relu(name + ".relu_out", b.Sum(name + ".add", y, sc));
+  return b.SumRelu(name + ".add", y, sc);
 }
 
 int LeNet5(Builder& b, int x, int classes) {

@@ -99,13 +99,26 @@ absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* dev
 }
 
 void Add::Forward(const LayerIo& io, bool training) {
-  kernels::AddCpu(Count(in_, io.batch), io.x[0], io.x[1], io.y);
+  if (relu_) {
+    kernels::AddReluCpu(Count(in_, io.batch), io.x[0], io.x[1], io.y);
+  } else {
+    kernels::AddCpu(Count(in_, io.batch), io.x[0], io.x[1], io.y);
+  }
 }
 
 void Add::Backward(const LayerIo& io) {
-  const size_t bytes = sizeof(float) * Count(in_, io.batch);
+  const size_t n = Count(in_, io.batch);
+  if (relu_ && io.dx[0] != nullptr && io.dx[1] != nullptr) {
+    kernels::AddReluBackwardCpu(n, io.y, io.dy, io.dx[0], io.dx[1]);
+    return;
+  }
   for (float* dx : io.dx) {
-    if (dx != nullptr) std::memcpy(dx, io.dy, bytes);
+    if (dx == nullptr) continue;
+    if (relu_) {
+      kernels::ReluBackwardCpu(n, io.y, io.dy, dx);
+    } else {
+      std::memcpy(dx, io.dy, sizeof(float) * n);
+    }
   }
 }
 
