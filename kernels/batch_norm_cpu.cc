@@ -8,9 +8,12 @@
 namespace topiary::kernels {
 namespace {
 
-// Per-channel sums over rows, computed as per-thread partials in double (M reaches 10^5..10^6
-// rows, where float sums drift) and combined in thread order (deterministic).
-// f(row pointer(s), acc_a, acc_b) adds one row's contribution to the two accumulators.
+// Per-channel sums over rows, deterministic and accurate: float sums over blocks of
+// kBlockRows rows (vectorizable along the channels), added into per-thread double totals
+// (M reaches 10^5..10^6 rows, where one float sum drifts), combined in thread order.
+// f(row, a, b) adds one row's contribution to the float accumulators a[C] and b[C].
+constexpr int64_t kBlockRows = 64;
+
 template <typename F>
 void ChannelSums(int64_t m, int c, F&& f, std::vector<double>* a, std::vector<double>* b) {
   const int threads = CpuThreads();
@@ -18,7 +21,17 @@ void ChannelSums(int64_t m, int c, F&& f, std::vector<double>* a, std::vector<do
   ParallelFor(m, [&](int64_t begin, int64_t end, int t) {
     double* pa = part.data() + static_cast<size_t>(t) * 2 * c;
     double* pb = pa + c;
-    for (int64_t i = begin; i < end; ++i) f(i, pa, pb);
+    std::vector<float> fa(c), fb(c);
+    for (int64_t i0 = begin; i0 < end; i0 += kBlockRows) {
+      std::fill(fa.begin(), fa.end(), 0.0f);
+      std::fill(fb.begin(), fb.end(), 0.0f);
+      const int64_t i1 = std::min(i0 + kBlockRows, end);
+      for (int64_t i = i0; i < i1; ++i) f(i, fa.data(), fb.data());
+      for (int j = 0; j < c; ++j) {
+        pa[j] += fa[j];
+        pb[j] += fb[j];
+      }
+    }
   });
   a->assign(c, 0.0);
   b->assign(c, 0.0);
@@ -47,11 +60,6 @@ void ScaleShift(int64_t m, int c, bool relu, const float* x, const float* scale,
   });
 }
 
-// The incoming gradient, masked by the fused ReLU's output when there is one.
-inline float Grad(const float* y, const float* dy, int64_t i) {
-  return (y == nullptr || y[i] > 0.0f) ? dy[i] : 0.0f;
-}
-
 }  // namespace
 
 void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
@@ -61,20 +69,24 @@ void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const fl
   std::vector<double> sum, unused, sq;
   ChannelSums(
       sh.m, c,
-      [&](int64_t i, double* a, double*) {
+      [&](int64_t i, float* a, float*) {
         const float* row = x + i * c;
         for (int j = 0; j < c; ++j) a[j] += row[j];
       },
       &sum, &unused);
   std::vector<double> mean(c);
-  for (int j = 0; j < c; ++j) mean[j] = sum[j] / static_cast<double>(sh.m);
+  std::vector<float> mean_f(c);
+  for (int j = 0; j < c; ++j) {
+    mean[j] = sum[j] / static_cast<double>(sh.m);
+    mean_f[j] = static_cast<float>(mean[j]);
+  }
   // Two passes (mean, then squared deviations): no cancellation for large means.
   ChannelSums(
       sh.m, c,
-      [&](int64_t i, double* a, double*) {
+      [&](int64_t i, float* a, float*) {
         const float* row = x + i * c;
         for (int j = 0; j < c; ++j) {
-          const double d = row[j] - mean[j];
+          const float d = row[j] - mean_f[j];
           a[j] += d * d;
         }
       },
@@ -108,18 +120,22 @@ void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const flo
   ScaleShift(sh.m, c, sh.relu, x, scale.data(), shift.data(), y);
 }
 
-void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
-                          const float* gamma, const float* save_mean, const float* save_inv_std,
-                          float* dx, float* dgamma, float* dbeta) {
+namespace {
+
+// kRelu: the forward output y masks the incoming gradient (the fused ReLU's backward).
+template <bool kRelu>
+void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
+                  const float* gamma, const float* save_mean, const float* save_inv_std, float* dx,
+                  float* dgamma, float* dbeta) {
   const int c = sh.c;
-  if (!sh.relu) y = nullptr;
+  auto grad = [&](int64_t k) { return (!kRelu || y[k] > 0.0f) ? dy[k] : 0.0f; };
   std::vector<double> sum_dy, sum_dy_xhat;
   ChannelSums(
       sh.m, c,
-      [&](int64_t i, double* a, double* b) {
+      [&](int64_t i, float* a, float* b) {
         const float* xr = x + i * c;
         for (int j = 0; j < c; ++j) {
-          const float g = Grad(y, dy, i * c + j);
+          const float g = grad(i * c + j);
           a[j] += g;
           b[j] += g * (xr[j] - save_mean[j]) * save_inv_std[j];
         }
@@ -141,10 +157,22 @@ void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float*
       float* out = dx + i * c;
       for (int j = 0; j < c; ++j) {
         const float xhat = (xr[j] - save_mean[j]) * save_inv_std[j];
-        out[j] = k_scale[j] * (Grad(y, dy, i * c + j) - k_mean_dy[j] - xhat * k_mean_dyx[j]);
+        out[j] = k_scale[j] * (grad(i * c + j) - k_mean_dy[j] - xhat * k_mean_dyx[j]);
       }
     }
   });
+}
+
+}  // namespace
+
+void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
+                          const float* gamma, const float* save_mean, const float* save_inv_std,
+                          float* dx, float* dgamma, float* dbeta) {
+  if (sh.relu) {
+    BackwardImpl<true>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
+  } else {
+    BackwardImpl<false>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
+  }
 }
 
 }  // namespace topiary::kernels

@@ -74,32 +74,44 @@ void ForEachChunk(const ConvShape& sh, F&& f) {
   });
 }
 
+// Copies n floats: memcpy for long runs, a plain loop for short ones (C = 1 or 3 layers),
+// where the call costs more than the copy.
+inline void CopyRun(const float* src, float* dst, int n) {
+  if (n >= 16) {
+    std::memcpy(dst, src, sizeof(float) * n);
+  } else {
+    for (int j = 0; j < n; ++j) dst[j] = src[j];
+  }
+}
+
 // cols[(i*Ho + oh)*Wo + ow, (r*S + s)*C + c] = x[n0 + i, oh*sh - ph + r, ow*sw - pw + s, c]
-// (0 outside the image) for the images n0 .. n0 + count - 1.
+// (0 outside the image) for the images n0 .. n0 + count - 1. The S taps of a filter row are
+// contiguous in the input (whatever the stride, which only moves the window), so each
+// (pixel, r) is one run of up to S*C floats.
 void Im2Col(const ConvShape& sh, const float* x, int n0, int count, float* cols) {
   const int ho = sh.ho(), wo = sh.wo(), c = sh.c;
   const size_t row_len = sh.patch();
+  const int tap_run = sh.s * c;
   for (int i = 0; i < count; ++i) {
     const float* img = x + static_cast<size_t>(n0 + i) * sh.h * sh.w * c;
     for (int oh = 0; oh < ho; ++oh) {
       for (int ow = 0; ow < wo; ++ow) {
         float* row = cols + (static_cast<size_t>(i) * ho * wo + oh * wo + ow) * row_len;
+        const int iw0 = ow * sh.stride_w - sh.pad_w;
+        // Taps s in [s_lo, s_hi) fall inside the image width.
+        const int s_lo = std::max(0, -iw0);
+        const int s_hi = std::min(sh.s, sh.w - iw0);
         for (int r = 0; r < sh.r; ++r) {
           const int ih = oh * sh.stride_h - sh.pad_h + r;
-          float* dst = row + static_cast<size_t>(r) * sh.s * c;
-          if (ih < 0 || ih >= sh.h) {
-            std::memset(dst, 0, sizeof(float) * sh.s * c);
+          float* dst = row + static_cast<size_t>(r) * tap_run;
+          if (ih < 0 || ih >= sh.h || s_lo >= s_hi) {
+            std::fill(dst, dst + tap_run, 0.0f);
             continue;
           }
-          for (int s = 0; s < sh.s; ++s) {
-            const int iw = ow * sh.stride_w - sh.pad_w + s;
-            if (iw < 0 || iw >= sh.w) {
-              std::memset(dst + s * c, 0, sizeof(float) * c);
-            } else {
-              std::memcpy(dst + s * c, img + (static_cast<size_t>(ih) * sh.w + iw) * c,
-                          sizeof(float) * c);
-            }
-          }
+          std::fill(dst, dst + s_lo * c, 0.0f);
+          const float* src = img + (static_cast<size_t>(ih) * sh.w + iw0) * c;
+          CopyRun(src + s_lo * c, dst + s_lo * c, (s_hi - s_lo) * c);
+          std::fill(dst + s_hi * c, dst + tap_run, 0.0f);
         }
       }
     }
