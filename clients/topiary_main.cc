@@ -99,10 +99,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
 }
 
 int Run(const Args& a) {
-  auto spec = LoadSpecFile(a.spec);
-  if (spec.ok()) {
-    if (auto st = ValidateSpec(*spec); !st.ok()) spec = st;
-  }
+  const auto spec = LoadValidSpec(a.spec);
   if (!spec.ok()) {
     if (a.json) {
       topiary::v1::Event e;
@@ -131,10 +128,7 @@ int Run(const Args& a) {
 }
 
 int Validate(const Args& a) {
-  auto spec = LoadSpecFile(a.spec);
-  if (spec.ok()) {
-    if (auto st = ValidateSpec(*spec); !st.ok()) spec = st;
-  }
+  const auto spec = LoadValidSpec(a.spec);
   if (!spec.ok()) {
     if (a.json) {
       absl::PrintF("{\"valid\":false,\"error\":\"%s\"}\n",

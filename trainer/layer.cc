@@ -7,18 +7,15 @@ absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string
   auto p = std::make_unique<Parameter>();
   p->layer = name_;
   p->role = role;
-  p->shape = std::move(shape);
   p->trainable = trainable;
   p->decay = decay;
-  size_t count = 1;
-  for (int d : p->shape) count *= d;
-  auto value = Buffer<float>::Create(device, count);
+  auto value = Tensor::Create(device, shape);
   if (!value.ok()) return value.status();
   p->value = std::move(*value);
   if (trainable) {
-    auto grad = Buffer<float>::Create(device, count);
+    auto grad = Tensor::Create(device, shape);
     if (!grad.ok()) return grad.status();
-    auto mom = Buffer<float>::Create(device, count);
+    auto mom = Tensor::Create(device, shape);
     if (!mom.ok()) return mom.status();
     p->grad = std::move(*grad);
     p->momentum = std::move(*mom);

@@ -94,10 +94,15 @@ absl::Status Network::Allocate() {
     planned_bytes_ += count * sizeof(float);
     return Buffer<float>::Create(dev, count);
   };
+  // An activation or its gradient: [batch, H, W, C] of value v.
+  auto activation = [&](int v) -> absl::StatusOr<Tensor> {
+    planned_bytes_ += shapes[v].per_image() * batch_ * sizeof(float);
+    return Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
+  };
 
   values_.resize(shapes.size());
   for (size_t v = 0; v < shapes.size(); ++v) {
-    auto data = alloc(shapes[v].per_image() * batch_);
+    auto data = activation(static_cast<int>(v));
     if (!data.ok()) return data.status();
     values_[v].data = std::move(*data);
   }
@@ -118,12 +123,12 @@ absl::Status Network::Allocate() {
       if (training_ && v != 0) {
         Value& val = values_[v];
         if (consumers[v] == 0) {
-          auto g = alloc(shapes[v].per_image() * batch_);
+          auto g = activation(v);
           if (!g.ok()) return g.status();
           val.grad = std::move(*g);
           dx = val.grad.data();
         } else {
-          auto g = alloc(shapes[v].per_image() * batch_);
+          auto g = activation(v);
           if (!g.ok()) return g.status();
           val.extra_grads.push_back(std::move(*g));
           dx = val.extra_grads.back().data();
@@ -139,7 +144,7 @@ absl::Status Network::Allocate() {
     workspace = std::max(workspace, node.layer->WorkspaceFloats(batch_));
   }
   if (training_) {
-    auto g = alloc(shapes[model_->output()].per_image() * batch_);
+    auto g = activation(model_->output());
     if (!g.ok()) return g.status();
     values_[model_->output()].grad = std::move(*g);
   }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "trainer/layer.h"
+#include "trainer/tensor.h"
 
 namespace topiary {
 
@@ -82,11 +83,11 @@ class Network {
 
  private:
   struct Value {
-    Buffer<float> data;
-    Buffer<float> grad;
+    Tensor data;  // [batch, H, W, C]
+    Tensor grad;  // same shape; training networks only
     // Gradients from the second, third... consumer of a value; summed into grad before the
     // producer's backward (the role of Caffe's Split layer, without a layer).
-    std::vector<Buffer<float>> extra_grads;
+    std::vector<Tensor> extra_grads;
   };
   Network(Model* model, int batch, bool training)
       : model_(model), batch_(batch), training_(training) {}

@@ -9,19 +9,19 @@
 #include <vector>
 
 #include "trainer/device.h"
+#include "trainer/tensor.h"
 
 namespace topiary {
 
 struct Parameter {
-  std::string layer;       // e.g. "stage1.block0.conv1"
-  std::string role;        // kernel | bias | gamma | beta | running_mean | running_var
-  std::vector<int> shape;  // as stored in memory (conv kernels: [K, R, S, C])
-  bool trainable = true;   // false for batch-norm running statistics
-  bool decay = false;      // weight decay applies (conv and linear kernels)
-  Buffer<float> value;
-  Buffer<float> grad;      // trainable only
-  Buffer<float> momentum;  // trainable only
-  Buffer<uint8_t> mask;    // empty: dense
+  std::string layer;      // e.g. "stage1.block0.conv1"
+  std::string role;       // kernel | bias | gamma | beta | running_mean | running_var
+  bool trainable = true;  // false for batch-norm running statistics
+  bool decay = false;     // weight decay applies (conv and linear kernels)
+  Tensor value;           // as stored in memory (conv kernels: [K, R, S, C])
+  Tensor grad;            // trainable only
+  Tensor momentum;        // trainable only
+  Buffer<uint8_t> mask;   // empty: dense
 
   std::string full_name() const { return layer + "." + role; }
   size_t size() const { return value.size(); }

@@ -153,6 +153,13 @@ absl::StatusOr<ExperimentSpec> LoadSpecFile(const std::string& path) {
   return spec;
 }
 
+absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
+  auto spec = LoadSpecFile(path);
+  if (!spec.ok()) return spec.status();
+  if (auto st = ValidateSpec(*spec); !st.ok()) return st;
+  return spec;
+}
+
 absl::Status ValidateSpec(const ExperimentSpec& spec) {
   const auto names = ModelNames();
   CHECK_RULE(!spec.model().arch().empty(), "model.arch",

@@ -20,6 +20,9 @@ absl::StatusOr<topiary::v1::ExperimentSpec> LoadSpecFile(const std::string& path
 // Checks every field's rule; returns the first violation as INVALID_ARGUMENT.
 absl::Status ValidateSpec(const topiary::v1::ExperimentSpec& spec);
 
+// LoadSpecFile, then ValidateSpec: a spec that is ready to run, or the first problem.
+absl::StatusOr<topiary::v1::ExperimentSpec> LoadValidSpec(const std::string& path);
+
 // The spec with every unset field given its documented default (experiment.proto).
 topiary::v1::ExperimentSpec WithDefaults(topiary::v1::ExperimentSpec spec);
 
