@@ -33,8 +33,6 @@ def cuda_library(name, srcs, hdrs = [], extra_hdrs = [], deps = [], nvcc_flags =
                 "-fPIC,-Wall",
                 "-I.",
                 "-I$(GENDIR)",
-                "-isystem",
-                "/usr/include",
             ] + GENCODE + nvcc_flags),
             message = "nvcc %s" % src,
         )

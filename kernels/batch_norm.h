@@ -6,9 +6,14 @@
 #ifndef TOPIARY_KERNELS_BATCH_NORM_H_
 #define TOPIARY_KERNELS_BATCH_NORM_H_
 
+#include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 namespace topiary::kernels {
+
+struct CudaContext;
 
 struct BatchNormShape {
   int64_t m = 0;  // rows: N*H*W
@@ -35,6 +40,21 @@ void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const flo
 void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                           const float* gamma, const float* save_mean, const float* save_inv_std,
                           float* dx, float* dgamma, float* dbeta);
+
+// CUDA twins. Statistics are reduced without atomics (per-slice partials merged in a fixed
+// order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats.
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh);
+absl::Status BatchNormForwardTrainCuda(const BatchNormShape& sh, const float* x, const float* gamma,
+                                       const float* beta, float* running_mean, float* running_var,
+                                       float* save_mean, float* save_inv_std, float* y,
+                                       float* workspace, const CudaContext& ctx);
+absl::Status BatchNormForwardEvalCuda(const BatchNormShape& sh, const float* x, const float* gamma,
+                                      const float* beta, const float* running_mean,
+                                      const float* running_var, float* y, const CudaContext& ctx);
+absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, const float* y,
+                                   const float* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, float* dx, float* dgamma,
+                                   float* dbeta, float* workspace, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -8,10 +8,15 @@
 #define TOPIARY_KERNELS_CONV_H_
 
 #include <cstddef>
+#include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/host_device.h"
 
 namespace topiary::kernels {
+
+struct CudaContext;
 
 struct ConvShape {
   int n = 0, h = 0, w = 0, c = 0;  // input  [N, H, W, C]
@@ -19,11 +24,11 @@ struct ConvShape {
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
 
-  int ho() const { return (h + 2 * pad_h - r) / stride_h + 1; }
-  int wo() const { return (w + 2 * pad_w - s) / stride_w + 1; }
+  TOPIARY_HD int ho() const { return (h + 2 * pad_h - r) / stride_h + 1; }
+  TOPIARY_HD int wo() const { return (w + 2 * pad_w - s) / stride_w + 1; }
   // Length of one im2col row (one output pixel's receptive field).
-  int patch() const { return r * s * c; }
-  bool is_pointwise() const {
+  TOPIARY_HD int patch() const { return r * s * c; }
+  TOPIARY_HD bool is_pointwise() const {
     return r == 1 && s == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 && pad_w == 0;
   }
 };
@@ -46,6 +51,44 @@ void Conv2dBackwardDataCpu(const ConvShape& shape, const float* dy, const float*
 // dw[K, R, S, C] (and dbias[K] when not null) = gradients w.r.t. the filter (overwrites).
 void Conv2dBackwardFilterCpu(const ConvShape& shape, const float* x, const float* dy, float* dw,
                              float* dbias, float* workspace);
+
+// Numeric mode of the CUDA convolutions: kFp32 is IEEE single precision (the reference
+// semantics); kTf32 lets tensor cores round the operands to TF32.
+enum class ConvMath { kFp32, kTf32 };
+
+// A convolution planned for cuDNN: descriptors for NHWC activations and KRSC filters, and the
+// fastest deterministic algorithm for each pass, chosen by measurement when planned. Not
+// thread-safe; used from the stream of the context it was planned with.
+class ConvCudaPlan {
+ public:
+  // Measures the algorithms (cuDNN allocates its own trial buffers). Algorithms whose
+  // workspace exceeds workspace_limit bytes are not considered.
+  static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(const ConvShape& shape, ConvMath math,
+                                                              size_t workspace_limit,
+                                                              const CudaContext& ctx);
+  ~ConvCudaPlan();
+  ConvCudaPlan(const ConvCudaPlan&) = delete;
+  ConvCudaPlan& operator=(const ConvCudaPlan&) = delete;
+
+  // Bytes of workspace the chosen algorithms need (the maximum over the three passes).
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  const ConvShape& shape() const { return shape_; }
+
+  // The passes, as the CPU functions above (bias may be null; dbias too).
+  absl::Status Forward(const float* x, const float* w, const float* bias, float* y, void* workspace,
+                       const CudaContext& ctx) const;
+  absl::Status BackwardData(const float* dy, const float* w, float* dx, void* workspace,
+                            const CudaContext& ctx) const;
+  absl::Status BackwardFilter(const float* x, const float* dy, float* dw, float* dbias,
+                              void* workspace, const CudaContext& ctx) const;
+
+ private:
+  struct Descriptors;
+  ConvCudaPlan() = default;
+  ConvShape shape_;
+  std::unique_ptr<Descriptors> d_;
+  size_t workspace_bytes_ = 0;
+};
 
 }  // namespace topiary::kernels
 

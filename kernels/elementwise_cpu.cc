@@ -40,4 +40,23 @@ void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, f
   });
 }
 
+void AddBiasCpu(int64_t rows, int c, const float* bias, float* y) {
+  ParallelFor(rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* row = y + i * c;
+      for (int j = 0; j < c; ++j) row[j] += bias[j];
+    }
+  });
+}
+
+void BiasGradCpu(int64_t rows, int c, const float* dy, float* db) {
+  // Serial over rows: a fixed summation order, and these are small (biases appear only in
+  // LeNet and linear layers).
+  for (int j = 0; j < c; ++j) db[j] = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = dy + i * c;
+    for (int j = 0; j < c; ++j) db[j] += row[j];
+  }
+}
+
 }  // namespace topiary::kernels

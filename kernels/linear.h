@@ -3,7 +3,11 @@
 #ifndef TOPIARY_KERNELS_LINEAR_H_
 #define TOPIARY_KERNELS_LINEAR_H_
 
+#include "absl/status/status.h"
+
 namespace topiary::kernels {
+
+struct CudaContext;
 
 struct LinearShape {
   int n = 0;    // batch
@@ -19,6 +23,14 @@ void LinearBackwardDataCpu(const LinearShape& sh, const float* dy, const float* 
 // dw[out, in] = dy^T * x, dbias[out] = column sums of dy (when not null); overwrites.
 void LinearBackwardFilterCpu(const LinearShape& sh, const float* x, const float* dy, float* dw,
                              float* dbias);
+
+// CUDA twins through cuBLAS (row-major data seen as column-major transposes).
+absl::Status LinearForwardCuda(const LinearShape& sh, const float* x, const float* w,
+                               const float* bias, float* y, const CudaContext& ctx);
+absl::Status LinearBackwardDataCuda(const LinearShape& sh, const float* dy, const float* w,
+                                    float* dx, const CudaContext& ctx);
+absl::Status LinearBackwardFilterCuda(const LinearShape& sh, const float* x, const float* dy,
+                                      float* dw, float* dbias, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -3,8 +3,11 @@
 #define TOPIARY_KERNELS_POOLING_H_
 
 #include "absl/status/status.h"
+#include "kernels/host_device.h"
 
 namespace topiary::kernels {
+
+struct CudaContext;
 
 struct PoolShape {
   int n = 0, h = 0, w = 0, c = 0;  // input [N, H, W, C]
@@ -12,8 +15,8 @@ struct PoolShape {
   int stride_h = 2, stride_w = 2;
   int pad_h = 0, pad_w = 0;
 
-  int ho() const { return (h + 2 * pad_h - r) / stride_h + 1; }
-  int wo() const { return (w + 2 * pad_w - s) / stride_w + 1; }
+  TOPIARY_HD int ho() const { return (h + 2 * pad_h - r) / stride_h + 1; }
+  TOPIARY_HD int wo() const { return (w + 2 * pad_w - s) / stride_w + 1; }
 };
 
 // OK when sizes are positive, padding is at most half the window (PyTorch's rule, so every
@@ -33,6 +36,21 @@ void AvgPoolBackwardCpu(const PoolShape& shape, const float* dy, float* dx);
 // Global average pooling: [N, HW, C] -> [N, C], and back (dx overwritten).
 void GlobalAvgPoolForwardCpu(int n, int hw, int c, const float* x, float* y);
 void GlobalAvgPoolBackwardCpu(int n, int hw, int c, const float* dy, float* dx);
+
+// CUDA twins. The backward passes gather (each input pixel sums the windows that route to
+// it), so they need no atomics and match the CPU's first-maximum tie rule.
+absl::Status MaxPoolForwardCuda(const PoolShape& shape, const float* x, float* y,
+                                const CudaContext& ctx);
+absl::Status MaxPoolBackwardCuda(const PoolShape& shape, const float* x, const float* y,
+                                 const float* dy, float* dx, const CudaContext& ctx);
+absl::Status AvgPoolForwardCuda(const PoolShape& shape, const float* x, float* y,
+                                const CudaContext& ctx);
+absl::Status AvgPoolBackwardCuda(const PoolShape& shape, const float* dy, float* dx,
+                                 const CudaContext& ctx);
+absl::Status GlobalAvgPoolForwardCuda(int n, int hw, int c, const float* x, float* y,
+                                      const CudaContext& ctx);
+absl::Status GlobalAvgPoolBackwardCuda(int n, int hw, int c, const float* dy, float* dx,
+                                       const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -4,7 +4,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 namespace topiary::kernels {
+
+struct CudaContext;
 
 struct SgdParams {
   float lr = 0.1f;
@@ -21,6 +25,12 @@ struct SgdParams {
 // update w and buf are exactly zero there, so pruned weights cannot drift back.
 void SgdStepCpu(int64_t n, const SgdParams& p, const float* grad, const uint8_t* mask, float* w,
                 float* momentum_buf);
+
+// CUDA twin. The learning rate is read from device memory (*lr, replacing p.lr) so that a
+// captured CUDA graph picks up each step's rate without being rebuilt.
+absl::Status SgdStepCuda(int64_t n, const SgdParams& p, const float* lr, const float* grad,
+                         const uint8_t* mask, float* w, float* momentum_buf,
+                         const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

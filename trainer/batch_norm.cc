@@ -1,3 +1,4 @@
+#include "kernels/status_macros.h"
 #include "trainer/init.h"
 #include "trainer/layers.h"
 
@@ -32,22 +33,53 @@ void BatchNorm2d::Initialize(Philox& rng) {
   FillConstant(var_, 1.0f);
 }
 
-void BatchNorm2d::Forward(const LayerIo& io, bool training) {
+absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,
+                                                    const PlanOptions& options) {
+  LayerResources r;
+  r.scratch_floats = 2 * static_cast<size_t>(in_.c);  // saved mean and inverse std
+  if (device->cuda() != nullptr) {
+    r.workspace_bytes = kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch)) * sizeof(float);
+  }
+  return r;
+}
+
+absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
+  float* save_mean = io.scratch;
+  float* save_inv_std = io.scratch + in_.c;
+  if (io.cuda) {
+    if (!training) {
+      return kernels::BatchNormForwardEvalCuda(s, io.x[0], gamma_->value.data(),
+                                               beta_->value.data(), mean_->value.data(),
+                                               var_->value.data(), io.y, *io.cuda);
+    }
+    return kernels::BatchNormForwardTrainCuda(s, io.x[0], gamma_->value.data(), beta_->value.data(),
+                                              mean_->value.data(), var_->value.data(), save_mean,
+                                              save_inv_std, io.y, static_cast<float*>(io.workspace),
+                                              *io.cuda);
+  }
   if (training) {
     kernels::BatchNormForwardTrainCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
-                                      mean_->value.data(), var_->value.data(), io.scratch,
-                                      io.scratch + in_.c, io.y);
+                                      mean_->value.data(), var_->value.data(), save_mean,
+                                      save_inv_std, io.y);
   } else {
     kernels::BatchNormForwardEvalCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
                                      mean_->value.data(), var_->value.data(), io.y);
   }
+  return absl::OkStatus();
 }
 
-void BatchNorm2d::Backward(const LayerIo& io) {
-  kernels::BatchNormBackwardCpu(ShapeFor(io.batch), io.x[0], io.y, io.dy, gamma_->value.data(),
-                                io.scratch, io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
+absl::Status BatchNorm2d::Backward(const LayerIo& io) {
+  const kernels::BatchNormShape s = ShapeFor(io.batch);
+  if (io.cuda) {
+    return kernels::BatchNormBackwardCuda(
+        s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c, io.dx[0],
+        gamma_->grad.data(), beta_->grad.data(), static_cast<float*>(io.workspace), *io.cuda);
+  }
+  kernels::BatchNormBackwardCpu(s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch,
+                                io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
                                 beta_->grad.data());
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

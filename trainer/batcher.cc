@@ -3,9 +3,11 @@
 #include <cmath>
 #include <numeric>
 
+#include "trainer/random.h"
+
 namespace topiary {
 namespace {
-// Each epoch owns 2^40 Philox blocks of a stream: far more than it can use.
+// Each epoch owns 2^40 Philox blocks of the shuffle stream: far more than it can use.
 constexpr uint64_t kEpochStride = uint64_t{1} << 40;
 }  // namespace
 
@@ -30,9 +32,15 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
   return n;
 }
 
-Batcher::Batcher(const ImageSet* set, float max_value, Normalization norm,
+Batcher::Batcher(const ImageSet* set, float max_value, const Normalization& norm,
                  topiary::v1::Augment augment, uint64_t seed)
-    : set_(set), scale_(1.0f / max_value), norm_(std::move(norm)), augment_(augment), seed_(seed) {}
+    : set_(set), augment_(augment), seed_(seed) {
+  const float scale = 1.0f / max_value;
+  lut_.resize(256 * set->c);
+  for (int ch = 0; ch < set->c; ++ch)
+    for (int v = 0; v < 256; ++v)
+      lut_[ch * 256 + v] = (v * scale - norm.mean[ch]) * norm.inv_std[ch];
+}
 
 std::vector<int32_t> Batcher::EpochOrder(int epoch) const {
   std::vector<int32_t> order(set_->size());
@@ -45,47 +53,27 @@ std::vector<int32_t> Batcher::EpochOrder(int epoch) const {
   return order;
 }
 
-Philox Batcher::AugmentStream(int epoch) const {
-  Philox rng(seed_, RngStream::kAugment);
-  rng.Restore(static_cast<uint64_t>(epoch) * kEpochStride, 4);
-  return rng;
+kernels::AssembleParams Batcher::Params(int epoch, int64_t first, int count, bool augment) const {
+  kernels::AssembleParams p;
+  p.h = set_->h;
+  p.w = set_->w;
+  p.c = set_->c;
+  p.count = count;
+  p.first = first;
+  p.epoch = epoch;
+  p.augment = augment && augments();
+  p.crop_padding = augment_.crop_padding();
+  p.horizontal_flip = augment_.horizontal_flip();
+  const auto key = Philox(seed_, RngStream::kAugment).key();
+  p.key0 = key[0];
+  p.key1 = key[1];
+  return p;
 }
 
-void Batcher::Assemble(const std::vector<int32_t>& order, int64_t first, int count, bool augment,
-                       Philox* rng, float* x, int32_t* labels) const {
-  const int h = set_->h, w = set_->w, c = set_->c;
-  const int pad = augment ? augment_.crop_padding() : 0;
-  // Lookup table: raw byte -> normalized float, per channel (pixels are bytes).
-  std::vector<float> lut(256 * c);
-  for (int ch = 0; ch < c; ++ch)
-    for (int v = 0; v < 256; ++v)
-      lut[ch * 256 + v] = (v * scale_ - norm_.mean[ch]) * norm_.inv_std[ch];
-  for (int i = 0; i < count; ++i) {
-    const int32_t idx = order[first + i];
-    labels[i] = set_->labels[idx];
-    const uint8_t* src = set_->pixels.data() + static_cast<size_t>(idx) * set_->image_bytes();
-    float* dst = x + static_cast<size_t>(i) * h * w * c;
-    int dy = 0, dx = 0;
-    bool flip = false;
-    if (pad > 0) {
-      dy = static_cast<int>(rng->Below(2 * pad + 1)) - pad;
-      dx = static_cast<int>(rng->Below(2 * pad + 1)) - pad;
-    }
-    if (augment && augment_.horizontal_flip()) flip = rng->Below(2) == 1;
-    for (int y = 0; y < h; ++y) {
-      const int sy = y + dy;
-      for (int xx = 0; xx < w; ++xx) {
-        const int sx0 = flip ? w - 1 - xx : xx;
-        const int sx = sx0 + dx;
-        float* out = dst + (static_cast<size_t>(y) * w + xx) * c;
-        const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
-        for (int ch = 0; ch < c; ++ch) {
-          const uint8_t v = inside ? src[(static_cast<size_t>(sy) * w + sx) * c + ch] : 0;
-          out[ch] = lut[ch * 256 + v];
-        }
-      }
-    }
-  }
+void Batcher::Assemble(const std::vector<int32_t>& order, int epoch, int64_t first, int count,
+                       bool augment, float* x, int32_t* labels) const {
+  kernels::AssembleBatchCpu(Params(epoch, first, count, augment), set_->pixels.data(),
+                            set_->labels.data(), order.data(), lut_.data(), x, labels);
 }
 
 }  // namespace topiary

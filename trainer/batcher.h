@@ -1,15 +1,17 @@
-// Batcher: turns an ImageSet into float NHWC batches: seeded shuffling per epoch, random
-// crop with zero padding and horizontal flips (training only), per-channel normalization.
-// Crop and pad act on raw pixels before normalization, as torchvision's transforms do.
+// Batcher: how an ImageSet becomes batches. Seeded shuffling per epoch; random crop with zero
+// padding and horizontal flips (training only); per-channel normalization. Crop and pad act
+// on raw pixels before normalization, as torchvision's transforms do. The arithmetic is in
+// kernels/augment.h (CPU and CUDA twins); the draws are stateless, so both devices build the
+// same batches and any epoch or batch can be rebuilt on its own.
 #ifndef TOPIARY_TRAINER_BATCHER_H_
 #define TOPIARY_TRAINER_BATCHER_H_
 
 #include <cstdint>
 #include <vector>
 
+#include "kernels/augment.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/dataset.h"
-#include "trainer/random.h"
 
 namespace topiary {
 
@@ -22,25 +24,28 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
 
 class Batcher {
  public:
-  Batcher(const ImageSet* set, float max_value, Normalization norm, topiary::v1::Augment augment,
-          uint64_t seed);
+  Batcher(const ImageSet* set, float max_value, const Normalization& norm,
+          topiary::v1::Augment augment, uint64_t seed);
 
-  // A seeded permutation of the set for `epoch`: each epoch has its own counter range of the
-  // shuffle stream, so any epoch can be reproduced without replaying the ones before it.
+  const ImageSet& set() const { return *set_; }
+  // lut[ch * 256 + v]: the normalized value of raw byte v in channel ch.
+  const std::vector<float>& lut() const { return lut_; }
+  bool augments() const { return augment_.crop_padding() > 0 || augment_.horizontal_flip(); }
+
+  // A seeded permutation of the set for `epoch` (each epoch its own counter range of the
+  // shuffle stream, so any epoch can be reproduced without replaying the ones before it).
   std::vector<int32_t> EpochOrder(int epoch) const;
 
-  // Writes images order[first .. first+count) into x [count, H, W, C] and their labels.
-  // augment: apply crop/flip, drawing from the augment stream (the caller positions it).
-  void Assemble(const std::vector<int32_t>& order, int64_t first, int count, bool augment,
-                Philox* rng, float* x, int32_t* labels) const;
+  // What to assemble: `count` images from position `first` of an order, in `epoch`.
+  kernels::AssembleParams Params(int epoch, int64_t first, int count, bool augment) const;
 
-  // The augment stream positioned at the start of `epoch` (same scheme as EpochOrder).
-  Philox AugmentStream(int epoch) const;
+  // On the CPU: writes those images into x [count, H, W, C] and their labels.
+  void Assemble(const std::vector<int32_t>& order, int epoch, int64_t first, int count,
+                bool augment, float* x, int32_t* labels) const;
 
  private:
   const ImageSet* set_;
-  float scale_;
-  Normalization norm_;
+  std::vector<float> lut_;
   topiary::v1::Augment augment_;
   uint64_t seed_;
 };

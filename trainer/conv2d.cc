@@ -1,10 +1,23 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
 #include "trainer/init.h"
 #include "trainer/layers.h"
 
 namespace topiary {
+namespace {
+
+// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size.
+struct ConvState : LayerState {
+  std::unique_ptr<kernels::ConvCudaPlan> plan;
+};
+
+const kernels::ConvCudaPlan& Plan(const LayerIo& io) {
+  return *static_cast<const ConvState*>(io.state)->plan;
+}
+
+}  // namespace
 
 kernels::ConvShape Conv2d::ShapeFor(int batch) const {
   kernels::ConvShape s;
@@ -45,22 +58,50 @@ void Conv2d::Initialize(Philox& rng) {
   if (bias_ != nullptr) FillUniform(bias_, rng, 1.0f / std::sqrt(static_cast<float>(s.patch())));
 }
 
-size_t Conv2d::WorkspaceFloats(int batch) const {
-  return kernels::ConvWorkspaceFloatsCpu(ShapeFor(batch));
-}
-
-void Conv2d::Forward(const LayerIo& io, bool training) {
-  kernels::Conv2dForwardCpu(ShapeFor(io.batch), io.x[0], kernel_->value.data(),
-                            bias_ ? bias_->value.data() : nullptr, io.y, io.workspace);
-}
-
-void Conv2d::Backward(const LayerIo& io) {
-  const kernels::ConvShape s = ShapeFor(io.batch);
-  kernels::Conv2dBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(),
-                                   bias_ ? bias_->grad.data() : nullptr, io.workspace);
-  if (io.dx[0] != nullptr) {
-    kernels::Conv2dBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0], io.workspace);
+absl::StatusOr<LayerResources> Conv2d::Prepare(int batch, Device* device,
+                                               const PlanOptions& options) {
+  LayerResources r;
+  if (device->cuda() == nullptr) {
+    r.workspace_bytes = kernels::ConvWorkspaceFloatsCpu(ShapeFor(batch)) * sizeof(float);
+    return r;
   }
+  auto plan = kernels::ConvCudaPlan::Create(
+      ShapeFor(batch), options.tf32 ? kernels::ConvMath::kTf32 : kernels::ConvMath::kFp32,
+      options.conv_workspace_limit, *device->cuda());
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(), name() + ": " + std::string(plan.status().message()));
+  }
+  auto state = std::make_unique<ConvState>();
+  r.workspace_bytes = (*plan)->workspace_bytes();
+  state->plan = std::move(*plan);
+  r.state = std::move(state);
+  return r;
+}
+
+absl::Status Conv2d::Forward(const LayerIo& io, bool training) {
+  const float* bias = bias_ ? bias_->value.data() : nullptr;
+  if (io.cuda)
+    return Plan(io).Forward(io.x[0], kernel_->value.data(), bias, io.y, io.workspace, *io.cuda);
+  kernels::Conv2dForwardCpu(ShapeFor(io.batch), io.x[0], kernel_->value.data(), bias, io.y,
+                            static_cast<float*>(io.workspace));
+  return absl::OkStatus();
+}
+
+absl::Status Conv2d::Backward(const LayerIo& io) {
+  float* dbias = bias_ ? bias_->grad.data() : nullptr;
+  if (io.cuda) {
+    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(io.x[0], io.dy, kernel_->grad.data(), dbias,
+                                                    io.workspace, *io.cuda));
+    if (io.dx[0] == nullptr) return absl::OkStatus();
+    return Plan(io).BackwardData(io.dy, kernel_->value.data(), io.dx[0], io.workspace, *io.cuda);
+  }
+  const kernels::ConvShape s = ShapeFor(io.batch);
+  float* ws = static_cast<float*>(io.workspace);
+  kernels::Conv2dBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), dbias, ws);
+  if (io.dx[0] != nullptr) {
+    kernels::Conv2dBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0], ws);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

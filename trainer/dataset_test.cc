@@ -203,14 +203,16 @@ TEST(Batcher, ShuffleIsAPermutationAndFlipMirrors) {
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(sorted, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(b.EpochOrder(5), b.EpochOrder(5));
-  // Over many draws both flipped and unflipped copies of image 0 appear, each exact.
+  // Over many draws (one per epoch) both flipped and unflipped copies of image 0 appear,
+  // each exact; the same epoch always draws the same.
   bool seen[2] = {false, false};
-  Philox rng = b.AugmentStream(0);
   std::vector<int32_t> fixed = {0};
-  for (int i = 0; i < 20; ++i) {
-    float x[6];
+  for (int epoch = 0; epoch < 20; ++epoch) {
+    float x[6], again[6];
     int32_t label;
-    b.Assemble(fixed, 0, 1, true, &rng, x, &label);
+    b.Assemble(fixed, epoch, 0, 1, true, x, &label);
+    b.Assemble(fixed, epoch, 0, 1, true, again, &label);
+    EXPECT_TRUE(std::equal(x, x + 6, again));
     if (x[0] == 1 && x[2] == 3) seen[0] = true;
     if (x[0] == 3 && x[2] == 1 && x[3] == 6) seen[1] = true;
   }
@@ -228,13 +230,12 @@ TEST(Batcher, CropPadsWithZeroBeforeNormalization) {
   topiary::v1::Augment aug;
   aug.set_crop_padding(2);
   Batcher b(&set, 200.0f, norm, aug, 3);
-  Philox rng = b.AugmentStream(0);
   std::vector<int32_t> order = {0};
   bool saw_pad = false;
-  for (int i = 0; i < 30; ++i) {
+  for (int epoch = 0; epoch < 30; ++epoch) {
     float x[16];
     int32_t label;
-    b.Assemble(order, 0, 1, true, &rng, x, &label);
+    b.Assemble(order, epoch, 0, 1, true, x, &label);
     for (float v : x) {
       // Image pixels normalize to (1 - 0.5) * 2 = 1, zero padding to (0 - 0.5) * 2 = -1.
       EXPECT_TRUE(std::abs(v - 1.0f) < 1e-6f || v == -1.0f) << v;

@@ -55,18 +55,19 @@ std::unique_ptr<Device> MakeCpuDevice(int threads) { return std::make_unique<Cpu
 
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec) {
   using topiary::v1::DeviceSpec;
-  if (spec.kind() == DeviceSpec::CUDA) {
-    std::string why;
-    const auto gpus = ListGpus(&why);
-    if (gpus.empty()) {
-      return absl::FailedPreconditionError("device.kind: CUDA requested but no usable GPU: " + why);
-    }
-    return absl::UnimplementedError(absl::StrFormat(
-        "device.kind: CUDA: found %s, but this version trains on the CPU only (the CUDA "
-        "training backend is the next milestone); use device.kind: CPU or AUTO",
-        gpus[0].name));
+  if (spec.kind() == DeviceSpec::CPU) return MakeCpuDevice(spec.threads());
+  std::string why;
+  const auto gpus = ListGpus(&why);
+  const int ordinal = spec.gpus_size() > 0 ? spec.gpus(0) : 0;
+  if (gpus.empty()) {
+    if (spec.kind() == DeviceSpec::AUTO) return MakeCpuDevice(spec.threads());
+    return absl::FailedPreconditionError("device.kind: CUDA requested but no usable GPU: " + why);
   }
-  return MakeCpuDevice(spec.threads());
+  if (ordinal >= static_cast<int>(gpus.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device.gpus: GPU %d requested but only %d found", ordinal, gpus.size()));
+  }
+  return MakeCudaDevice(ordinal);
 }
 
 }  // namespace topiary

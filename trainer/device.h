@@ -14,8 +14,18 @@
 #include "topiary/v1/experiment.pb.h"
 
 namespace topiary {
+namespace kernels {
+struct CudaContext;
+}  // namespace kernels
 
 enum class DeviceKind { kCpu, kCuda };
+
+// Work recorded once and replayed (a CUDA graph): same kernels, same pointers.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual absl::Status Replay() = 0;
+};
 
 class Device {
  public:
@@ -30,6 +40,18 @@ class Device {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Bytes currently allocated through this device.
   virtual size_t allocated_bytes() const = 0;
+  // The stream and library handles of a GPU device; null for the CPU.
+  virtual const kernels::CudaContext* cuda() const { return nullptr; }
+  // Waits for all work enqueued on the device (no-op on the CPU).
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // Records the work enqueued between BeginCapture and EndCapture instead of running it.
+  // Only devices with a stream support it (CPU: UNIMPLEMENTED).
+  virtual absl::Status BeginCapture() {
+    return absl::UnimplementedError("no capture on " + name());
+  }
+  virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture() {
+    return absl::UnimplementedError("no capture on " + name());
+  }
 };
 
 // The host CPU. `threads` bounds BLAS threads (0: all cores).
@@ -48,9 +70,11 @@ struct GpuInfo {
 std::vector<GpuInfo> ListGpus(std::string* why_none = nullptr);
 // True when this binary was built with the CUDA backend.
 bool BuiltWithCuda();
+// The GPU with this ordinal: its own stream, cuDNN and cuBLAS handles.
+absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal);
 
-// Resolves spec.device to a device. CPU: the host. AUTO: the GPU once the CUDA training
-// backend exists, the CPU until then. CUDA: an error naming why it cannot be used.
+// Resolves spec.device to a device. CPU: the host. CUDA: the first GPU of spec.gpus (default
+// 0), or an error naming why none can be used. AUTO: the GPU when one is usable, else the CPU.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec);
 
 // Owning handle to `count` floats (or bytes, for masks) on a device. Movable, not copyable.

@@ -10,4 +10,8 @@ std::vector<GpuInfo> ListGpus(std::string* why_none) {
   return {};
 }
 
+absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal) {
+  return absl::FailedPreconditionError("this binary was built without CUDA");
+}
+
 }  // namespace topiary

@@ -27,15 +27,37 @@ struct Shape4 {
   bool operator==(const Shape4& o) const { return n == o.n && h == o.h && w == o.w && c == o.c; }
 };
 
-// Pointers a layer reads and writes in one pass, all sized for `batch` images.
+// Per-network state of a layer beyond its buffers (e.g. a convolution's cuDNN plan).
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+};
+
+// How a network is planned.
+struct PlanOptions {
+  bool tf32 = false;                         // let convolutions and GEMMs use TF32 tensor cores
+  size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
+};
+
+// What a layer needs in a network planned for a batch size.
+struct LayerResources {
+  size_t scratch_floats = 0;   // kept from forward to backward
+  size_t workspace_bytes = 0;  // free between calls (one workspace serves every layer)
+  std::unique_ptr<LayerState> state;
+};
+
+// Pointers a layer reads and writes in one pass, all sized for `batch` images, on the
+// network's device.
 struct LayerIo {
   int batch = 0;
   std::vector<const float*> x;  // inputs
   float* y = nullptr;           // output
   std::vector<float*> dx;       // input gradients (overwritten); null where none is needed
   const float* dy = nullptr;    // output gradient
-  float* scratch = nullptr;     // ScratchFloats(batch) floats, kept from forward to backward
-  float* workspace = nullptr;   // WorkspaceFloats(batch) floats, free between calls
+  float* scratch = nullptr;     // LayerResources::scratch_floats, kept forward to backward
+  void* workspace = nullptr;    // LayerResources::workspace_bytes, free between calls
+  LayerState* state = nullptr;  // LayerResources::state
+  const kernels::CudaContext* cuda = nullptr;  // the stream and handles; null on the CPU
 };
 
 class Layer {
@@ -54,13 +76,17 @@ class Layer {
   // Fills the parameters with their initial values.
   virtual void Initialize(Philox& rng) {}
 
-  virtual size_t ScratchFloats(int batch) const { return 0; }
-  virtual size_t WorkspaceFloats(int batch) const { return 0; }
+  // Called once per planned network: what the layer needs for `batch` images on `device`.
+  virtual absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                                 const PlanOptions& options) {
+    return LayerResources{};
+  }
 
   // training: batch statistics in batch norm (and whatever else differs from inference).
-  virtual void Forward(const LayerIo& io, bool training) = 0;
+  // On a GPU the work is enqueued on io.cuda->stream; errors are launch errors.
+  virtual absl::Status Forward(const LayerIo& io, bool training) = 0;
   // REQUIRES: the Forward of the same batch ran with training = true.
-  virtual void Backward(const LayerIo& io) = 0;
+  virtual absl::Status Backward(const LayerIo& io) = 0;
 
   std::vector<Parameter*> parameters() {
     std::vector<Parameter*> out;

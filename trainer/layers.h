@@ -26,9 +26,10 @@ class Conv2d : public Layer {
   const char* type() const override { return "conv2d"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
-  size_t WorkspaceFloats(int batch) const override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
   Parameter* kernel() const { return kernel_; }
   kernels::ConvShape ShapeFor(int batch) const;
@@ -48,9 +49,10 @@ class BatchNorm2d : public Layer {
   const char* type() const override { return "batch_norm"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
-  size_t ScratchFloats(int batch) const override { return 2 * static_cast<size_t>(in_.c); }
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;
@@ -67,8 +69,8 @@ class Linear : public Layer {
   const char* type() const override { return "linear"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   int in_ = 0, out_ = 0;
@@ -84,8 +86,8 @@ class Pool2d : public Layer {
       : Layer(std::move(name)), kind_(kind), window_(window), stride_(stride), pad_(pad) {}
   const char* type() const override { return kind_ == Kind::kMax ? "max_pool" : "avg_pool"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   kernels::PoolShape ShapeFor(int batch) const;
@@ -100,8 +102,8 @@ class GlobalAvgPool : public Layer {
   explicit GlobalAvgPool(std::string name) : Layer(std::move(name)) {}
   const char* type() const override { return "global_avg_pool"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   Shape4 in_;
@@ -112,8 +114,8 @@ class Relu : public Layer {
   explicit Relu(std::string name) : Layer(std::move(name)) {}
   const char* type() const override { return "relu"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   Shape4 in_;
@@ -125,8 +127,8 @@ class Add : public Layer {
   explicit Add(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
   const char* type() const override { return "add"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   bool relu_;
@@ -139,8 +141,8 @@ class Flatten : public Layer {
   explicit Flatten(std::string name) : Layer(std::move(name)) {}
   const char* type() const override { return "flatten"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
-  void Forward(const LayerIo& io, bool training) override;
-  void Backward(const LayerIo& io) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
 
  private:
   Shape4 in_;

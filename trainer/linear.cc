@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/status_macros.h"
 #include "trainer/init.h"
 #include "trainer/layers.h"
 
@@ -28,16 +29,28 @@ void Linear::Initialize(Philox& rng) {
   FillUniform(bias_, rng, bound);
 }
 
-void Linear::Forward(const LayerIo& io, bool training) {
-  kernels::LinearForwardCpu({io.batch, in_, out_}, io.x[0], kernel_->value.data(),
-                            bias_->value.data(), io.y);
+absl::Status Linear::Forward(const LayerIo& io, bool training) {
+  const kernels::LinearShape s{io.batch, in_, out_};
+  if (io.cuda) {
+    return kernels::LinearForwardCuda(s, io.x[0], kernel_->value.data(), bias_->value.data(), io.y,
+                                      *io.cuda);
+  }
+  kernels::LinearForwardCpu(s, io.x[0], kernel_->value.data(), bias_->value.data(), io.y);
+  return absl::OkStatus();
 }
 
-void Linear::Backward(const LayerIo& io) {
+absl::Status Linear::Backward(const LayerIo& io) {
   const kernels::LinearShape s{io.batch, in_, out_};
+  if (io.cuda) {
+    TOPIARY_RETURN_IF_ERROR(kernels::LinearBackwardFilterCuda(
+        s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data(), *io.cuda));
+    if (io.dx[0] == nullptr) return absl::OkStatus();
+    return kernels::LinearBackwardDataCuda(s, io.dy, kernel_->value.data(), io.dx[0], *io.cuda);
+  }
   kernels::LinearBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data());
   if (io.dx[0] != nullptr)
     kernels::LinearBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0]);
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
+#include "kernels/status_macros.h"
 
 namespace topiary {
 
@@ -76,28 +77,30 @@ Layer* Model::FindLayer(const std::string& name) const {
   return nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, bool training) {
+absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, bool training,
+                                                       const PlanOptions& options) {
   if (model->output() < 0) return absl::FailedPreconditionError("model not finished");
   std::unique_ptr<Network> net(new Network(model, batch, training));
-  if (auto st = net->Allocate(); !st.ok()) {
-    return absl::Status(st.code(), absl::StrFormat("planning %s for batch %d: %s", model->arch(),
-                                                   batch, st.message()));
+  if (auto st = net->Allocate(options); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrFormat("planning %s for batch %d on %s: %s", model->arch(), batch,
+                                        model->device()->name(), st.message()));
   }
   return net;
 }
 
-absl::Status Network::Allocate() {
+absl::Status Network::Allocate(const PlanOptions& options) {
   Device* dev = model_->device();
   const auto& shapes = model_->value_shapes();
   const auto& nodes = model_->nodes();
-  auto alloc = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
-    planned_bytes_ += count * sizeof(float);
-    return Buffer<float>::Create(dev, count);
-  };
   // An activation or its gradient: [batch, H, W, C] of value v.
   auto activation = [&](int v) -> absl::StatusOr<Tensor> {
     planned_bytes_ += shapes[v].per_image() * batch_ * sizeof(float);
     return Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
+  };
+  auto floats = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
+    planned_bytes_ += count * sizeof(float);
+    return Buffer<float>::Create(dev, count);
   };
 
   values_.resize(shapes.size());
@@ -106,15 +109,17 @@ absl::Status Network::Allocate() {
     if (!data.ok()) return data.status();
     values_[v].data = std::move(*data);
   }
-  size_t workspace = 0;
+  size_t workspace_bytes = 0;
   io_.resize(nodes.size());
   scratch_.resize(nodes.size());
+  states_.resize(nodes.size());
   // Counts how many consumers of each value have been wired so far.
   std::vector<int> consumers(shapes.size(), 0);
   for (size_t j = 0; j < nodes.size(); ++j) {
     const Model::Node& node = nodes[j];
     LayerIo& io = io_[j];
     io.batch = batch_;
+    io.cuda = dev->cuda();
     io.y = values_[node.output].data.data();
     for (int v : node.inputs) {
       io.x.push_back(values_[v].data.data());
@@ -122,14 +127,12 @@ absl::Status Network::Allocate() {
       // The network input needs no gradient.
       if (training_ && v != 0) {
         Value& val = values_[v];
+        auto g = activation(v);
+        if (!g.ok()) return g.status();
         if (consumers[v] == 0) {
-          auto g = activation(v);
-          if (!g.ok()) return g.status();
           val.grad = std::move(*g);
           dx = val.grad.data();
         } else {
-          auto g = activation(v);
-          if (!g.ok()) return g.status();
           val.extra_grads.push_back(std::move(*g));
           dx = val.extra_grads.back().data();
         }
@@ -137,11 +140,15 @@ absl::Status Network::Allocate() {
       ++consumers[v];
       io.dx.push_back(dx);
     }
-    auto scratch = alloc(node.layer->ScratchFloats(batch_));
+    auto res = node.layer->Prepare(batch_, dev, options);
+    if (!res.ok()) return res.status();
+    auto scratch = floats(res->scratch_floats);
     if (!scratch.ok()) return scratch.status();
     scratch_[j] = std::move(*scratch);
     io.scratch = scratch_[j].data();
-    workspace = std::max(workspace, node.layer->WorkspaceFloats(batch_));
+    states_[j] = std::move(res->state);
+    io.state = states_[j].get();
+    workspace_bytes = std::max(workspace_bytes, res->workspace_bytes);
   }
   if (training_) {
     auto g = activation(model_->output());
@@ -151,35 +158,93 @@ absl::Status Network::Allocate() {
   for (size_t j = 0; j < nodes.size(); ++j) {
     io_[j].dy = training_ ? values_[nodes[j].output].grad.data() : nullptr;
   }
-  auto ws = alloc(workspace);
+  auto ws = floats((workspace_bytes + sizeof(float) - 1) / sizeof(float));
   if (!ws.ok()) return ws.status();
   workspace_ = std::move(*ws);
   for (auto& io : io_) io.workspace = workspace_.data();
+
+  auto labels = Buffer<int32_t>::Create(dev, batch_);
+  if (!labels.ok()) return labels.status();
+  labels_ = std::move(*labels);
+  if (dev->cuda() != nullptr) {
+    auto loss = Buffer<float>::Create(dev, batch_);
+    auto rank = Buffer<int32_t>::Create(dev, batch_);
+    auto metrics = Buffer<double>::Create(dev, 4);
+    if (!loss.ok()) return loss.status();
+    if (!rank.ok()) return rank.status();
+    if (!metrics.ok()) return metrics.status();
+    sample_loss_ = std::move(*loss);
+    rank_ = std::move(*rank);
+    metrics_ = std::move(*metrics);
+  }
   return absl::OkStatus();
 }
 
-void Network::Forward(bool training) {
+absl::Status Network::Forward(bool training) {
   const auto& nodes = model_->nodes();
-  for (size_t j = 0; j < nodes.size(); ++j) nodes[j].layer->Forward(io_[j], training);
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
+  }
+  return absl::OkStatus();
 }
 
-double Network::Loss(const int32_t* labels, float label_smoothing) {
+absl::Status Network::Loss(float label_smoothing, int count) {
+  if (count < 0) count = batch_;
+  const int classes = model_->classes();
+  const int k = std::min(5, classes);
   Value& out = values_[model_->output()];
-  return kernels::SoftmaxCrossEntropyCpu(batch_, model_->classes(), out.data.data(), labels,
-                                         label_smoothing, training_ ? out.grad.data() : nullptr);
+  float* dlogits = training_ ? out.grad.data() : nullptr;
+  if (const kernels::CudaContext* cuda = model_->device()->cuda()) {
+    TOPIARY_RETURN_IF_ERROR(kernels::SoftmaxCrossEntropyCuda(
+        batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
+        sample_loss_.data(), rank_.data(), *cuda));
+    return kernels::AccumulateMetricsCuda(count, sample_loss_.data(), rank_.data(), k,
+                                          metrics_.data(), *cuda);
+  }
+  // The gradient is the batch mean over every row; the metrics count the first `count`.
+  if (dlogits != nullptr) {
+    kernels::SoftmaxCrossEntropyCpu(batch_, classes, out.data.data(), labels_.data(),
+                                    label_smoothing, dlogits);
+  }
+  host_metrics_.loss_sum +=
+      count * kernels::SoftmaxCrossEntropyCpu(count, classes, out.data.data(), labels_.data(),
+                                              label_smoothing, nullptr);
+  host_metrics_.top1 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), 1);
+  host_metrics_.top5 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), k);
+  host_metrics_.images += count;
+  return absl::OkStatus();
 }
 
-void Network::Backward() {
+absl::Status Network::Backward() {
   const auto& nodes = model_->nodes();
   const auto& shapes = model_->value_shapes();
+  const kernels::CudaContext* cuda = model_->device()->cuda();
   for (size_t j = nodes.size(); j-- > 0;) {
     Value& out = values_[nodes[j].output];
-    const size_t n = shapes[nodes[j].output].per_image() * batch_;
+    const int64_t n = static_cast<int64_t>(shapes[nodes[j].output].per_image()) * batch_;
     for (const auto& extra : out.extra_grads) {
-      kernels::AddCpu(n, out.grad.data(), extra.data(), out.grad.data());
+      if (cuda != nullptr) {
+        TOPIARY_RETURN_IF_ERROR(
+            kernels::AddCuda(n, out.grad.data(), extra.data(), out.grad.data(), *cuda));
+      } else {
+        kernels::AddCpu(n, out.grad.data(), extra.data(), out.grad.data());
+      }
     }
-    nodes[j].layer->Backward(io_[j]);
+    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Metrics> Network::TakeMetrics() {
+  Metrics m = host_metrics_;
+  host_metrics_ = Metrics{};
+  if (model_->device()->cuda() != nullptr) {
+    const std::vector<double> sums = metrics_.ToHost();  // waits for the stream
+    m = Metrics{sums[0], sums[1], sums[2], sums[3]};
+    const std::vector<double> zeros(4, 0.0);
+    metrics_.CopyFromHost(zeros.data());
+  }
+  return m;
 }
 
 }  // namespace topiary

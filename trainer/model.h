@@ -58,25 +58,42 @@ class Model {
   std::vector<Shape4> shapes_;  // per value, batch 1
 };
 
-// A model planned for one batch size: every activation, gradient, saved statistic and
-// workspace is allocated here, once, so a training step allocates nothing.
+// Running sums of the loss and accuracy over the batches since the last TakeMetrics().
+struct Metrics {
+  double loss_sum = 0, top1 = 0, top5 = 0, images = 0;
+  double loss() const { return images > 0 ? loss_sum / images : 0; }
+  double top1_rate() const { return images > 0 ? top1 / images : 0; }
+  double top5_rate() const { return images > 0 ? top5 / images : 0; }
+};
+
+// A model planned for one batch size on the model's device: every activation, gradient,
+// saved statistic, workspace and library plan is made here, once, so a training step
+// allocates nothing and, on a GPU, never waits for the host (and can be captured as a CUDA
+// graph).
 class Network {
  public:
   // training = false plans inference only (no gradients).
-  static absl::StatusOr<std::unique_ptr<Network>> Plan(Model* model, int batch, bool training);
+  static absl::StatusOr<std::unique_ptr<Network>> Plan(Model* model, int batch, bool training,
+                                                       const PlanOptions& options = {});
 
   int batch() const { return batch_; }
-  // The input batch [batch, H, W, C]; write images here before Forward.
+  // The input batch [batch, H, W, C] and its labels [batch], in device memory: write them
+  // before Forward.
   float* input() const { return values_[0].data.data(); }
-  // Logits [batch, classes] after Forward.
+  int32_t* labels() const { return labels_.data(); }
+  // Logits [batch, classes] after Forward, in device memory.
   const float* logits() const { return values_[model_->output()].data.data(); }
 
-  void Forward(bool training);
-  // Mean softmax cross-entropy of the logits; on a training network also writes its
-  // gradient, which Backward then propagates into every parameter's grad.
-  double Loss(const int32_t* labels, float label_smoothing);
+  absl::Status Forward(bool training);
+  // Softmax cross-entropy of the logits against labels(). A training network also writes its
+  // gradient (mean over the batch), which Backward propagates into every parameter's grad.
+  // The loss and top-1/top-5 hits of the first `count` images (default: all) are added to
+  // the running metrics.
+  absl::Status Loss(float label_smoothing, int count = -1);
   // REQUIRES: a training network; Forward(true) and Loss ran for this batch.
-  void Backward();
+  absl::Status Backward();
+  // The metrics accumulated since the last call, then reset. Waits for the device.
+  absl::StatusOr<Metrics> TakeMetrics();
 
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }
@@ -91,15 +108,21 @@ class Network {
   };
   Network(Model* model, int batch, bool training)
       : model_(model), batch_(batch), training_(training) {}
-  absl::Status Allocate();
+  absl::Status Allocate(const PlanOptions& options);
 
   Model* model_;
   int batch_;
   bool training_;
   std::vector<Value> values_;
-  std::vector<Buffer<float>> scratch_;  // per node
-  Buffer<float> workspace_;             // shared by all nodes
-  std::vector<LayerIo> io_;             // per node, pointers fixed at plan time
+  std::vector<Buffer<float>> scratch_;               // per node
+  std::vector<std::unique_ptr<LayerState>> states_;  // per node
+  Buffer<float> workspace_;                          // shared by all nodes
+  std::vector<LayerIo> io_;                          // per node, pointers fixed at plan time
+  Buffer<int32_t> labels_;
+  Buffer<float> sample_loss_;  // GPU: per-sample loss
+  Buffer<int32_t> rank_;       // GPU: per-sample rank of the label
+  Buffer<double> metrics_;     // GPU: running sums (loss, top-1, top-5, images)
+  Metrics host_metrics_;       // CPU: running sums
   size_t planned_bytes_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -71,13 +72,15 @@ void CheckNetworkGradients(const std::string& arch, Shape4 in, float width) {
   std::normal_distribution<float> dist;
   const size_t n_in = in.per_image() * batch;
   for (size_t i = 0; i < n_in; ++i) (*net)->input()[i] = dist(gen);
-  std::vector<int32_t> labels = {0, 3, 4, 1};
+  const int32_t labels[] = {0, 3, 4, 1};
+  std::copy(labels, labels + batch, (*net)->labels());
   auto loss = [&]() {
-    (*net)->Forward(true);
-    return (*net)->Loss(labels.data(), 0.1f);
+    EXPECT_TRUE((*net)->Forward(true).ok());
+    EXPECT_TRUE((*net)->Loss(0.1f).ok());
+    return (*net)->TakeMetrics()->loss();
   };
   loss();
-  (*net)->Backward();
+  ASSERT_TRUE((*net)->Backward().ok());
   int checked = 0, bad = 0;
   for (Parameter* p : (*m)->parameters()) {
     if (!p->trainable) continue;
@@ -130,11 +133,11 @@ TEST(Network, PlannedMemoryIsAllocatedOnce) {
   auto net = Network::Plan(m->get(), 8, true);
   ASSERT_TRUE(net.ok());
   const size_t before = dev->allocated_bytes();
-  std::vector<int32_t> labels(8, 1);
+  std::fill((*net)->labels(), (*net)->labels() + 8, 1);
   for (int i = 0; i < 2; ++i) {
-    (*net)->Forward(true);
-    (*net)->Loss(labels.data(), 0.0f);
-    (*net)->Backward();
+    ASSERT_TRUE((*net)->Forward(true).ok());
+    ASSERT_TRUE((*net)->Loss(0.0f).ok());
+    ASSERT_TRUE((*net)->Backward().ok());
   }
   EXPECT_EQ(dev->allocated_bytes(), before);
   EXPECT_GT((*net)->planned_bytes(), 0u);

@@ -1,30 +1,70 @@
 #include "trainer/optimizer.h"
 
 #include "kernels/sgd.h"
+#include "kernels/status_macros.h"
 
 namespace topiary {
 
-SgdOptimizer::SgdOptimizer(std::vector<Parameter*> params, const topiary::v1::OptimizerSpec& spec)
-    : spec_(spec) {
+absl::StatusOr<TrainingClock> TrainingClock::Create(Device* device,
+                                                    const std::vector<float>& lr_table) {
+  TrainingClock c;
+  c.device_ = device;
+  c.lr_host_ = lr_table.empty() ? std::vector<float>{0.0f} : lr_table;
+  auto clock = Buffer<kernels::StepClock>::Create(device, 1);
+  if (!clock.ok()) return clock.status();
+  auto table = Buffer<float>::Create(device, c.lr_host_.size());
+  if (!table.ok()) return table.status();
+  c.clock_ = std::move(*clock);
+  c.lr_table_ = std::move(*table);
+  c.lr_table_.CopyFromHost(c.lr_host_.data());
+  return c;
+}
+
+absl::Status TrainingClock::BeginEpoch(int epoch, int64_t first_step) {
+  kernels::StepClock c;
+  c.step = first_step;
+  c.epoch_first_step = first_step;
+  c.epoch = epoch;
+  clock_.CopyFromHost(&c);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingClock::Tick(int batch) {
+  if (const kernels::CudaContext* cuda = device_->cuda()) {
+    return kernels::TickCuda(clock_.data(), lr_table_.data(), batch, *cuda);
+  }
+  kernels::TickCpu(clock_.data(), lr_table_.data(), batch);
+  return absl::OkStatus();
+}
+
+SgdOptimizer::SgdOptimizer(std::vector<Parameter*> params, const topiary::v1::OptimizerSpec& spec,
+                           Device* device)
+    : spec_(spec), device_(device) {
   for (Parameter* p : params) {
     if (p->trainable) params_.push_back(p);
   }
 }
 
-void SgdOptimizer::Step(float lr) {
+absl::Status SgdOptimizer::Step(const kernels::StepClock* clock) {
   using topiary::v1::OptimizerSpec;
+  const kernels::CudaContext* cuda = device_->cuda();
   for (Parameter* p : params_) {
     kernels::SgdParams sp;
-    sp.lr = lr;
+    sp.lr = cuda ? 0.0f : clock->lr;  // on a GPU the kernel reads clock->lr itself
     sp.momentum = spec_.momentum();
     sp.nesterov = spec_.nesterov();
     sp.weight_decay = p->decay ? spec_.weight_decay() : 0.0f;
     sp.decoupled = spec_.weight_decay_mode() == OptimizerSpec::DECOUPLED;
-    kernels::SgdStepCpu(static_cast<int64_t>(p->size()), sp, p->grad.data(),
-                        p->mask.empty() ? nullptr : p->mask.data(), p->value.data(),
-                        p->momentum.data());
+    const int64_t n = static_cast<int64_t>(p->size());
+    const uint8_t* mask = p->mask.empty() ? nullptr : p->mask.data();
+    if (cuda) {
+      TOPIARY_RETURN_IF_ERROR(kernels::SgdStepCuda(n, sp, &clock->lr, p->grad.data(), mask,
+                                                   p->value.data(), p->momentum.data(), *cuda));
+    } else {
+      kernels::SgdStepCpu(n, sp, p->grad.data(), mask, p->value.data(), p->momentum.data());
+    }
   }
-  ++steps_;
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

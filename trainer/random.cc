@@ -2,20 +2,13 @@
 
 #include <cmath>
 
+#include "kernels/philox.h"
+
 namespace topiary {
 
 std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
-         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
-    k[0] += kW0;
-    k[1] += kW1;
-  }
-  return c;
+  const kernels::Philox4 r = kernels::Philox4x32({{c[0], c[1], c[2], c[3]}}, k[0], k[1]);
+  return {r.v[0], r.v[1], r.v[2], r.v[3]};
 }
 
 Philox::Philox(uint64_t seed, RngStream stream) {

@@ -27,6 +27,9 @@ class Philox {
   // Standard normal (Box-Muller, double internally).
   float Normal();
 
+  // The Philox key of this stream (for stateless draws, see kernels/augment.h).
+  std::array<uint32_t, 2> key() const { return key_; }
+
   // The state to save and restore for exact resumption.
   uint64_t counter() const { return counter_; }
   int index() const { return index_; }

@@ -9,8 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/loss.h"
+#include "kernels/status_macros.h"
 #include "trainer/dataset.h"
+#include "trainer/device_batches.h"
 #include "trainer/events.h"
 #include "trainer/file_util.h"
 #include "trainer/lr_schedule.h"
@@ -97,9 +98,11 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
       BuildModel(spec.model().arch(), spec.model().width(), input, data->classes, device->get());
   if (!model.ok()) return model.status();
   (*model)->Initialize(spec.seed());
-  auto train_net = Network::Plan(model->get(), batch, true);
+  PlanOptions plan_options;
+  plan_options.tf32 = spec.train().precision() == topiary::v1::TrainSpec::TF32;
+  auto train_net = Network::Plan(model->get(), batch, true, plan_options);
   if (!train_net.ok()) return train_net.status();
-  auto eval_net = Network::Plan(model->get(), spec.data().eval_batch_size(), false);
+  auto eval_net = Network::Plan(model->get(), spec.data().eval_batch_size(), false, plan_options);
   if (!eval_net.ok()) return eval_net.status();
 
   const Normalization norm =
@@ -107,9 +110,8 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
   const Batcher train_batcher(&data->train, data->max_value, norm, spec.data().augment(),
                               spec.seed());
   const Batcher test_batcher(&data->test, data->max_value, norm, {}, spec.seed());
-  const bool augment =
-      spec.data().augment().crop_padding() > 0 || spec.data().augment().horizontal_flip();
-  SgdOptimizer optimizer((*model)->parameters(), spec.train().optimizer());
+  const bool augment = train_batcher.augments();
+  SgdOptimizer optimizer((*model)->parameters(), spec.train().optimizer(), device->get());
 
   const int epochs = spec.train().epochs();
   const int steps_per_epoch = static_cast<int>(data->train.size() / batch);
@@ -128,61 +130,94 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
     sink.Emit(e);
   }
 
-  std::vector<int32_t> labels(batch);
+  // The learning rate of every step of the run, evaluated at the end of each step so that a
+  // warm-up never uses a rate of exactly zero.
   const auto& lr_spec = spec.train().lr_schedule();
+  std::vector<float> lr_table(static_cast<size_t>(epochs) * steps_per_epoch);
+  for (size_t t = 0; t < lr_table.size(); ++t) {
+    lr_table[t] = static_cast<float>(
+        LearningRate(lr_spec, spec.train().optimizer().lr(), (t + 1.0) / steps_per_epoch, epochs));
+  }
+  auto clock = TrainingClock::Create(device->get(), lr_table);
+  if (!clock.ok()) return clock.status();
+  auto train_data = DeviceBatches::Create(&train_batcher, device->get());
+  if (!train_data.ok()) return train_data.status();
+  auto test_data = DeviceBatches::Create(&test_batcher, device->get());
+  if (!test_data.ok()) return test_data.status();
+  std::vector<int32_t> identity(data->test.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+  TOPIARY_RETURN_IF_ERROR(test_data->SetOrder(identity));
+
+  Network& net = **train_net;
   const float smoothing = spec.train().label_smoothing();
+  // One training step, enqueued; everything that varies per step is read from the clock.
+  auto step_fn = [&]() -> absl::Status {
+    TOPIARY_RETURN_IF_ERROR(clock->Tick(batch));
+    TOPIARY_RETURN_IF_ERROR(
+        train_data->Assemble(clock->clock(), 0, 0, batch, augment, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(true));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(smoothing));
+    TOPIARY_RETURN_IF_ERROR(net.Backward());
+    return optimizer.Step(clock->clock());
+  };
+  // On a GPU the step is captured as a CUDA graph after one eager step (which lets cuDNN and
+  // cuBLAS finish their lazy initialization) and replayed from then on.
+  const bool use_graph = (*device)->cuda() != nullptr &&
+                         spec.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF;
+  std::unique_ptr<CapturedWork> graph;
   double train_seconds = 0;
   int64_t images_trained = 0;
   for (int epoch = 0; epoch < epochs; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
-    const std::vector<int32_t> order = train_batcher.EpochOrder(epoch);
-    Philox aug_rng = train_batcher.AugmentStream(epoch);
-    double loss_sum = 0, window_loss = 0;
-    int64_t correct = 0;
-    int window_steps = 0;
+    TOPIARY_RETURN_IF_ERROR(train_data->SetOrder(train_batcher.EpochOrder(epoch)));
+    TOPIARY_RETURN_IF_ERROR(
+        clock->BeginEpoch(epoch, static_cast<int64_t>(epoch) * steps_per_epoch));
+    Metrics epoch_metrics;
     Clock::time_point last_progress = Clock::now();
-    double lr = 0;
     for (int step = 0; step < steps_per_epoch; ++step) {
-      // The rate at the end of this step, so warm-up never uses a rate of exactly zero.
-      lr = LearningRate(lr_spec, spec.train().optimizer().lr(),
-                        epoch + (step + 1.0) / steps_per_epoch, epochs);
-      train_batcher.Assemble(order, static_cast<int64_t>(step) * batch, batch, augment, &aug_rng,
-                             (*train_net)->input(), labels.data());
-      (*train_net)->Forward(true);
-      const double loss = (*train_net)->Loss(labels.data(), smoothing);
-      correct +=
-          kernels::TopKCorrectCpu(batch, data->classes, (*train_net)->logits(), labels.data(), 1);
-      (*train_net)->Backward();
-      optimizer.Step(static_cast<float>(lr));
-      if (!std::isfinite(loss)) {
-        return absl::InternalError(absl::StrFormat(
-            "training diverged: loss is %f at epoch %d, step %d (lower train.optimizer.lr)", loss,
-            epoch + 1, step + 1));
+      if (graph) {
+        TOPIARY_RETURN_IF_ERROR(graph->Replay());
+      } else if (use_graph && (epoch > 0 || step > 0)) {
+        TOPIARY_RETURN_IF_ERROR((*device)->BeginCapture());
+        const absl::Status st = step_fn();
+        auto captured = (*device)->EndCapture();
+        TOPIARY_RETURN_IF_ERROR(st);
+        if (!captured.ok()) return captured.status();
+        graph = std::move(*captured);
+        TOPIARY_RETURN_IF_ERROR(graph->Replay());
+      } else {
+        TOPIARY_RETURN_IF_ERROR(step_fn());
       }
-      loss_sum += loss;
-      window_loss += loss;
-      ++window_steps;
       const bool last = step + 1 == steps_per_epoch;
-      if (Seconds(last_progress) >= sink.progress_interval_s() || last) {
-        const double elapsed = train_seconds + Seconds(epoch_start);
-        const int64_t done = images_trained + static_cast<int64_t>(step + 1) * batch;
-        const int64_t total = static_cast<int64_t>(epochs) * steps_per_epoch * batch;
-        Event e = sink.New();
-        auto* p = e.mutable_progress();
-        p->set_epoch(epoch + 1);
-        p->set_epochs(epochs);
-        p->set_step(static_cast<int32_t>(optimizer.steps()));
-        p->set_images_done((step + 1) * batch);
-        p->set_images_total(steps_per_epoch * batch);
-        p->set_loss(window_loss / window_steps);
-        p->set_lr(lr);
-        p->set_images_per_s(done / std::max(elapsed, 1e-9));
-        p->set_eta_s(elapsed / done * (total - done));
-        sink.Emit(e);
-        window_loss = 0;
-        window_steps = 0;
-        last_progress = Clock::now();
+      if (!last && Seconds(last_progress) < sink.progress_interval_s()) continue;
+      // Reading the metrics waits for the device: only at progress intervals.
+      auto window = net.TakeMetrics();
+      if (!window.ok()) return window.status();
+      epoch_metrics.loss_sum += window->loss_sum;
+      epoch_metrics.top1 += window->top1;
+      epoch_metrics.images += window->images;
+      if (!std::isfinite(window->loss_sum)) {
+        return absl::InternalError(absl::StrFormat(
+            "training diverged: loss is %f at epoch %d, step %d (lower train.optimizer.lr)",
+            window->loss(), epoch + 1, step + 1));
       }
+      const double elapsed = train_seconds + Seconds(epoch_start);
+      const int64_t done = images_trained + static_cast<int64_t>(step + 1) * batch;
+      const int64_t total = static_cast<int64_t>(epochs) * steps_per_epoch * batch;
+      const int64_t run_step = static_cast<int64_t>(epoch) * steps_per_epoch + step;
+      Event e = sink.New();
+      auto* p = e.mutable_progress();
+      p->set_epoch(epoch + 1);
+      p->set_epochs(epochs);
+      p->set_step(static_cast<int32_t>(run_step + 1));
+      p->set_images_done((step + 1) * batch);
+      p->set_images_total(steps_per_epoch * batch);
+      p->set_loss(window->loss());
+      p->set_lr(clock->lr(run_step));
+      p->set_images_per_s(done / std::max(elapsed, 1e-9));
+      p->set_eta_s(elapsed / done * (total - done));
+      sink.Emit(e);
+      last_progress = Clock::now();
     }
     const double epoch_seconds = Seconds(epoch_start);
     train_seconds += epoch_seconds;
@@ -191,31 +226,32 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
     Event e = sink.New();
     auto* es = e.mutable_epoch();
     es->set_epoch(epoch + 1);
-    es->set_train_loss(loss_sum / steps_per_epoch);
-    es->set_train_top1(static_cast<double>(correct) /
-                       (static_cast<double>(steps_per_epoch) * batch));
-    es->set_lr(lr);
+    es->set_train_loss(epoch_metrics.loss());
+    es->set_train_top1(epoch_metrics.top1_rate());
+    es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch - 1));
     es->set_seconds(epoch_seconds);
     es->set_images_per_s(steps_per_epoch * batch / epoch_seconds);
     const bool last_epoch = epoch + 1 == epochs;
     if (last_epoch || (epoch + 1) % spec.train().eval_every_epochs() == 0) {
-      const EvalResult r = Evaluate(**eval_net, test_batcher, data->test, data->classes);
+      auto r = Evaluate(**eval_net, *test_data, data->test.size());
+      if (!r.ok()) return r.status();
       es->set_evaluated(true);
-      es->set_test_loss(r.loss);
-      es->set_test_top1(r.top1);
-      es->set_test_top5(r.top5);
-      summary->set_test_loss(r.loss);
-      summary->set_test_top1(r.top1);
-      summary->set_test_top5(r.top5);
+      es->set_test_loss(r->loss);
+      es->set_test_top1(r->top1);
+      es->set_test_top5(r->top5);
+      summary->set_test_loss(r->loss);
+      summary->set_test_top1(r->top1);
+      summary->set_test_top5(r->top5);
     }
     summary->set_epochs(epoch + 1);
     sink.Emit(e);
   }
   if (epochs == 0) {
-    const EvalResult r = Evaluate(**eval_net, test_batcher, data->test, data->classes);
-    summary->set_test_loss(r.loss);
-    summary->set_test_top1(r.top1);
-    summary->set_test_top5(r.top5);
+    auto r = Evaluate(**eval_net, *test_data, data->test.size());
+    if (!r.ok()) return r.status();
+    summary->set_test_loss(r->loss);
+    summary->set_test_top1(r->top1);
+    summary->set_test_top5(r->top5);
   }
   summary->set_train_images_per_s(train_seconds > 0 ? images_trained / train_seconds : 0);
   return absl::OkStatus();
@@ -223,31 +259,25 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
 
 }  // namespace
 
-EvalResult Evaluate(Network& net, const Batcher& batcher, const ImageSet& set, int classes) {
-  EvalResult r;
+absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images) {
   const int batch = net.batch();
-  std::vector<int32_t> order(set.size());
-  for (int64_t i = 0; i < set.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::vector<int32_t> labels(batch);
-  double loss_sum = 0;
-  int64_t top1 = 0, top5 = 0;
-  for (int64_t first = 0; first < set.size(); first += batch) {
-    const int count = static_cast<int>(std::min<int64_t>(batch, set.size() - first));
+  TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());  // start from zero
+  for (int64_t first = 0; first < images; first += batch) {
+    const int count = static_cast<int>(std::min<int64_t>(batch, images - first));
     // Rows past `count` keep the previous batch's images: inference treats each image on
     // its own, so they cannot affect the real ones, and they are not counted.
-    batcher.Assemble(order, first, count, false, nullptr, net.input(), labels.data());
-    net.Forward(false);
-    loss_sum += kernels::SoftmaxCrossEntropyCpu(count, classes, net.logits(), labels.data(), 0.0f,
-                                                nullptr) *
-                count;
-    top1 += kernels::TopKCorrectCpu(count, classes, net.logits(), labels.data(), 1);
-    top5 +=
-        kernels::TopKCorrectCpu(count, classes, net.logits(), labels.data(), std::min(5, classes));
+    TOPIARY_RETURN_IF_ERROR(
+        data.Assemble(nullptr, 0, first, count, false, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(false));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f, count));
   }
-  r.images = set.size();
-  r.loss = loss_sum / set.size();
-  r.top1 = static_cast<double>(top1) / set.size();
-  r.top5 = static_cast<double>(top5) / set.size();
+  auto m = net.TakeMetrics();
+  if (!m.ok()) return m.status();
+  EvalResult r;
+  r.images = static_cast<int64_t>(m->images);
+  r.loss = m->loss();
+  r.top1 = m->top1_rate();
+  r.top5 = m->top5_rate();
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "topiary/v1/events.pb.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/batcher.h"
+#include "trainer/device_batches.h"
 #include "trainer/model.h"
 
 namespace topiary {
@@ -35,9 +36,9 @@ struct EvalResult {
   int64_t images = 0;
 };
 
-// Evaluates `net` (inference mode) on every image of `set`, in order, in batches of
-// net.batch(); the last partial batch counts only its real images.
-EvalResult Evaluate(Network& net, const Batcher& batcher, const ImageSet& set, int classes);
+// Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
+// of net.batch(); the last partial batch counts only its real images.
+absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
 
 }  // namespace topiary
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/pooling.h"
+#include "kernels/status_macros.h"
 #include "trainer/layers.h"
 
 namespace topiary {
@@ -16,7 +17,15 @@ absl::StatusOr<Shape4> OneInput(const Layer& layer, const std::vector<Shape4>& i
   return inputs[0];
 }
 
-size_t Count(const Shape4& per_image, int batch) { return per_image.per_image() * batch; }
+int64_t Count(const Shape4& per_image, int batch) {
+  return static_cast<int64_t>(per_image.per_image()) * batch;
+}
+
+absl::Status Copy(const LayerIo& io, int64_t n, const float* src, float* dst) {
+  if (io.cuda) return kernels::CopyCuda(n, src, dst, *io.cuda);
+  std::memcpy(dst, src, sizeof(float) * n);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -44,20 +53,34 @@ absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* 
   return Shape4{1, s.ho(), s.wo(), in_.c};
 }
 
-void Pool2d::Forward(const LayerIo& io, bool training) {
-  if (kind_ == Kind::kMax) {
-    kernels::MaxPoolForwardCpu(ShapeFor(io.batch), io.x[0], io.y);
-  } else {
-    kernels::AvgPoolForwardCpu(ShapeFor(io.batch), io.x[0], io.y);
+absl::Status Pool2d::Forward(const LayerIo& io, bool training) {
+  const kernels::PoolShape s = ShapeFor(io.batch);
+  const bool max = kind_ == Kind::kMax;
+  if (io.cuda) {
+    return max ? kernels::MaxPoolForwardCuda(s, io.x[0], io.y, *io.cuda)
+               : kernels::AvgPoolForwardCuda(s, io.x[0], io.y, *io.cuda);
   }
+  if (max) {
+    kernels::MaxPoolForwardCpu(s, io.x[0], io.y);
+  } else {
+    kernels::AvgPoolForwardCpu(s, io.x[0], io.y);
+  }
+  return absl::OkStatus();
 }
 
-void Pool2d::Backward(const LayerIo& io) {
-  if (kind_ == Kind::kMax) {
-    kernels::MaxPoolBackwardCpu(ShapeFor(io.batch), io.x[0], io.y, io.dy, io.dx[0]);
-  } else {
-    kernels::AvgPoolBackwardCpu(ShapeFor(io.batch), io.dy, io.dx[0]);
+absl::Status Pool2d::Backward(const LayerIo& io) {
+  const kernels::PoolShape s = ShapeFor(io.batch);
+  const bool max = kind_ == Kind::kMax;
+  if (io.cuda) {
+    return max ? kernels::MaxPoolBackwardCuda(s, io.x[0], io.y, io.dy, io.dx[0], *io.cuda)
+               : kernels::AvgPoolBackwardCuda(s, io.dy, io.dx[0], *io.cuda);
   }
+  if (max) {
+    kernels::MaxPoolBackwardCpu(s, io.x[0], io.y, io.dy, io.dx[0]);
+  } else {
+    kernels::AvgPoolBackwardCpu(s, io.dy, io.dx[0]);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shape4> GlobalAvgPool::Setup(const std::vector<Shape4>& inputs, Device* device) {
@@ -67,12 +90,22 @@ absl::StatusOr<Shape4> GlobalAvgPool::Setup(const std::vector<Shape4>& inputs, D
   return Shape4{1, 1, 1, in_.c};
 }
 
-void GlobalAvgPool::Forward(const LayerIo& io, bool training) {
+absl::Status GlobalAvgPool::Forward(const LayerIo& io, bool training) {
+  if (io.cuda) {
+    return kernels::GlobalAvgPoolForwardCuda(io.batch, in_.h * in_.w, in_.c, io.x[0], io.y,
+                                             *io.cuda);
+  }
   kernels::GlobalAvgPoolForwardCpu(io.batch, in_.h * in_.w, in_.c, io.x[0], io.y);
+  return absl::OkStatus();
 }
 
-void GlobalAvgPool::Backward(const LayerIo& io) {
+absl::Status GlobalAvgPool::Backward(const LayerIo& io) {
+  if (io.cuda) {
+    return kernels::GlobalAvgPoolBackwardCuda(io.batch, in_.h * in_.w, in_.c, io.dy, io.dx[0],
+                                              *io.cuda);
+  }
   kernels::GlobalAvgPoolBackwardCpu(io.batch, in_.h * in_.w, in_.c, io.dy, io.dx[0]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* device) {
@@ -82,12 +115,18 @@ absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* de
   return in_;
 }
 
-void Relu::Forward(const LayerIo& io, bool training) {
-  kernels::ReluForwardCpu(Count(in_, io.batch), io.x[0], io.y);
+absl::Status Relu::Forward(const LayerIo& io, bool training) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) return kernels::ReluForwardCuda(n, io.x[0], io.y, *io.cuda);
+  kernels::ReluForwardCpu(n, io.x[0], io.y);
+  return absl::OkStatus();
 }
 
-void Relu::Backward(const LayerIo& io) {
-  kernels::ReluBackwardCpu(Count(in_, io.batch), io.y, io.dy, io.dx[0]);
+absl::Status Relu::Backward(const LayerIo& io) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) return kernels::ReluBackwardCuda(n, io.y, io.dy, io.dx[0], *io.cuda);
+  kernels::ReluBackwardCpu(n, io.y, io.dy, io.dx[0]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* device) {
@@ -98,28 +137,38 @@ absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* dev
   return in_;
 }
 
-void Add::Forward(const LayerIo& io, bool training) {
-  if (relu_) {
-    kernels::AddReluCpu(Count(in_, io.batch), io.x[0], io.x[1], io.y);
-  } else {
-    kernels::AddCpu(Count(in_, io.batch), io.x[0], io.x[1], io.y);
+absl::Status Add::Forward(const LayerIo& io, bool training) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) {
+    return relu_ ? kernels::AddReluCuda(n, io.x[0], io.x[1], io.y, *io.cuda)
+                 : kernels::AddCuda(n, io.x[0], io.x[1], io.y, *io.cuda);
   }
+  if (relu_) {
+    kernels::AddReluCpu(n, io.x[0], io.x[1], io.y);
+  } else {
+    kernels::AddCpu(n, io.x[0], io.x[1], io.y);
+  }
+  return absl::OkStatus();
 }
 
-void Add::Backward(const LayerIo& io) {
-  const size_t n = Count(in_, io.batch);
+absl::Status Add::Backward(const LayerIo& io) {
+  const int64_t n = Count(in_, io.batch);
   if (relu_ && io.dx[0] != nullptr && io.dx[1] != nullptr) {
+    if (io.cuda) return kernels::AddReluBackwardCuda(n, io.y, io.dy, io.dx[0], io.dx[1], *io.cuda);
     kernels::AddReluBackwardCpu(n, io.y, io.dy, io.dx[0], io.dx[1]);
-    return;
+    return absl::OkStatus();
   }
   for (float* dx : io.dx) {
     if (dx == nullptr) continue;
-    if (relu_) {
-      kernels::ReluBackwardCpu(n, io.y, io.dy, dx);
+    if (!relu_) {
+      TOPIARY_RETURN_IF_ERROR(Copy(io, n, io.dy, dx));
+    } else if (io.cuda) {
+      TOPIARY_RETURN_IF_ERROR(kernels::ReluBackwardCuda(n, io.y, io.dy, dx, *io.cuda));
     } else {
-      std::memcpy(dx, io.dy, sizeof(float) * n);
+      kernels::ReluBackwardCpu(n, io.y, io.dy, dx);
     }
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shape4> Flatten::Setup(const std::vector<Shape4>& inputs, Device* device) {
@@ -129,12 +178,12 @@ absl::StatusOr<Shape4> Flatten::Setup(const std::vector<Shape4>& inputs, Device*
   return Shape4{1, 1, 1, static_cast<int>(in_.per_image())};
 }
 
-void Flatten::Forward(const LayerIo& io, bool training) {
-  std::memcpy(io.y, io.x[0], sizeof(float) * Count(in_, io.batch));
+absl::Status Flatten::Forward(const LayerIo& io, bool training) {
+  return Copy(io, Count(in_, io.batch), io.x[0], io.y);
 }
 
-void Flatten::Backward(const LayerIo& io) {
-  std::memcpy(io.dx[0], io.dy, sizeof(float) * Count(in_, io.batch));
+absl::Status Flatten::Backward(const LayerIo& io) {
+  return Copy(io, Count(in_, io.batch), io.dy, io.dx[0]);
 }
 
 }  // namespace topiary

@@ -2,7 +2,9 @@
 // data, timed over many steps after a warm-up. Prints one JSON line per model.
 //
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
-//                    [--steps 20] [--threads 0]
+//                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
+//                    [--graphs 1] [--precision fp32|tf32]
+// On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "kernels/status_macros.h"
 #include "trainer/model_zoo.h"
 #include "trainer/optimizer.h"
 
@@ -19,49 +22,78 @@ namespace {
 
 struct Flags {
   std::vector<std::string> models = {"lenet5", "resnet20"};
-  int batch = 128, hw = 28, channels = 1, steps = 20, warmup = 3, threads = 0;
+  int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
+  std::string device = "cpu", precision = "fp32";
+  bool graphs = true;
 };
 
-int Bench(const Flags& f, const std::string& arch) {
-  auto dev = MakeCpuDevice(f.threads);
-  auto model = BuildModel(arch, 1.0f, {1, f.hw, f.hw, f.channels}, 10, dev.get());
-  if (!model.ok()) {
-    absl::FPrintF(stderr, "%s\n", model.status().ToString());
-    return 1;
-  }
+absl::Status Bench(const Flags& f, const std::string& arch) {
+  topiary::v1::DeviceSpec ds;
+  ds.set_kind(f.device == "cuda" ? topiary::v1::DeviceSpec::CUDA : topiary::v1::DeviceSpec::CPU);
+  ds.set_threads(f.threads);
+  auto dev = CreateDevice(ds);
+  if (!dev.ok()) return dev.status();
+  auto model = BuildModel(arch, 1.0f, {1, f.hw, f.hw, f.channels}, f.classes, dev->get());
+  if (!model.ok()) return model.status();
   (*model)->Initialize(1);
-  auto net = Network::Plan(model->get(), f.batch, true);
-  if (!net.ok()) {
-    absl::FPrintF(stderr, "%s\n", net.status().ToString());
-    return 1;
-  }
+  PlanOptions options;
+  options.tf32 = f.precision == "tf32";
+  auto net = Network::Plan(model->get(), f.batch, true, options);
+  if (!net.ok()) return net.status();
   topiary::v1::OptimizerSpec spec;
   spec.set_lr(0.01f);
   spec.set_momentum(0.9f);
   spec.set_weight_decay(5e-4f);
-  SgdOptimizer opt((*model)->parameters(), spec);
+  SgdOptimizer opt((*model)->parameters(), spec, dev->get());
+  const int total_steps = f.warmup + f.steps + 2;
+  auto clock = TrainingClock::Create(dev->get(), std::vector<float>(total_steps, 0.01f));
+  if (!clock.ok()) return clock.status();
+  TOPIARY_RETURN_IF_ERROR(clock->BeginEpoch(0, 0));
+
   std::mt19937 gen(1);
   std::normal_distribution<float> dist;
-  const size_t n_in = static_cast<size_t>(f.batch) * f.hw * f.hw * f.channels;
-  for (size_t i = 0; i < n_in; ++i) (*net)->input()[i] = dist(gen);
+  std::vector<float> x(static_cast<size_t>(f.batch) * f.hw * f.hw * f.channels);
+  for (auto& v : x) v = dist(gen);
   std::vector<int32_t> labels(f.batch);
-  for (int i = 0; i < f.batch; ++i) labels[i] = i % 10;
-  auto step = [&] {
-    (*net)->Forward(true);
-    (*net)->Loss(labels.data(), 0.0f);
-    (*net)->Backward();
-    opt.Step(0.01f);
+  for (int i = 0; i < f.batch; ++i) labels[i] = i % f.classes;
+  (*dev)->CopyFromHost((*net)->input(), x.data(), x.size() * sizeof(float));
+  (*dev)->CopyFromHost((*net)->labels(), labels.data(), labels.size() * sizeof(int32_t));
+
+  auto step = [&]() -> absl::Status {
+    TOPIARY_RETURN_IF_ERROR(clock->Tick(f.batch));
+    TOPIARY_RETURN_IF_ERROR((*net)->Forward(true));
+    TOPIARY_RETURN_IF_ERROR((*net)->Loss(0.0f));
+    TOPIARY_RETURN_IF_ERROR((*net)->Backward());
+    return opt.Step(clock->clock());
   };
-  for (int i = 0; i < f.warmup; ++i) step();
+  const bool graphs = f.graphs && (*dev)->cuda() != nullptr;
+  std::unique_ptr<CapturedWork> graph;
+  for (int i = 0; i < f.warmup; ++i) TOPIARY_RETURN_IF_ERROR(step());
+  if (graphs) {
+    TOPIARY_RETURN_IF_ERROR((*dev)->BeginCapture());
+    const absl::Status st = step();
+    auto g = (*dev)->EndCapture();
+    TOPIARY_RETURN_IF_ERROR(st);
+    if (!g.ok()) return g.status();
+    graph = std::move(*g);
+    TOPIARY_RETURN_IF_ERROR(graph->Replay());
+  }
+  TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < f.steps; ++i) step();
+  for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(graph ? graph->Replay() : step());
+  TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto metrics = (*net)->TakeMetrics();
+  if (!metrics.ok()) return metrics.status();
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
-      "\"threads\":%d,\"images_per_s\":%.1f,\"ms_per_step\":%.2f,\"planned_mb\":%.1f}\n",
-      arch, f.batch, f.hw, f.hw, f.channels, f.threads, f.batch * f.steps / s, 1000 * s / f.steps,
-      (*net)->planned_bytes() / 1048576.0);
-  return 0;
+      "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
+      "\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,\"device_mb\":%.1f,"
+      "\"loss\":%.4f}\n",
+      arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision, graph ? "true" : "false",
+      f.threads, f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
+      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -79,16 +111,30 @@ int main(int argc, char** argv) {
       f.hw = std::stoi(v);
     else if (k == "--channels")
       f.channels = std::stoi(v);
+    else if (k == "--classes")
+      f.classes = std::stoi(v);
     else if (k == "--steps")
       f.steps = std::stoi(v);
     else if (k == "--threads")
       f.threads = std::stoi(v);
+    else if (k == "--device")
+      f.device = v;
+    else if (k == "--graphs")
+      f.graphs = v != "0";
+    else if (k == "--precision")
+      f.precision = v;
     else {
       absl::FPrintF(stderr, "unknown flag %s\n", k);
       return 2;
     }
   }
   int rc = 0;
-  for (const auto& m : f.models) rc |= topiary::Bench(f, m);
+  for (const auto& m : f.models) {
+    const absl::Status st = topiary::Bench(f, m);
+    if (!st.ok()) {
+      absl::FPrintF(stderr, "%s: %s\n", m, st.ToString());
+      rc = 1;
+    }
+  }
   return rc;
 }

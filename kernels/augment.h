@@ -1,0 +1,43 @@
+// Batch assembly: gathers uint8 NHWC images by index, applies the training augmentation
+// (random crop after zero padding, horizontal flip) and per-channel normalization, and writes
+// float NHWC plus labels. The random draws are stateless: image j of the epoch's order uses
+// Philox(key, counter = {epoch, j, 0, 0}), so the CPU and the GPU build identical batches and
+// any batch can be rebuilt without replaying the ones before it.
+#ifndef TOPIARY_KERNELS_AUGMENT_H_
+#define TOPIARY_KERNELS_AUGMENT_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/step_clock.h"
+
+namespace topiary::kernels {
+
+struct CudaContext;
+
+struct AssembleParams {
+  int h = 0, w = 0, c = 0;  // image shape
+  int count = 0;            // images in this batch (rows of x)
+  int64_t first = 0;        // position in `order` of the batch's first image
+  int epoch = 0;
+  bool augment = false;
+  int crop_padding = 0;
+  bool horizontal_flip = false;
+  uint32_t key0 = 0, key1 = 0;  // Philox key of the augmentation stream
+};
+
+// lut[ch * 256 + v]: the normalized value of raw byte v in channel ch (c * 256 floats).
+void AssembleBatchCpu(const AssembleParams& p, const uint8_t* pixels, const int32_t* labels,
+                      const int32_t* order, const float* lut, float* x, int32_t* batch_labels);
+
+// CUDA twin. When clock is not null, the batch's position and epoch are read from it at run
+// time (replacing p.first and p.epoch): a captured CUDA graph then assembles each step's
+// batch without being rebuilt.
+absl::Status AssembleBatchCuda(const AssembleParams& p, const StepClock* clock,
+                               const uint8_t* pixels, const int32_t* labels, const int32_t* order,
+                               const float* lut, float* x, int32_t* batch_labels,
+                               const CudaContext& ctx);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_AUGMENT_H_

@@ -1,0 +1,269 @@
+// Batch norm on NHWC [M, C]. Statistics: blocks of 32 channels x 8 row lanes walk a slice of
+// rows each; a thread keeps a running (count, mean, M2) (Welford) or plain sums, the 8 lanes
+// are merged in order in shared memory, and a second kernel merges the slices per channel in
+// order, in double. No atomics: the same input gives the same bits on every run.
+#include <algorithm>
+
+#include "kernels/batch_norm.h"
+#include "kernels/cuda_context.h"
+#include "kernels/cuda_launch.cuh"
+
+namespace topiary::kernels {
+namespace {
+
+constexpr int kTileC = 32;  // channels per block (one warp across a row: coalesced)
+constexpr int kLanes = 8;   // row lanes per block
+
+int Slices(const BatchNormShape& sh) {
+  return static_cast<int>(std::clamp<int64_t>(sh.m / 256, 1, 256));
+}
+
+int Tiles(const BatchNormShape& sh) { return (sh.c + kTileC - 1) / kTileC; }
+
+__device__ inline void RowRange(int64_t m, int slices, int slice, int64_t* begin, int64_t* end) {
+  *begin = m * slice / slices;
+  *end = m * (slice + 1) / slices;
+}
+
+// Chan et al.'s merge of two (count, mean, M2) summaries into the first.
+__device__ inline void Merge(float& n, float& mean, float& m2, float nb, float meanb, float m2b) {
+  if (nb == 0.0f) return;
+  const float total = n + nb;
+  const float delta = meanb - mean;
+  mean += delta * nb / total;
+  m2 += m2b + delta * delta * n * nb / total;
+  n = total;
+}
+
+// Partial Welford summaries per (slice, channel): out[3][slices][C] = count, mean, M2.
+__global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restrict__ x,
+                              float* __restrict__ out) {
+  const int ch = blockIdx.x * kTileC + threadIdx.x;
+  const int slice = blockIdx.y;
+  int64_t begin, end;
+  RowRange(m, slices, slice, &begin, &end);
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  if (ch < c) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
+      const float v = x[r * c + ch];
+      n += 1.0f;
+      const float d = v - mean;
+      mean += d / n;
+      m2 += d * (v - mean);
+    }
+  }
+  __shared__ float sn[kLanes][kTileC], smean[kLanes][kTileC], sm2[kLanes][kTileC];
+  sn[threadIdx.y][threadIdx.x] = n;
+  smean[threadIdx.y][threadIdx.x] = mean;
+  sm2[threadIdx.y][threadIdx.x] = m2;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int l = 1; l < kLanes; ++l) {
+      Merge(n, mean, m2, sn[l][threadIdx.x], smean[l][threadIdx.x], sm2[l][threadIdx.x]);
+    }
+    const size_t plane = static_cast<size_t>(slices) * c;
+    out[static_cast<size_t>(slice) * c + ch] = n;
+    out[plane + static_cast<size_t>(slice) * c + ch] = mean;
+    out[2 * plane + static_cast<size_t>(slice) * c + ch] = m2;
+  }
+}
+
+// Per channel: merge the slices (double), update running statistics, and write the
+// normalization's scale and shift (into coef[0..C) and coef[C..2C)).
+__global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
+                                    const float* gamma, const float* beta, float* running_mean,
+                                    float* running_var, float* save_mean, float* save_inv_std,
+                                    float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= sh.c) return;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  double n = 0.0, mean = 0.0, m2 = 0.0;
+  for (int s = 0; s < slices; ++s) {
+    const double nb = part[static_cast<size_t>(s) * sh.c + ch];
+    if (nb == 0.0) continue;
+    const double meanb = part[plane + static_cast<size_t>(s) * sh.c + ch];
+    const double m2b = part[2 * plane + static_cast<size_t>(s) * sh.c + ch];
+    const double total = n + nb;
+    const double delta = meanb - mean;
+    mean += delta * nb / total;
+    m2 += m2b + delta * delta * n * nb / total;
+    n = total;
+  }
+  const double var = m2 / n;
+  const double inv_std = 1.0 / sqrt(var + sh.eps);
+  save_mean[ch] = static_cast<float>(mean);
+  save_inv_std[ch] = static_cast<float>(inv_std);
+  coef[ch] = static_cast<float>(gamma[ch] * inv_std);
+  coef[sh.c + ch] = static_cast<float>(beta[ch] - mean * gamma[ch] * inv_std);
+  const double unbiased = m2 / (n - 1.0);
+  running_mean[ch] = (1.0f - sh.momentum) * running_mean[ch] + sh.momentum * save_mean[ch];
+  running_var[ch] =
+      static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
+}
+
+template <bool kRelu>
+__global__ void ScaleShiftKernel(int64_t n, int c, const float* __restrict__ x,
+                                 const float* __restrict__ coef, float* __restrict__ y) {
+  TOPIARY_GRID_STRIDE(i, n) {
+    const int ch = static_cast<int>(i % c);
+    const float v = x[i] * coef[ch] + coef[c + ch];
+    y[i] = kRelu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+template <bool kRelu>
+__global__ void EvalKernel(int64_t n, int c, float eps, const float* __restrict__ x,
+                           const float* gamma, const float* beta, const float* rm, const float* rv,
+                           float* __restrict__ y) {
+  TOPIARY_GRID_STRIDE(i, n) {
+    const int ch = static_cast<int>(i % c);
+    const float inv_std = rsqrtf(rv[ch] + eps);
+    const float v = (x[i] - rm[ch]) * inv_std * gamma[ch] + beta[ch];
+    y[i] = kRelu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+// Partial sums per (slice, channel): out[2][slices][C] = sum g, sum g * xhat, with g the
+// incoming gradient masked by the fused ReLU's output.
+template <bool kRelu>
+__global__ void GradSumsKernel(int64_t m, int c, int slices, const float* __restrict__ x,
+                               const float* __restrict__ y, const float* __restrict__ dy,
+                               const float* __restrict__ mean, const float* __restrict__ inv_std,
+                               float* __restrict__ out) {
+  const int ch = blockIdx.x * kTileC + threadIdx.x;
+  const int slice = blockIdx.y;
+  int64_t begin, end;
+  RowRange(m, slices, slice, &begin, &end);
+  float a = 0.0f, b = 0.0f;
+  if (ch < c) {
+    const float mu = mean[ch], is = inv_std[ch];
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
+      const int64_t k = r * c + ch;
+      const float g = (!kRelu || y[k] > 0.0f) ? dy[k] : 0.0f;
+      a += g;
+      b += g * (x[k] - mu) * is;
+    }
+  }
+  __shared__ float sa[kLanes][kTileC], sb[kLanes][kTileC];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int l = 1; l < kLanes; ++l) {
+      a += sa[l][threadIdx.x];
+      b += sb[l][threadIdx.x];
+    }
+    const size_t plane = static_cast<size_t>(slices) * c;
+    out[static_cast<size_t>(slice) * c + ch] = a;
+    out[plane + static_cast<size_t>(slice) * c + ch] = b;
+  }
+}
+
+// Per channel: dgamma, dbeta, and coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+__global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
+                                 const float* gamma, const float* inv_std, float* dgamma,
+                                 float* dbeta, float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= sh.c) return;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  double a = 0.0, b = 0.0;
+  for (int s = 0; s < slices; ++s) {
+    a += part[static_cast<size_t>(s) * sh.c + ch];
+    b += part[plane + static_cast<size_t>(s) * sh.c + ch];
+  }
+  dbeta[ch] = static_cast<float>(a);
+  dgamma[ch] = static_cast<float>(b);
+  coef[ch] = gamma[ch] * inv_std[ch];
+  coef[sh.c + ch] = static_cast<float>(a / sh.m);
+  coef[2 * sh.c + ch] = static_cast<float>(b / sh.m);
+}
+
+template <bool kRelu>
+__global__ void GradApplyKernel(int64_t n, int c, const float* __restrict__ x,
+                                const float* __restrict__ y, const float* __restrict__ dy,
+                                const float* __restrict__ mean, const float* __restrict__ inv_std,
+                                const float* __restrict__ coef, float* __restrict__ dx) {
+  TOPIARY_GRID_STRIDE(i, n) {
+    const int ch = static_cast<int>(i % c);
+    const float g = (!kRelu || y[i] > 0.0f) ? dy[i] : 0.0f;
+    const float xhat = (x[i] - mean[ch]) * inv_std[ch];
+    dx[i] = coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]);
+  }
+}
+
+}  // namespace
+
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh) {
+  return static_cast<size_t>(3) * Slices(sh) * sh.c + 3 * static_cast<size_t>(sh.c);
+}
+
+absl::Status BatchNormForwardTrainCuda(const BatchNormShape& sh, const float* x, const float* gamma,
+                                       const float* beta, float* running_mean, float* running_var,
+                                       float* save_mean, float* save_inv_std, float* y,
+                                       float* workspace, const CudaContext& ctx) {
+  const int slices = Slices(sh);
+  float* part = workspace;
+  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(sh.m, sh.c,
+                                                                                  slices, x, part);
+  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
+  FinishMomentsKernel<<<(sh.c + 127) / 128, 128, 0, ctx.stream>>>(
+      sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
+  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
+  const int64_t n = sh.m * sh.c;
+  if (sh.relu) {
+    ScaleShiftKernel<true>
+        <<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, sh.c, x, coef, y);
+  } else {
+    ScaleShiftKernel<false>
+        <<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, sh.c, x, coef, y);
+  }
+  return LaunchStatus("batch norm apply");
+}
+
+absl::Status BatchNormForwardEvalCuda(const BatchNormShape& sh, const float* x, const float* gamma,
+                                      const float* beta, const float* running_mean,
+                                      const float* running_var, float* y, const CudaContext& ctx) {
+  const int64_t n = sh.m * sh.c;
+  if (sh.relu) {
+    EvalKernel<true><<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        n, sh.c, sh.eps, x, gamma, beta, running_mean, running_var, y);
+  } else {
+    EvalKernel<false><<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        n, sh.c, sh.eps, x, gamma, beta, running_mean, running_var, y);
+  }
+  return LaunchStatus("batch norm inference");
+}
+
+absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, const float* y,
+                                   const float* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, float* dx, float* dgamma,
+                                   float* dbeta, float* workspace, const CudaContext& ctx) {
+  const int slices = Slices(sh);
+  float* part = workspace;
+  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
+  const int64_t n = sh.m * sh.c;
+  const int blocks = BlocksFor(n, ctx.sm_count);
+  if (sh.relu) {
+    GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, x, y, dy, save_mean,
+                                                         save_inv_std, part);
+  } else {
+    GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, x, y, dy, save_mean,
+                                                          save_inv_std, part);
+  }
+  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
+  FinishGradKernel<<<(sh.c + 127) / 128, 128, 0, ctx.stream>>>(sh, slices, part, gamma,
+                                                               save_inv_std, dgamma, dbeta, coef);
+  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
+  if (sh.relu) {
+    GradApplyKernel<true>
+        <<<blocks, kThreads, 0, ctx.stream>>>(n, sh.c, x, y, dy, save_mean, save_inv_std, coef, dx);
+  } else {
+    GradApplyKernel<false>
+        <<<blocks, kThreads, 0, ctx.stream>>>(n, sh.c, x, y, dy, save_mean, save_inv_std, coef, dx);
+  }
+  return LaunchStatus("batch norm input gradient");
+}
+
+}  // namespace topiary::kernels

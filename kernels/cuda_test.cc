@@ -1,0 +1,354 @@
+// Every CUDA kernel against its CPU twin on the same random inputs. Tagged gpu: skips, saying
+// why, where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/batch_norm.h"
+#include "kernels/conv.h"
+#include "kernels/cuda_context.h"
+#include "kernels/elementwise.h"
+#include "kernels/linear.h"
+#include "kernels/loss.h"
+#include "kernels/parallel.h"
+#include "kernels/pooling.h"
+#include "kernels/sgd.h"
+#include "kernels/test_util.h"
+
+namespace topiary::kernels {
+namespace {
+
+using testing::RandomFloats;
+
+// max |a - b| / max(max |b|, 1e-6)
+double Rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, scale = 1e-6;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return err / scale;
+}
+
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(size_t n) : n_(n) {
+    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
+    EXPECT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p_); }
+  T* get() const { return p_; }
+  std::vector<T> Host() const {
+    std::vector<T> v(n_);
+    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0) {
+      GTEST_SKIP() << "no usable GPU: "
+                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    }
+    ASSERT_EQ(cudaStreamCreate(&ctx_.stream), cudaSuccess);
+    ASSERT_EQ(cudnnCreate(&ctx_.cudnn), CUDNN_STATUS_SUCCESS);
+    ASSERT_EQ(cublasCreate(&ctx_.cublas), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasSetStream(ctx_.cublas, ctx_.stream), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cudnnSetStream(ctx_.cudnn, ctx_.stream), CUDNN_STATUS_SUCCESS);
+    cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, 0);
+    SetCpuThreads(0);
+  }
+  void TearDown() override {
+    if (ctx_.cublas) cublasDestroy(ctx_.cublas);
+    if (ctx_.cudnn) cudnnDestroy(ctx_.cudnn);
+    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+  }
+  void Sync() { ASSERT_EQ(cudaStreamSynchronize(ctx_.stream), cudaSuccess); }
+  CudaContext ctx_;
+};
+
+TEST_F(CudaKernels, ElementwiseAndBias) {
+  const int64_t n = 1000003;  // odd, several grid strides
+  auto a = RandomFloats(n, 1), b = RandomFloats(n, 2), g = RandomFloats(n, 3);
+  Dev<float> da(a), db(b), dg(g), y(n), dx(n), dx2(n);
+  std::vector<float> ry(n), rdx(n), rdx2(n);
+  ASSERT_TRUE(ReluForwardCuda(n, da.get(), y.get(), ctx_).ok());
+  ReluForwardCpu(n, a.data(), ry.data());
+  Sync();
+  EXPECT_EQ(y.Host(), ry);
+  ASSERT_TRUE(ReluBackwardCuda(n, y.get(), dg.get(), dx.get(), ctx_).ok());
+  ReluBackwardCpu(n, ry.data(), g.data(), rdx.data());
+  Sync();
+  EXPECT_EQ(dx.Host(), rdx);
+  ASSERT_TRUE(AddReluCuda(n, da.get(), db.get(), y.get(), ctx_).ok());
+  AddReluCpu(n, a.data(), b.data(), ry.data());
+  ASSERT_TRUE(AddReluBackwardCuda(n, y.get(), dg.get(), dx.get(), dx2.get(), ctx_).ok());
+  AddReluBackwardCpu(n, ry.data(), g.data(), rdx.data(), rdx2.data());
+  Sync();
+  EXPECT_EQ(y.Host(), ry);
+  EXPECT_EQ(dx.Host(), rdx);
+  EXPECT_EQ(dx2.Host(), rdx2);
+  ASSERT_TRUE(AddCuda(n, da.get(), db.get(), y.get(), ctx_).ok());
+  AddCpu(n, a.data(), b.data(), ry.data());
+  Sync();
+  EXPECT_EQ(y.Host(), ry);
+
+  const int64_t rows = 777;
+  const int c = 13;
+  auto bias = RandomFloats(c, 4), m = RandomFloats(rows * c, 5);
+  Dev<float> dbias(bias), dm(m), dgrad(c);
+  ASSERT_TRUE(AddBiasCuda(rows, c, dbias.get(), dm.get(), ctx_).ok());
+  ASSERT_TRUE(BiasGradCuda(rows, c, dm.get(), dgrad.get(), ctx_).ok());
+  std::vector<float> rgrad(c);
+  AddBiasCpu(rows, c, bias.data(), m.data());
+  BiasGradCpu(rows, c, m.data(), rgrad.data());
+  Sync();
+  EXPECT_EQ(dm.Host(), m);
+  EXPECT_LT(Rel(dgrad.Host(), rgrad), 1e-5);
+}
+
+TEST_F(CudaKernels, BatchNormMatchesCpu) {
+  for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {100352, 16}, {12, 2048}, {50, 40}}) {
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu" : ""));
+      BatchNormShape sh{m, c};
+      sh.relu = relu;
+      auto x = RandomFloats(m * c, 6, -1.0f, 3.0f), gamma = RandomFloats(c, 7, 0.5f, 1.5f);
+      auto beta = RandomFloats(c, 8), g = RandomFloats(m * c, 9);
+      std::vector<float> rm(c, 0.1f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
+      Dev<float> dx(x), dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c), dy(m * c);
+      Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh)), dgr(g);
+      ASSERT_TRUE(BatchNormForwardTrainCuda(sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
+                                            drv.get(), dmean.get(), dinv.get(), dy.get(), ws.get(),
+                                            ctx_)
+                      .ok());
+      BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                               mean.data(), inv.data(), y.data());
+      Sync();
+      EXPECT_LT(Rel(dy.Host(), y), 1e-4);
+      EXPECT_LT(Rel(dmean.Host(), mean), 1e-4);
+      EXPECT_LT(Rel(dinv.Host(), inv), 1e-4);
+      EXPECT_LT(Rel(drm.Host(), rm), 1e-4);
+      EXPECT_LT(Rel(drv.Host(), rv), 1e-4);
+
+      std::vector<float> rdx(m * c), rdg(c), rdb(c);
+      Dev<float> ddx(m * c), ddg(c), ddb(c);
+      // Backward from the CPU's saved statistics and output, so only the backward differs.
+      Dev<float> cmean(mean), cinv(inv), cy(y);
+      ASSERT_TRUE(BatchNormBackwardCuda(sh, dx.get(), cy.get(), dgr.get(), dgamma.get(),
+                                        cmean.get(), cinv.get(), ddx.get(), ddg.get(), ddb.get(),
+                                        ws.get(), ctx_)
+                      .ok());
+      BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(), mean.data(), inv.data(),
+                           rdx.data(), rdg.data(), rdb.data());
+      Sync();
+      EXPECT_LT(Rel(ddx.Host(), rdx), 1e-3);
+      EXPECT_LT(Rel(ddg.Host(), rdg), 1e-3);
+      EXPECT_LT(Rel(ddb.Host(), rdb), 1e-3);
+
+      Dev<float> ey(m * c);
+      ASSERT_TRUE(BatchNormForwardEvalCuda(sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
+                                           drv.get(), ey.get(), ctx_)
+                      .ok());
+      BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                              y.data());
+      Sync();
+      EXPECT_LT(Rel(ey.Host(), y), 1e-4);
+    }
+  }
+}
+
+PoolShape Pool(int n, int h, int w, int c, int r, int stride, int pad) {
+  PoolShape s;
+  s.n = n;
+  s.h = h;
+  s.w = w;
+  s.c = c;
+  s.r = s.s = r;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+
+TEST_F(CudaKernels, PoolingMatchesCpu) {
+  for (const PoolShape& sh : {Pool(2, 4, 4, 3, 2, 2, 0), Pool(3, 7, 5, 2, 3, 2, 1),
+                              Pool(2, 28, 28, 6, 2, 2, 0), Pool(1, 9, 9, 64, 3, 2, 1)}) {
+    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
+    auto x = RandomFloats(nx, 10), g = RandomFloats(ny, 11);
+    x[0] = x[1];  // a tie: both sides must route it to the first position
+    Dev<float> dx(x), dg(g), y(ny), gx(nx);
+    for (bool max : {true, false}) {
+      std::vector<float> ry(ny), rgx(nx);
+      if (max) {
+        ASSERT_TRUE(MaxPoolForwardCuda(sh, dx.get(), y.get(), ctx_).ok());
+        ASSERT_TRUE(MaxPoolBackwardCuda(sh, dx.get(), y.get(), dg.get(), gx.get(), ctx_).ok());
+        MaxPoolForwardCpu(sh, x.data(), ry.data());
+        MaxPoolBackwardCpu(sh, x.data(), ry.data(), g.data(), rgx.data());
+      } else {
+        ASSERT_TRUE(AvgPoolForwardCuda(sh, dx.get(), y.get(), ctx_).ok());
+        ASSERT_TRUE(AvgPoolBackwardCuda(sh, dg.get(), gx.get(), ctx_).ok());
+        AvgPoolForwardCpu(sh, x.data(), ry.data());
+        AvgPoolBackwardCpu(sh, g.data(), rgx.data());
+      }
+      Sync();
+      EXPECT_LT(Rel(y.Host(), ry), 1e-6) << (max ? "max" : "avg");
+      EXPECT_LT(Rel(gx.Host(), rgx), 1e-6) << (max ? "max" : "avg");
+    }
+  }
+  const int n = 5, hw = 49, c = 37;
+  auto x = RandomFloats(n * hw * c, 12), g = RandomFloats(n * c, 13);
+  Dev<float> dx(x), dg(g), y(n * c), gx(n * hw * c);
+  std::vector<float> ry(n * c), rgx(n * hw * c);
+  ASSERT_TRUE(GlobalAvgPoolForwardCuda(n, hw, c, dx.get(), y.get(), ctx_).ok());
+  ASSERT_TRUE(GlobalAvgPoolBackwardCuda(n, hw, c, dg.get(), gx.get(), ctx_).ok());
+  GlobalAvgPoolForwardCpu(n, hw, c, x.data(), ry.data());
+  GlobalAvgPoolBackwardCpu(n, hw, c, g.data(), rgx.data());
+  Sync();
+  EXPECT_LT(Rel(y.Host(), ry), 1e-5);
+  EXPECT_LT(Rel(gx.Host(), rgx), 1e-6);
+}
+
+TEST_F(CudaKernels, LossAndMetricsMatchCpu) {
+  for (int classes : {10, 100, 1000}) {
+    const int n = 129;
+    auto z = RandomFloats(n * classes, 14, -5.0f, 5.0f);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = (i * 7) % classes;
+    for (float smoothing : {0.0f, 0.1f}) {
+      Dev<float> dz(z), dd(n * classes), loss(n);
+      Dev<int32_t> dl(labels), rank(n);
+      Dev<double> acc(std::vector<double>(4, 0.0));
+      ASSERT_TRUE(SoftmaxCrossEntropyCuda(n, classes, dz.get(), dl.get(), smoothing, dd.get(),
+                                          loss.get(), rank.get(), ctx_)
+                      .ok());
+      ASSERT_TRUE(AccumulateMetricsCuda(n, loss.get(), rank.get(), 5, acc.get(), ctx_).ok());
+      std::vector<float> rd(n * classes);
+      const double rloss =
+          SoftmaxCrossEntropyCpu(n, classes, z.data(), labels.data(), smoothing, rd.data());
+      Sync();
+      const auto a = acc.Host();
+      EXPECT_NEAR(a[0] / n, rloss, 1e-4 * std::abs(rloss));
+      EXPECT_EQ(a[1], TopKCorrectCpu(n, classes, z.data(), labels.data(), 1));
+      EXPECT_EQ(a[2], TopKCorrectCpu(n, classes, z.data(), labels.data(), 5));
+      EXPECT_EQ(a[3], n);
+      EXPECT_LT(Rel(dd.Host(), rd), 1e-4);
+    }
+  }
+}
+
+TEST_F(CudaKernels, SgdMatchesCpu) {
+  const int64_t n = 10007;
+  for (bool nesterov : {false, true}) {
+    for (bool decoupled : {false, true}) {
+      SgdParams p{0.05f, 0.9f, nesterov, 5e-4f, decoupled};
+      auto w = RandomFloats(n, 15);
+      std::vector<float> buf(n, 0.0f);
+      std::vector<uint8_t> mask(n);
+      for (int64_t i = 0; i < n; ++i) mask[i] = i % 4 != 0;
+      Dev<float> dw(w), dbuf(buf), lr(std::vector<float>{p.lr});
+      Dev<uint8_t> dmask(mask);
+      for (int step = 0; step < 4; ++step) {
+        auto g = RandomFloats(n, 100 + step);
+        Dev<float> dg(g);
+        ASSERT_TRUE(
+            SgdStepCuda(n, p, lr.get(), dg.get(), dmask.get(), dw.get(), dbuf.get(), ctx_).ok());
+        SgdStepCpu(n, p, g.data(), mask.data(), w.data(), buf.data());
+        Sync();
+      }
+      const auto gw = dw.Host();
+      EXPECT_LT(Rel(gw, w), 1e-5);
+      for (int64_t i = 0; i < n; i += 4) EXPECT_EQ(gw[i], 0.0f);
+    }
+  }
+}
+
+TEST_F(CudaKernels, LinearMatchesCpu) {
+  for (LinearShape sh : {LinearShape{1, 7, 3}, LinearShape{128, 400, 120}, LinearShape{33, 9, 1}}) {
+    auto x = RandomFloats(sh.n * sh.in, 16), w = RandomFloats(sh.out * sh.in, 17);
+    auto b = RandomFloats(sh.out, 18), g = RandomFloats(sh.n * sh.out, 19);
+    Dev<float> dx(x), dw(w), db(b), dg(g), y(sh.n * sh.out), gx(sh.n * sh.in), gw(sh.out * sh.in),
+        gb(sh.out);
+    std::vector<float> ry(sh.n * sh.out), rgx(sh.n * sh.in), rgw(sh.out * sh.in), rgb(sh.out);
+    ASSERT_TRUE(LinearForwardCuda(sh, dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
+    ASSERT_TRUE(LinearBackwardDataCuda(sh, dg.get(), dw.get(), gx.get(), ctx_).ok());
+    ASSERT_TRUE(LinearBackwardFilterCuda(sh, dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
+    LinearForwardCpu(sh, x.data(), w.data(), b.data(), ry.data());
+    LinearBackwardDataCpu(sh, g.data(), w.data(), rgx.data());
+    LinearBackwardFilterCpu(sh, x.data(), g.data(), rgw.data(), rgb.data());
+    Sync();
+    EXPECT_LT(Rel(y.Host(), ry), 1e-5);
+    EXPECT_LT(Rel(gx.Host(), rgx), 1e-5);
+    EXPECT_LT(Rel(gw.Host(), rgw), 1e-5);
+    EXPECT_LT(Rel(gb.Host(), rgb), 1e-5);
+  }
+}
+
+ConvShape Conv(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
+  ConvShape sh;
+  sh.n = n;
+  sh.h = h;
+  sh.w = w;
+  sh.c = c;
+  sh.k = k;
+  sh.r = r;
+  sh.s = s;
+  sh.stride_h = sh.stride_w = stride;
+  sh.pad_h = sh.pad_w = pad;
+  return sh;
+}
+
+TEST_F(CudaKernels, ConvMatchesCpu) {
+  for (const ConvShape& sh :
+       {Conv(2, 5, 5, 3, 4, 3, 3, 1, 1), Conv(1, 7, 6, 3, 5, 3, 3, 2, 1),
+        Conv(3, 6, 6, 8, 16, 1, 1, 1, 0), Conv(2, 7, 7, 5, 3, 1, 1, 2, 0),
+        Conv(2, 9, 8, 2, 3, 5, 3, 1, 2), Conv(4, 28, 28, 1, 6, 5, 5, 1, 2),
+        Conv(2, 4, 4, 3, 2, 4, 4, 1, 0), Conv(128, 32, 32, 16, 16, 3, 3, 1, 1),
+        Conv(2, 33, 33, 3, 64, 7, 7, 2, 3)}) {
+    for (ConvMath math : {ConvMath::kFp32, ConvMath::kTf32}) {
+      SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.c) +
+                   " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) +
+                   (math == ConvMath::kTf32 ? " tf32" : " fp32"));
+      const double tol = math == ConvMath::kFp32 ? 1e-4 : 1e-2;
+      auto plan = ConvCudaPlan::Create(sh, math, size_t{1} << 30, ctx_);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+      const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+      const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+      auto x = RandomFloats(nx, 20), w = RandomFloats(nw, 21), b = RandomFloats(sh.k, 22);
+      auto g = RandomFloats(ny, 23);
+      Dev<float> dx(x), dw(w), db(b), dg(g), y(ny), gx(nx), gw(nw), gb(sh.k);
+      Dev<uint8_t> ws((*plan)->workspace_bytes());
+      ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ws.get(), ctx_).ok());
+      ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ws.get(), ctx_).ok());
+      ASSERT_TRUE(
+          (*plan)->BackwardFilter(dx.get(), dg.get(), gw.get(), gb.get(), ws.get(), ctx_).ok());
+      std::vector<float> cws(ConvWorkspaceFloatsCpu(sh) + 1), ry(ny), rgx(nx), rgw(nw), rgb(sh.k);
+      Conv2dForwardCpu(sh, x.data(), w.data(), b.data(), ry.data(), cws.data());
+      Conv2dBackwardDataCpu(sh, g.data(), w.data(), rgx.data(), cws.data());
+      Conv2dBackwardFilterCpu(sh, x.data(), g.data(), rgw.data(), rgb.data(), cws.data());
+      Sync();
+      EXPECT_LT(Rel(y.Host(), ry), tol);
+      EXPECT_LT(Rel(gx.Host(), rgx), tol);
+      EXPECT_LT(Rel(gw.Host(), rgw), tol);
+      EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topiary::kernels
