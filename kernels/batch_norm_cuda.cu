@@ -35,7 +35,10 @@ __device__ inline void Merge(float& n, float& mean, float& m2, float nb, float m
   n = total;
 }
 
-// Partial Welford summaries per (slice, channel): out[3][slices][C] = count, mean, M2.
+// Partial summaries per (slice, channel): out[3][slices][C] = count, mean, M2. A thread sums
+// x - shift and its square (shift: the first value it sees, which keeps the sums small and
+// avoids cancellation) with no division per element, then turns them into (count, mean, M2)
+// for the ordered merges.
 __global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restrict__ x,
                               float* __restrict__ out) {
   const int ch = blockIdx.x * kTileC + threadIdx.x;
@@ -43,14 +46,20 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restr
   int64_t begin, end;
   RowRange(m, slices, slice, &begin, &end);
   float n = 0.0f, mean = 0.0f, m2 = 0.0f;
-  if (ch < c) {
+  if (ch < c && begin + threadIdx.y < end) {
+    const float shift = x[(begin + threadIdx.y) * c + ch];
+    float s = 0.0f, sq = 0.0f;
+    int count = 0;
     for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
-      const float v = x[r * c + ch];
-      n += 1.0f;
-      const float d = v - mean;
-      mean += d / n;
-      m2 += d * (v - mean);
+      const float d = x[r * c + ch] - shift;
+      s += d;
+      sq += d * d;
+      ++count;
     }
+    n = static_cast<float>(count);
+    const float md = s / n;
+    mean = shift + md;
+    m2 = fmaxf(sq - s * md, 0.0f);
   }
   __shared__ float sn[kLanes][kTileC], smean[kLanes][kTileC], sm2[kLanes][kTileC];
   sn[threadIdx.y][threadIdx.x] = n;
@@ -68,27 +77,36 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restr
   }
 }
 
-// Per channel: merge the slices (double), update running statistics, and write the
-// normalization's scale and shift (into coef[0..C) and coef[C..2C)).
+// One block per channel: merges the slices (double) along a fixed binary tree (the same
+// order every run, and log2(slices) steps instead of a serial chain of divisions), then
+// updates the running statistics and writes the normalization's scale and shift (into
+// coef[0..C) and coef[C..2C)).
+constexpr int kFinishThreads = 256;  // >= the most slices Slices() returns
+
 __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
                                     const float* gamma, const float* beta, float* running_mean,
                                     float* running_var, float* save_mean, float* save_inv_std,
                                     float* coef) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= sh.c) return;
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
   const size_t plane = static_cast<size_t>(slices) * sh.c;
-  double n = 0.0, mean = 0.0, m2 = 0.0;
-  for (int s = 0; s < slices; ++s) {
-    const double nb = part[static_cast<size_t>(s) * sh.c + ch];
-    if (nb == 0.0) continue;
-    const double meanb = part[plane + static_cast<size_t>(s) * sh.c + ch];
-    const double m2b = part[2 * plane + static_cast<size_t>(s) * sh.c + ch];
-    const double total = n + nb;
-    const double delta = meanb - mean;
-    mean += delta * nb / total;
-    m2 += m2b + delta * delta * n * nb / total;
-    n = total;
+  __shared__ double sn[kFinishThreads], smean[kFinishThreads], sm2[kFinishThreads];
+  sn[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  smean[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sm2[t] = t < slices ? part[2 * plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride && sn[t + stride] > 0.0) {
+      const double n = sn[t], nb = sn[t + stride], total = n + nb;
+      const double delta = smean[t + stride] - smean[t];
+      smean[t] += delta * nb / total;
+      sm2[t] += sm2[t + stride] + delta * delta * n * nb / total;
+      sn[t] = total;
+    }
+    __syncthreads();
   }
+  if (t != 0) return;
+  const double n = sn[0], mean = smean[0], m2 = sm2[0];
   const double var = m2 / n;
   const double inv_std = 1.0 / sqrt(var + sh.eps);
   save_mean[ch] = static_cast<float>(mean);
@@ -101,21 +119,23 @@ __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* 
       static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
 }
 
-template <bool kRelu>
-__global__ void ScaleShiftKernel(int64_t n, int c, const float* __restrict__ x,
+template <bool kRelu, typename Index>
+__global__ void ScaleShiftKernel(Index n, int c, const float* __restrict__ x,
                                  const float* __restrict__ coef, float* __restrict__ y) {
-  TOPIARY_GRID_STRIDE(i, n) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
     const float v = x[i] * coef[ch] + coef[c + ch];
     y[i] = kRelu ? fmaxf(v, 0.0f) : v;
   }
 }
 
-template <bool kRelu>
-__global__ void EvalKernel(int64_t n, int c, float eps, const float* __restrict__ x,
+template <bool kRelu, typename Index>
+__global__ void EvalKernel(Index n, int c, float eps, const float* __restrict__ x,
                            const float* gamma, const float* beta, const float* rm, const float* rv,
                            float* __restrict__ y) {
-  TOPIARY_GRID_STRIDE(i, n) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
     const float inv_std = rsqrtf(rv[ch] + eps);
     const float v = (x[i] - rm[ch]) * inv_std * gamma[ch] + beta[ch];
@@ -178,18 +198,36 @@ __global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* par
   coef[2 * sh.c + ch] = static_cast<float>(b / sh.m);
 }
 
-template <bool kRelu>
-__global__ void GradApplyKernel(int64_t n, int c, const float* __restrict__ x,
+template <bool kRelu, typename Index>
+__global__ void GradApplyKernel(Index n, int c, const float* __restrict__ x,
                                 const float* __restrict__ y, const float* __restrict__ dy,
                                 const float* __restrict__ mean, const float* __restrict__ inv_std,
                                 const float* __restrict__ coef, float* __restrict__ dx) {
-  TOPIARY_GRID_STRIDE(i, n) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
     const float g = (!kRelu || y[i] > 0.0f) ? dy[i] : 0.0f;
     const float xhat = (x[i] - mean[ch]) * inv_std[ch];
     dx[i] = coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]);
   }
 }
+
+// Launches kernel<relu, Index> with 32-bit index arithmetic when n allows it (integer
+// division by C is several times cheaper in 32 bits, and these kernels are per element).
+#define TOPIARY_LAUNCH_ELEMENTWISE(kernel, relu, n, blocks, stream, ...)           \
+  do {                                                                             \
+    const bool small = (n) < (int64_t{1} << 31);                                   \
+    if (relu && small)                                                             \
+      kernel<true, int32_t>                                                        \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
+    else if (relu)                                                                 \
+      kernel<true, int64_t><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);    \
+    else if (small)                                                                \
+      kernel<false, int32_t>                                                       \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
+    else                                                                           \
+      kernel<false, int64_t><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);   \
+  } while (0)
 
 }  // namespace
 
@@ -207,17 +245,12 @@ absl::Status BatchNormForwardTrainCuda(const BatchNormShape& sh, const float* x,
   MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(sh.m, sh.c,
                                                                                   slices, x, part);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
-  FinishMomentsKernel<<<(sh.c + 127) / 128, 128, 0, ctx.stream>>>(
+  FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
       sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
   const int64_t n = sh.m * sh.c;
-  if (sh.relu) {
-    ScaleShiftKernel<true>
-        <<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, sh.c, x, coef, y);
-  } else {
-    ScaleShiftKernel<false>
-        <<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, sh.c, x, coef, y);
-  }
+  TOPIARY_LAUNCH_ELEMENTWISE(ScaleShiftKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream,
+                             sh.c, x, coef, y);
   return LaunchStatus("batch norm apply");
 }
 
@@ -225,13 +258,8 @@ absl::Status BatchNormForwardEvalCuda(const BatchNormShape& sh, const float* x, 
                                       const float* beta, const float* running_mean,
                                       const float* running_var, float* y, const CudaContext& ctx) {
   const int64_t n = sh.m * sh.c;
-  if (sh.relu) {
-    EvalKernel<true><<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, sh.c, sh.eps, x, gamma, beta, running_mean, running_var, y);
-  } else {
-    EvalKernel<false><<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, sh.c, sh.eps, x, gamma, beta, running_mean, running_var, y);
-  }
+  TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream, sh.c,
+                             sh.eps, x, gamma, beta, running_mean, running_var, y);
   return LaunchStatus("batch norm inference");
 }
 
@@ -256,13 +284,8 @@ absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, con
   FinishGradKernel<<<(sh.c + 127) / 128, 128, 0, ctx.stream>>>(sh, slices, part, gamma,
                                                                save_inv_std, dgamma, dbeta, coef);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
-  if (sh.relu) {
-    GradApplyKernel<true>
-        <<<blocks, kThreads, 0, ctx.stream>>>(n, sh.c, x, y, dy, save_mean, save_inv_std, coef, dx);
-  } else {
-    GradApplyKernel<false>
-        <<<blocks, kThreads, 0, ctx.stream>>>(n, sh.c, x, y, dy, save_mean, save_inv_std, coef, dx);
-  }
+  TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, x, y, dy,
+                             save_mean, save_inv_std, coef, dx);
   return LaunchStatus("batch norm input gradient");
 }
 

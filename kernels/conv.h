@@ -62,9 +62,11 @@ enum class ConvMath { kFp32, kTf32 };
 class ConvCudaPlan {
  public:
   // Measures the algorithms (cuDNN allocates its own trial buffers). Algorithms whose
-  // workspace exceeds workspace_limit bytes are not considered.
+  // workspace exceeds workspace_limit bytes are not considered, nor, when deterministic is
+  // set, those whose results may vary from run to run (atomics).
   static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(const ConvShape& shape, ConvMath math,
                                                               size_t workspace_limit,
+                                                              bool deterministic,
                                                               const CudaContext& ctx);
   ~ConvCudaPlan();
   ConvCudaPlan(const ConvCudaPlan&) = delete;

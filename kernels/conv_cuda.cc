@@ -28,18 +28,19 @@ std::string Describe(const ConvShape& s) {
                          s.k, s.r, s.s, s.c, s.stride_h, s.pad_h);
 }
 
-// The fastest result that succeeded, is deterministic and fits the workspace limit.
+// The fastest result (cuDNN sorts them by time) that succeeded, fits the workspace limit
+// and, when asked, is deterministic.
 template <typename Perf>
 absl::StatusOr<Perf> Pick(const std::vector<Perf>& results, int count, size_t limit,
-                          const std::string& what) {
+                          bool deterministic, const std::string& what) {
   for (int i = 0; i < count; ++i) {
     const Perf& p = results[i];
-    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-        p.memory <= limit) {
+    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= limit &&
+        (!deterministic || p.determinism == CUDNN_DETERMINISTIC)) {
       return p;
     }
   }
-  return absl::InternalError(what + ": cuDNN found no deterministic algorithm");
+  return absl::InternalError(what + ": cuDNN found no usable algorithm");
 }
 
 }  // namespace
@@ -47,6 +48,7 @@ absl::StatusOr<Perf> Pick(const std::vector<Perf>& results, int count, size_t li
 absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape& sh,
                                                                    ConvMath math,
                                                                    size_t workspace_limit,
+                                                                   bool deterministic,
                                                                    const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckConvShape(sh));
   std::unique_ptr<ConvCudaPlan> plan(new ConvCudaPlan());
@@ -87,21 +89,21 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
       CudnnStatus(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn, d.x, d.w, d.conv, d.y, kMaxAlgos,
                                                        &count, fwd.data()),
                   what + " (forward algorithm search)"));
-  auto f = Pick(fwd, count, workspace_limit, what + " forward");
+  auto f = Pick(fwd, count, workspace_limit, deterministic, what + " forward");
   if (!f.ok()) return f.status();
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(kMaxAlgos);
   TOPIARY_RETURN_IF_ERROR(
       CudnnStatus(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn, d.w, d.y, d.conv, d.x,
                                                             kMaxAlgos, &count, bd.data()),
                   what + " (backward-data algorithm search)"));
-  auto b = Pick(bd, count, workspace_limit, what + " backward data");
+  auto b = Pick(bd, count, workspace_limit, deterministic, what + " backward data");
   if (!b.ok()) return b.status();
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(kMaxAlgos);
   TOPIARY_RETURN_IF_ERROR(
       CudnnStatus(cudnnFindConvolutionBackwardFilterAlgorithm(ctx.cudnn, d.x, d.y, d.conv, d.w,
                                                               kMaxAlgos, &count, bf.data()),
                   what + " (backward-filter algorithm search)"));
-  auto g = Pick(bf, count, workspace_limit, what + " backward filter");
+  auto g = Pick(bf, count, workspace_limit, deterministic, what + " backward filter");
   if (!g.ok()) return g.status();
   d.fwd = f->algo;
   d.bwd_data = b->algo;

@@ -324,7 +324,7 @@ TEST_F(CudaKernels, ConvMatchesCpu) {
                    " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) +
                    (math == ConvMath::kTf32 ? " tf32" : " fp32"));
       const double tol = math == ConvMath::kFp32 ? 1e-4 : 1e-2;
-      auto plan = ConvCudaPlan::Create(sh, math, size_t{1} << 30, ctx_);
+      auto plan = ConvCudaPlan::Create(sh, math, size_t{1} << 30, true, ctx_);
       ASSERT_TRUE(plan.ok()) << plan.status();
       const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
       const size_t nw = static_cast<size_t>(sh.k) * sh.patch();

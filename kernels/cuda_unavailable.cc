@@ -108,7 +108,8 @@ absl::Status AssembleBatchCuda(const AssembleParams&, const StepClock*, const ui
 
 struct ConvCudaPlan::Descriptors {};
 absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape&, ConvMath,
-                                                                   size_t, const CudaContext&) {
+                                                                   size_t, bool,
+                                                                   const CudaContext&) {
   return NoCuda();
 }
 ConvCudaPlan::~ConvCudaPlan() = default;

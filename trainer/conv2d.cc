@@ -67,7 +67,7 @@ absl::StatusOr<LayerResources> Conv2d::Prepare(int batch, Device* device,
   }
   auto plan = kernels::ConvCudaPlan::Create(
       ShapeFor(batch), options.tf32 ? kernels::ConvMath::kTf32 : kernels::ConvMath::kFp32,
-      options.conv_workspace_limit, *device->cuda());
+      options.conv_workspace_limit, options.deterministic, *device->cuda());
   if (!plan.ok()) {
     return absl::Status(plan.status().code(), name() + ": " + std::string(plan.status().message()));
   }

@@ -184,6 +184,7 @@ absl::Status Network::Forward(bool training) {
   const auto& nodes = model_->nodes();
   for (size_t j = 0; j < nodes.size(); ++j) {
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
+    if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
   }
   return absl::OkStatus();
 }
@@ -231,6 +232,7 @@ absl::Status Network::Backward() {
       }
     }
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
+    if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), true));
   }
   return absl::OkStatus();
 }

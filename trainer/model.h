@@ -4,6 +4,7 @@
 #define TOPIARY_TRAINER_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,11 @@ class Network {
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }
 
+  // For profiling: called after each layer's forward (backward = false) and backward pass
+  // with the layer's index in model().nodes(). Not for use while capturing a CUDA graph.
+  using LayerHook = std::function<absl::Status(int node, bool backward)>;
+  void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+
  private:
   struct Value {
     Tensor data;  // [batch, H, W, C]
@@ -123,6 +129,7 @@ class Network {
   Buffer<int32_t> rank_;       // GPU: per-sample rank of the label
   Buffer<double> metrics_;     // GPU: running sums (loss, top-1, top-5, images)
   Metrics host_metrics_;       // CPU: running sums
+  LayerHook hook_;
   size_t planned_bytes_ = 0;
 };
 

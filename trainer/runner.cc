@@ -100,6 +100,7 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
   (*model)->Initialize(spec.seed());
   PlanOptions plan_options;
   plan_options.tf32 = spec.train().precision() == topiary::v1::TrainSpec::TF32;
+  plan_options.deterministic = spec.device().deterministic();
   auto train_net = Network::Plan(model->get(), batch, true, plan_options);
   if (!train_net.ok()) return train_net.status();
   auto eval_net = Network::Plan(model->get(), spec.data().eval_batch_size(), false, plan_options);

@@ -66,7 +66,50 @@ class ResNetCifar(nn.Module):
 def build(name, c, hw):
     if name == "lenet5":
         return LeNet5(c, hw, 10)
+    if name in ("resnet18", "resnet34", "resnet50"):
+        import torchvision  # ImageNet-style models: torchvision's definitions
+        return getattr(torchvision.models, name)(num_classes=10)
     return ResNetCifar(int(name[len("resnet"):]), c, 10)
+
+
+def run(name, a, mode, threads):
+    """mode: eager | eager_cl | compile | bf16_eager_cl | bf16_compile (cl: channels-last)."""
+    dev = torch.device(a.device)
+    cl = "_cl" in mode or "compile" in mode
+    mf = torch.channels_last if cl else torch.contiguous_format
+    model = build(name, a.channels, a.hw).to(dev).to(memory_format=mf)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(a.batch, a.channels, a.hw, a.hw, device=dev).to(memory_format=mf)
+    y = torch.arange(a.batch, device=dev) % 10
+    bf16 = mode.startswith("bf16")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    if "compile" in mode:
+        step = torch.compile(step, mode="reduce-overhead")  # CUDA graphs
+    warmup = 10 if "compile" in mode else 3
+    for _ in range(warmup):
+        step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    s = time.perf_counter() - t0
+    out = {"engine": "pytorch " + torch.__version__ + " " + mode, "model": name,
+           "batch": a.batch, "threads": threads, "images_per_s": round(a.batch * a.steps / s, 1),
+           "ms_per_step": round(1000 * s / a.steps, 3)}
+    if dev.type == "cuda":
+        out["peak_mb"] = round(torch.cuda.max_memory_allocated() / 1048576, 1)
+    print(json.dumps(out), flush=True)
 
 
 def main():
@@ -77,37 +120,24 @@ def main():
     p.add_argument("--channels", type=int, default=1)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--modes", default="eager,eager_cl")
     a = p.parse_args()
-    threads = a.threads or torch.get_num_interop_threads() or 1
-    if a.threads == 0:
-        import os
-        threads = os.cpu_count()
+    import os
+    threads = a.threads or os.cpu_count()
     torch.set_num_threads(threads)
     torch.manual_seed(1)
+    if a.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     for name in a.models.split(","):
-        for fmt in ("contiguous", "channels_last"):
-            model = build(name, a.channels, a.hw)
-            mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
-            model = model.to(memory_format=mf)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-            x = torch.randn(a.batch, a.channels, a.hw, a.hw).to(memory_format=mf)
-            y = torch.arange(a.batch) % 10
-
-            def step():
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x), y).backward()
-                opt.step()
-
-            for _ in range(3):
-                step()
-            t0 = time.perf_counter()
-            for _ in range(a.steps):
-                step()
-            s = time.perf_counter() - t0
-            print(json.dumps({"engine": "pytorch " + torch.__version__ + " " + fmt, "model": name,
-                              "batch": a.batch, "threads": threads,
-                              "images_per_s": round(a.batch * a.steps / s, 1),
-                              "ms_per_step": round(1000 * s / a.steps, 2)}), flush=True)
+        for mode in a.modes.split(","):
+            try:
+                run(name, a, mode, threads)
+            except Exception as e:  # report and go on: one failing mode must not hide the rest
+                print(json.dumps({"engine": "pytorch " + mode, "model": name, "error": str(e)[:300]}),
+                      flush=True)
 
 
 if __name__ == "__main__":

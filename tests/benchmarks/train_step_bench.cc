@@ -6,6 +6,8 @@
 //                    [--graphs 1] [--precision fp32|tf32]
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -25,7 +27,38 @@ struct Flags {
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
   std::string device = "cpu", precision = "fp32";
   bool graphs = true;
+  bool profile = false;  // time every layer (synchronizing after each): where the time goes
+  bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
 };
+
+// Per layer type and pass: milliseconds per step, synchronizing after every layer (so the
+// total exceeds a normal step's time; the shares are what matter).
+absl::Status Profile(const Flags& f, const std::string& arch, Model& model, Network& net,
+                     Device* dev, const std::function<absl::Status()>& step) {
+  std::map<std::string, double> ms;
+  auto last = std::chrono::steady_clock::now();
+  net.set_layer_hook([&](int node, bool backward) -> absl::Status {
+    TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
+    const auto now = std::chrono::steady_clock::now();
+    const Layer* layer = model.nodes()[node].layer;
+    ms[std::string(layer->type()) + (backward ? " backward" : " forward")] +=
+        std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+    return absl::OkStatus();
+  });
+  for (int i = 0; i < f.steps; ++i) {
+    TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
+    last = std::chrono::steady_clock::now();
+    TOPIARY_RETURN_IF_ERROR(step());
+  }
+  TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
+  net.set_layer_hook(nullptr);
+  for (const auto& [what, total] : ms) {
+    absl::PrintF("{\"profile\":\"%s\",\"what\":\"%s\",\"ms_per_step\":%.3f}\n", arch, what,
+                 total / f.steps);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Bench(const Flags& f, const std::string& arch) {
   topiary::v1::DeviceSpec ds;
@@ -38,6 +71,7 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   (*model)->Initialize(1);
   PlanOptions options;
   options.tf32 = f.precision == "tf32";
+  options.deterministic = f.deterministic;
   auto net = Network::Plan(model->get(), f.batch, true, options);
   if (!net.ok()) return net.status();
   topiary::v1::OptimizerSpec spec;
@@ -85,13 +119,14 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto metrics = (*net)->TakeMetrics();
   if (!metrics.ok()) return metrics.status();
+  if (f.profile) TOPIARY_RETURN_IF_ERROR(Profile(f, arch, **model, **net, dev->get(), step));
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
-      "\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,\"device_mb\":%.1f,"
+      "\"deterministic\":%s,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision, graph ? "true" : "false",
-      f.threads, f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
+      f.threads, f.deterministic ? "true" : "false", f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
       (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
@@ -123,6 +158,10 @@ int main(int argc, char** argv) {
       f.graphs = v != "0";
     else if (k == "--precision")
       f.precision = v;
+    else if (k == "--profile")
+      f.profile = v != "0";
+    else if (k == "--deterministic")
+      f.deterministic = v != "0";
     else {
       absl::FPrintF(stderr, "unknown flag %s\n", k);
       return 2;
