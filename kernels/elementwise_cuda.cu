@@ -34,14 +34,23 @@ __global__ void AddBiasKernel(int64_t n, int c, const float* bias, float* y) {
   TOPIARY_GRID_STRIDE(i, n) { y[i] += bias[i % c]; }
 }
 
-// One thread per column, walking the rows in order: deterministic, and coalesced because
-// neighbouring threads read neighbouring columns of a row.
-__global__ void BiasGradKernel(int64_t rows, int c, const float* dy, float* db) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= c) return;
+// One block per column: threads sum strided rows, then a fixed binary tree in shared memory
+// combines them (deterministic; a convolution's bias has 10^5 rows, too many for one thread).
+constexpr int kColumnThreads = 256;
+
+__global__ void BiasGradKernel(int64_t rows, int c, const float* __restrict__ dy,
+                               float* __restrict__ db) {
+  const int j = blockIdx.x;
   float s = 0.0f;
-  for (int64_t i = 0; i < rows; ++i) s += dy[i * c + j];
-  db[j] = s;
+  for (int64_t i = threadIdx.x; i < rows; i += kColumnThreads) s += dy[i * c + j];
+  __shared__ float part[kColumnThreads];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kColumnThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[j] = part[0];
 }
 
 }  // namespace
@@ -87,7 +96,7 @@ absl::Status AddBiasCuda(int64_t rows, int c, const float* bias, float* y, const
 }
 
 absl::Status BiasGradCuda(int64_t rows, int c, const float* dy, float* db, const CudaContext& ctx) {
-  BiasGradKernel<<<(c + 127) / 128, 128, 0, ctx.stream>>>(rows, c, dy, db);
+  BiasGradKernel<<<c, kColumnThreads, 0, ctx.stream>>>(rows, c, dy, db);
   return LaunchStatus("bias gradient");
 }
 

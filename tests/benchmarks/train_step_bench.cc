@@ -6,9 +6,9 @@
 //                    [--graphs 1] [--precision fp32|tf32]
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
-#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,7 +27,7 @@ struct Flags {
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
   std::string device = "cpu", precision = "fp32";
   bool graphs = true;
-  bool profile = false;  // time every layer (synchronizing after each): where the time goes
+  bool profile = false;        // time every layer (synchronizing after each): where the time goes
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
 };
 
@@ -123,11 +123,12 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
-      "\"deterministic\":%s,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,\"device_mb\":%.1f,"
+      "\"deterministic\":%s,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,"
+      "\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision, graph ? "true" : "false",
-      f.threads, f.deterministic ? "true" : "false", f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
-      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      f.threads, f.deterministic ? "true" : "false", f.batch * f.steps / s, 1000 * s / f.steps,
+      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
 
