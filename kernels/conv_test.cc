@@ -12,6 +12,7 @@ namespace topiary::kernels {
 namespace {
 
 using testing::Dot;
+using testing::MakeConv;
 using testing::NumericalGradient;
 using testing::RandomFloats;
 using testing::RelError;
@@ -65,20 +66,6 @@ void RefBackward(const ConvShape& sh, const std::vector<double>& x, const std::v
         }
 }
 
-ConvShape Make(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
-  ConvShape sh;
-  sh.n = n;
-  sh.h = h;
-  sh.w = w;
-  sh.c = c;
-  sh.k = k;
-  sh.r = r;
-  sh.s = s;
-  sh.stride_h = sh.stride_w = stride;
-  sh.pad_h = sh.pad_w = pad;
-  return sh;
-}
-
 class ConvTest : public ::testing::TestWithParam<ConvShape> {};
 
 TEST_P(ConvTest, MatchesFloat64Reference) {
@@ -115,15 +102,15 @@ TEST_P(ConvTest, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvTest,
-    ::testing::Values(Make(2, 5, 5, 3, 4, 3, 3, 1, 1),     // same padding
-                      Make(1, 7, 6, 3, 5, 3, 3, 2, 1),     // batch 1, odd, stride 2
-                      Make(3, 6, 6, 8, 16, 1, 1, 1, 0),    // pointwise (no im2col)
-                      Make(2, 7, 7, 5, 3, 1, 1, 2, 0),     // 1x1 stride 2 (shortcut)
-                      Make(2, 9, 8, 2, 3, 5, 3, 1, 2),     // non-square filter
-                      Make(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
-                      Make(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
-                      Make(2, 3, 3, 2, 3, 1, 1, 1, 1),     // padded 1x1: pad > R-1
-                      Make(300, 3, 3, 2, 3, 3, 3, 1, 1)),  // many chunks
+    ::testing::Values(MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1),     // same padding
+                      MakeConv(1, 7, 6, 3, 5, 3, 3, 2, 1),     // batch 1, odd, stride 2
+                      MakeConv(3, 6, 6, 8, 16, 1, 1, 1, 0),    // pointwise (no im2col)
+                      MakeConv(2, 7, 7, 5, 3, 1, 1, 2, 0),     // 1x1 stride 2 (shortcut)
+                      MakeConv(2, 9, 8, 2, 3, 5, 3, 1, 2),     // non-square filter
+                      MakeConv(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
+                      MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
+                      MakeConv(2, 3, 3, 2, 3, 1, 1, 1, 1),     // padded 1x1: pad > R-1
+                      MakeConv(300, 3, 3, 2, 3, 3, 3, 1, 1)),  // many chunks
     [](const ::testing::TestParamInfo<ConvShape>& info) {
       const ConvShape& s = info.param;
       return absl::StrFormat("n%dh%dw%dc%dk%dr%ds%dst%dp%d", s.n, s.h, s.w, s.c, s.k, s.r, s.s,
@@ -132,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The reference's backward is itself checked against finite differences of its forward.
 TEST(ConvReference, BackwardMatchesFiniteDifferences) {
-  const ConvShape sh = Make(2, 5, 4, 2, 3, 3, 2, 2, 1);
+  const ConvShape sh = MakeConv(2, 5, 4, 2, 3, 3, 2, 2, 1);
   const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
   const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
   auto x = ToDouble(RandomFloats(nx, 5)), w = ToDouble(RandomFloats(nw, 6));
@@ -148,10 +135,10 @@ TEST(ConvReference, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(ConvShapeCheck, RejectsBadShapes) {
-  EXPECT_FALSE(CheckConvShape(Make(0, 5, 5, 3, 4, 3, 3, 1, 1)).ok());
-  EXPECT_FALSE(CheckConvShape(Make(1, 2, 2, 3, 4, 5, 5, 1, 0)).ok());
-  EXPECT_FALSE(CheckConvShape(Make(1, 5, 5, 3, 4, 3, 3, 0, 0)).ok());
-  EXPECT_TRUE(CheckConvShape(Make(1, 2, 2, 3, 4, 5, 5, 1, 2)).ok());
+  EXPECT_FALSE(CheckConvShape(MakeConv(0, 5, 5, 3, 4, 3, 3, 1, 1)).ok());
+  EXPECT_FALSE(CheckConvShape(MakeConv(1, 2, 2, 3, 4, 5, 5, 1, 0)).ok());
+  EXPECT_FALSE(CheckConvShape(MakeConv(1, 5, 5, 3, 4, 3, 3, 0, 0)).ok());
+  EXPECT_TRUE(CheckConvShape(MakeConv(1, 2, 2, 3, 4, 5, 5, 1, 2)).ok());
 }
 
 }  // namespace

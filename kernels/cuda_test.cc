@@ -21,6 +21,8 @@
 namespace topiary::kernels {
 namespace {
 
+using testing::MakeConv;
+using testing::MakePool;
 using testing::RandomFloats;
 
 // max |a - b| / max(max |b|, 1e-6)
@@ -172,21 +174,9 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
   }
 }
 
-PoolShape Pool(int n, int h, int w, int c, int r, int stride, int pad) {
-  PoolShape s;
-  s.n = n;
-  s.h = h;
-  s.w = w;
-  s.c = c;
-  s.r = s.s = r;
-  s.stride_h = s.stride_w = stride;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-
 TEST_F(CudaKernels, PoolingMatchesCpu) {
-  for (const PoolShape& sh : {Pool(2, 4, 4, 3, 2, 2, 0), Pool(3, 7, 5, 2, 3, 2, 1),
-                              Pool(2, 28, 28, 6, 2, 2, 0), Pool(1, 9, 9, 64, 3, 2, 1)}) {
+  for (const PoolShape& sh : {MakePool(2, 4, 4, 3, 2, 2, 0), MakePool(3, 7, 5, 2, 3, 2, 1),
+                              MakePool(2, 28, 28, 6, 2, 2, 0), MakePool(1, 9, 9, 64, 3, 2, 1)}) {
     const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
     const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
     auto x = RandomFloats(nx, 10), g = RandomFloats(ny, 11);
@@ -298,27 +288,13 @@ TEST_F(CudaKernels, LinearMatchesCpu) {
   }
 }
 
-ConvShape Conv(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
-  ConvShape sh;
-  sh.n = n;
-  sh.h = h;
-  sh.w = w;
-  sh.c = c;
-  sh.k = k;
-  sh.r = r;
-  sh.s = s;
-  sh.stride_h = sh.stride_w = stride;
-  sh.pad_h = sh.pad_w = pad;
-  return sh;
-}
-
 TEST_F(CudaKernels, ConvMatchesCpu) {
   for (const ConvShape& sh :
-       {Conv(2, 5, 5, 3, 4, 3, 3, 1, 1), Conv(1, 7, 6, 3, 5, 3, 3, 2, 1),
-        Conv(3, 6, 6, 8, 16, 1, 1, 1, 0), Conv(2, 7, 7, 5, 3, 1, 1, 2, 0),
-        Conv(2, 9, 8, 2, 3, 5, 3, 1, 2), Conv(4, 28, 28, 1, 6, 5, 5, 1, 2),
-        Conv(2, 4, 4, 3, 2, 4, 4, 1, 0), Conv(128, 32, 32, 16, 16, 3, 3, 1, 1),
-        Conv(2, 33, 33, 3, 64, 7, 7, 2, 3)}) {
+       {MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1), MakeConv(1, 7, 6, 3, 5, 3, 3, 2, 1),
+        MakeConv(3, 6, 6, 8, 16, 1, 1, 1, 0), MakeConv(2, 7, 7, 5, 3, 1, 1, 2, 0),
+        MakeConv(2, 9, 8, 2, 3, 5, 3, 1, 2), MakeConv(4, 28, 28, 1, 6, 5, 5, 1, 2),
+        MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0), MakeConv(128, 32, 32, 16, 16, 3, 3, 1, 1),
+        MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3)}) {
     for (ConvMath math : {ConvMath::kFp32, ConvMath::kTf32}) {
       SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.c) +
                    " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) +

@@ -12,22 +12,11 @@ namespace topiary::kernels {
 namespace {
 
 using testing::Dot;
+using testing::MakePool;
 using testing::NumericalGradient;
 using testing::RandomFloats;
 using testing::RelError;
 using testing::ToDouble;
-
-PoolShape Make(int n, int h, int w, int c, int r, int stride, int pad) {
-  PoolShape sh;
-  sh.n = n;
-  sh.h = h;
-  sh.w = w;
-  sh.c = c;
-  sh.r = sh.s = r;
-  sh.stride_h = sh.stride_w = stride;
-  sh.pad_h = sh.pad_w = pad;
-  return sh;
-}
 
 // Double reference of both poolings (avg counts padding as zeros).
 std::vector<double> RefPool(const PoolShape& sh, const std::vector<double>& x, bool max) {
@@ -79,11 +68,13 @@ TEST_P(PoolTest, MaxAndAvgMatchReferenceAndFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
-                         ::testing::Values(Make(2, 4, 4, 3, 2, 2, 0), Make(1, 7, 5, 2, 3, 2, 1),
-                                           Make(2, 5, 5, 1, 2, 2, 0), Make(1, 9, 9, 4, 3, 2, 1)));
+                         ::testing::Values(MakePool(2, 4, 4, 3, 2, 2, 0),
+                                           MakePool(1, 7, 5, 2, 3, 2, 1),
+                                           MakePool(2, 5, 5, 1, 2, 2, 0),
+                                           MakePool(1, 9, 9, 4, 3, 2, 1)));
 
 TEST(Pooling, MaxPoolTiesRouteToFirstPosition) {
-  PoolShape sh = Make(1, 2, 2, 1, 2, 2, 0);
+  PoolShape sh = MakePool(1, 2, 2, 1, 2, 2, 0);
   std::vector<float> x = {1.0f, 1.0f, 1.0f, 1.0f}, y(1), g = {5.0f}, dx(4);
   MaxPoolForwardCpu(sh, x.data(), y.data());
   MaxPoolBackwardCpu(sh, x.data(), y.data(), g.data(), dx.data());
@@ -106,8 +97,8 @@ TEST(Pooling, GlobalAverage) {
 }
 
 TEST(Pooling, RejectsBadShapes) {
-  EXPECT_FALSE(CheckPoolShape(Make(1, 4, 4, 1, 2, 2, 2)).ok());  // padding > half window
-  EXPECT_FALSE(CheckPoolShape(Make(1, 1, 1, 1, 3, 1, 0)).ok());  // window > input
+  EXPECT_FALSE(CheckPoolShape(MakePool(1, 4, 4, 1, 2, 2, 2)).ok());  // padding > half window
+  EXPECT_FALSE(CheckPoolShape(MakePool(1, 1, 1, 1, 3, 1, 0)).ok());  // window > input
 }
 
 TEST(Elementwise, FusedAddRelu) {

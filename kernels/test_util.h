@@ -8,7 +8,37 @@
 #include <random>
 #include <vector>
 
+#include "kernels/conv.h"
+#include "kernels/pooling.h"
+
 namespace topiary::kernels::testing {
+
+// Square-stride, square-padding shapes, for tables of test cases.
+inline ConvShape MakeConv(int n, int h, int w, int c, int k, int r, int s, int stride, int pad) {
+  ConvShape sh;
+  sh.n = n;
+  sh.h = h;
+  sh.w = w;
+  sh.c = c;
+  sh.k = k;
+  sh.r = r;
+  sh.s = s;
+  sh.stride_h = sh.stride_w = stride;
+  sh.pad_h = sh.pad_w = pad;
+  return sh;
+}
+
+inline PoolShape MakePool(int n, int h, int w, int c, int r, int stride, int pad) {
+  PoolShape sh;
+  sh.n = n;
+  sh.h = h;
+  sh.w = w;
+  sh.c = c;
+  sh.r = sh.s = r;
+  sh.stride_h = sh.stride_w = stride;
+  sh.pad_h = sh.pad_w = pad;
+  return sh;
+}
 
 inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);

@@ -37,7 +37,7 @@ class LayerState {
 struct PlanOptions {
   bool tf32 = false;                         // let convolutions and GEMMs use TF32 tensor cores
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
-  bool deterministic = false;  // only algorithms that give the same bits on every run
+  bool deterministic = false;                // only algorithms that give the same bits on every run
 };
 
 // What a layer needs in a network planned for a batch size.

@@ -4,32 +4,15 @@
 
 #include <vector>
 
+#include "trainer/runner_test_util.h"
 #include "trainer/spec.h"
 
 namespace topiary {
 namespace {
 
-topiary::v1::ExperimentSpec Parse(const std::string& text) {
-  auto spec = ParseSpec(text, "test");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
-}
-
-struct Trace {
-  std::vector<double> losses;
-  topiary::v1::RunSummary summary;
-};
-
-Trace RunAndTrace(const topiary::v1::ExperimentSpec& spec) {
-  Trace t;
-  RunOptions opt;
-  opt.progress_interval_s = 0;  // one progress event per step: the whole loss trajectory
-  opt.on_event = [&](const topiary::v1::Event& e) {
-    if (e.has_progress()) t.losses.push_back(e.progress().loss());
-  };
-  t.summary = RunExperiment(spec, opt);
-  return t;
-}
+using testing::Parse;
+using testing::RunAndTrace;
+using testing::Trace;
 
 constexpr char kSynthetic[] = R"(
   seed: 11
