@@ -93,11 +93,7 @@ absl::Status Network::Allocate(const PlanOptions& options) {
   Device* dev = model_->device();
   const auto& shapes = model_->value_shapes();
   const auto& nodes = model_->nodes();
-  // An activation or its gradient: [batch, H, W, C] of value v.
-  auto activation = [&](int v) -> absl::StatusOr<Tensor> {
-    planned_bytes_ += shapes[v].per_image() * batch_ * sizeof(float);
-    return Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
-  };
+  const int num_nodes = static_cast<int>(nodes.size());
   auto floats = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
     planned_bytes_ += count * sizeof(float);
     return Buffer<float>::Create(dev, count);
@@ -105,42 +101,88 @@ absl::Status Network::Allocate(const PlanOptions& options) {
 
   values_.resize(shapes.size());
   for (size_t v = 0; v < shapes.size(); ++v) {
-    auto data = activation(static_cast<int>(v));
+    planned_bytes_ += shapes[v].per_image() * batch_ * sizeof(float);
+    auto data = Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
     if (!data.ok()) return data.status();
     values_[v].data = std::move(*data);
   }
-  size_t workspace_bytes = 0;
+
+  // Gradients live in the backward pass from the step that writes them (the consumer's
+  // backward; the loss, for the logits) through the step that reads them (the producer's
+  // backward). Step t runs node N-1-t; the loss is step -1. A buffer is reused by a later
+  // gradient of the same size once its last reader has run (strictly before: a layer reads
+  // dy and writes dx in the same step, so those must differ).
+  std::vector<int> producer(shapes.size(), -1);
+  for (int j = 0; j < num_nodes; ++j) producer[nodes[j].output] = j;
+  struct Slot {
+    size_t floats;
+    int busy_until;
+    float* data;
+  };
+  std::vector<Slot> slots;
+  auto grad_buffer = [&](int v, int write_step) -> absl::StatusOr<float*> {
+    const size_t count = shapes[v].per_image() * batch_;
+    const int read_step = num_nodes - 1 - producer[v];
+    for (Slot& s : slots) {
+      if (s.floats == count && s.busy_until < write_step) {
+        s.busy_until = read_step;
+        return s.data;
+      }
+    }
+    planned_bytes_ += count * sizeof(float);
+    auto t = Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
+    if (!t.ok()) return t.status();
+    grad_pool_.push_back(std::move(*t));
+    slots.push_back({count, read_step, grad_pool_.back().data()});
+    return slots.back().data;
+  };
+
   io_.resize(nodes.size());
+  if (training_) {
+    auto g = grad_buffer(model_->output(), -1);
+    if (!g.ok()) return g.status();
+    values_[model_->output()].grad = *g;
+  }
+  // Wire the inputs; gradients in backward order (last node first) so buffers recycle.
+  std::vector<int> consumers(shapes.size(), 0);
+  for (int j = 0; j < num_nodes; ++j) {
+    for (int v : nodes[j].inputs) ++consumers[v];
+  }
+  for (int j = 0; j < num_nodes; ++j) {
+    LayerIo& io = io_[j];
+    io.x.clear();
+    for (int v : nodes[j].inputs) io.x.push_back(values_[v].data.data());
+    io.dx.assign(nodes[j].inputs.size(), nullptr);
+  }
+  for (int j = num_nodes - 1; j >= 0 && training_; --j) {
+    const int step = num_nodes - 1 - j;
+    for (size_t k = 0; k < nodes[j].inputs.size(); ++k) {
+      const int v = nodes[j].inputs[k];
+      if (v == 0) continue;  // the network input needs no gradient
+      auto g = grad_buffer(v, step);
+      if (!g.ok()) return g.status();
+      // The first consumer in forward order (the last to run backward) owns the summed
+      // gradient; the others write extra buffers that are added into it.
+      Value& val = values_[v];
+      if (--consumers[v] == 0) {
+        val.grad = *g;
+      } else {
+        val.extra_grads.push_back(*g);
+      }
+      io_[j].dx[k] = *g;
+    }
+  }
+
+  size_t workspace_bytes = 0;
   scratch_.resize(nodes.size());
   states_.resize(nodes.size());
-  // Counts how many consumers of each value have been wired so far.
-  std::vector<int> consumers(shapes.size(), 0);
-  for (size_t j = 0; j < nodes.size(); ++j) {
-    const Model::Node& node = nodes[j];
+  for (int j = 0; j < num_nodes; ++j) {
     LayerIo& io = io_[j];
     io.batch = batch_;
     io.cuda = dev->cuda();
-    io.y = values_[node.output].data.data();
-    for (int v : node.inputs) {
-      io.x.push_back(values_[v].data.data());
-      float* dx = nullptr;
-      // The network input needs no gradient.
-      if (training_ && v != 0) {
-        Value& val = values_[v];
-        auto g = activation(v);
-        if (!g.ok()) return g.status();
-        if (consumers[v] == 0) {
-          val.grad = std::move(*g);
-          dx = val.grad.data();
-        } else {
-          val.extra_grads.push_back(std::move(*g));
-          dx = val.extra_grads.back().data();
-        }
-      }
-      ++consumers[v];
-      io.dx.push_back(dx);
-    }
-    auto res = node.layer->Prepare(batch_, dev, options);
+    io.y = values_[nodes[j].output].data.data();
+    io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
+    auto res = nodes[j].layer->Prepare(batch_, dev, options);
     if (!res.ok()) return res.status();
     auto scratch = floats(res->scratch_floats);
     if (!scratch.ok()) return scratch.status();
@@ -149,14 +191,6 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     states_[j] = std::move(res->state);
     io.state = states_[j].get();
     workspace_bytes = std::max(workspace_bytes, res->workspace_bytes);
-  }
-  if (training_) {
-    auto g = activation(model_->output());
-    if (!g.ok()) return g.status();
-    values_[model_->output()].grad = std::move(*g);
-  }
-  for (size_t j = 0; j < nodes.size(); ++j) {
-    io_[j].dy = training_ ? values_[nodes[j].output].grad.data() : nullptr;
   }
   auto ws = floats((workspace_bytes + sizeof(float) - 1) / sizeof(float));
   if (!ws.ok()) return ws.status();
@@ -194,7 +228,7 @@ absl::Status Network::Loss(float label_smoothing, int count) {
   const int classes = model_->classes();
   const int k = std::min(5, classes);
   Value& out = values_[model_->output()];
-  float* dlogits = training_ ? out.grad.data() : nullptr;
+  float* dlogits = training_ ? out.grad : nullptr;
   if (const kernels::CudaContext* cuda = model_->device()->cuda()) {
     TOPIARY_RETURN_IF_ERROR(kernels::SoftmaxCrossEntropyCuda(
         batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
@@ -223,12 +257,11 @@ absl::Status Network::Backward() {
   for (size_t j = nodes.size(); j-- > 0;) {
     Value& out = values_[nodes[j].output];
     const int64_t n = static_cast<int64_t>(shapes[nodes[j].output].per_image()) * batch_;
-    for (const auto& extra : out.extra_grads) {
+    for (const float* extra : out.extra_grads) {
       if (cuda != nullptr) {
-        TOPIARY_RETURN_IF_ERROR(
-            kernels::AddCuda(n, out.grad.data(), extra.data(), out.grad.data(), *cuda));
+        TOPIARY_RETURN_IF_ERROR(kernels::AddCuda(n, out.grad, extra, out.grad, *cuda));
       } else {
-        kernels::AddCpu(n, out.grad.data(), extra.data(), out.grad.data());
+        kernels::AddCpu(n, out.grad, extra, out.grad);
       }
     }
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));

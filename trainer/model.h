@@ -106,11 +106,11 @@ class Network {
 
  private:
   struct Value {
-    Tensor data;  // [batch, H, W, C]
-    Tensor grad;  // same shape; training networks only
+    Tensor data;            // [batch, H, W, C]
+    float* grad = nullptr;  // same size, from grad_pool_; training networks only
     // Gradients from the second, third... consumer of a value; summed into grad before the
     // producer's backward (the role of Caffe's Split layer, without a layer).
-    std::vector<Tensor> extra_grads;
+    std::vector<float*> extra_grads;
   };
   Network(Model* model, int batch, bool training)
       : model_(model), batch_(batch), training_(training) {}
@@ -120,6 +120,9 @@ class Network {
   int batch_;
   bool training_;
   std::vector<Value> values_;
+  // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
+  // overlap (see Allocate): activations must all be kept, gradients need not.
+  std::vector<Tensor> grad_pool_;
   std::vector<Buffer<float>> scratch_;               // per node
   std::vector<std::unique_ptr<LayerState>> states_;  // per node
   Buffer<float> workspace_;                          // shared by all nodes
