@@ -23,23 +23,27 @@ struct BatchNormShape {
   bool relu = false;  // y = max(0, bn(x)); the backward pass then needs y
 };
 
+// Floats of scratch memory the CPU functions below need (planned, so a training step
+// allocates nothing; depends on CpuThreads()).
+size_t BatchNormWorkspaceFloatsCpu(const BatchNormShape& sh);
+
 // Training forward: y = (x - mean) * inv_std * gamma + beta with the batch's statistics.
 // Writes save_mean and save_inv_std [C] for the backward pass and updates the running stats.
-// REQUIRES: m >= 2.
+// REQUIRES: m >= 2; workspace holds BatchNormWorkspaceFloatsCpu(sh) floats.
 void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var,
-                              float* save_mean, float* save_inv_std, float* y);
+                              float* save_mean, float* save_inv_std, float* y, float* workspace);
 
 // Inference forward with the running statistics.
 void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
                              const float* beta, const float* running_mean, const float* running_var,
-                             float* y);
+                             float* y, float* workspace);
 
 // Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C]. With relu,
 // y is the forward output and dy is first masked by y > 0; otherwise y may be null.
 void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                           const float* gamma, const float* save_mean, const float* save_inv_std,
-                          float* dx, float* dgamma, float* dbeta);
+                          float* dx, float* dgamma, float* dbeta, float* workspace);
 
 // CUDA twins. Statistics are reduced without atomics (per-slice partials merged in a fixed
 // order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats.

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "kernels/batch_norm.h"
 #include "kernels/parallel.h"
@@ -8,39 +7,59 @@
 namespace topiary::kernels {
 namespace {
 
+// The planned workspace, carved: per-thread double partials and float block sums (2C each),
+// the two double totals (2C), and 4C floats of per-channel coefficients. Doubles first, so
+// they stay 8-byte aligned.
+struct Scratch {
+  double* part;   // [threads][2C]
+  double* total;  // [2C]
+  float* block;   // [threads][2C]
+  float* coef;    // [4C]
+};
+
+size_t ScratchFloats(int c, int threads) {
+  const size_t doubles = static_cast<size_t>(threads) * 2 * c + 2 * static_cast<size_t>(c);
+  return 2 * doubles + static_cast<size_t>(threads) * 2 * c + 4 * static_cast<size_t>(c);
+}
+
+Scratch Carve(float* ws, int c, int threads) {
+  Scratch s;
+  s.part = reinterpret_cast<double*>(ws);
+  s.total = s.part + static_cast<size_t>(threads) * 2 * c;
+  s.block = reinterpret_cast<float*>(s.total + 2 * c);
+  s.coef = s.block + static_cast<size_t>(threads) * 2 * c;
+  return s;
+}
+
 // Per-channel sums over rows, deterministic and accurate: float sums over blocks of
 // kBlockRows rows (vectorizable along the channels), added into per-thread double totals
-// (M reaches 10^5..10^6 rows, where one float sum drifts), combined in thread order.
-// f(row, a, b) adds one row's contribution to the float accumulators a[C] and b[C].
+// (M reaches 10^5..10^6 rows, where one float sum drifts), combined in thread order into
+// s.total[0..C) and s.total[C..2C). f(row, a, b) adds one row to the float sums a and b.
 constexpr int64_t kBlockRows = 64;
 
 template <typename F>
-void ChannelSums(int64_t m, int c, F&& f, std::vector<double>* a, std::vector<double>* b) {
+void ChannelSums(int64_t m, int c, F&& f, const Scratch& s) {
   const int threads = CpuThreads();
-  std::vector<double> part(static_cast<size_t>(threads) * 2 * c, 0.0);
+  std::fill(s.part, s.part + static_cast<size_t>(threads) * 2 * c, 0.0);
   ParallelFor(m, [&](int64_t begin, int64_t end, int t) {
-    double* pa = part.data() + static_cast<size_t>(t) * 2 * c;
+    double* pa = s.part + static_cast<size_t>(t) * 2 * c;
     double* pb = pa + c;
-    std::vector<float> fa(c), fb(c);
+    float* fa = s.block + static_cast<size_t>(t) * 2 * c;
+    float* fb = fa + c;
     for (int64_t i0 = begin; i0 < end; i0 += kBlockRows) {
-      std::fill(fa.begin(), fa.end(), 0.0f);
-      std::fill(fb.begin(), fb.end(), 0.0f);
+      std::fill(fa, fa + 2 * c, 0.0f);
       const int64_t i1 = std::min(i0 + kBlockRows, end);
-      for (int64_t i = i0; i < i1; ++i) f(i, fa.data(), fb.data());
+      for (int64_t i = i0; i < i1; ++i) f(i, fa, fb);
       for (int j = 0; j < c; ++j) {
         pa[j] += fa[j];
         pb[j] += fb[j];
       }
     }
   });
-  a->assign(c, 0.0);
-  b->assign(c, 0.0);
+  std::fill(s.total, s.total + 2 * c, 0.0);
   for (int t = 0; t < threads; ++t) {
-    const double* pa = part.data() + static_cast<size_t>(t) * 2 * c;
-    for (int j = 0; j < c; ++j) {
-      (*a)[j] += pa[j];
-      (*b)[j] += pa[c + j];
-    }
+    const double* p = s.part + static_cast<size_t>(t) * 2 * c;
+    for (int j = 0; j < 2 * c; ++j) s.total[j] += p[j];
   }
 }
 
@@ -60,76 +79,13 @@ void ScaleShift(int64_t m, int c, bool relu, const float* x, const float* scale,
   });
 }
 
-}  // namespace
-
-void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
-                              const float* beta, float* running_mean, float* running_var,
-                              float* save_mean, float* save_inv_std, float* y) {
-  const int c = sh.c;
-  std::vector<double> sum, unused, sq;
-  ChannelSums(
-      sh.m, c,
-      [&](int64_t i, float* a, float*) {
-        const float* row = x + i * c;
-        for (int j = 0; j < c; ++j) a[j] += row[j];
-      },
-      &sum, &unused);
-  std::vector<double> mean(c);
-  std::vector<float> mean_f(c);
-  for (int j = 0; j < c; ++j) {
-    mean[j] = sum[j] / static_cast<double>(sh.m);
-    mean_f[j] = static_cast<float>(mean[j]);
-  }
-  // Two passes (mean, then squared deviations): no cancellation for large means.
-  ChannelSums(
-      sh.m, c,
-      [&](int64_t i, float* a, float*) {
-        const float* row = x + i * c;
-        for (int j = 0; j < c; ++j) {
-          const float d = row[j] - mean_f[j];
-          a[j] += d * d;
-        }
-      },
-      &sq, &unused);
-  std::vector<float> scale(c), shift(c);
-  for (int j = 0; j < c; ++j) {
-    const double var = sq[j] / static_cast<double>(sh.m);
-    const double inv_std = 1.0 / std::sqrt(var + sh.eps);
-    save_mean[j] = static_cast<float>(mean[j]);
-    save_inv_std[j] = static_cast<float>(inv_std);
-    scale[j] = static_cast<float>(gamma[j] * inv_std);
-    shift[j] = static_cast<float>(beta[j] - mean[j] * gamma[j] * inv_std);
-    const double unbiased = sq[j] / static_cast<double>(sh.m - 1);
-    running_mean[j] = (1.0f - sh.momentum) * running_mean[j] + sh.momentum * save_mean[j];
-    running_var[j] =
-        static_cast<float>((1.0 - sh.momentum) * running_var[j] + sh.momentum * unbiased);
-  }
-  ScaleShift(sh.m, c, sh.relu, x, scale.data(), shift.data(), y);
-}
-
-void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
-                             const float* beta, const float* running_mean, const float* running_var,
-                             float* y) {
-  const int c = sh.c;
-  std::vector<float> scale(c), shift(c);
-  for (int j = 0; j < c; ++j) {
-    const double inv_std = 1.0 / std::sqrt(static_cast<double>(running_var[j]) + sh.eps);
-    scale[j] = static_cast<float>(gamma[j] * inv_std);
-    shift[j] = static_cast<float>(beta[j] - running_mean[j] * gamma[j] * inv_std);
-  }
-  ScaleShift(sh.m, c, sh.relu, x, scale.data(), shift.data(), y);
-}
-
-namespace {
-
 // kRelu: the forward output y masks the incoming gradient (the fused ReLU's backward).
 template <bool kRelu>
 void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                   const float* gamma, const float* save_mean, const float* save_inv_std, float* dx,
-                  float* dgamma, float* dbeta) {
+                  float* dgamma, float* dbeta, const Scratch& s) {
   const int c = sh.c;
   auto grad = [&](int64_t k) { return (!kRelu || y[k] > 0.0f) ? dy[k] : 0.0f; };
-  std::vector<double> sum_dy, sum_dy_xhat;
   ChannelSums(
       sh.m, c,
       [&](int64_t i, float* a, float* b) {
@@ -140,16 +96,18 @@ void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, cons
           b[j] += g * (xr[j] - save_mean[j]) * save_inv_std[j];
         }
       },
-      &sum_dy, &sum_dy_xhat);
+      s);
   // dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat))
-  std::vector<float> k_scale(c), k_mean_dy(c), k_mean_dyx(c);
+  float* k_scale = s.coef;
+  float* k_mean_dy = s.coef + c;
+  float* k_mean_dyx = s.coef + 2 * c;
   const double inv_m = 1.0 / static_cast<double>(sh.m);
   for (int j = 0; j < c; ++j) {
-    dbeta[j] = static_cast<float>(sum_dy[j]);
-    dgamma[j] = static_cast<float>(sum_dy_xhat[j]);
+    dbeta[j] = static_cast<float>(s.total[j]);
+    dgamma[j] = static_cast<float>(s.total[c + j]);
     k_scale[j] = gamma[j] * save_inv_std[j];
-    k_mean_dy[j] = static_cast<float>(sum_dy[j] * inv_m);
-    k_mean_dyx[j] = static_cast<float>(sum_dy_xhat[j] * inv_m);
+    k_mean_dy[j] = static_cast<float>(s.total[j] * inv_m);
+    k_mean_dyx[j] = static_cast<float>(s.total[c + j] * inv_m);
   }
   ParallelFor(sh.m, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
@@ -165,13 +123,79 @@ void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, cons
 
 }  // namespace
 
+size_t BatchNormWorkspaceFloatsCpu(const BatchNormShape& sh) {
+  return ScratchFloats(sh.c, CpuThreads());
+}
+
+void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                              const float* beta, float* running_mean, float* running_var,
+                              float* save_mean, float* save_inv_std, float* y, float* workspace) {
+  const int c = sh.c;
+  const Scratch s = Carve(workspace, c, CpuThreads());
+  ChannelSums(
+      sh.m, c,
+      [&](int64_t i, float* a, float*) {
+        const float* row = x + i * c;
+        for (int j = 0; j < c; ++j) a[j] += row[j];
+      },
+      s);
+  // The mean (rounded to float: the value the second pass subtracts and the one saved for
+  // the backward pass) in coef[2C..3C); scale and shift use coef[0..2C).
+  float* mean_f = s.coef + 2 * c;
+  for (int j = 0; j < c; ++j)
+    mean_f[j] = static_cast<float>(s.total[j] / static_cast<double>(sh.m));
+  // Two passes (mean, then squared deviations): no cancellation for large means.
+  ChannelSums(
+      sh.m, c,
+      [&](int64_t i, float* a, float*) {
+        const float* row = x + i * c;
+        for (int j = 0; j < c; ++j) {
+          const float d = row[j] - mean_f[j];
+          a[j] += d * d;
+        }
+      },
+      s);
+  float* scale = s.coef;
+  float* shift = s.coef + c;
+  for (int j = 0; j < c; ++j) {
+    const double mu = static_cast<double>(mean_f[j]);
+    const double var = s.total[j] / static_cast<double>(sh.m);
+    const double inv_std = 1.0 / std::sqrt(var + sh.eps);
+    save_mean[j] = mean_f[j];
+    save_inv_std[j] = static_cast<float>(inv_std);
+    scale[j] = static_cast<float>(gamma[j] * inv_std);
+    shift[j] = static_cast<float>(beta[j] - mu * gamma[j] * inv_std);
+    const double unbiased = s.total[j] / static_cast<double>(sh.m - 1);
+    running_mean[j] = (1.0f - sh.momentum) * running_mean[j] + sh.momentum * save_mean[j];
+    running_var[j] =
+        static_cast<float>((1.0 - sh.momentum) * running_var[j] + sh.momentum * unbiased);
+  }
+  ScaleShift(sh.m, c, sh.relu, x, scale, shift, y);
+}
+
+void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var,
+                             float* y, float* workspace) {
+  const int c = sh.c;
+  const Scratch s = Carve(workspace, c, CpuThreads());
+  float* scale = s.coef;
+  float* shift = s.coef + c;
+  for (int j = 0; j < c; ++j) {
+    const double inv_std = 1.0 / std::sqrt(static_cast<double>(running_var[j]) + sh.eps);
+    scale[j] = static_cast<float>(gamma[j] * inv_std);
+    shift[j] = static_cast<float>(beta[j] - running_mean[j] * gamma[j] * inv_std);
+  }
+  ScaleShift(sh.m, c, sh.relu, x, scale, shift, y);
+}
+
 void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
                           const float* gamma, const float* save_mean, const float* save_inv_std,
-                          float* dx, float* dgamma, float* dbeta) {
+                          float* dx, float* dgamma, float* dbeta, float* workspace) {
+  const Scratch s = Carve(workspace, sh.c, CpuThreads());
   if (sh.relu) {
-    BackwardImpl<true>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
+    BackwardImpl<true>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta, s);
   } else {
-    BackwardImpl<false>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
+    BackwardImpl<false>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta, s);
   }
 }
 

@@ -40,11 +40,12 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
     SetCpuThreads(threads);
     for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {64, 16}, {2, 1}}) {
       BatchNormShape sh{m, c};
+      std::vector<float> cws(BatchNormWorkspaceFloatsCpu(sh));
       auto x = RandomFloats(m * c, 1, -2.0f, 3.0f), gamma = RandomFloats(c, 2, 0.5f, 1.5f);
       auto beta = RandomFloats(c, 3), g = RandomFloats(m * c, 4);
       std::vector<float> rm(c, 0.5f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
       BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                               mean.data(), inv.data(), y.data());
+                               mean.data(), inv.data(), y.data(), cws.data());
       std::vector<double> packed = ToDouble(x);
       packed.insert(packed.end(), gamma.begin(), gamma.end());
       packed.insert(packed.end(), beta.begin(), beta.end());
@@ -62,7 +63,7 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
 
       std::vector<float> dx(m * c), dgamma(c), dbeta(c);
       BatchNormBackwardCpu(sh, x.data(), nullptr, g.data(), gamma.data(), mean.data(), inv.data(),
-                           dx.data(), dgamma.data(), dbeta.data());
+                           dx.data(), dgamma.data(), dbeta.data(), cws.data());
       auto gd = ToDouble(g);
       auto num = NumericalGradient(
           [&](std::vector<double>& p) { return Dot(RefForward(m, c, p), gd); }, packed, 1e-4);
@@ -82,14 +83,15 @@ TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
     const int64_t m = 50;
     const int c = 6;
     BatchNormShape plain{m, c}, fused{m, c};
+    std::vector<float> cws(BatchNormWorkspaceFloatsCpu(plain));
     fused.relu = true;
     auto x = RandomFloats(m * c, 21, -2.0f, 2.0f), gamma = RandomFloats(c, 22, 0.5f, 1.5f);
     auto beta = RandomFloats(c, 23), g = RandomFloats(m * c, 24);
     std::vector<float> rm(c, 0.0f), rv(c, 1.0f), mean(c), inv(c), y(m * c), yf(m * c);
     BatchNormForwardTrainCpu(plain, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                             mean.data(), inv.data(), y.data());
+                             mean.data(), inv.data(), y.data(), cws.data());
     BatchNormForwardTrainCpu(fused, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                             mean.data(), inv.data(), yf.data());
+                             mean.data(), inv.data(), yf.data(), cws.data());
     std::vector<float> gm(m * c);
     int zeros = 0;
     for (int64_t i = 0; i < m * c; ++i) {
@@ -100,9 +102,9 @@ TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
     EXPECT_GT(zeros, 0);
     std::vector<float> dx(m * c), dg(c), db(c), dxf(m * c), dgf(c), dbf(c);
     BatchNormBackwardCpu(plain, x.data(), nullptr, gm.data(), gamma.data(), mean.data(), inv.data(),
-                         dx.data(), dg.data(), db.data());
+                         dx.data(), dg.data(), db.data(), cws.data());
     BatchNormBackwardCpu(fused, x.data(), yf.data(), g.data(), gamma.data(), mean.data(),
-                         inv.data(), dxf.data(), dgf.data(), dbf.data());
+                         inv.data(), dxf.data(), dgf.data(), dbf.data(), cws.data());
     EXPECT_EQ(dx, dxf);
     EXPECT_EQ(dg, dgf);
     EXPECT_EQ(db, dbf);
@@ -112,10 +114,12 @@ TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
 TEST(BatchNorm, EvalUsesRunningStatistics) {
   const int c = 3;
   BatchNormShape sh{5, c};
+  std::vector<float> cws(BatchNormWorkspaceFloatsCpu(sh));
   auto x = RandomFloats(5 * c, 9);
   std::vector<float> gamma = {1.0f, 2.0f, 0.5f}, beta = {0.0f, -1.0f, 3.0f};
   std::vector<float> rm = {0.1f, -0.2f, 0.3f}, rv = {1.0f, 4.0f, 0.25f}, y(5 * c);
-  BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), y.data());
+  BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), y.data(),
+                          cws.data());
   for (int i = 0; i < 5 * c; ++i) {
     const int j = i % c;
     EXPECT_NEAR(y[i], (x[i] - rm[j]) / std::sqrt(rv[j] + 1e-5) * gamma[j] + beta[j], 1e-5);

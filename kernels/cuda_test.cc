@@ -128,6 +128,7 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
     for (bool relu : {false, true}) {
       SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu" : ""));
       BatchNormShape sh{m, c};
+      std::vector<float> cws(BatchNormWorkspaceFloatsCpu(sh));
       sh.relu = relu;
       auto x = RandomFloats(m * c, 6, -1.0f, 3.0f), gamma = RandomFloats(c, 7, 0.5f, 1.5f);
       auto beta = RandomFloats(c, 8), g = RandomFloats(m * c, 9);
@@ -139,7 +140,7 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
                                             ctx_)
                       .ok());
       BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                               mean.data(), inv.data(), y.data());
+                               mean.data(), inv.data(), y.data(), cws.data());
       Sync();
       EXPECT_LT(Rel(dy.Host(), y), 1e-4);
       EXPECT_LT(Rel(dmean.Host(), mean), 1e-4);
@@ -156,7 +157,7 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
                                         ws.get(), ctx_)
                       .ok());
       BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(), mean.data(), inv.data(),
-                           rdx.data(), rdg.data(), rdb.data());
+                           rdx.data(), rdg.data(), rdb.data(), cws.data());
       Sync();
       EXPECT_LT(Rel(ddx.Host(), rdx), 1e-3);
       EXPECT_LT(Rel(ddg.Host(), rdg), 1e-3);
@@ -167,7 +168,7 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
                                            drv.get(), ey.get(), ctx_)
                       .ok());
       BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                              y.data());
+                              y.data(), cws.data());
       Sync();
       EXPECT_LT(Rel(ey.Host(), y), 1e-4);
     }

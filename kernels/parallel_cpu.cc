@@ -19,7 +19,7 @@ void SetCpuThreads(int threads) {
 
 int CpuThreads() { return g_threads; }
 
-void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& f) {
+void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t, int)> f) {
   const int threads = g_threads;
   if (threads <= 1 || n <= 1) {
     f(0, n, 0);

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "kernels/parallel.h"
@@ -72,24 +71,23 @@ void MaxPoolBackwardCpu(const PoolShape& sh, const float* x, const float* y, con
                         float* dx) {
   const int c = sh.c;
   ForEachImage(sh, [&](int n) {
-    std::vector<char> routed(c);
-    std::memset(dx + static_cast<size_t>(n) * sh.h * sh.w * c, 0, sizeof(float) * sh.h * sh.w * c);
     const size_t in_off = static_cast<size_t>(n) * sh.h * sh.w * c;
     const size_t out_off = static_cast<size_t>(n) * sh.ho() * sh.wo() * c;
+    std::memset(dx + in_off, 0, sizeof(float) * sh.h * sh.w * c);
     ForEachWindow(sh, [&](int oh, int ow, int h0, int h1, int w0, int w1) {
       const size_t o = out_off + (static_cast<size_t>(oh) * sh.wo() + ow) * c;
-      std::fill(routed.begin(), routed.end(), 0);
-      for (int ih = h0; ih < h1; ++ih) {
-        for (int iw = w0; iw < w1; ++iw) {
-          const size_t p = in_off + (static_cast<size_t>(ih) * sh.w + iw) * c;
-          for (int j = 0; j < c; ++j) {
-            if (!routed[j] && x[p + j] == y[o + j]) {
-              dx[p + j] += dy[o + j];
-              routed[j] = 1;
-            }
+      // The first position (in scan order) that holds the window's maximum gets it all.
+      auto first_max = [&](int j) -> size_t {
+        for (int ih = h0; ih < h1; ++ih) {
+          for (int iw = w0; iw < w1; ++iw) {
+            const size_t p = in_off + (static_cast<size_t>(ih) * sh.w + iw) * c + j;
+            if (x[p] == y[o + j]) return p;
           }
         }
-      }
+        return in_off + (static_cast<size_t>(h0) * sh.w + w0) * c +
+               j;  // unreachable: y is one of them
+      };
+      for (int j = 0; j < c; ++j) dx[first_max(j)] += dy[o + j];
     });
   });
 }

@@ -37,9 +37,10 @@ absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,
                                                     const PlanOptions& options) {
   LayerResources r;
   r.scratch_floats = 2 * static_cast<size_t>(in_.c);  // saved mean and inverse std
-  if (device->cuda() != nullptr) {
-    r.workspace_bytes = kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch)) * sizeof(float);
-  }
+  r.workspace_bytes =
+      (device->cuda() != nullptr ? kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch))
+                                 : kernels::BatchNormWorkspaceFloatsCpu(ShapeFor(batch))) *
+      sizeof(float);
   return r;
 }
 
@@ -61,10 +62,11 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
   if (training) {
     kernels::BatchNormForwardTrainCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
                                       mean_->value.data(), var_->value.data(), save_mean,
-                                      save_inv_std, io.y);
+                                      save_inv_std, io.y, static_cast<float*>(io.workspace));
   } else {
     kernels::BatchNormForwardEvalCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
-                                     mean_->value.data(), var_->value.data(), io.y);
+                                     mean_->value.data(), var_->value.data(), io.y,
+                                     static_cast<float*>(io.workspace));
   }
   return absl::OkStatus();
 }
@@ -78,7 +80,7 @@ absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   }
   kernels::BatchNormBackwardCpu(s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch,
                                 io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
-                                beta_->grad.data());
+                                beta_->grad.data(), static_cast<float*>(io.workspace));
   return absl::OkStatus();
 }
 

@@ -1,11 +1,27 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <random>
 
 #include "trainer/model_zoo.h"
+#include "trainer/optimizer.h"
+
+// Counts heap allocations, so a test can check that a training step makes none. (The
+// replacement pairs malloc with free, which GCC cannot see through.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<long> g_allocations{0};
+void* operator new(size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace topiary {
 namespace {
@@ -132,13 +148,24 @@ TEST(Network, PlannedMemoryIsAllocatedOnce) {
   (*m)->Initialize(1);
   auto net = Network::Plan(m->get(), 8, true);
   ASSERT_TRUE(net.ok());
-  const size_t before = dev->allocated_bytes();
   std::fill((*net)->labels(), (*net)->labels() + 8, 1);
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE((*net)->Forward(true).ok());
-    ASSERT_TRUE((*net)->Loss(0.0f).ok());
-    ASSERT_TRUE((*net)->Backward().ok());
-  }
+  topiary::v1::OptimizerSpec spec;
+  SgdOptimizer opt((*m)->parameters(), spec, dev.get());
+  auto clock = TrainingClock::Create(dev.get(), std::vector<float>(8, 0.01f));
+  ASSERT_TRUE(clock.ok());
+  auto step = [&]() {
+    bool ok = clock->Tick(8).ok();
+    ok = ok && (*net)->Forward(true).ok() && (*net)->Loss(0.0f).ok();
+    ok = ok && (*net)->Backward().ok() && opt.Step(clock->clock()).ok();
+    return ok;
+  };
+  ASSERT_TRUE(step());  // warm-up: thread pools start
+  const size_t before = dev->allocated_bytes();
+  const long allocations = g_allocations.load();
+  const bool ok = step() && step();
+  const long during = g_allocations.load() - allocations;
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(during, 0) << "heap allocations inside training steps";
   EXPECT_EQ(dev->allocated_bytes(), before);
   EXPECT_GT((*net)->planned_bytes(), 0u);
 }
