@@ -179,18 +179,28 @@ __global__ void GradSumsKernel(int64_t m, int c, int slices, const float* __rest
   }
 }
 
-// Per channel: dgamma, dbeta, and coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+// One block per channel: dgamma, dbeta, and coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+// The slices are summed (double) along a fixed binary tree: deterministic, and log2(slices)
+// steps instead of a serial chain.
 __global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
                                  const float* gamma, const float* inv_std, float* dgamma,
                                  float* dbeta, float* coef) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= sh.c) return;
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
   const size_t plane = static_cast<size_t>(slices) * sh.c;
-  double a = 0.0, b = 0.0;
-  for (int s = 0; s < slices; ++s) {
-    a += part[static_cast<size_t>(s) * sh.c + ch];
-    b += part[plane + static_cast<size_t>(s) * sh.c + ch];
+  __shared__ double sa[kFinishThreads], sb[kFinishThreads];
+  sa[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sb[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      sa[t] += sa[t + stride];
+      sb[t] += sb[t + stride];
+    }
+    __syncthreads();
   }
+  if (t != 0) return;
+  const double a = sa[0], b = sb[0];
   dbeta[ch] = static_cast<float>(a);
   dgamma[ch] = static_cast<float>(b);
   coef[ch] = gamma[ch] * inv_std[ch];
@@ -281,8 +291,8 @@ absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, con
                                                           save_inv_std, part);
   }
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
-  FinishGradKernel<<<(sh.c + 127) / 128, 128, 0, ctx.stream>>>(sh, slices, part, gamma,
-                                                               save_inv_std, dgamma, dbeta, coef);
+  FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma, save_inv_std,
+                                                            dgamma, dbeta, coef);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
   TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, x, y, dy,
                              save_mean, save_inv_std, coef, dx);
