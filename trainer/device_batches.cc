@@ -36,18 +36,16 @@ absl::Status DeviceBatches::SetOrder(std::vector<int32_t> order) {
 
 absl::Status DeviceBatches::Assemble(const kernels::StepClock* clock, int epoch, int64_t first,
                                      int count, bool augment, float* x, int32_t* labels) const {
-  kernels::AssembleParams p = batcher_->Params(epoch, first, count, augment);
   if (const kernels::CudaContext* cuda = device_->cuda()) {
-    return kernels::AssembleBatchCuda(p, clock, pixels_.data(), labels_.data(), order_.data(),
-                                      lut_.data(), x, labels, *cuda);
+    return kernels::AssembleBatchCuda(batcher_->Params(epoch, first, count, augment), clock,
+                                      pixels_.data(), labels_.data(), order_.data(), lut_.data(), x,
+                                      labels, *cuda);
   }
-  if (clock != nullptr) {
-    p.first = clock->batch_first;
-    p.epoch = clock->epoch;
+  if (clock != nullptr) {  // on the CPU the clock is host memory
+    first = clock->batch_first;
+    epoch = clock->epoch;
   }
-  const ImageSet& set = batcher_->set();
-  kernels::AssembleBatchCpu(p, set.pixels.data(), set.labels.data(), order_host_.data(),
-                            batcher_->lut().data(), x, labels);
+  batcher_->Assemble(order_host_, epoch, first, count, augment, x, labels);
   return absl::OkStatus();
 }
 

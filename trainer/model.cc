@@ -225,6 +225,9 @@ absl::Status Network::Forward(bool training) {
 
 absl::Status Network::Loss(float label_smoothing, int count) {
   if (count < 0) count = batch_;
+  if (training_ && count != batch_) {
+    return absl::InvalidArgumentError("a training network takes the loss of the whole batch");
+  }
   const int classes = model_->classes();
   const int k = std::min(5, classes);
   Value& out = values_[model_->output()];
@@ -236,14 +239,11 @@ absl::Status Network::Loss(float label_smoothing, int count) {
     return kernels::AccumulateMetricsCuda(count, sample_loss_.data(), rank_.data(), k,
                                           metrics_.data(), *cuda);
   }
-  // The gradient is the batch mean over every row; the metrics count the first `count`.
-  if (dlogits != nullptr) {
-    kernels::SoftmaxCrossEntropyCpu(batch_, classes, out.data.data(), labels_.data(),
-                                    label_smoothing, dlogits);
-  }
+  // One pass gives the loss of the first `count` rows and, on a training network (where
+  // count is the whole batch), the gradient of their mean.
   host_metrics_.loss_sum +=
       count * kernels::SoftmaxCrossEntropyCpu(count, classes, out.data.data(), labels_.data(),
-                                              label_smoothing, nullptr);
+                                              label_smoothing, dlogits);
   host_metrics_.top1 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), 1);
   host_metrics_.top5 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), k);
   host_metrics_.images += count;

@@ -88,8 +88,8 @@ class Network {
   absl::Status Forward(bool training);
   // Softmax cross-entropy of the logits against labels(). A training network also writes its
   // gradient (mean over the batch), which Backward propagates into every parameter's grad.
-  // The loss and top-1/top-5 hits of the first `count` images (default: all) are added to
-  // the running metrics.
+  // The loss and top-1/top-5 hits of the first `count` images (default: all; a training
+  // network requires all) are added to the running metrics.
   absl::Status Loss(float label_smoothing, int count = -1);
   // REQUIRES: a training network; Forward(true) and Loss ran for this batch.
   absl::Status Backward();

@@ -18,6 +18,7 @@
 #include "trainer/model_zoo.h"
 #include "trainer/optimizer.h"
 #include "trainer/spec.h"
+#include "trainer/step_runner.h"
 
 namespace topiary {
 namespace {
@@ -161,11 +162,10 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
     TOPIARY_RETURN_IF_ERROR(net.Backward());
     return optimizer.Step(clock->clock());
   };
-  // On a GPU the step is captured as a CUDA graph after one eager step (which lets cuDNN and
-  // cuBLAS finish their lazy initialization) and replayed from then on.
-  const bool use_graph = (*device)->cuda() != nullptr &&
-                         spec.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF;
-  std::unique_ptr<CapturedWork> graph;
+  // On a GPU the step is captured as a CUDA graph after one eager step and replayed.
+  StepRunner steps((*device).get(), step_fn,
+                   spec.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF,
+                   /*eager_steps=*/1);
   double train_seconds = 0;
   int64_t images_trained = 0;
   for (int epoch = 0; epoch < epochs; ++epoch) {
@@ -176,19 +176,7 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
     Metrics epoch_metrics;
     Clock::time_point last_progress = Clock::now();
     for (int step = 0; step < steps_per_epoch; ++step) {
-      if (graph) {
-        TOPIARY_RETURN_IF_ERROR(graph->Replay());
-      } else if (use_graph && (epoch > 0 || step > 0)) {
-        TOPIARY_RETURN_IF_ERROR((*device)->BeginCapture());
-        const absl::Status st = step_fn();
-        auto captured = (*device)->EndCapture();
-        TOPIARY_RETURN_IF_ERROR(st);
-        if (!captured.ok()) return captured.status();
-        graph = std::move(*captured);
-        TOPIARY_RETURN_IF_ERROR(graph->Replay());
-      } else {
-        TOPIARY_RETURN_IF_ERROR(step_fn());
-      }
+      TOPIARY_RETURN_IF_ERROR(steps.Run());
       const bool last = step + 1 == steps_per_epoch;
       if (!last && Seconds(last_progress) < sink.progress_interval_s()) continue;
       // Reading the metrics waits for the device: only at progress intervals.

@@ -18,6 +18,7 @@
 #include "kernels/status_macros.h"
 #include "trainer/model_zoo.h"
 #include "trainer/optimizer.h"
+#include "trainer/step_runner.h"
 
 namespace topiary {
 namespace {
@@ -100,21 +101,12 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
     TOPIARY_RETURN_IF_ERROR((*net)->Backward());
     return opt.Step(clock->clock());
   };
-  const bool graphs = f.graphs && (*dev)->cuda() != nullptr;
-  std::unique_ptr<CapturedWork> graph;
-  for (int i = 0; i < f.warmup; ++i) TOPIARY_RETURN_IF_ERROR(step());
-  if (graphs) {
-    TOPIARY_RETURN_IF_ERROR((*dev)->BeginCapture());
-    const absl::Status st = step();
-    auto g = (*dev)->EndCapture();
-    TOPIARY_RETURN_IF_ERROR(st);
-    if (!g.ok()) return g.status();
-    graph = std::move(*g);
-    TOPIARY_RETURN_IF_ERROR(graph->Replay());
-  }
+  // As the runner does: eager warm-up steps, then (on a GPU) the step captured and replayed.
+  StepRunner runner(dev->get(), step, f.graphs, f.warmup);
+  for (int i = 0; i <= f.warmup; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(graph ? graph->Replay() : step());
+  for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto metrics = (*net)->TakeMetrics();
@@ -126,9 +118,10 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"deterministic\":%s,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,"
       "\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
-      arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision, graph ? "true" : "false",
-      f.threads, f.deterministic ? "true" : "false", f.batch * f.steps / s, 1000 * s / f.steps,
-      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
+      runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false",
+      f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
+      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
 
