@@ -107,6 +107,7 @@ class Buffer {
   ~Buffer() { Release(); }
 
   T* data() const { return data_; }
+  Device* device() const { return device_; }
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
 

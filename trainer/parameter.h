@@ -13,6 +13,21 @@
 
 namespace topiary {
 
+// How a parameter's mask was made; the element mask (Parameter::mask) is what training
+// enforces, this is what checkpoints and reports show.
+struct MaskInfo {
+  enum class Kind { kNone, kBlock, kElement, kNofM };
+  Kind kind = Kind::kNone;
+  // kBlock: the block grid, rows = input-channel blocks, columns = output-channel blocks
+  // (row-major, 1 = kept), and the block shape.
+  int block_in = 0, block_out = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> grid;
+  int n = 0, m = 0;  // kNofM
+};
+
+// "block" | "element" | "n_of_m" | "" (the names used in checkpoints).
+const char* MaskKindName(MaskInfo::Kind kind);
+
 struct Parameter {
   std::string layer;      // e.g. "stage1.block0.conv1"
   std::string role;       // kernel | bias | gamma | beta | running_mean | running_var
@@ -21,7 +36,8 @@ struct Parameter {
   Tensor value;           // as stored in memory (conv kernels: [K, R, S, C])
   Tensor grad;            // trainable only
   Tensor momentum;        // trainable only
-  Buffer<uint8_t> mask;   // empty: dense
+  Buffer<uint8_t> mask;   // empty: dense; else 1 = kept, same layout as value
+  MaskInfo mask_info;
 
   std::string full_name() const { return layer + "." + role; }
   size_t size() const { return value.size(); }

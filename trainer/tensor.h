@@ -23,6 +23,7 @@ class Tensor {
   bool empty() const { return buffer_.empty(); }
   // Device memory (host memory on the CPU device).
   float* data() const { return buffer_.data(); }
+  Device* device() const { return buffer_.device(); }
 
   void CopyFromHost(const float* src) { buffer_.CopyFromHost(src); }
   std::vector<float> ToHost() const { return buffer_.ToHost(); }

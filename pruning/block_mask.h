@@ -1,0 +1,51 @@
+// Block-mask pruning, ALGORITHMS.md §1 ("Weight Block Sparsity", D'Alberto et al.).
+//
+// A layer's block mask G has rows = input-channel blocks (ceil(C / block_in)) and columns =
+// output-channel blocks (ceil(K / block_out)); a block covers block_in input channels x
+// block_out output channels x every filter tap. G is stored row-major, 1 = kept.
+#ifndef TOPIARY_PRUNING_BLOCK_MASK_H_
+#define TOPIARY_PRUNING_BLOCK_MASK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "pruning/kernel_view.h"
+#include "topiary/v1/experiment.pb.h"
+
+namespace topiary::pruning {
+
+struct BlockGrid {
+  int rows = 0, cols = 0;  // input blocks, output blocks
+  int block_in = 8, block_out = 8;
+  std::vector<uint8_t> keep;  // rows * cols, row-major; 1 = kept
+
+  static BlockGrid Dense(int in_channels, int out_channels, int block_in, int block_out);
+  uint8_t& at(int r, int c) { return keep[static_cast<size_t>(r) * cols + c]; }
+  uint8_t at(int r, int c) const { return keep[static_cast<size_t>(r) * cols + c]; }
+  int zeros() const;
+  // The element mask over the kernel [out, taps, in] that this grid stands for.
+  std::vector<uint8_t> Expand(int out, int taps, int in) const;
+};
+
+// Score of every block (row-major like the grid): the mean over the block's weights of
+// VARIANCE (population variance), L1 (|w|), L2 (w^2) or GRAD_L2 (|dW| * w^2, which needs
+// view.grad_abs). Blocks already zero in `grid` score 0.
+std::vector<double> BlockScores(const KernelView& view, const BlockGrid& grid,
+                                topiary::v1::PruningSpec::Score score);
+
+struct BlockStepReport {
+  int zeros_before = 0, zeros_after = 0;
+  int target_zeros = 0;  // Z = floor(target * rows * cols)
+  int step_goal = 0;     // Z1 = min(zeros_before + K, Z)
+  int column_cap = 0;    // Zc = floor(target * rows)
+  bool fallback = false;
+};
+
+// One prune step (§1 steps 1-3) on `grid`, monotone: kept blocks may become zero, zero blocks
+// stay zero. `seed` orders the fallback's columns. REQUIRES: scores.size() == rows * cols.
+BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
+                               double step_fraction, uint64_t seed, BlockGrid* grid);
+
+}  // namespace topiary::pruning
+
+#endif  // TOPIARY_PRUNING_BLOCK_MASK_H_
