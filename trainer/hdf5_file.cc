@@ -1,0 +1,330 @@
+#include "trainer/hdf5_file.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace topiary {
+namespace {
+
+std::mutex& Hdf5Lock() {
+  static std::mutex* m = new std::mutex;
+  return *m;
+}
+
+// HDF5 prints its error stack to stderr by default; errors become Statuses here instead.
+void SilenceHdf5() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+// The innermost message of HDF5's current error stack, e.g. "data error detected by
+// Fletcher32 checksum".
+std::string Hdf5Error() {
+  std::string last;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+        if (e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &last);
+  H5Eclear2(H5E_DEFAULT);
+  return last.empty() ? "HDF5 error" : last;
+}
+
+// Closes an HDF5 handle of any kind when it goes out of scope.
+class Handle {
+ public:
+  explicit Handle(hid_t id = -1) : id_(id) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    if (id_ >= 0) H5Idec_ref(id_);
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+};
+
+absl::Status Fail(const std::string& file, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(file, ": ", what, " (", Hdf5Error(), ")"));
+}
+
+absl::Status WriteAttrs(hid_t obj, const H5Attrs& attrs, const std::string& file,
+                        const std::string& where) {
+  // Strings are variable-length UTF-8, which h5py returns as str.
+  Handle string_type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(string_type.get(), H5T_VARIABLE);
+  H5Tset_cset(string_type.get(), H5T_CSET_UTF8);
+  for (const auto& [name, value] : attrs) {
+    Handle space(H5Screate(H5S_SCALAR));
+    hid_t type = -1;
+    const void* data = nullptr;
+    const char* text = nullptr;
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      type = H5T_NATIVE_INT64;
+      data = i;
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      type = H5T_NATIVE_DOUBLE;
+      data = d;
+    } else {
+      type = string_type.get();
+      text = std::get<std::string>(value).c_str();
+      data = &text;
+    }
+    Handle attr(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+    if (!attr.ok() || H5Awrite(attr.get(), type, data) < 0) {
+      return Fail(file, absl::StrCat("cannot write attribute ", where, "@", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteDocument(hid_t file_id, const H5Document& doc, const std::string& file) {
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  for (const auto& [path, attrs] : doc.groups) {
+    Handle group(path == "/" ? H5Gopen2(file_id, "/", H5P_DEFAULT)
+                             : H5Gcreate2(file_id, path.c_str(), lcpl.get(), H5P_DEFAULT,
+                                          H5P_DEFAULT));
+    if (!group.ok()) return Fail(file, "cannot create group " + path);
+    if (auto st = WriteAttrs(group.get(), attrs, file, path); !st.ok()) return st;
+  }
+  for (const auto& [path, d] : doc.datasets) {
+    const bool is_float = !d.f32.empty();
+    std::vector<hsize_t> dims(d.shape.begin(), d.shape.end());
+    if (dims.empty() || d.count() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": dataset ", path, " is empty"));
+    }
+    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    // Chunks of whole rows of the first dimension, up to 16 MiB: the checksum filter needs
+    // chunked storage, and large chunks keep the per-chunk overhead negligible.
+    const size_t elem = is_float ? 4 : 1;
+    size_t row_bytes = elem;
+    for (size_t i = 1; i < dims.size(); ++i) row_bytes *= dims[i];
+    std::vector<hsize_t> chunk = dims;
+    chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (16u << 20) / row_bytes));
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_fletcher32(dcpl.get());
+    const hid_t file_type = is_float ? H5T_IEEE_F32LE : H5T_STD_U8LE;
+    const hid_t mem_type = is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8;
+    Handle ds(H5Dcreate2(file_id, path.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(),
+                         H5P_DEFAULT));
+    if (!ds.ok()) return Fail(file, "cannot create dataset " + path);
+    const void* data = is_float ? static_cast<const void*>(d.f32.data()) : d.u8.data();
+    if (H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+      return Fail(file, "cannot write dataset " + path);
+    }
+    if (auto st = WriteAttrs(ds.get(), d.attrs, file, path); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return absl::InternalError(absl::StrCat(path, ": cannot open to sync"));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat(path, ": fsync failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<H5Attr> ReadAttr(hid_t attr) {
+  Handle type(H5Aget_type(attr));
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: {
+      int64_t v = 0;
+      if (H5Aread(attr, H5T_NATIVE_INT64, &v) < 0) break;
+      return H5Attr(v);
+    }
+    case H5T_FLOAT: {
+      double v = 0;
+      if (H5Aread(attr, H5T_NATIVE_DOUBLE, &v) < 0) break;
+      return H5Attr(v);
+    }
+    case H5T_STRING: {
+      if (H5Tis_variable_str(type.get()) > 0) {
+        char* text = nullptr;
+        Handle mem(H5Tcopy(H5T_C_S1));
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+        if (H5Aread(attr, mem.get(), &text) < 0) break;
+        std::string s = text ? text : "";
+        H5free_memory(text);
+        return H5Attr(s);
+      }
+      std::string s(H5Tget_size(type.get()), '\0');
+      if (H5Aread(attr, type.get(), s.data()) < 0) break;
+      s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
+      return H5Attr(s);
+    }
+    default:
+      return absl::UnimplementedError("unsupported attribute type");
+  }
+  return absl::DataLossError(Hdf5Error());
+}
+
+absl::Status ReadAttrs(hid_t obj, H5Attrs* out) {
+  struct Ctx {
+    H5Attrs* out;
+    absl::Status status;
+  } ctx{out, absl::OkStatus()};
+  H5Aiterate2(
+      obj, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t loc, const char* name, const H5A_info_t*, void* p) -> herr_t {
+        auto* c = static_cast<Ctx*>(p);
+        Handle attr(H5Aopen(loc, name, H5P_DEFAULT));
+        auto v = attr.ok() ? ReadAttr(attr.get()) : absl::DataLossError(Hdf5Error());
+        if (!v.ok()) {
+          c->status = absl::Status(v.status().code(),
+                                   absl::StrCat("attribute ", name, ": ", v.status().message()));
+          return -1;
+        }
+        (*c->out)[name] = *v;
+        return 0;
+      },
+      &ctx);
+  return ctx.status;
+}
+
+absl::Status ReadDataset(hid_t ds, const std::string& path, H5Dataset* out) {
+  Handle space(H5Dget_space(ds));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank <= 0) return absl::DataLossError(absl::StrCat(path, ": not an array"));
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  out->shape.assign(dims.begin(), dims.end());
+  Handle type(H5Dget_type(ds));
+  const H5T_class_t cls = H5Tget_class(type.get());
+  herr_t rc = -1;
+  if (cls == H5T_FLOAT) {
+    out->f32.resize(out->count());
+    rc = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->f32.data());
+  } else if (cls == H5T_INTEGER && H5Tget_size(type.get()) == 1) {
+    out->u8.resize(out->count());
+    rc = H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->u8.data());
+  } else {
+    return absl::DataLossError(absl::StrCat(path, ": unsupported element type"));
+  }
+  if (rc < 0) return absl::DataLossError(absl::StrCat(path, ": ", Hdf5Error()));
+  return ReadAttrs(ds, &out->attrs);
+}
+
+}  // namespace
+
+size_t H5Dataset::count() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
+  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  SilenceHdf5();
+  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  absl::Status status;
+  {
+    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file.ok()) return Fail(path, "cannot create " + tmp);
+    status = WriteDocument(file.get(), doc, path);
+    if (status.ok() && H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) status = Fail(path, "flush");
+  }
+  if (status.ok()) status = SyncPath(tmp, O_RDONLY);
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = absl::InternalError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
+  }
+  if (!status.ok()) {
+    std::remove(tmp.c_str());
+    return status;
+  }
+  const size_t slash = path.rfind('/');
+  return SyncPath(slash == std::string::npos ? "." : path.substr(0, slash + 1),
+                  O_RDONLY | O_DIRECTORY);
+}
+
+absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
+  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  SilenceHdf5();
+  if (::access(path.c_str(), R_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file (or not readable)"));
+  }
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.ok()) return Fail(path, "cannot open (truncated or damaged?)");
+  H5Document doc;
+  struct Ctx {
+    H5Document* doc;
+    absl::Status status;
+  } ctx{&doc, absl::OkStatus()};
+  {
+    Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
+    if (auto st = ReadAttrs(root.get(), &doc.groups["/"]); !st.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
+    }
+  }
+  const herr_t rc = H5Lvisit(
+      file.get(), H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t root, const char* name, const H5L_info_t*, void* p) -> herr_t {
+        auto* c = static_cast<Ctx*>(p);
+        const std::string full = absl::StrCat("/", name);
+        Handle obj(H5Oopen(root, name, H5P_DEFAULT));
+        if (!obj.ok()) {
+          c->status = absl::DataLossError(absl::StrCat(full, ": cannot open (", Hdf5Error(), ")"));
+          return -1;
+        }
+        const H5I_type_t type = H5Iget_type(obj.get());
+        if (type == H5I_GROUP) {
+          c->status = ReadAttrs(obj.get(), &c->doc->groups[full]);
+        } else if (type == H5I_DATASET) {
+          c->status = ReadDataset(obj.get(), full, &c->doc->datasets[full]);
+        }
+        if (!c->status.ok() && c->status.message().find(full) == std::string::npos) {
+          c->status = absl::Status(c->status.code(), absl::StrCat(full, ": ", c->status.message()));
+        }
+        return c->status.ok() ? 0 : -1;
+      },
+      &ctx);
+  if (!ctx.status.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", ctx.status.message()));
+  }
+  if (rc < 0) return Fail(path, "cannot list the file's objects (truncated or damaged?)");
+  return doc;
+}
+
+int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return fallback;
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  return fallback;
+}
+
+double AttrDouble(const H5Attrs& attrs, const std::string& name, double fallback) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return fallback;
+  if (const auto* d = std::get_if<double>(&it->second)) return *d;
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return fallback;
+}
+
+std::string AttrString(const H5Attrs& attrs, const std::string& name,
+                       const std::string& fallback) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return fallback;
+  if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
+  return fallback;
+}
+
+}  // namespace topiary

@@ -1,0 +1,54 @@
+// A small document model of an HDF5 file (groups with attributes, float32 and uint8 datasets
+// with attributes) and its atomic writer and checked reader. The checkpoint store
+// (checkpoint.h) maps models onto it; `topiary inspect` reads it directly.
+//
+// Every dataset is chunked with the Fletcher-32 checksum filter, so a flipped byte is found
+// on read. Files are written under a temporary name, fsynced and renamed into place, so a
+// reader sees the old file or the complete new one, never a partial one. The HDF5 library
+// is not thread-safe in Debian's build; calls here are serialized by a process-wide lock.
+#ifndef TOPIARY_TRAINER_HDF5_FILE_H_
+#define TOPIARY_TRAINER_HDF5_FILE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace topiary {
+
+using H5Attr = std::variant<int64_t, double, std::string>;
+using H5Attrs = std::map<std::string, H5Attr>;
+
+struct H5Dataset {
+  std::vector<int64_t> shape;
+  std::vector<float> f32;    // a float32 dataset, or
+  std::vector<uint8_t> u8;   // a uint8 dataset (exactly one of the two is non-empty)
+  H5Attrs attrs;
+  size_t count() const;
+};
+
+struct H5Document {
+  std::map<std::string, H5Attrs> groups;       // absolute group path ("/" too) -> attributes
+  std::map<std::string, H5Dataset> datasets;   // absolute dataset path -> dataset
+};
+
+// Writes `doc` to `path` atomically (temporary file, fsync, rename, fsync of the folder).
+// Errors name the file and what HDF5 or the OS reported.
+absl::Status WriteH5File(const std::string& path, const H5Document& doc);
+
+// Reads every group attribute and dataset of `path`. Errors (missing, truncated, not HDF5,
+// checksum mismatch, an unsupported type) name the file and the object.
+absl::StatusOr<H5Document> ReadH5File(const std::string& path);
+
+// Attribute accessors with a default when absent or of another type.
+int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback = 0);
+double AttrDouble(const H5Attrs& attrs, const std::string& name, double fallback = 0);
+std::string AttrString(const H5Attrs& attrs, const std::string& name,
+                       const std::string& fallback = "");
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_HDF5_FILE_H_
