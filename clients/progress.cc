@@ -1,5 +1,6 @@
 #include "clients/progress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -12,6 +13,38 @@ std::string FormatDuration(double seconds) {
   if (s < 60) return absl::StrFormat("%ds", s);
   if (s < 3600) return absl::StrFormat("%d:%02d", s / 60, s % 60);
   return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+}
+
+void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
+  absl::FPrintF(out, "\nround  sparsity  layers (min-max)   test top-1  loss     time\n");
+  for (const auto& r : s.rounds()) {
+    double lo = 1, hi = 0;
+    for (const auto& l : r.layers()) {
+      lo = std::min(lo, l.sparsity());
+      hi = std::max(hi, l.sparsity());
+    }
+    const std::string range =
+        r.layers_size() ? absl::StrFormat("%5.1f%% - %5.1f%%", 100 * lo, 100 * hi) : "-";
+    absl::FPrintF(out, "%5d  %7.1f%%  %-17s  %9.2f%%  %.4f  %s\n", r.round(), 100 * r.sparsity(),
+                  range, 100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+  }
+  // Per-layer sparsity by round (percent of the kernel's weights).
+  const auto& last = s.rounds(s.rounds_size() - 1);
+  if (last.layers_size() == 0) return;
+  absl::FPrintF(out, "\nper-layer sparsity %% by round\n%-30s", "layer");
+  for (int i = 1; i < s.rounds_size(); ++i) absl::FPrintF(out, " %4d", s.rounds(i).round());
+  absl::FPrintF(out, "\n");
+  for (const auto& layer : last.layers()) {
+    absl::FPrintF(out, "%-30s", layer.layer());
+    for (int i = 1; i < s.rounds_size(); ++i) {
+      double v = 0;
+      for (const auto& l : s.rounds(i).layers()) {
+        if (l.layer() == layer.layer()) v = l.sparsity();
+      }
+      absl::FPrintF(out, " %4.0f", 100 * v);
+    }
+    absl::FPrintF(out, "\n");
+  }
 }
 
 void ProgressPrinter::Print(const topiary::v1::Event& e) {
@@ -27,22 +60,39 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     constexpr int kWidth = 28;
     const int filled = static_cast<int>(frac * kWidth);
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
-    absl::FPrintF(out_, "\r\033[Kepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  lr %.4g  ETA %s",
-                  p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(), p.lr(),
-                  FormatDuration(p.eta_s()));
+    absl::FPrintF(
+        out_, "\r\033[K%s%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  lr %.4g  ETA %s",
+        p.phase() == "dense" ? "" : p.phase(), p.phase() == "dense" ? "" : " ", p.epoch(),
+        p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(), p.lr(), FormatDuration(p.eta_s()));
     bar_open_ = true;
   } else if (e.has_epoch()) {
     const auto& ep = e.epoch();
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");
     bar_open_ = false;
-    absl::FPrintF(out_, "epoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s", ep.epoch(),
-                  ep.train_loss(), 100 * ep.train_top1(), ep.images_per_s(),
+    absl::FPrintF(out_, "%s%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
+                  ep.phase() == "dense" ? "" : ep.phase(), ep.phase() == "dense" ? "" : " ",
+                  ep.epoch(), ep.train_loss(), 100 * ep.train_top1(), ep.images_per_s(),
                   FormatDuration(ep.seconds()));
     if (ep.evaluated()) {
       absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
                     100 * ep.test_top1(), 100 * ep.test_top5());
     }
     absl::FPrintF(out_, "\n");
+  } else if (e.has_round()) {
+    const auto& r = e.round();
+    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+    bar_open_ = false;
+    if (r.round() == 0) {
+      absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
+                    r.test_loss());
+    } else {
+      absl::FPrintF(out_,
+                    "round %d: sparsity %.1f%% (%d of %d layers at target)  test top-1 %.2f%% "
+                    "loss %.4f  %s\n",
+                    r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(),
+                    100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+    }
+    if (!r.checkpoint().empty()) absl::FPrintF(out_, "  checkpoint %s\n", r.checkpoint());
   } else if (e.has_summary()) {
     const auto& s = e.summary();
     if (bar_open_) absl::FPrintF(out_, "\n");
@@ -56,6 +106,7 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     s.state(), 100 * s.test_top1(), 100 * s.test_top5(), s.test_loss(), s.epochs(),
                     FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
     }
+    if (s.rounds_size() > 1) PrintRoundTable(out_, s);
     if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());
   }
   std::fflush(out_);

@@ -21,6 +21,10 @@ class ProgressPrinter {
   bool bar_open_ = false;
 };
 
+// The round table of a pruning run: round, overall sparsity, the layers' range, test
+// top-1, loss, time; then each pruned layer's sparsity per round.
+void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& summary);
+
 // "1:02:03" / "2:03" / "45s"
 std::string FormatDuration(double seconds);
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/progress.h"
+#include "pruning/pruner.h"
 #include "trainer/device.h"
 #include "trainer/events.h"
 #include "trainer/model_zoo.h"
@@ -29,10 +30,13 @@ constexpr int kExitInvalidSpec = 3;
 constexpr char kUsage[] = R"(topiary: training-side pruning and approximation of CNNs
 
 Usage:
-  topiary run SPEC [--out DIR] [--json]
+  topiary run SPEC [--out DIR] [--resume CKPT] [--json]
       Run the experiment in SPEC (text format .textproto or JSON) in this process: dense
-      training, evaluation, a summary. A progress bar per epoch on a terminal.
-      --out DIR   write spec.textproto (with defaults), events.jsonl and summary.json to DIR
+      training, then (with a pruning block) rounds of prune step, fine-tuning, evaluation and
+      checkpoint, and a round table. A progress bar per epoch on a terminal.
+      --out DIR   write spec.textproto (with defaults), events.jsonl, summary.json and
+                  checkpoints/ (dense.h5, round-NNN.h5, epoch-NNNN.h5) to DIR
+      --resume CKPT  continue an interrupted run of the same SPEC from one of its checkpoints
       --json      print one JSON object per event on stdout; the last line is the summary:
                   {"event":"summary", "state", "test_top1", "test_top5", "test_loss",
                    "epochs", "seconds", "device", "train_images_per_s", "checkpoint", ...}
@@ -50,7 +54,7 @@ Specs: see examples/ and protos/topiary/v1/experiment.proto.
 constexpr char kVersion[] = "0.1.0";
 
 struct Args {
-  std::string command, spec, out;
+  std::string command, spec, out, resume;
   bool json = false;
 };
 
@@ -70,6 +74,12 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
       } else {
         a->out = arg.substr(6);
       }
+    } else if (arg == "--resume") {
+      if (++i >= argc) {
+        *error = "--resume needs a checkpoint file";
+        return false;
+      }
+      a->resume = argv[i];
     } else if (arg == "--help" || arg == "-h") {
       a->command = "help";
       return true;
@@ -115,6 +125,8 @@ int Run(const Args& a) {
   ProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);
   RunOptions options;
   options.out_dir = a.out;
+  options.resume_from = a.resume;
+  options.make_pruner = pruning::MakePruner;
   options.on_event = [&](const topiary::v1::Event& e) {
     if (a.json) {
       absl::PrintF("%s\n", EventToJsonLine(e));

@@ -192,9 +192,9 @@ absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
   if (!doc.ok()) return doc.status();
   const H5Attrs& root = doc->groups["/"];
   if (AttrString(root, "format") != kCheckpointFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a Topiary checkpoint (the root attribute format is not '", kCheckpointFormat,
-        "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a Topiary checkpoint (the root attribute format is not '",
+                     kCheckpointFormat, "')"));
   }
   const int64_t version = AttrInt(root, "format_version", -1);
   if (version != kCheckpointFormatVersion) {
@@ -229,8 +229,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
   if (!doc.ok()) return doc.status();
   const CheckpointState state = CheckpointStateOf(*doc);
   if (state.model_arch != model->arch()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
   }
   // Check everything first; change nothing until all of it fits.
   struct Pending {

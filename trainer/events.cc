@@ -36,6 +36,14 @@ std::string EventToJsonLine(const topiary::v1::Event& event) {
       body = &event.summary();
       kind = "summary";
       break;
+    case topiary::v1::Event::kRound:
+      body = &event.round();
+      kind = "round";
+      break;
+    case topiary::v1::Event::kCheckpoint:
+      body = &event.checkpoint();
+      kind = "checkpoint";
+      break;
     default:
       break;
   }

@@ -93,9 +93,9 @@ absl::Status WriteDocument(hid_t file_id, const H5Document& doc, const std::stri
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   for (const auto& [path, attrs] : doc.groups) {
-    Handle group(path == "/" ? H5Gopen2(file_id, "/", H5P_DEFAULT)
-                             : H5Gcreate2(file_id, path.c_str(), lcpl.get(), H5P_DEFAULT,
-                                          H5P_DEFAULT));
+    Handle group(path == "/"
+                     ? H5Gopen2(file_id, "/", H5P_DEFAULT)
+                     : H5Gcreate2(file_id, path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
     if (!group.ok()) return Fail(file, "cannot create group " + path);
     if (auto st = WriteAttrs(group.get(), attrs, file, path); !st.ok()) return st;
   }
@@ -319,8 +319,7 @@ double AttrDouble(const H5Attrs& attrs, const std::string& name, double fallback
   return fallback;
 }
 
-std::string AttrString(const H5Attrs& attrs, const std::string& name,
-                       const std::string& fallback) {
+std::string AttrString(const H5Attrs& attrs, const std::string& name, const std::string& fallback) {
   auto it = attrs.find(name);
   if (it == attrs.end()) return fallback;
   if (const auto* s = std::get_if<std::string>(&it->second)) return *s;

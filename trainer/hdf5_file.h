@@ -24,15 +24,15 @@ using H5Attrs = std::map<std::string, H5Attr>;
 
 struct H5Dataset {
   std::vector<int64_t> shape;
-  std::vector<float> f32;    // a float32 dataset, or
-  std::vector<uint8_t> u8;   // a uint8 dataset (exactly one of the two is non-empty)
+  std::vector<float> f32;   // a float32 dataset, or
+  std::vector<uint8_t> u8;  // a uint8 dataset (exactly one of the two is non-empty)
   H5Attrs attrs;
   size_t count() const;
 };
 
 struct H5Document {
-  std::map<std::string, H5Attrs> groups;       // absolute group path ("/" too) -> attributes
-  std::map<std::string, H5Dataset> datasets;   // absolute dataset path -> dataset
+  std::map<std::string, H5Attrs> groups;      // absolute group path ("/" too) -> attributes
+  std::map<std::string, H5Dataset> datasets;  // absolute dataset path -> dataset
 };
 
 // Writes `doc` to `path` atomically (temporary file, fsync, rename, fsync of the folder).

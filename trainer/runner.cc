@@ -1,20 +1,25 @@
 #include "trainer/runner.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/status_macros.h"
+#include "trainer/checkpoint.h"
 #include "trainer/dataset.h"
 #include "trainer/device_batches.h"
 #include "trainer/events.h"
 #include "trainer/file_util.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/masks.h"
 #include "trainer/model_zoo.h"
 #include "trainer/optimizer.h"
 #include "trainer/spec.h"
@@ -23,8 +28,11 @@
 namespace topiary {
 namespace {
 
+using topiary::v1::CheckpointMetrics;
 using topiary::v1::Event;
 using topiary::v1::ExperimentSpec;
+using topiary::v1::LayerSparsity;
+using topiary::v1::RoundSummary;
 using topiary::v1::RunSummary;
 using Clock = std::chrono::steady_clock;
 
@@ -70,115 +78,208 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// The dense phase: everything after validation. Fills `summary` as it goes.
-absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summary) {
-  if (spec.has_pruning()) {
-    return absl::UnimplementedError(
-        "pruning: pruning rounds are not available in this version yet (dense training only); "
-        "remove the pruning block");
+// One experiment from setup to the end of its last round. Position in the run (round,
+// epochs, steps) is kept here and in checkpoints, so a resumed run continues exactly.
+class ExperimentRun {
+ public:
+  ExperimentRun(const ExperimentSpec& spec, const RunOptions& options, EventSink& sink,
+                RunSummary* summary)
+      : spec_(spec), options_(options), sink_(sink), summary_(summary) {}
+
+  absl::Status Setup();
+  absl::Status Execute();
+
+ private:
+  // Trains `epochs` epochs of the phase `phase`, starting at its epoch phase_epoch_, with
+  // `lr_table` giving the learning rate of every step of the phase.
+  absl::Status TrainPhase(const std::string& phase, int epochs, const std::vector<float>& lr_table);
+  absl::StatusOr<EvalResult> EvaluateTest();
+  // Mean |dW| of every prunable kernel over a few training batches (GRAD_L2 scores). Batch
+  // norm running statistics are restored afterwards, so the model is as it was.
+  absl::StatusOr<GradientStats> GradientStatistics();
+  // Sparsity of every conv and linear kernel; `reports` adds the step's targets and flags.
+  RoundSummary SparsityRow(int round, const std::vector<LayerPruneReport>* reports) const;
+  absl::Status Checkpoint(const std::string& name, bool periodic);
+  // One round: prune step (unless finishing a resumed round), fine-tuning, evaluation,
+  // checkpoint, and the round's event.
+  absl::Status Round(Pruner& pruner, bool prune, const std::vector<float>& finetune_lr);
+  std::vector<float> LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
+                             int epochs) const;
+
+  const ExperimentSpec& spec_;
+  const RunOptions& options_;
+  EventSink& sink_;
+  RunSummary* summary_;
+
+  std::unique_ptr<Device> device_;
+  std::optional<Dataset> data_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Network> train_net_, eval_net_;
+  std::optional<Batcher> train_batcher_, test_batcher_;
+  std::optional<SgdOptimizer> optimizer_;
+  std::optional<DeviceBatches> train_data_, test_data_;
+  int batch_ = 0;
+  int steps_per_epoch_ = 0;
+
+  // Position of the run.
+  int round_ = 0;
+  int epoch_ = 0;        // training epochs completed, all phases
+  int phase_epoch_ = 0;  // epochs completed in the current phase
+  int64_t global_step_ = 0;
+  bool dense_done_ = false;
+  std::string parent_;
+  CheckpointMetrics metrics_;
+  std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
+  double train_seconds_ = 0;
+  int64_t images_trained_ = 0;
+  std::optional<EvalResult> last_eval_;  // the last evaluation of the current phase
+};
+
+absl::Status ExperimentRun::Setup() {
+  if (spec_.has_pruning() && !options_.make_pruner) {
+    return absl::InternalError("pruning: this program was built without a pruning policy");
   }
-  if (!spec.init_from_checkpoint().empty()) {
-    return absl::UnimplementedError(
-        "init_from_checkpoint: checkpoints are not available in this version yet");
-  }
-  auto device = CreateDevice(spec.device());
+  auto device = CreateDevice(spec_.device());
   if (!device.ok()) return device.status();
-  summary->set_device((*device)->name());
+  device_ = std::move(*device);
+  summary_->set_device(device_->name());
 
-  auto data = LoadDataset(spec.data(), spec.seed());
+  auto data = LoadDataset(spec_.data(), spec_.seed());
   if (!data.ok()) return data.status();
-  const int batch = spec.data().batch_size();
-  if (data->train.size() < batch) {
+  data_.emplace(std::move(*data));
+  batch_ = spec_.data().batch_size();
+  if (data_->train.size() < batch_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "data.batch_size: %d exceeds the %d training images", batch, data->train.size()));
+        "data.batch_size: %d exceeds the %d training images", batch_, data_->train.size()));
   }
-  if (data->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
+  if (data_->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
 
-  const Shape4 input{1, data->train.h, data->train.w, data->train.c};
+  const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
   auto model =
-      BuildModel(spec.model().arch(), spec.model().width(), input, data->classes, device->get());
+      BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes, device_.get());
   if (!model.ok()) return model.status();
-  (*model)->Initialize(spec.seed());
+  model_ = std::move(*model);
+  model_->Initialize(spec_.seed());
   PlanOptions plan_options;
-  plan_options.tf32 = spec.train().precision() == topiary::v1::TrainSpec::TF32;
-  plan_options.deterministic = spec.device().deterministic();
-  auto train_net = Network::Plan(model->get(), batch, true, plan_options);
+  plan_options.tf32 = spec_.train().precision() == topiary::v1::TrainSpec::TF32;
+  plan_options.deterministic = spec_.device().deterministic();
+  auto train_net = Network::Plan(model_.get(), batch_, true, plan_options);
   if (!train_net.ok()) return train_net.status();
-  auto eval_net = Network::Plan(model->get(), spec.data().eval_batch_size(), false, plan_options);
+  train_net_ = std::move(*train_net);
+  auto eval_net = Network::Plan(model_.get(), spec_.data().eval_batch_size(), false, plan_options);
   if (!eval_net.ok()) return eval_net.status();
+  eval_net_ = std::move(*eval_net);
 
   const Normalization norm =
-      ComputeNormalization(data->train, data->max_value, spec.data().normalize());
-  const Batcher train_batcher(&data->train, data->max_value, norm, spec.data().augment(),
-                              spec.seed());
-  const Batcher test_batcher(&data->test, data->max_value, norm, {}, spec.seed());
-  const bool augment = train_batcher.augments();
-  SgdOptimizer optimizer((*model)->parameters(), spec.train().optimizer(), device->get());
-
-  const int epochs = spec.train().epochs();
-  const int steps_per_epoch = static_cast<int>(data->train.size() / batch);
-  {
-    Event e = sink.New();
-    auto* s = e.mutable_started();
-    s->set_name(spec.name());
-    s->set_model_arch(spec.model().arch());
-    s->set_device((*device)->name());
-    s->set_dataset(data->name);
-    s->set_train_images(static_cast<int32_t>(data->train.size()));
-    s->set_test_images(static_cast<int32_t>(data->test.size()));
-    s->set_parameters(static_cast<int32_t>((*model)->trainable_parameter_count()));
-    s->set_epochs(epochs);
-    s->set_batch_size(batch);
-    sink.Emit(e);
-  }
-
-  // The learning rate of every step of the run, evaluated at the end of each step so that a
-  // warm-up never uses a rate of exactly zero.
-  const auto& lr_spec = spec.train().lr_schedule();
-  std::vector<float> lr_table(static_cast<size_t>(epochs) * steps_per_epoch);
-  for (size_t t = 0; t < lr_table.size(); ++t) {
-    lr_table[t] = static_cast<float>(
-        LearningRate(lr_spec, spec.train().optimizer().lr(), (t + 1.0) / steps_per_epoch, epochs));
-  }
-  auto clock = TrainingClock::Create(device->get(), lr_table);
-  if (!clock.ok()) return clock.status();
-  auto train_data = DeviceBatches::Create(&train_batcher, device->get());
+      ComputeNormalization(data_->train, data_->max_value, spec_.data().normalize());
+  train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
+                         spec_.seed());
+  test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
+  optimizer_.emplace(model_->parameters(), spec_.train().optimizer(), device_.get());
+  steps_per_epoch_ = static_cast<int>(data_->train.size() / batch_);
+  auto train_data = DeviceBatches::Create(&*train_batcher_, device_.get());
   if (!train_data.ok()) return train_data.status();
-  auto test_data = DeviceBatches::Create(&test_batcher, device->get());
+  train_data_.emplace(std::move(*train_data));
+  auto test_data = DeviceBatches::Create(&*test_batcher_, device_.get());
   if (!test_data.ok()) return test_data.status();
-  std::vector<int32_t> identity(data->test.size());
+  test_data_.emplace(std::move(*test_data));
+  std::vector<int32_t> identity(data_->test.size());
   for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
-  TOPIARY_RETURN_IF_ERROR(test_data->SetOrder(identity));
+  TOPIARY_RETURN_IF_ERROR(test_data_->SetOrder(identity));
 
-  Network& net = **train_net;
-  const float smoothing = spec.train().label_smoothing();
+  // A checkpoint to start from: resume (everything) or init (weights and masks only).
+  const std::string& from =
+      options_.resume_from.empty() ? spec_.init_from_checkpoint() : options_.resume_from;
+  if (!from.empty()) {
+    const bool resume = !options_.resume_from.empty();
+    auto state = LoadCheckpoint(from, model_.get(), /*with_optimizer=*/resume);
+    if (!state.ok()) {
+      return absl::Status(
+          state.status().code(),
+          absl::StrCat(resume ? "--resume: " : "init_from_checkpoint: ", state.status().message()));
+    }
+    dense_done_ = true;  // init_from_checkpoint skips the dense phase
+    if (resume) {
+      round_ = state->round;
+      epoch_ = state->epoch;
+      phase_epoch_ = state->phase_epoch;
+      global_step_ = state->global_step;
+      parent_ = state->parent;
+      if (!state->metrics_json.empty()) {
+        (void)google::protobuf::util::JsonStringToMessage(state->metrics_json, &metrics_);
+      }
+      dense_done_ = round_ > 0 || phase_epoch_ >= spec_.train().epochs();
+    } else {
+      parent_ = from;
+    }
+  }
+
+  Event e = sink_.New();
+  auto* s = e.mutable_started();
+  s->set_name(spec_.name());
+  s->set_model_arch(spec_.model().arch());
+  s->set_device(device_->name());
+  s->set_dataset(data_->name);
+  s->set_train_images(static_cast<int32_t>(data_->train.size()));
+  s->set_test_images(static_cast<int32_t>(data_->test.size()));
+  s->set_parameters(static_cast<int32_t>(model_->trainable_parameter_count()));
+  s->set_epochs(spec_.train().epochs());
+  s->set_batch_size(batch_);
+  s->set_phase(!options_.resume_from.empty()
+                   ? absl::StrFormat("resumed at round %d, epoch %d", round_, epoch_)
+               : !spec_.init_from_checkpoint().empty() ? "from checkpoint"
+                                                       : "dense");
+  sink_.Emit(e);
+  return absl::OkStatus();
+}
+
+std::vector<float> ExperimentRun::LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
+                                          int epochs) const {
+  // Evaluated at the end of each step so that a warm-up never uses a rate of exactly zero.
+  std::vector<float> table(static_cast<size_t>(epochs) * steps_per_epoch_);
+  for (size_t t = 0; t < table.size(); ++t) {
+    table[t] =
+        static_cast<float>(LearningRate(schedule, base_lr, (t + 1.0) / steps_per_epoch_, epochs));
+  }
+  return table;
+}
+
+absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
+                                       const std::vector<float>& lr_table) {
+  auto clock = TrainingClock::Create(device_.get(), lr_table);
+  if (!clock.ok()) return clock.status();
+  Network& net = *train_net_;
+  const float smoothing = spec_.train().label_smoothing();
+  const bool augment = train_batcher_->augments();
   // One training step, enqueued; everything that varies per step is read from the clock.
   auto step_fn = [&]() -> absl::Status {
-    TOPIARY_RETURN_IF_ERROR(clock->Tick(batch));
+    TOPIARY_RETURN_IF_ERROR(clock->Tick(batch_));
     TOPIARY_RETURN_IF_ERROR(
-        train_data->Assemble(clock->clock(), 0, 0, batch, augment, net.input(), net.labels()));
+        train_data_->Assemble(clock->clock(), 0, 0, batch_, augment, net.input(), net.labels()));
     TOPIARY_RETURN_IF_ERROR(net.Forward(true));
     TOPIARY_RETURN_IF_ERROR(net.Loss(smoothing));
     TOPIARY_RETURN_IF_ERROR(net.Backward());
-    return optimizer.Step(clock->clock());
+    return optimizer_->Step(clock->clock());
   };
-  // On a GPU the step is captured as a CUDA graph after one eager step and replayed.
-  StepRunner steps((*device).get(), step_fn,
-                   spec.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF,
+  // On a GPU the step is captured as a CUDA graph after one eager step and replayed. Each
+  // phase captures anew: a prune step may have added mask buffers.
+  StepRunner steps(device_.get(), step_fn,
+                   spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF,
                    /*eager_steps=*/1);
-  double train_seconds = 0;
-  int64_t images_trained = 0;
-  for (int epoch = 0; epoch < epochs; ++epoch) {
+  const double phase_start_seconds = train_seconds_;
+  last_eval_.reset();
+  for (; phase_epoch_ < epochs; ++phase_epoch_) {
+    const int epoch = phase_epoch_;
     const Clock::time_point epoch_start = Clock::now();
-    TOPIARY_RETURN_IF_ERROR(train_data->SetOrder(train_batcher.EpochOrder(epoch)));
+    TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
     TOPIARY_RETURN_IF_ERROR(
-        clock->BeginEpoch(epoch, static_cast<int64_t>(epoch) * steps_per_epoch));
+        clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_));
     Metrics epoch_metrics;
     Clock::time_point last_progress = Clock::now();
-    for (int step = 0; step < steps_per_epoch; ++step) {
+    for (int step = 0; step < steps_per_epoch_; ++step) {
       TOPIARY_RETURN_IF_ERROR(steps.Run());
-      const bool last = step + 1 == steps_per_epoch;
-      if (!last && Seconds(last_progress) < sink.progress_interval_s()) continue;
+      const bool last = step + 1 == steps_per_epoch_;
+      if (!last && Seconds(last_progress) < sink_.progress_interval_s()) continue;
       // Reading the metrics waits for the device: only at progress intervals.
       auto window = net.TakeMetrics();
       if (!window.ok()) return window.status();
@@ -187,62 +288,262 @@ absl::Status Run(const ExperimentSpec& spec, EventSink& sink, RunSummary* summar
       epoch_metrics.images += window->images;
       if (!std::isfinite(window->loss_sum)) {
         return absl::InternalError(absl::StrFormat(
-            "training diverged: loss is %f at epoch %d, step %d (lower train.optimizer.lr)",
-            window->loss(), epoch + 1, step + 1));
+            "training diverged: loss is %f in %s, epoch %d, step %d (lower the learning rate)",
+            window->loss(), phase, epoch + 1, step + 1));
       }
-      const double elapsed = train_seconds + Seconds(epoch_start);
-      const int64_t done = images_trained + static_cast<int64_t>(step + 1) * batch;
-      const int64_t total = static_cast<int64_t>(epochs) * steps_per_epoch * batch;
-      const int64_t run_step = static_cast<int64_t>(epoch) * steps_per_epoch + step;
-      Event e = sink.New();
+      const double elapsed = train_seconds_ - phase_start_seconds + Seconds(epoch_start);
+      const int64_t phase_step = static_cast<int64_t>(epoch) * steps_per_epoch_ + step;
+      const int64_t done = (phase_step + 1) * batch_;
+      const int64_t total = static_cast<int64_t>(epochs) * steps_per_epoch_ * batch_;
+      Event e = sink_.New();
       auto* p = e.mutable_progress();
+      p->set_phase(phase);
       p->set_epoch(epoch + 1);
       p->set_epochs(epochs);
-      p->set_step(static_cast<int32_t>(run_step + 1));
-      p->set_images_done((step + 1) * batch);
-      p->set_images_total(steps_per_epoch * batch);
+      p->set_step(static_cast<int32_t>(global_step_ + step + 1));
+      p->set_images_done((step + 1) * batch_);
+      p->set_images_total(steps_per_epoch_ * batch_);
       p->set_loss(window->loss());
-      p->set_lr(clock->lr(run_step));
+      p->set_lr(clock->lr(phase_step));
       p->set_images_per_s(done / std::max(elapsed, 1e-9));
       p->set_eta_s(elapsed / done * (total - done));
-      sink.Emit(e);
+      sink_.Emit(e);
       last_progress = Clock::now();
     }
     const double epoch_seconds = Seconds(epoch_start);
-    train_seconds += epoch_seconds;
-    images_trained += static_cast<int64_t>(steps_per_epoch) * batch;
+    train_seconds_ += epoch_seconds;
+    images_trained_ += static_cast<int64_t>(steps_per_epoch_) * batch_;
+    global_step_ += steps_per_epoch_;
+    ++epoch_;
 
-    Event e = sink.New();
+    Event e = sink_.New();
     auto* es = e.mutable_epoch();
+    es->set_phase(phase);
     es->set_epoch(epoch + 1);
     es->set_train_loss(epoch_metrics.loss());
     es->set_train_top1(epoch_metrics.top1_rate());
-    es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch - 1));
+    es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
     es->set_seconds(epoch_seconds);
-    es->set_images_per_s(steps_per_epoch * batch / epoch_seconds);
+    es->set_images_per_s(steps_per_epoch_ * batch_ / epoch_seconds);
     const bool last_epoch = epoch + 1 == epochs;
-    if (last_epoch || (epoch + 1) % spec.train().eval_every_epochs() == 0) {
-      auto r = Evaluate(**eval_net, *test_data, data->test.size());
+    if (last_epoch || (epoch + 1) % spec_.train().eval_every_epochs() == 0) {
+      auto r = EvaluateTest();
       if (!r.ok()) return r.status();
       es->set_evaluated(true);
       es->set_test_loss(r->loss);
       es->set_test_top1(r->top1);
       es->set_test_top5(r->top5);
-      summary->set_test_loss(r->loss);
-      summary->set_test_top1(r->top1);
-      summary->set_test_top5(r->top5);
     }
-    summary->set_epochs(epoch + 1);
-    sink.Emit(e);
+    sink_.Emit(e);
+    const int every = spec_.checkpoints().every_epochs();
+    if (every > 0 && epoch_ % every == 0 && !last_epoch) {
+      phase_epoch_ = epoch + 1;  // the position a resume continues from
+      TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("epoch-%04d.h5", epoch_), true));
+      phase_epoch_ = epoch;
+    }
   }
-  if (epochs == 0) {
-    auto r = Evaluate(**eval_net, *test_data, data->test.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
+  auto r = Evaluate(*eval_net_, *test_data_, data_->test.size());
+  if (!r.ok()) return r.status();
+  summary_->set_test_loss(r->loss);
+  summary_->set_test_top1(r->top1);
+  summary_->set_test_top5(r->top5);
+  metrics_.set_test_loss(r->loss);
+  metrics_.set_test_top1(r->top1);
+  last_eval_ = *r;
+  return r;
+}
+
+absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
+  constexpr int kBatches = 8;
+  std::vector<Parameter*> kernels, running;
+  for (Parameter* p : model_->parameters()) {
+    if (p->role == "kernel") kernels.push_back(p);
+    if (!p->trainable) running.push_back(p);
+  }
+  std::vector<std::vector<float>> saved;
+  for (Parameter* p : running) saved.push_back(p->value.ToHost());
+  GradientStats stats;
+  for (Parameter* p : kernels) stats[p->full_name()].assign(p->size(), 0.0f);
+  Network& net = *train_net_;
+  TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+  for (int b = 0; b < kBatches && (b + 1) * batch_ <= static_cast<int>(data_->train.size()); ++b) {
+    TOPIARY_RETURN_IF_ERROR(train_data_->Assemble(nullptr, epoch_, static_cast<int64_t>(b) * batch_,
+                                                  batch_, false, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(true));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f));
+    TOPIARY_RETURN_IF_ERROR(net.Backward());
+    for (Parameter* p : kernels) {
+      const std::vector<float> g = p->grad.ToHost();
+      std::vector<float>& acc = stats[p->full_name()];
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += std::fabs(g[i]) / kBatches;
+    }
+  }
+  TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());
+  for (size_t i = 0; i < running.size(); ++i) running[i]->value.CopyFromHost(saved[i].data());
+  return stats;
+}
+
+RoundSummary ExperimentRun::SparsityRow(int round,
+                                        const std::vector<LayerPruneReport>* reports) const {
+  RoundSummary row;
+  row.set_round(round);
+  int64_t total = 0, zeros = 0;
+  for (const Model::Node& node : model_->nodes()) {
+    for (Parameter* p : node.layer->parameters()) {
+      if (p->role != "kernel") continue;
+      const int64_t masked = MaskedCount(*p);
+      total += static_cast<int64_t>(p->size());
+      zeros += masked;
+      if (p->mask_info.kind == MaskInfo::Kind::kNone) continue;
+      LayerSparsity* l = row.add_layers();
+      l->set_layer(p->layer);
+      l->set_mask_kind(MaskKindName(p->mask_info.kind));
+      l->set_sparsity(static_cast<double>(masked) / p->size());
+      if (p->mask_info.kind == MaskInfo::Kind::kBlock) {
+        l->set_units(static_cast<int64_t>(p->mask_info.grid.size()));
+        l->set_zero_units(std::count(p->mask_info.grid.begin(), p->mask_info.grid.end(), 0));
+      } else {
+        l->set_units(static_cast<int64_t>(p->size()));
+        l->set_zero_units(masked);
+      }
+    }
+  }
+  if (reports != nullptr) {
+    for (const LayerPruneReport& r : *reports) {
+      for (LayerSparsity& l : *row.mutable_layers()) {
+        if (l.layer() != r.layer) continue;
+        l.set_target_units(r.target_zeros);
+        l.set_fallback(r.fallback);
+      }
+      row.set_layers_pruned(row.layers_pruned() + 1);
+      row.set_layers_at_target(row.layers_at_target() + (r.reached ? 1 : 0));
+    }
+  }
+  row.set_sparsity(total > 0 ? static_cast<double>(zeros) / total : 0);
+  return row;
+}
+
+absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
+  if (options_.out_dir.empty()) return absl::OkStatus();
+  const std::string dir = options_.out_dir + "/checkpoints";
+  TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string path = dir + "/" + name;
+  CheckpointState state;
+  state.experiment_id = spec_.name();
+  state.parent = parent_;
+  state.spec_text = SpecToText(spec_);
+  state.round = round_;
+  state.epoch = epoch_;
+  state.phase_epoch = phase_epoch_;
+  state.global_step = global_step_;
+  state.seed = spec_.seed();
+  metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
+  state.metrics_json = MessageToJson(metrics_);
+  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *model_, state));
+  summary_->set_checkpoint(path);
+  Event e = sink_.New();
+  auto* c = e.mutable_checkpoint();
+  c->set_path(path);
+  c->set_round(round_);
+  c->set_epoch(epoch_);
+  sink_.Emit(e);
+  if (periodic) {
+    periodic_.push_back(path);
+    const int keep = spec_.checkpoints().keep_last();
+    while (keep > 0 && static_cast<int>(periodic_.size()) > keep) {
+      std::remove(periodic_.front().c_str());
+      periodic_.erase(periodic_.begin());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentRun::Round(Pruner& pruner, bool prune,
+                                  const std::vector<float>& finetune_lr) {
+  const Clock::time_point start = Clock::now();
+  std::vector<LayerPruneReport> reports;
+  if (prune) {
+    ++round_;
+    GradientStats grads;
+    if (pruner.needs_gradients()) {
+      auto g = GradientStatistics();
+      if (!g.ok()) return g.status();
+      grads = std::move(*g);
+    }
+    auto step = pruner.Step(round_, pruner.needs_gradients() ? &grads : nullptr);
+    if (!step.ok()) return step.status();
+    reports = std::move(*step);
+    phase_epoch_ = 0;
+  }
+  TOPIARY_RETURN_IF_ERROR(
+      TrainPhase(absl::StrCat("round ", round_), spec_.pruning().finetune_epochs(), finetune_lr));
+  auto r = last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
+  if (!r.ok()) return r.status();
+  RoundSummary* row = metrics_.add_rounds();
+  *row = SparsityRow(round_, prune ? &reports : nullptr);
+  row->set_test_top1(r->top1);
+  row->set_test_loss(r->loss);
+  row->set_seconds(Seconds(start));
+  TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", round_), false));
+  row = metrics_.mutable_rounds(metrics_.rounds_size() - 1);
+  row->set_checkpoint(summary_->checkpoint());
+  Event e = sink_.New();
+  *e.mutable_round() = *row;
+  sink_.Emit(e);
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentRun::Execute() {
+  const Clock::time_point start = Clock::now();
+  if (!dense_done_) {
+    const auto& t = spec_.train();
+    TOPIARY_RETURN_IF_ERROR(
+        TrainPhase("dense", t.epochs(), LrTable(t.lr_schedule(), t.optimizer().lr(), t.epochs())));
+  }
+  if (round_ == 0 && metrics_.rounds_size() == 0) {
+    // The dense model (trained here, or loaded by init_from_checkpoint): round 0.
+    auto r = last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
     if (!r.ok()) return r.status();
-    summary->set_test_loss(r->loss);
-    summary->set_test_top1(r->top1);
-    summary->set_test_top5(r->top5);
+    metrics_.set_dense_top1(r->top1);
+    RoundSummary row = SparsityRow(0, nullptr);
+    row.set_test_top1(r->top1);
+    row.set_test_loss(r->loss);
+    row.set_seconds(Seconds(start));
+    Event e = sink_.New();
+    *e.mutable_round() = row;
+    phase_epoch_ = spec_.train().epochs();
+    *metrics_.add_rounds() = row;
+    if (spec_.init_from_checkpoint().empty()) {
+      TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
+      metrics_.mutable_rounds(0)->set_checkpoint(summary_->checkpoint());
+    }
+    *e.mutable_round() = metrics_.rounds(0);
+    if (spec_.has_pruning()) sink_.Emit(e);
   }
-  summary->set_train_images_per_s(train_seconds > 0 ? images_trained / train_seconds : 0);
+  if (spec_.has_pruning()) {
+    const auto& pr = spec_.pruning();
+    auto pruner = options_.make_pruner(pr, model_.get(), spec_.seed());
+    if (!pruner.ok()) return pruner.status();
+    topiary::v1::LrSchedule cosine;
+    cosine.set_kind(topiary::v1::LrSchedule::COSINE);
+    const std::vector<float> finetune_lr = LrTable(cosine, pr.finetune_lr(), pr.finetune_epochs());
+    // A resumed run may have stopped inside a round's fine-tuning: finish that round first.
+    if (round_ > 0 && metrics_.rounds_size() <= round_) {
+      TOPIARY_RETURN_IF_ERROR(Round(**pruner, /*prune=*/false, finetune_lr));
+    }
+    while (round_ < pr.max_rounds() && !(*pruner)->finished()) {
+      TOPIARY_RETURN_IF_ERROR(Round(**pruner, /*prune=*/true, finetune_lr));
+    }
+  }
+  summary_->set_epochs(epoch_);
+  summary_->set_dense_top1(metrics_.dense_top1());
+  summary_->set_sparsity(SparsityRow(round_, nullptr).sparsity());
+  *summary_->mutable_rounds() = metrics_.rounds();
+  summary_->set_train_images_per_s(train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0);
   return absl::OkStatus();
 }
 
@@ -282,7 +583,11 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
       status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
   }
   EventSink sink(options, start);
-  if (status.ok()) status = Run(spec, sink, &summary);
+  if (status.ok()) {
+    ExperimentRun run(spec, options, sink, &summary);
+    status = run.Setup();
+    if (status.ok()) status = run.Execute();
+  }
   summary.set_state(status.ok() ? "SUCCEEDED" : "FAILED");
   if (!status.ok()) summary.set_error(std::string(status.message()));
   summary.set_seconds(Seconds(start));

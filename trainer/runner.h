@@ -14,6 +14,7 @@
 #include "trainer/batcher.h"
 #include "trainer/device_batches.h"
 #include "trainer/model.h"
+#include "trainer/pruner.h"
 
 namespace topiary {
 
@@ -24,7 +25,17 @@ struct RunOptions {
   std::function<void(const topiary::v1::Event&)> on_event;
   // Minimum seconds between progress events (0: one per step).
   double progress_interval_s = 0.5;
+  // Makes the pruning policy when the spec has a pruning block (pruning/pruner.h's
+  // MakePruner; the trainer does not depend on pruning/). Required for such specs.
+  PrunerFactory make_pruner;
+  // Continue the run from this checkpoint of the same spec: parameters, masks, momentum
+  // and position are restored, and the run goes on exactly as if it had not stopped.
+  std::string resume_from;
 };
+
+// Checkpoints go to <out_dir>/checkpoints/: dense.h5 at the end of dense training,
+// round-NNN.h5 at the end of every round, epoch-NNNN.h5 every checkpoints.every_epochs
+// training epochs (the newest checkpoints.keep_last of these are kept).
 
 // Runs `spec` (validated here; defaults filled in). Never throws; a failure is a summary with
 // state FAILED and the error text, also delivered as the last event.

@@ -101,6 +101,7 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
              "must be in (0, 1]");
   CHECK_RULE(p.finetune_epochs() >= 0, "pruning.finetune_epochs", "must be >= 0");
   CHECK_RULE(p.max_rounds() >= 0, "pruning.max_rounds", "must be >= 0");
+  CHECK_RULE(!p.has_finetune_lr() || p.finetune_lr() > 0, "pruning.finetune_lr", "must be > 0");
   CHECK_RULE(p.n() >= 0 && p.m() >= 0 && p.m() <= 64, "pruning.m", "must be in [1, 64]");
   if (p.method() == topiary::v1::PruningSpec::N_OF_M) {
     const int n = p.n() ? p.n() : 2, m = p.m() ? p.m() : 4;
@@ -114,6 +115,8 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
     CHECK_RULE(!o.layer().empty(), f + ".layer", "must name a layer pattern");
     CHECK_RULE(!o.has_target() || (o.target() > 0 && o.target() < 1), f + ".target",
                "must be in (0, 1)");
+    CHECK_RULE(!o.has_target() || !p.global(), f + ".target",
+               "not allowed with pruning.global (one threshold serves every layer); use exclude");
   }
   return absl::OkStatus();
 }
@@ -223,6 +226,7 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (p->max_rounds() == 0) p->set_max_rounds(20);
     if (p->n() == 0) p->set_n(2);
     if (p->m() == 0) p->set_m(4);
+    if (!p->has_finetune_lr()) p->set_finetune_lr(o->lr() / 10);
   }
   return s;
 }

@@ -1,0 +1,129 @@
+// Pruning runs end to end on the CPU: rounds until every layer reaches its target, masked
+// checkpoints, exact resumption, init_from_checkpoint.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "pruning/rounds_test_util.h"
+#include "trainer/runner_test_util.h"
+
+namespace topiary {
+namespace {
+
+using testing::CheckMaskedCheckpoint;
+using testing::Parse;
+using testing::PruningOptions;
+
+// resnet20 at half width (8, 16, 32 channels) with 4 x 4 blocks: every conv but the stem is
+// eligible (the stem has 2 input channels: one input block).
+constexpr char kSpec[] = R"(
+  name: "rounds" seed: 5
+  model { arch: "resnet20" width: 0.5 }
+  data { dataset: SYNTHETIC batch_size: 32
+         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 320 test_size: 160 } }
+  train { epochs: 2 optimizer { lr: 0.05 } }
+  pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 1 }
+  checkpoints { every_epochs: 1 }
+  device { kind: CPU threads: 2 }
+)";
+
+std::string OutDir(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+// The loss of every step, by global step.
+struct StepLosses {
+  std::map<int, double> loss;
+  topiary::v1::RunSummary summary;
+};
+
+StepLosses RunWithLosses(const topiary::v1::ExperimentSpec& spec, RunOptions options) {
+  StepLosses out;
+  options.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_progress()) out.loss[e.progress().step()] = e.progress().loss();
+  };
+  out.summary = RunExperiment(spec, options);
+  return out;
+}
+
+TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
+  const StepLosses a = RunWithLosses(Parse(kSpec), PruningOptions(OutDir("block")));
+  const auto& s = a.summary;
+  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_GE(s.rounds_size(), 3);  // round 0 (dense) and at least two prune steps
+  const auto& last = s.rounds(s.rounds_size() - 1);
+  EXPECT_EQ(last.layers_pruned(), 20);
+  EXPECT_EQ(last.layers_at_target(), 20);
+  EXPECT_LE(s.rounds_size() - 1, 13);
+  for (const auto& layer : last.layers()) EXPECT_NE(layer.layer(), "stem.conv");
+  EXPECT_EQ(s.epochs(), 2 + (s.rounds_size() - 1));
+  EXPECT_GT(s.dense_top1(), 0.3);
+  const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
+  EXPECT_EQ(check.masked_layers, 20);
+  EXPECT_EQ(check.block_layers_at_target, 20);
+  // Sparsity only grows from round to round.
+  for (int i = 1; i < s.rounds_size(); ++i) {
+    EXPECT_GE(s.rounds(i).sparsity(), s.rounds(i - 1).sparsity());
+  }
+}
+
+TEST(Rounds, ResumedRunsContinueBitIdentically) {
+  const auto spec = Parse(kSpec);
+  const std::string dir = OutDir("full");
+  const StepLosses full = RunWithLosses(spec, PruningOptions(dir));
+  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  // From inside the dense phase (after epoch 1 of 2) and from the end of round 1.
+  for (const char* from : {"epoch-0001.h5", "round-001.h5"}) {
+    RunOptions options = PruningOptions(OutDir(std::string("resumed-") + from));
+    options.resume_from = dir + "/checkpoints/" + from;
+    const StepLosses resumed = RunWithLosses(spec, options);
+    ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+    ASSERT_FALSE(resumed.loss.empty());
+    const int first = resumed.loss.begin()->first;
+    EXPECT_GT(first, 1) << from;
+    for (const auto& [step, loss] : resumed.loss) {
+      ASSERT_EQ(full.loss.count(step), 1u) << from << " step " << step;
+      ASSERT_EQ(loss, full.loss.at(step)) << from << " step " << step;  // exact
+    }
+    EXPECT_EQ(resumed.loss.size(), full.loss.size() - (first - 1)) << from;
+    ASSERT_EQ(resumed.summary.rounds_size(), full.summary.rounds_size()) << from;
+    for (int i = 0; i < full.summary.rounds_size(); ++i) {
+      EXPECT_EQ(resumed.summary.rounds(i).test_top1(), full.summary.rounds(i).test_top1());
+      EXPECT_EQ(resumed.summary.rounds(i).sparsity(), full.summary.rounds(i).sparsity());
+    }
+    EXPECT_EQ(resumed.summary.test_loss(), full.summary.test_loss()) << from;
+  }
+}
+
+TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
+  const std::string dir = OutDir("parent");
+  const StepLosses parent = RunWithLosses(Parse(kSpec), PruningOptions(dir));
+  ASSERT_EQ(parent.summary.state(), "SUCCEEDED") << parent.summary.error();
+  auto spec = Parse(kSpec);
+  spec.set_init_from_checkpoint(dir + "/checkpoints/round-001.h5");
+  spec.mutable_pruning()->set_target(0.75f);
+  const StepLosses child = RunWithLosses(spec, PruningOptions(OutDir("child")));
+  ASSERT_EQ(child.summary.state(), "SUCCEEDED") << child.summary.error();
+  EXPECT_EQ(child.summary.rounds(0).sparsity(), parent.summary.rounds(1).sparsity())
+      << "round 0 of the child is the parent's round-1 model, masks included";
+  EXPECT_EQ(child.summary.epochs(), child.summary.rounds_size() - 1) << "no dense epochs";
+  auto doc = ReadCheckpointFile(child.summary.checkpoint());
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ(CheckpointStateOf(*doc).parent, dir + "/checkpoints/round-001.h5");
+  CheckMaskedCheckpoint(child.summary.checkpoint(), 0.75);
+}
+
+TEST(Rounds, BadCheckpointsAreRefusedNamingTheField) {
+  auto spec = Parse(kSpec);
+  spec.set_init_from_checkpoint(OutDir("nope.h5"));
+  const StepLosses r = RunWithLosses(spec, PruningOptions(OutDir("bad")));
+  EXPECT_EQ(r.summary.state(), "FAILED");
+  EXPECT_NE(r.summary.error().find("init_from_checkpoint: "), std::string::npos)
+      << r.summary.error();
+  EXPECT_NE(r.summary.error().find("no such file"), std::string::npos) << r.summary.error();
+}
+
+}  // namespace
+}  // namespace topiary
