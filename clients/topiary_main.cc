@@ -1,5 +1,6 @@
 // topiary: the command-line client. Today: local runs and spec validation; the remote
 // commands against topiaryd join them with the daemon.
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/progress.h"
+#include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/device.h"
 #include "trainer/events.h"
@@ -42,6 +44,10 @@ Usage:
                    "epochs", "seconds", "device", "train_images_per_s", "checkpoint", ...}
   topiary validate SPEC [--json]
       Check SPEC without running it; print it with every default filled in.
+  topiary inspect --file CKPT.h5 [--layer PATTERN] [--json]
+      Report a checkpoint: provenance (experiment, round, epoch, parent), metrics, and per
+      conv/linear layer the shape (OIHW), mask kind, block occupancy, sparsity and weight
+      statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
   topiary info [--json]
       Version, build (CUDA or CPU-only), GPUs found, models available.
   topiary help | --help | -h
@@ -54,7 +60,7 @@ Specs: see examples/ and protos/topiary/v1/experiment.proto.
 constexpr char kVersion[] = "0.1.0";
 
 struct Args {
-  std::string command, spec, out, resume;
+  std::string command, spec, out, resume, file, layer;
   bool json = false;
 };
 
@@ -74,6 +80,12 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
       } else {
         a->out = arg.substr(6);
       }
+    } else if (arg == "--file" || arg == "--layer") {
+      if (++i >= argc) {
+        *error = arg + " needs a value";
+        return false;
+      }
+      (arg == "--file" ? a->file : a->layer) = argv[i];
     } else if (arg == "--resume") {
       if (++i >= argc) {
         *error = "--resume needs a checkpoint file";
@@ -159,6 +171,65 @@ int Validate(const Args& a) {
   return kExitOk;
 }
 
+int Inspect(const Args& a) {
+  if (a.file.empty()) {
+    absl::FPrintF(stderr,
+                  "topiary: inspect needs --file CKPT.h5 (the daemon's inspect comes "
+                  "with topiaryd)\n");
+    return kExitUsage;
+  }
+  const auto report = pruning::InspectCheckpoint(a.file, a.layer);
+  if (!report.ok()) {
+    if (a.json) {
+      absl::PrintF("{\"error\":\"%s\"}\n",
+                   absl::CHexEscape(std::string(report.status().message())));
+    } else {
+      absl::FPrintF(stderr, "topiary: %s\n", report.status().message());
+    }
+    return kExitRunFailed;
+  }
+  if (a.json) {
+    absl::PrintF("%s\n", MessageToJson(*report));
+    return kExitOk;
+  }
+  const auto& r = *report;
+  topiary::v1::CheckpointMetrics metrics;
+  google::protobuf::util::JsonParseOptions lenient;
+  lenient.ignore_unknown_fields = true;
+  (void)google::protobuf::util::JsonStringToMessage(r.metrics_json(), &metrics, lenient);
+  absl::PrintF("%s (topiary checkpoint, format %d)\n", r.path(), r.format_version());
+  absl::PrintF("experiment %s: %s, round %d, epoch %d, step %d, written %s\n",
+               r.experiment_id().empty() ? "-" : r.experiment_id(), r.model_arch(), r.round(),
+               r.epoch(), r.global_step(), r.created_at());
+  if (!r.parent().empty()) absl::PrintF("parent %s\n", r.parent());
+  absl::PrintF(
+      "test top-1 %.2f%%, loss %.4f (dense model: %.2f%%); %d parameters; conv and "
+      "linear sparsity %.1f%%\n\n",
+      100 * metrics.test_top1(), metrics.test_loss(), 100 * metrics.dense_top1(), r.parameters(),
+      100 * r.sparsity());
+  absl::PrintF("%-30s %-16s %-8s %-13s %8s %9s %9s %9s\n", "layer", "shape (OIHW)", "mask",
+               "blocks kept", "sparsity", "mean", "std", "|w| max");
+  for (const auto& l : r.layers()) {
+    std::vector<std::string> dims;
+    for (int64_t d : l.shape()) dims.push_back(std::to_string(d));
+    const std::string mask = l.mask_kind() == "n_of_m"
+                                 ? absl::StrFormat("%d:%d", l.n(), l.m())
+                                 : (l.mask_kind().empty() ? "-" : l.mask_kind());
+    const std::string blocks =
+        l.mask_kind() == "block"
+            ? absl::StrFormat("%d/%d", l.blocks_kept(), l.block_rows() * l.block_cols())
+            : "-";
+    absl::PrintF("%-30s %-16s %-8s %-13s %7.1f%% %9.4f %9.4f %9.4f%s\n", l.layer(),
+                 absl::StrJoin(dims, "x"), mask, blocks, 100 * l.sparsity(), l.stats().mean(),
+                 l.stats().std(), l.stats().abs_max(),
+                 l.mask_consistent() ? "" : "  (masked weights not zero!)");
+  }
+  if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
+    absl::PrintF("\n%s", pruning::MaskHeatMap(r.layers(0)));
+  }
+  return kExitOk;
+}
+
 int Info(const Args& a) {
   std::string why;
   const auto gpus = ListGpus(&why);
@@ -203,6 +274,7 @@ int main(int argc, char** argv) {
   if (args.command == "run") return Run(args);
   if (args.command == "validate") return Validate(args);
   if (args.command == "info") return Info(args);
+  if (args.command == "inspect") return Inspect(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", args.command, kUsage);
   return kExitUsage;
 }

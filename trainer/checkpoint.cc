@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kernels/status_macros.h"
 #include "trainer/masks.h"
 
@@ -27,8 +28,8 @@ std::vector<int64_t> DiskShape(const Parameter& p) {
 }
 
 template <typename T>
-std::vector<T> ToDisk(const Parameter& p, const std::vector<T>& mem) {
-  if (!IsConvKernel(p)) return mem;
+std::vector<T> ToDisk(const Parameter& p, std::vector<T> mem) {
+  if (!IsConvKernel(p)) return mem;  // moved, not copied
   const std::vector<int>& s = p.value.shape();
   const int k = s[0], r = s[1], q = s[2], c = s[3];
   std::vector<T> out(mem.size());
@@ -41,6 +42,7 @@ std::vector<T> ToDisk(const Parameter& p, const std::vector<T>& mem) {
   return out;
 }
 
+// Returns the memory-layout copy of a dataset read from disk.
 template <typename T>
 std::vector<T> FromDisk(const Parameter& p, const std::vector<T>& disk) {
   if (!IsConvKernel(p)) return disk;
@@ -171,6 +173,9 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   // Every draw is keyed by (seed, stream) and counted by (epoch, step, image): the next
   // epoch is the whole generator state.
   rng["next_epoch"] = int64_t{state.epoch};
+  std::vector<std::string> order;  // datasets are listed by name; this keeps model order
+  for (const Model::Node& node : model.nodes()) order.push_back(node.layer->name());
+  root["layer_order"] = absl::StrJoin(order, ",");
   for (const Parameter* p : model.parameters()) {
     H5Dataset value;
     value.shape = DiskShape(*p);
@@ -267,16 +272,28 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
     }
   }
   for (const Pending& v : values) {
-    const std::vector<float> value = FromDisk(*v.param, v.value->f32);
-    v.param->value.CopyFromHost(value.data());
+    const PendingMask* mask = nullptr;
+    for (const PendingMask& m : masks) {
+      if (m.param == v.param) mask = &m;
+    }
+    // Masked entries are zero in a valid file; projecting here makes it so for any file.
+    auto upload = [&](Tensor& t, std::vector<float> host) {
+      if (mask != nullptr) {
+        for (size_t i = 0; i < host.size(); ++i) {
+          if (!mask->element[i]) host[i] = 0.0f;
+        }
+      }
+      t.CopyFromHost(host.data());
+    };
+    upload(v.param->value, FromDisk(*v.param, v.value->f32));
     if (v.param->trainable) {
-      const std::vector<float> mom =
-          v.momentum ? FromDisk(*v.param, v.momentum->f32) : std::vector<float>(v.param->size());
-      v.param->momentum.CopyFromHost(mom.data());
+      upload(v.param->momentum, v.momentum ? FromDisk(*v.param, v.momentum->f32)
+                                           : std::vector<float>(v.param->size()));
     }
   }
   for (PendingMask& m : masks) {
-    TOPIARY_RETURN_IF_ERROR(InstallMask(m.param, m.element, std::move(m.info)));
+    TOPIARY_RETURN_IF_ERROR(
+        InstallMask(m.param, m.element, std::move(m.info), /*zero_masked=*/false));
   }
   return state;
 }

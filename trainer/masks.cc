@@ -20,7 +20,8 @@ const char* MaskKindName(MaskInfo::Kind kind) {
   return "";
 }
 
-absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info) {
+absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info,
+                         bool zero_masked) {
   if (mask.size() != p->size()) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: mask has %d entries, expected %d",
                                                       p->full_name(), mask.size(), p->size()));
@@ -33,7 +34,7 @@ absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInf
   p->mask.CopyFromHost(mask.data());
   // W <- W * mask and momentum <- momentum * mask, here once; the optimizer keeps it so.
   for (Tensor* t : {&p->value, &p->momentum}) {
-    if (t->empty()) continue;
+    if (t->empty() || !zero_masked) continue;
     std::vector<float> v = t->ToHost();
     for (size_t i = 0; i < v.size(); ++i) {
       if (!mask[i]) v[i] = 0.0f;

@@ -12,10 +12,13 @@
 
 namespace topiary {
 
-// Sets p's element mask (1 = kept, p->size() entries, memory layout) and its description.
-// Allocates the mask on p's device the first time (so a captured CUDA graph that read no
-// mask must be captured again). Errors: size mismatch (names the parameter), allocation.
-absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info);
+// Sets p's element mask (1 = kept, p->size() entries, memory layout) and its description,
+// and (zero_masked) zeroes p's value and momentum under it; pass false only when they are
+// zero there already. Allocates the mask on p's device the first time (so a captured CUDA
+// graph that read no mask must be captured again). Errors: size mismatch (names the
+// parameter), allocation.
+absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info,
+                         bool zero_masked = true);
 
 // The element mask on the host (all ones when p is dense).
 std::vector<uint8_t> HostMask(const Parameter& p);

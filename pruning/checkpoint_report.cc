@@ -1,0 +1,203 @@
+#include "pruning/checkpoint_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "pruning/glob.h"
+#include "trainer/checkpoint.h"
+
+namespace topiary::pruning {
+namespace {
+
+using topiary::v1::CheckpointReport;
+using topiary::v1::LayerReport;
+
+constexpr int kTile = 8;
+
+// Whether weight i of a kernel [K, C, taps] is kept by `mask` (block grid or element mask).
+struct MaskView {
+  const H5Dataset* mask = nullptr;
+  bool block = false;
+  int64_t bi = 1, bo = 1, cols = 1;
+  bool kept(int64_t k, int64_t c, size_t i) const {
+    if (mask == nullptr) return true;
+    if (block) return mask->u8[(c / bi) * cols + k / bo] != 0;
+    return mask->u8[i] != 0;
+  }
+};
+
+void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, LayerReport* r) {
+  for (int64_t d : kernel.shape) r->add_shape(d);
+  const int64_t k_dim = kernel.shape[0], c_dim = kernel.shape.size() > 1 ? kernel.shape[1] : 1;
+  const int64_t taps = static_cast<int64_t>(kernel.count()) / (k_dim * c_dim);
+  MaskView view;
+  view.mask = mask;
+  if (mask != nullptr) {
+    r->set_mask_kind(AttrString(mask->attrs, "kind"));
+    view.block = r->mask_kind() == "block";
+    if (view.block) {
+      view.bi = std::max<int64_t>(1, AttrInt(mask->attrs, "block_in", 1));
+      view.bo = std::max<int64_t>(1, AttrInt(mask->attrs, "block_out", 1));
+      view.cols = mask->shape.size() == 2 ? mask->shape[1] : 1;
+      r->set_block_in(static_cast<int32_t>(view.bi));
+      r->set_block_out(static_cast<int32_t>(view.bo));
+      r->set_block_rows(static_cast<int32_t>(mask->shape[0]));
+      r->set_block_cols(static_cast<int32_t>(view.cols));
+      for (int64_t row = 0; row < mask->shape[0]; ++row) {
+        int kept = 0;
+        for (int64_t c = 0; c < view.cols; ++c) kept += mask->u8[row * view.cols + c] != 0;
+        r->add_row_occupancy(kept);
+        r->set_blocks_kept(r->blocks_kept() + kept);
+      }
+      if (one_layer) {
+        for (uint8_t v : mask->u8) r->add_block_grid(v != 0);
+      }
+    } else if (r->mask_kind() == "n_of_m") {
+      r->set_n(static_cast<int32_t>(AttrInt(mask->attrs, "n")));
+      r->set_m(static_cast<int32_t>(AttrInt(mask->attrs, "m")));
+    }
+  }
+  const int64_t tile_rows = (c_dim + kTile - 1) / kTile, tile_cols = (k_dim + kTile - 1) / kTile;
+  std::vector<double> tile_kept(tile_rows * tile_cols, 0), tile_all(tile_rows * tile_cols, 0);
+  double sum = 0, sum_sq = 0, abs_max = 0, abs_nonzero = 0;
+  int64_t zeros = 0;
+  bool consistent = true;
+  for (int64_t k = 0; k < k_dim; ++k) {
+    for (int64_t c = 0; c < c_dim; ++c) {
+      for (int64_t t = 0; t < taps; ++t) {
+        const size_t i = (static_cast<size_t>(k) * c_dim + c) * taps + t;
+        const double w = kernel.f32[i];
+        sum += w;
+        sum_sq += w * w;
+        abs_max = std::max(abs_max, std::fabs(w));
+        if (w == 0) {
+          ++zeros;
+        } else {
+          abs_nonzero += std::fabs(w);
+        }
+        const bool kept = view.kept(k, c, i);
+        if (!kept && w != 0) consistent = false;
+        const size_t tile = (c / kTile) * tile_cols + k / kTile;
+        tile_kept[tile] += kept;
+        tile_all[tile] += 1;
+      }
+    }
+  }
+  const double n = static_cast<double>(kernel.count());
+  r->set_weights(static_cast<int64_t>(kernel.count()));
+  r->set_zeros(zeros);
+  r->set_sparsity(zeros / n);
+  r->set_mask_consistent(consistent);
+  auto* s = r->mutable_stats();
+  s->set_mean(sum / n);
+  s->set_std(std::sqrt(std::max(0.0, sum_sq / n - (sum / n) * (sum / n))));
+  s->set_abs_max(abs_max);
+  s->set_abs_mean_nonzero(zeros < n ? abs_nonzero / (n - zeros) : 0);
+  if (one_layer && mask != nullptr && !view.block) {
+    r->set_tile_rows(static_cast<int32_t>(tile_rows));
+    r->set_tile_cols(static_cast<int32_t>(tile_cols));
+    for (size_t t = 0; t < tile_kept.size(); ++t) r->add_tile_density(tile_kept[t] / tile_all[t]);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
+                                                   const std::string& layer_pattern) {
+  auto doc = ReadCheckpointFile(path);
+  if (!doc.ok()) return doc.status();
+  const CheckpointState state = CheckpointStateOf(*doc);
+  CheckpointReport report;
+  report.set_path(path);
+  report.set_format_version(AttrInt(doc->groups.at("/"), "format_version"));
+  report.set_experiment_id(state.experiment_id);
+  report.set_parent(state.parent);
+  report.set_model_arch(state.model_arch);
+  report.set_created_at(state.created_at);
+  report.set_round(state.round);
+  report.set_epoch(state.epoch);
+  report.set_global_step(state.global_step);
+  report.set_metrics_json(state.metrics_json);
+  report.set_spec(state.spec_text);
+  // Kernels: /layers/<layer>/kernel (datasets are sorted by path).
+  std::vector<std::string> kernels;
+  int64_t parameters = 0, weights = 0, zeros = 0;
+  for (const auto& [name, d] : doc->datasets) {
+    if (name.rfind("/layers/", 0) != 0) continue;
+    if (!d.f32.empty()) parameters += static_cast<int64_t>(d.count());
+    const std::string suffix = "/kernel";
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) {
+      kernels.push_back(name.substr(8, name.size() - 8 - suffix.size()));
+      for (float w : d.f32) zeros += w == 0.0f;
+      weights += static_cast<int64_t>(d.count());
+    }
+  }
+  // Model order when the file records it (layer_order), else by name.
+  const std::vector<std::string> order =
+      absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',', absl::SkipEmpty());
+  std::stable_sort(kernels.begin(), kernels.end(), [&](const std::string& a, const std::string& b) {
+    auto ia = std::find(order.begin(), order.end(), a),
+         ib = std::find(order.begin(), order.end(), b);
+    return ia < ib;
+  });
+  report.set_parameters(parameters);
+  report.set_sparsity(weights > 0 ? static_cast<double>(zeros) / weights : 0);
+  std::vector<std::string> matched;
+  for (const std::string& layer : kernels) {
+    if (layer_pattern.empty() || GlobMatch(layer_pattern, layer)) matched.push_back(layer);
+  }
+  if (matched.empty()) {
+    return absl::NotFoundError(absl::StrCat("--layer: '", layer_pattern, "' matches no layer of ",
+                                            path, " (", kernels.size(), " conv/linear layers)"));
+  }
+  for (const std::string& layer : matched) {
+    const std::string dir = "/layers/" + layer;
+    const auto mask = doc->datasets.find(dir + "/mask");
+    LayerReport* r = report.add_layers();
+    r->set_layer(layer);
+    r->set_has_bias(doc->datasets.count(dir + "/bias") > 0);
+    FillLayer(doc->datasets.at(dir + "/kernel"),
+              mask == doc->datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);
+  }
+  return report;
+}
+
+std::string MaskHeatMap(const LayerReport& r) {
+  std::string out;
+  if (r.block_grid_size() > 0) {
+    absl::StrAppendFormat(&out,
+                          "%s: %dx%d blocks, rows = input blocks (%d), columns = output "
+                          "blocks (%d); '#' kept, '.' zero\n",
+                          r.layer(), r.block_in(), r.block_out(), r.block_rows(), r.block_cols());
+    for (int row = 0; row < r.block_rows(); ++row) {
+      absl::StrAppendFormat(&out, "%4d ", row);
+      for (int c = 0; c < r.block_cols(); ++c) {
+        out += r.block_grid(row * r.block_cols() + c) ? '#' : '.';
+      }
+      absl::StrAppendFormat(&out, "  %d/%d\n", r.row_occupancy(row), r.block_cols());
+    }
+    return out;
+  }
+  if (r.tile_density_size() > 0) {
+    static const char* kShades[] = {" ", ".", ":", "-", "=", "+", "*", "#", "@"};
+    absl::StrAppendFormat(&out,
+                          "%s: kept share per 8x8 channel tile, rows = input tiles (%d), "
+                          "columns = output tiles (%d); ' ' none ... '@' all\n",
+                          r.layer(), r.tile_rows(), r.tile_cols());
+    for (int row = 0; row < r.tile_rows(); ++row) {
+      absl::StrAppendFormat(&out, "%4d ", row);
+      for (int c = 0; c < r.tile_cols(); ++c) {
+        const float d = r.tile_density(row * r.tile_cols() + c);
+        out += kShades[std::clamp(static_cast<int>(std::lround(d * 8)), 0, 8)];
+      }
+      out += '\n';
+    }
+    return out;
+  }
+  return r.layer() + ": dense (no mask)\n";
+}
+
+}  // namespace topiary::pruning

@@ -1,0 +1,27 @@
+// Sparsity reports of masked checkpoints: per-layer shape, mask kind, block occupancy,
+// sparsity and weight statistics, with the checkpoint's provenance and metrics. Used by
+// `topiary inspect --file` (and the daemon's InspectCheckpoint).
+#ifndef TOPIARY_PRUNING_CHECKPOINT_REPORT_H_
+#define TOPIARY_PRUNING_CHECKPOINT_REPORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "topiary/v1/checkpoint.pb.h"
+
+namespace topiary::pruning {
+
+// Reads `path` (checked like any checkpoint load) and reports the conv and linear kernels
+// whose layer name matches `layer_pattern` (glob; empty: all). When exactly one layer
+// matches, its block grid is included. Errors: the file's, or a pattern matching nothing.
+absl::StatusOr<topiary::v1::CheckpointReport> InspectCheckpoint(const std::string& path,
+                                                                const std::string& layer_pattern);
+
+// A terminal picture of one layer's mask: the block grid ('#' kept, '.' zero) with input
+// blocks as rows; for element and N:M masks, the kept share per 8 x 8 channel tile in shades.
+// Needs a report of that one layer (grid or tiles included).
+std::string MaskHeatMap(const topiary::v1::LayerReport& layer);
+
+}  // namespace topiary::pruning
+
+#endif  // TOPIARY_PRUNING_CHECKPOINT_REPORT_H_

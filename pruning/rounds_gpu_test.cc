@@ -1,0 +1,53 @@
+// Pruning rounds on a GPU (tagged gpu; skips, saying why, without one): masks are enforced
+// by the CUDA optimizer inside captured CUDA graphs, and block rounds reach their target.
+#include <gtest/gtest.h>
+
+#include "pruning/rounds_test_util.h"
+#include "trainer/device.h"
+#include "trainer/runner_test_util.h"
+
+namespace topiary {
+namespace {
+
+using testing::CheckMaskedCheckpoint;
+using testing::Parse;
+using testing::PruningOptions;
+
+std::string OutDir(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+class RoundsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (ListGpus(&why).empty()) GTEST_SKIP() << "no usable GPU: " << why;
+  }
+};
+
+TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
+  for (const char* method : {"BLOCK", "N_OF_M", "MAGNITUDE"}) {
+    auto spec = Parse(std::string(R"(
+      name: "gpu-rounds" seed: 5
+      model { arch: "resnet20" width: 0.5 }
+      data { dataset: SYNTHETIC batch_size: 32
+             synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 160 } }
+      train { epochs: 1 optimizer { lr: 0.05 } }
+      pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 2 method: )") +
+                      method + R"( }
+      device { kind: CUDA })");
+    const auto s = RunExperiment(spec, PruningOptions(OutDir(method)));
+    ASSERT_EQ(s.state(), "SUCCEEDED") << method << ": " << s.error();
+    const auto& last = s.rounds(s.rounds_size() - 1);
+    EXPECT_EQ(last.layers_at_target(), last.layers_pruned()) << method;
+    const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
+    EXPECT_GE(check.masked_layers, 20) << method;
+    if (std::string(method) == "BLOCK") {
+      EXPECT_EQ(check.block_layers_at_target, 20);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topiary
