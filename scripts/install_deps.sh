@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libhdf5-dev libgtest-dev libopenblas-dev zlib1g-dev
   libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
+  python3                   # tests/cli_test.sh checks `topiary inspect --json` with it
 )
 
 missing=()

@@ -46,4 +46,33 @@ for f in spec.textproto events.jsonl summary.json; do
   check "--out wrote $f" test -s "$tmp/run/$f"
 done
 check "no progress bar when stderr is not a terminal" bash -c '! grep -q "ETA" "$0"' "$tmp/stderr"
+check "dense run writes dense.h5" test -s "$tmp/run/checkpoints/dense.h5"
+
+# Block pruning on the CPU: rounds to 50% of 4x4 blocks, a round table, inspectable checkpoints.
+PRUNE_SPEC="$3"
+"$TOPIARY" run "$PRUNE_SPEC" --out "$tmp/prune" > "$tmp/prune.out" 2> "$tmp/prune.err"; rc=$?
+check "pruning run exits 0" test "$rc" -eq 0
+check "round table printed" grep -q "^round  sparsity" "$tmp/prune.err"
+final=$(ls "$tmp"/prune/checkpoints/round-*.h5 | tail -n 1)
+check "round checkpoints written" test -s "$final"
+report=$("$TOPIARY" inspect --file "$final" --json); rc=$?
+check "inspect --json exits 0" test "$rc" -eq 0
+check "every eligible conv has 50% zero blocks" python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+blocks = [l for l in r["layers"] if l["mask_kind"] == "block"]
+assert len(blocks) == 20, len(blocks)
+for l in blocks:
+    assert 2 * int(l["blocks_kept"]) == l["block_rows"] * l["block_cols"], l["layer"]
+    assert l["mask_consistent"], l["layer"]
+    assert all(k > 0 for k in l["row_occupancy"]), l["layer"]
+stem = [l for l in r["layers"] if l["layer"] == "stem.conv"][0]
+assert stem["mask_kind"] == "" and stem["sparsity"] == 0
+' "$report"
+heat=$("$TOPIARY" inspect --file "$final" --layer 'stage3.block0.conv1')
+check "inspect --layer draws the block grid" bash -c '[[ "$0" == *"rows = input blocks"* && "$0" == *"#"* ]]' "$heat"
+"$TOPIARY" inspect --file "$tmp/prune/spec.textproto" > /dev/null 2> "$tmp/inspect.err"; rc=$?
+check "inspect of a non-checkpoint fails naming the file" bash -c '[[ $1 -eq 1 ]] && grep -q "spec.textproto: not an HDF5 file" "$0"' "$tmp/inspect.err" "$rc"
+"$TOPIARY" run "$PRUNE_SPEC" --resume "$tmp/prune/checkpoints/round-001.h5" --json --out "$tmp/resumed" > "$tmp/resumed.jsonl" 2>/dev/null; rc=$?
+check "--resume finishes the run" bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/resumed.jsonl" "$rc"
 exit $fail
