@@ -115,6 +115,31 @@ TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
   CheckMaskedCheckpoint(child.summary.checkpoint(), 0.75);
 }
 
+TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
+  auto spec = Parse(kSpec);
+  spec.mutable_pruning()->set_score(topiary::v1::PruningSpec::GRAD_L2);
+  const StepLosses grad = RunWithLosses(spec, PruningOptions(OutDir("grad")));
+  ASSERT_EQ(grad.summary.state(), "SUCCEEDED") << grad.summary.error();
+  const auto& last = grad.summary.rounds(grad.summary.rounds_size() - 1);
+  EXPECT_EQ(last.layers_at_target(), 20);
+  EXPECT_EQ(CheckMaskedCheckpoint(grad.summary.checkpoint(), 0.5).block_layers_at_target, 20);
+
+  spec = Parse(kSpec);
+  spec.mutable_pruning()->set_method(topiary::v1::PruningSpec::MAGNITUDE);
+  spec.mutable_pruning()->add_overrides()->set_layer("fc");
+  spec.mutable_pruning()->mutable_overrides(0)->set_exclude(true);
+  const StepLosses mag = RunWithLosses(spec, PruningOptions(OutDir("magnitude")));
+  ASSERT_EQ(mag.summary.state(), "SUCCEEDED") << mag.summary.error();
+  const auto& m = mag.summary.rounds(mag.summary.rounds_size() - 1);
+  EXPECT_EQ(m.layers_pruned(), 21);  // every conv, the stem included; not the excluded fc
+  EXPECT_EQ(m.layers_at_target(), 21);
+  for (const auto& layer : m.layers()) {
+    EXPECT_NE(layer.layer(), "fc");
+    EXPECT_NEAR(layer.sparsity(), 0.5, 0.01) << layer.layer();
+  }
+  EXPECT_EQ(CheckMaskedCheckpoint(mag.summary.checkpoint(), 0.5).masked_layers, 21);
+}
+
 TEST(Rounds, BadCheckpointsAreRefusedNamingTheField) {
   auto spec = Parse(kSpec);
   spec.set_init_from_checkpoint(OutDir("nope.h5"));
