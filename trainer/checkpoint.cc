@@ -1,7 +1,10 @@
 #include "trainer/checkpoint.h"
 
+#include <cstring>
 #include <ctime>
+#include <memory>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -28,12 +31,15 @@ std::vector<int64_t> DiskShape(const Parameter& p) {
   return std::vector<int64_t>(s.begin(), s.end());
 }
 
-template <typename T>
-std::vector<T> ToDisk(const Parameter& p, std::vector<T> mem) {
-  if (!IsConvKernel(p)) return mem;  // moved, not copied
+// The disk-layout copy of `n` values of p laid out as in memory.
+FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
+  FloatArray out(n);
+  if (!IsConvKernel(p)) {
+    std::memcpy(out.data(), mem, n * sizeof(float));
+    return out;
+  }
   const std::vector<int>& s = p.value.shape();
   const int k = s[0], r = s[1], q = s[2], c = s[3];
-  std::vector<T> out(mem.size());
   for (int o = 0; o < k; ++o)
     for (int y = 0; y < r; ++y)
       for (int x = 0; x < q; ++x)
@@ -43,13 +49,66 @@ std::vector<T> ToDisk(const Parameter& p, std::vector<T> mem) {
   return out;
 }
 
-// Returns the memory-layout copy of a dataset read from disk.
-template <typename T>
-std::vector<T> FromDisk(const Parameter& p, const std::vector<T>& disk) {
+std::vector<uint8_t> MaskToDisk(const Parameter& p, const std::vector<uint8_t>& mem) {
+  if (!IsConvKernel(p)) return mem;
+  const std::vector<int>& s = p.value.shape();
+  const int k = s[0], r = s[1], q = s[2], c = s[3];
+  std::vector<uint8_t> out(mem.size());
+  for (int o = 0; o < k; ++o)
+    for (int y = 0; y < r; ++y)
+      for (int x = 0; x < q; ++x)
+        for (int i = 0; i < c; ++i)
+          out[((static_cast<size_t>(o) * c + i) * r + y) * q + x] =
+              mem[((static_cast<size_t>(o) * r + y) * q + x) * c + i];
+  return out;
+}
+
+// Host memory holding a tensor's values: the tensor itself on the CPU device, else a copy.
+class HostValues {
+ public:
+  explicit HostValues(const Tensor& t) {
+    if (t.device()->kind() == DeviceKind::kCpu) {
+      ptr_ = t.data();
+    } else {
+      copy_ = t.ToHost();
+      ptr_ = copy_.data();
+    }
+  }
+  const float* data() const { return ptr_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* ptr_ = nullptr;
+};
+
+// Writes the memory layout of a dataset read from disk into `dst`, zeroing masked entries.
+template <typename Array>
+void FromDisk(const Parameter& p, const Array& disk, const uint8_t* mask, float* dst) {
+  const size_t n = disk.size();
+  if (!IsConvKernel(p)) {
+    std::memcpy(dst, disk.data(), n * sizeof(disk[0]));
+  } else {
+    const std::vector<int>& s = p.value.shape();
+    const int k = s[0], r = s[1], q = s[2], c = s[3];
+    for (int o = 0; o < k; ++o)
+      for (int y = 0; y < r; ++y)
+        for (int x = 0; x < q; ++x)
+          for (int i = 0; i < c; ++i)
+            dst[((static_cast<size_t>(o) * r + y) * q + x) * c + i] =
+                disk[((static_cast<size_t>(o) * c + i) * r + y) * q + x];
+  }
+  if (mask != nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!mask[i]) dst[i] = 0.0f;
+    }
+  }
+}
+
+std::vector<uint8_t> MaskFromDisk(const Parameter& p, const std::vector<uint8_t>& disk) {
   if (!IsConvKernel(p)) return disk;
   const std::vector<int>& s = p.value.shape();
   const int k = s[0], r = s[1], q = s[2], c = s[3];
-  std::vector<T> out(disk.size());
+  std::vector<uint8_t> out(disk.size());
   for (int o = 0; o < k; ++o)
     for (int y = 0; y < r; ++y)
       for (int x = 0; x < q; ++x)
@@ -86,7 +145,7 @@ H5Dataset MaskDataset(const Parameter& p) {
     d.attrs["block_out"] = int64_t{info.block_out};
   } else {
     d.shape = DiskShape(p);
-    d.u8 = ToDisk(p, HostMask(p));
+    d.u8 = MaskToDisk(p, HostMask(p));
     if (info.kind == MaskInfo::Kind::kNofM) {
       d.attrs["n"] = int64_t{info.n};
       d.attrs["m"] = int64_t{info.m};
@@ -95,17 +154,52 @@ H5Dataset MaskDataset(const Parameter& p) {
   return d;
 }
 
-// A parsed mask, ready to install.
+// A checked mask; `element` (memory layout) is filled by Expand().
 struct PendingMask {
   Parameter* param;
-  std::vector<uint8_t> element;  // memory layout
+  std::vector<uint8_t> element;
   MaskInfo info;
+  const H5Dataset* disk;
 };
+
+// Runs work(i) for every job on the CPU threads: largest first, dealt round-robin, so that
+// a few large layers do not all land on one thread.
+void ParallelBySize(const std::vector<size_t>& sizes, absl::FunctionRef<void(size_t)> work) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  const int64_t threads = std::max(1, kernels::CpuThreads());
+  kernels::ParallelFor(threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (size_t k = static_cast<size_t>(t); k < order.size(); k += threads) work(order[k]);
+    }
+  });
+}
+
+// The element mask of a checked block or element mask, in memory layout.
+void Expand(PendingMask* m) {
+  const Parameter& p = *m->param;
+  if (m->info.kind != MaskInfo::Kind::kBlock) {
+    m->element = MaskFromDisk(p, m->disk->u8);
+    return;
+  }
+  const std::vector<int>& s = p.value.shape();
+  const int out = s.front(), in = s.back();
+  const int taps = s.size() == 4 ? s[1] * s[2] : 1;
+  m->element.resize(p.size());
+  for (int k = 0; k < out; ++k)
+    for (int t = 0; t < taps; ++t)
+      for (int c = 0; c < in; ++c)
+        m->element[(static_cast<size_t>(k) * taps + t) * in + c] =
+            m->info.grid[static_cast<size_t>(c / m->info.block_in) * m->info.cols +
+                         k / m->info.block_out];
+}
 
 absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, const H5Dataset& d) {
   const std::string where = absl::StrCat(file, ": ", MaskPath(*p));
   if (d.u8.empty()) return absl::DataLossError(where + ": not a uint8 dataset");
-  PendingMask m{p, {}, {}};
+  PendingMask m{p, {}, {}, &d};
   const std::string kind = AttrString(d.attrs, "kind");
   if (kind == "block") {
     m.info.kind = MaskInfo::Kind::kBlock;
@@ -113,7 +207,6 @@ absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, con
     m.info.block_out = static_cast<int>(AttrInt(d.attrs, "block_out"));
     const std::vector<int>& s = p->value.shape();
     const int out = s.front(), in = s.back();
-    const int taps = s.size() == 4 ? s[1] * s[2] : 1;
     if (m.info.block_in <= 0 || m.info.block_out <= 0 || d.shape.size() != 2 ||
         d.shape[0] != (in + m.info.block_in - 1) / m.info.block_in ||
         d.shape[1] != (out + m.info.block_out - 1) / m.info.block_out) {
@@ -124,12 +217,6 @@ absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, con
     m.info.rows = static_cast<int>(d.shape[0]);
     m.info.cols = static_cast<int>(d.shape[1]);
     m.info.grid = d.u8;
-    m.element.resize(p->size());
-    for (int k = 0; k < out; ++k)
-      for (int t = 0; t < taps; ++t)
-        for (int c = 0; c < in; ++c)
-          m.element[(static_cast<size_t>(k) * taps + t) * in + c] =
-              d.u8[static_cast<size_t>(c / m.info.block_in) * m.info.cols + k / m.info.block_out];
   } else if (kind == "element" || kind == "n_of_m") {
     if (d.shape != DiskShape(*p)) {
       return absl::DataLossError(absl::StrFormat("%s: shape %s, expected the kernel's %s", where,
@@ -138,7 +225,6 @@ absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, con
     m.info.kind = kind == "element" ? MaskInfo::Kind::kElement : MaskInfo::Kind::kNofM;
     m.info.n = static_cast<int>(AttrInt(d.attrs, "n"));
     m.info.m = static_cast<int>(AttrInt(d.attrs, "m"));
-    m.element = FromDisk(*p, d.u8);
   } else {
     return absl::DataLossError(
         absl::StrCat(where, ": unknown mask kind '", kind, "' (block, element or n_of_m)"));
@@ -181,27 +267,26 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   // time outside HDF5 for large models).
   struct Job {
     const Parameter* param;
-    std::string path;
-    std::vector<float> data;
+    const Tensor* tensor;
+    H5Dataset* dataset;
   };
   std::vector<Job> jobs;
   for (const Parameter* p : model.parameters()) {
-    jobs.push_back({p, LayerPath(*p), p->value.ToHost()});
+    jobs.push_back({p, &p->value, &doc.datasets[LayerPath(*p)]});
     if (p->trainable && !p->momentum.empty()) {
-      jobs.push_back({p, MomentumPath(*p), p->momentum.ToHost()});
+      jobs.push_back({p, &p->momentum, &doc.datasets[MomentumPath(*p)]});
     }
     if (p->mask_info.kind != MaskInfo::Kind::kNone) doc.datasets[MaskPath(*p)] = MaskDataset(*p);
   }
-  kernels::ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      jobs[i].data = ToDisk(*jobs[i].param, std::move(jobs[i].data));
-    }
+  // On a GPU the copies to the host come first, one by one on the device's stream.
+  std::vector<std::unique_ptr<HostValues>> host(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) host[i] = std::make_unique<HostValues>(*jobs[i].tensor);
+  std::vector<size_t> sizes;
+  for (const Job& j : jobs) sizes.push_back(j.param->size());
+  ParallelBySize(sizes, [&](size_t i) {
+    jobs[i].dataset->shape = DiskShape(*jobs[i].param);
+    jobs[i].dataset->f32 = ToDisk(*jobs[i].param, host[i]->data(), jobs[i].param->size());
   });
-  for (Job& j : jobs) {
-    H5Dataset& d = doc.datasets[j.path];
-    d.shape = DiskShape(*j.param);
-    d.f32 = std::move(j.data);
-  }
   return WriteH5File(path, doc);
 }
 
@@ -284,33 +369,46 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
       masks.push_back(std::move(*parsed));
     }
   }
-  // Layout conversion and mask projection in parallel, then the copies to the device.
-  std::vector<std::vector<float>> value_host(values.size()), momentum_host(values.size());
-  kernels::ParallelFor(static_cast<int64_t>(values.size()), [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      const Pending& v = values[i];
-      const PendingMask* mask = nullptr;
-      for (const PendingMask& m : masks) {
-        if (m.param == v.param) mask = &m;
-      }
-      // Masked entries are zero in a valid file; projecting here makes it so for any file.
-      auto convert = [&](const H5Dataset* d) {
-        std::vector<float> host =
-            d ? FromDisk(*v.param, d->f32) : std::vector<float>(v.param->size());
-        if (mask != nullptr) {
-          for (size_t j = 0; j < host.size(); ++j) {
-            if (!mask->element[j]) host[j] = 0.0f;
-          }
-        }
-        return host;
-      };
-      value_host[i] = convert(v.value);
-      if (v.param->trainable) momentum_host[i] = convert(v.momentum);
+  // Layout conversion and mask projection in parallel, straight into the model's memory on
+  // the CPU device, else into host buffers copied to the device afterwards.
+  struct Job {
+    Tensor* tensor;
+    const Parameter* param;
+    const H5Dataset* disk;  // null: zeros (momentum not loaded)
+    const uint8_t* mask;
+    std::vector<float> staging;
+  };
+  std::vector<size_t> mask_sizes;
+  for (const PendingMask& m : masks) mask_sizes.push_back(m.param->size());
+  ParallelBySize(mask_sizes, [&](size_t i) { Expand(&masks[i]); });
+  std::vector<Job> jobs;
+  for (const Pending& v : values) {
+    const uint8_t* mask = nullptr;
+    for (const PendingMask& m : masks) {
+      if (m.param == v.param) mask = m.element.data();
+    }
+    // Masked entries are zero in a valid file; projecting here makes it so for any file.
+    jobs.push_back({&v.param->value, v.param, v.value, mask, {}});
+    if (v.param->trainable) jobs.push_back({&v.param->momentum, v.param, v.momentum, mask, {}});
+  }
+  const bool on_cpu = model->device()->kind() == DeviceKind::kCpu;
+  std::vector<size_t> sizes;
+  for (const Job& j : jobs) sizes.push_back(j.tensor->size());
+  ParallelBySize(sizes, [&](size_t i) {
+    Job& j = jobs[i];
+    float* dst = j.tensor->data();
+    if (!on_cpu) {
+      j.staging.resize(j.tensor->size());
+      dst = j.staging.data();
+    }
+    if (j.disk != nullptr) {
+      FromDisk(*j.param, j.disk->f32, j.mask, dst);
+    } else {
+      std::fill(dst, dst + j.tensor->size(), 0.0f);
     }
   });
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i].param->value.CopyFromHost(value_host[i].data());
-    if (values[i].param->trainable) values[i].param->momentum.CopyFromHost(momentum_host[i].data());
+  if (!on_cpu) {
+    for (Job& j : jobs) j.tensor->CopyFromHost(j.staging.data());
   }
   for (PendingMask& m : masks) {
     TOPIARY_RETURN_IF_ERROR(

@@ -1,5 +1,6 @@
 #include "trainer/checkpoint.h"
 
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -230,6 +231,65 @@ TEST(Checkpoint, RewritingReplacesTheFileAtomically) {
   EXPECT_EQ(CheckpointStateOf(*doc).round, 2);
   // A write into a folder that does not exist fails cleanly and leaves nothing behind.
   EXPECT_FALSE(SaveCheckpoint(TempPath("no/such/dir/x.h5"), *a.model, s).ok());
+}
+
+}  // namespace
+}  // namespace topiary
+
+namespace topiary {
+namespace {
+
+// Writes `data` as a one-chunk dataset through HDF5's own Fletcher-32 filter.
+void WriteWithHdf5Filter(const std::string& path, const std::vector<uint8_t>& data) {
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t dims[1] = {data.size()};
+  hid_t space = H5Screate_simple(1, dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, dims);
+  H5Pset_fletcher32(dcpl);
+  hid_t ds = H5Dcreate2(f, "d", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+  H5Dclose(ds);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+// Reads dataset "d" through HDF5's filter pipeline (which verifies the checksum itself).
+bool ReadWithHdf5Filter(const std::string& path, std::vector<uint8_t>* out) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "d", H5P_DEFAULT);
+  const herr_t rc = H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data());
+  H5Dclose(ds);
+  H5Fclose(f);
+  return rc >= 0;
+}
+
+// Our direct chunk I/O computes Fletcher-32 itself: it must agree with HDF5's filter both
+// ways, including odd lengths and sums that are multiples of 65535.
+TEST(Hdf5File, ChecksumsAgreeWithHdf5sFilterBothWays) {
+  std::vector<std::vector<uint8_t>> cases = {
+      {0, 0, 0, 0}, {0xff, 0xff}, {0xff, 0xff, 0xff, 0xff}, {1}, {7, 9, 200}};
+  for (size_t n : {1000u, 1001u, 65535u * 2 + 1, 1234567u}) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + 7) ^ (i >> 3));
+    cases.push_back(v);
+  }
+  for (const std::vector<uint8_t>& data : cases) {
+    const std::string theirs = TempPath("theirs.h5"), ours = TempPath("ours.h5");
+    WriteWithHdf5Filter(theirs, data);
+    auto doc = ReadH5File(theirs);
+    ASSERT_TRUE(doc.ok()) << data.size() << " bytes: " << doc.status();
+    EXPECT_EQ(doc->datasets.at("/d").u8, data) << data.size() << " bytes";
+
+    H5Document mine;
+    mine.datasets["/d"].shape = {static_cast<int64_t>(data.size())};
+    mine.datasets["/d"].u8 = data;
+    ASSERT_TRUE(WriteH5File(ours, mine).ok());
+    std::vector<uint8_t> back(data.size());
+    EXPECT_TRUE(ReadWithHdf5Filter(ours, &back)) << data.size() << " bytes: HDF5 refused it";
+    EXPECT_EQ(back, data) << data.size() << " bytes";
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -19,12 +20,34 @@
 
 namespace topiary {
 
+// Allocates without value-initializing: the large float arrays of checkpoints are always
+// overwritten right away, and zero-filling them first costs as much as reading them.
+template <typename T>
+struct NoInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  NoInitAllocator() = default;
+  template <typename U>
+  NoInitAllocator(const NoInitAllocator<U>&) {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using FloatArray = std::vector<float, NoInitAllocator<float>>;
+
 using H5Attr = std::variant<int64_t, double, std::string>;
 using H5Attrs = std::map<std::string, H5Attr>;
 
 struct H5Dataset {
   std::vector<int64_t> shape;
-  std::vector<float> f32;   // a float32 dataset, or
+  FloatArray f32;           // a float32 dataset, or
   std::vector<uint8_t> u8;  // a uint8 dataset (exactly one of the two is non-empty)
   H5Attrs attrs;
   size_t count() const;
