@@ -45,6 +45,14 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
     EXPECT_GE(check.masked_layers, 20) << method;
     if (std::string(method) == "BLOCK") {
       EXPECT_EQ(check.block_layers_at_target, 20);
+      // Checkpoints load onto the GPU: resuming from round 1 ends where the run ended.
+      RunOptions options = PruningOptions(OutDir("resumed"));
+      options.resume_from = OutDir(method) + "/checkpoints/round-001.h5";
+      const auto resumed = RunExperiment(spec, options);
+      ASSERT_EQ(resumed.state(), "SUCCEEDED") << resumed.error();
+      EXPECT_EQ(resumed.rounds_size(), s.rounds_size());
+      EXPECT_EQ(resumed.sparsity(), s.sparsity());
+      EXPECT_EQ(CheckMaskedCheckpoint(resumed.checkpoint(), 0.5).block_layers_at_target, 20);
     }
   }
 }

@@ -418,6 +418,7 @@ RoundSummary ExperimentRun::SparsityRow(int round,
         if (l.layer() != r.layer) continue;
         l.set_target_units(r.target_zeros);
         l.set_fallback(r.fallback);
+        l.set_zero_units_before(r.zeros_before);
       }
       row.set_layers_pruned(row.layers_pruned() + 1);
       row.set_layers_at_target(row.layers_at_target() + (r.reached ? 1 : 0));
