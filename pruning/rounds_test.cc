@@ -97,6 +97,74 @@ TEST(Rounds, ResumedRunsContinueBitIdentically) {
   }
 }
 
+// Pauses at the n-th step boundary it is asked about, or cancels.
+class StopAt : public RunControl {
+ public:
+  StopAt(int n, Stop how) : left_(n), how_(how) {}
+  Stop ShouldStop() override { return --left_ == 0 ? how_ : Stop::kNone; }
+  Stop WaitForRound(int, topiary::v1::PruningSpec*) override { return Stop::kNone; }
+
+ private:
+  int left_;
+  Stop how_;
+};
+
+TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
+  const auto spec = Parse(kSpec);
+  const StepLosses full = RunWithLosses(spec, PruningOptions(OutDir("nopause")));
+  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  // 10 steps per epoch: step 15 is inside the second dense epoch; step 27 inside round 1.
+  for (int at : {15, 27}) {
+    const std::string dir = OutDir("paused" + std::to_string(at));
+    StopAt pause(at, RunControl::Stop::kPause);
+    RunOptions options = PruningOptions(dir);
+    options.control = &pause;
+    const StepLosses first = RunWithLosses(spec, options);
+    ASSERT_EQ(first.summary.state(), "PAUSED") << first.summary.error();
+    EXPECT_EQ(first.summary.checkpoint(), dir + "/checkpoints/pause.h5");
+    EXPECT_EQ(first.loss.rbegin()->first, at - 1);
+    RunOptions again = PruningOptions(dir);
+    again.resume_from = first.summary.checkpoint();
+    const StepLosses second = RunWithLosses(spec, again);
+    ASSERT_EQ(second.summary.state(), "SUCCEEDED") << second.summary.error();
+    EXPECT_EQ(second.loss.begin()->first, at);
+    std::map<int, double> joined = first.loss;
+    joined.insert(second.loss.begin(), second.loss.end());
+    EXPECT_EQ(joined, full.loss) << "paused at step " << at;
+    EXPECT_EQ(second.summary.test_loss(), full.summary.test_loss());
+  }
+  StopAt cancel(5, RunControl::Stop::kCancel);
+  RunOptions options = PruningOptions(OutDir("cancelled"));
+  options.control = &cancel;
+  EXPECT_EQ(RunWithLosses(spec, options).summary.state(), "CANCELLED");
+}
+
+// Advances manual rounds, raising the target after the first round.
+class ManualRounds : public RunControl {
+ public:
+  Stop ShouldStop() override { return Stop::kNone; }
+  Stop WaitForRound(int completed, topiary::v1::PruningSpec* next) override {
+    seen.push_back(completed);
+    if (completed == 1) next->set_target(0.75f);
+    return Stop::kNone;
+  }
+  std::vector<int> seen;
+};
+
+TEST(Rounds, ManualRoundsWaitAfterEachRoundAndTakeChanges) {
+  auto spec = Parse(kSpec);
+  spec.mutable_pruning()->set_manual_rounds(true);
+  ManualRounds control;
+  RunOptions options = PruningOptions(OutDir("manual"));
+  options.control = &control;
+  const StepLosses r = RunWithLosses(spec, options);
+  ASSERT_EQ(r.summary.state(), "SUCCEEDED") << r.summary.error();
+  ASSERT_GE(control.seen.size(), 3u);
+  EXPECT_EQ(control.seen[0], 0);  // after the dense phase
+  EXPECT_EQ(control.seen[1], 1);
+  EXPECT_GT(r.summary.sparsity(), 0.7) << "the raised target was applied";
+}
+
 TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
   const std::string dir = OutDir("parent");
   const StepLosses parent = RunWithLosses(Parse(kSpec), PruningOptions(dir));

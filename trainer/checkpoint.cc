@@ -245,6 +245,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   root["round"] = int64_t{state.round};
   root["epoch"] = int64_t{state.epoch};
   root["phase_epoch"] = int64_t{state.phase_epoch};
+  root["epoch_step"] = int64_t{state.epoch_step};
   root["global_step"] = state.global_step;
   root["model_arch"] = state.model_arch;
   root["spec"] = state.spec_text;
@@ -320,6 +321,7 @@ CheckpointState CheckpointStateOf(const H5Document& doc) {
   s.round = static_cast<int>(AttrInt(root, "round"));
   s.epoch = static_cast<int>(AttrInt(root, "epoch"));
   s.phase_epoch = static_cast<int>(AttrInt(root, "phase_epoch"));
+  s.epoch_step = static_cast<int>(AttrInt(root, "epoch_step"));
   s.global_step = AttrInt(root, "global_step");
   auto rng = doc.groups.find("/rng");
   if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, "seed"));

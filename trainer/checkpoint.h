@@ -27,9 +27,11 @@ struct CheckpointState {
   std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
   int round = 0;             // prune steps applied so far
   int epoch = 0;             // training epochs completed (dense and fine-tuning)
-  int phase_epoch = 0;       // epochs completed in the current phase (dense, or this round)
-  int64_t global_step = 0;   // optimizer steps completed
-  uint64_t seed = 0;         // the experiment's seed (every random stream derives from it)
+  int phase_epoch = 0;       // epochs completed in the current phase
+  int epoch_step =
+      0;  // steps completed in the epoch under way (a paused run) (dense, or this round)
+  int64_t global_step = 0;  // optimizer steps completed
+  uint64_t seed = 0;        // the experiment's seed (every random stream derives from it)
 };
 
 // Writes the model (values, masks, momentum) and `state` to `path`, atomically.

@@ -20,9 +20,9 @@ absl::StatusOr<TrainingClock> TrainingClock::Create(Device* device,
   return c;
 }
 
-absl::Status TrainingClock::BeginEpoch(int epoch, int64_t first_step) {
+absl::Status TrainingClock::BeginEpoch(int epoch, int64_t first_step, int64_t step_in_epoch) {
   kernels::StepClock c;
-  c.step = first_step;
+  c.step = first_step + step_in_epoch;
   c.epoch_first_step = first_step;
   c.epoch = epoch;
   clock_.CopyFromHost(&c);

@@ -16,8 +16,9 @@ namespace topiary {
 class TrainingClock {
  public:
   static absl::StatusOr<TrainingClock> Create(Device* device, const std::vector<float>& lr_table);
-  // Starts epoch `epoch`, whose first optimizer step is `first_step` (waits for the device).
-  absl::Status BeginEpoch(int epoch, int64_t first_step);
+  // Starts epoch `epoch`, whose first optimizer step is `first_step`, at its step
+  // `step_in_epoch` (non-zero when a run resumes inside an epoch). Waits for the device.
+  absl::Status BeginEpoch(int epoch, int64_t first_step, int64_t step_in_epoch = 0);
   // Enqueues the tick that starts a step of `batch` images.
   absl::Status Tick(int batch);
   // The clock, in device memory (host memory on the CPU).

@@ -53,7 +53,9 @@ absl::Status MakeDirs(const std::string& path) {
 class EventSink {
  public:
   EventSink(const RunOptions& options, Clock::time_point start) : options_(options), start_(start) {
-    if (!options.out_dir.empty()) file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
+    if (!options.out_dir.empty() && options.write_event_log) {
+      file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
+    }
   }
   Event New() {
     Event e;
@@ -88,6 +90,8 @@ class ExperimentRun {
 
   absl::Status Setup();
   absl::Status Execute();
+  // Why Execute ended early (kNone: it did not).
+  RunControl::Stop stopped() const { return stopped_; }
 
  private:
   // Trains `epochs` epochs of the phase `phase`, starting at its epoch phase_epoch_, with
@@ -100,13 +104,17 @@ class ExperimentRun {
   // Sparsity of every conv and linear kernel; `reports` adds the step's targets and flags.
   RoundSummary SparsityRow(int round, const std::vector<LayerPruneReport>* reports) const;
   absl::Status Checkpoint(const std::string& name, bool periodic);
-  // One round: prune step (unless finishing a resumed round), fine-tuning, evaluation,
-  // checkpoint, and the round's event.
-  absl::Status Round(Pruner& pruner, bool prune, const std::vector<float>& finetune_lr);
+  // One round: prune step with `pruner` (unless finishing a resumed round), fine-tuning,
+  // evaluation, checkpoint, and the round's event.
+  absl::Status Round(bool prune, Pruner* pruner = nullptr);
   std::vector<float> LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
                              int epochs) const;
 
-  const ExperimentSpec& spec_;
+  // Stops the run at the current step when the control asks: pause writes pause.h5 there.
+  // Returns an error (ABORTED) that unwinds Execute when it stops.
+  absl::Status CheckStop(int step_in_epoch);
+
+  ExperimentSpec spec_;  // a copy: manual rounds may change the pruning fields
   const RunOptions& options_;
   EventSink& sink_;
   RunSummary* summary_;
@@ -125,6 +133,8 @@ class ExperimentRun {
   int round_ = 0;
   int epoch_ = 0;        // training epochs completed, all phases
   int phase_epoch_ = 0;  // epochs completed in the current phase
+  int epoch_step_ = 0;   // steps completed in the epoch under way (resuming a paused run)
+  RunControl::Stop stopped_ = RunControl::Stop::kNone;
   int64_t global_step_ = 0;
   bool dense_done_ = false;
   std::string parent_;
@@ -203,7 +213,8 @@ absl::Status ExperimentRun::Setup() {
       round_ = state->round;
       epoch_ = state->epoch;
       phase_epoch_ = state->phase_epoch;
-      global_step_ = state->global_step;
+      epoch_step_ = state->epoch_step;
+      global_step_ = state->global_step - state->epoch_step;  // at the start of the epoch
       parent_ = state->parent;
       if (!state->metrics_json.empty()) {
         (void)google::protobuf::util::JsonStringToMessage(state->metrics_json, &metrics_);
@@ -272,11 +283,14 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     const int epoch = phase_epoch_;
     const Clock::time_point epoch_start = Clock::now();
     TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+    const int first_step = epoch_step_;  // non-zero once, when resuming a paused run
+    epoch_step_ = 0;
     TOPIARY_RETURN_IF_ERROR(
-        clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_));
+        clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
     Metrics epoch_metrics;
     Clock::time_point last_progress = Clock::now();
-    for (int step = 0; step < steps_per_epoch_; ++step) {
+    for (int step = first_step; step < steps_per_epoch_; ++step) {
+      TOPIARY_RETURN_IF_ERROR(CheckStop(step));
       TOPIARY_RETURN_IF_ERROR(steps.Run());
       const bool last = step + 1 == steps_per_epoch_;
       if (!last && Seconds(last_progress) < sink_.progress_interval_s()) continue;
@@ -312,7 +326,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     }
     const double epoch_seconds = Seconds(epoch_start);
     train_seconds_ += epoch_seconds;
-    images_trained_ += static_cast<int64_t>(steps_per_epoch_) * batch_;
+    images_trained_ += static_cast<int64_t>(steps_per_epoch_ - first_step) * batch_;
     global_step_ += steps_per_epoch_;
     ++epoch_;
 
@@ -324,7 +338,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     es->set_train_top1(epoch_metrics.top1_rate());
     es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
     es->set_seconds(epoch_seconds);
-    es->set_images_per_s(steps_per_epoch_ * batch_ / epoch_seconds);
+    es->set_images_per_s((steps_per_epoch_ - first_step) * batch_ / epoch_seconds);
     const bool last_epoch = epoch + 1 == epochs;
     if (last_epoch || (epoch + 1) % spec_.train().eval_every_epochs() == 0) {
       auto r = EvaluateTest();
@@ -440,7 +454,8 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   state.round = round_;
   state.epoch = epoch_;
   state.phase_epoch = phase_epoch_;
-  state.global_step = global_step_;
+  state.epoch_step = epoch_step_;
+  state.global_step = global_step_ + epoch_step_;
   state.seed = spec_.seed();
   metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
   state.metrics_json = MessageToJson(metrics_);
@@ -463,19 +478,34 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   return absl::OkStatus();
 }
 
-absl::Status ExperimentRun::Round(Pruner& pruner, bool prune,
-                                  const std::vector<float>& finetune_lr) {
+absl::Status ExperimentRun::CheckStop(int step_in_epoch) {
+  if (options_.control == nullptr) return absl::OkStatus();
+  const RunControl::Stop stop = options_.control->ShouldStop();
+  if (stop == RunControl::Stop::kNone) return absl::OkStatus();
+  stopped_ = stop;
+  if (stop == RunControl::Stop::kPause) {
+    epoch_step_ = step_in_epoch;
+    TOPIARY_RETURN_IF_ERROR(Checkpoint("pause.h5", false));
+  }
+  return absl::AbortedError(stop == RunControl::Stop::kPause ? "paused" : "cancelled");
+}
+
+absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
+  const auto& pr = spec_.pruning();
+  topiary::v1::LrSchedule cosine;
+  cosine.set_kind(topiary::v1::LrSchedule::COSINE);
+  const std::vector<float> finetune_lr = LrTable(cosine, pr.finetune_lr(), pr.finetune_epochs());
   const Clock::time_point start = Clock::now();
   std::vector<LayerPruneReport> reports;
   if (prune) {
     ++round_;
     GradientStats grads;
-    if (pruner.needs_gradients()) {
+    if (pruner->needs_gradients()) {
       auto g = GradientStatistics();
       if (!g.ok()) return g.status();
       grads = std::move(*g);
     }
-    auto step = pruner.Step(round_, pruner.needs_gradients() ? &grads : nullptr);
+    auto step = pruner->Step(round_, pruner->needs_gradients() ? &grads : nullptr);
     if (!step.ok()) return step.status();
     reports = std::move(*step);
     phase_epoch_ = 0;
@@ -526,18 +556,24 @@ absl::Status ExperimentRun::Execute() {
     if (spec_.has_pruning()) sink_.Emit(e);
   }
   if (spec_.has_pruning()) {
-    const auto& pr = spec_.pruning();
-    auto pruner = options_.make_pruner(pr, model_.get(), spec_.seed());
-    if (!pruner.ok()) return pruner.status();
-    topiary::v1::LrSchedule cosine;
-    cosine.set_kind(topiary::v1::LrSchedule::COSINE);
-    const std::vector<float> finetune_lr = LrTable(cosine, pr.finetune_lr(), pr.finetune_epochs());
     // A resumed run may have stopped inside a round's fine-tuning: finish that round first.
     if (round_ > 0 && metrics_.rounds_size() <= round_) {
-      TOPIARY_RETURN_IF_ERROR(Round(**pruner, /*prune=*/false, finetune_lr));
+      TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/false));
     }
-    while (round_ < pr.max_rounds() && !(*pruner)->finished()) {
-      TOPIARY_RETURN_IF_ERROR(Round(**pruner, /*prune=*/true, finetune_lr));
+    while (true) {
+      if (spec_.pruning().manual_rounds() && options_.control != nullptr) {
+        const RunControl::Stop stop =
+            options_.control->WaitForRound(round_, spec_.mutable_pruning());
+        if (stop != RunControl::Stop::kNone) {
+          stopped_ = stop;  // the last round's checkpoint is where a resume continues
+          return absl::AbortedError("stopped while waiting for a round");
+        }
+      }
+      // The pruner keeps no state of its own: made anew, it follows spec changes.
+      auto pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+      if (!pruner.ok()) return pruner.status();
+      if (round_ >= spec_.pruning().max_rounds() || (*pruner)->finished()) break;
+      TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner->get()));
     }
   }
   summary_->set_epochs(epoch_);
@@ -588,8 +624,12 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
     ExperimentRun run(spec, options, sink, &summary);
     status = run.Setup();
     if (status.ok()) status = run.Execute();
+    if (run.stopped() != RunControl::Stop::kNone) {
+      summary.set_state(run.stopped() == RunControl::Stop::kPause ? "PAUSED" : "CANCELLED");
+      status = absl::OkStatus();
+    }
   }
-  summary.set_state(status.ok() ? "SUCCEEDED" : "FAILED");
+  if (summary.state().empty()) summary.set_state(status.ok() ? "SUCCEEDED" : "FAILED");
   if (!status.ok()) summary.set_error(std::string(status.message()));
   summary.set_seconds(Seconds(start));
   Event e = sink.New();

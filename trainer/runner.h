@@ -18,6 +18,22 @@
 
 namespace topiary {
 
+// Lets a caller (the daemon) stop a run at a step boundary and drive manual rounds. Called
+// on the training thread.
+class RunControl {
+ public:
+  enum class Stop { kNone, kPause, kCancel };
+  virtual ~RunControl() = default;
+  // Polled between training steps; must be cheap. kPause: the run writes pause.h5 at this
+  // step and ends with state PAUSED (resume from that checkpoint); kCancel: it ends with
+  // state CANCELLED.
+  virtual Stop ShouldStop() = 0;
+  // With pruning.manual_rounds, called after each round (and after the dense phase) before
+  // the next prune step; blocks until the client advances. It may change `next` (target,
+  // step_fraction, finetune_epochs) for the rounds that follow.
+  virtual Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) = 0;
+};
+
 struct RunOptions {
   // When set: spec.textproto (with defaults), events.jsonl and summary.json are written here.
   std::string out_dir;
@@ -31,14 +47,19 @@ struct RunOptions {
   // Continue the run from this checkpoint of the same spec: parameters, masks, momentum
   // and position are restored, and the run goes on exactly as if it had not stopped.
   std::string resume_from;
+  // Optional: pause, cancel and manual rounds.
+  RunControl* control = nullptr;
+  // Write events.jsonl in out_dir (the daemon keeps its own event log instead).
+  bool write_event_log = true;
 };
 
 // Checkpoints go to <out_dir>/checkpoints/: dense.h5 at the end of dense training,
 // round-NNN.h5 at the end of every round, epoch-NNNN.h5 every checkpoints.every_epochs
 // training epochs (the newest checkpoints.keep_last of these are kept).
 
-// Runs `spec` (validated here; defaults filled in). Never throws; a failure is a summary with
-// state FAILED and the error text, also delivered as the last event.
+// Runs `spec` (validated here; defaults filled in). Never throws; the summary's state is
+// SUCCEEDED, FAILED (with the error text), PAUSED or CANCELLED, and it is also delivered as
+// the last event.
 topiary::v1::RunSummary RunExperiment(const topiary::v1::ExperimentSpec& spec,
                                       const RunOptions& options);
 
