@@ -78,6 +78,11 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     100 * ep.test_top1(), 100 * ep.test_top5());
     }
     absl::FPrintF(out_, "\n");
+  } else if (e.has_state()) {
+    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+    bar_open_ = false;
+    absl::FPrintF(out_, "state: %s%s%s\n", e.state().state(),
+                  e.state().reason().empty() ? "" : " - ", e.state().reason());
   } else if (e.has_round()) {
     const auto& r = e.round();
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");

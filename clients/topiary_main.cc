@@ -1,5 +1,5 @@
-// topiary: the command-line client. Today: local runs and spec validation; the remote
-// commands against topiaryd join them with the daemon.
+// topiary: the command-line client: local runs, validation and checkpoint inspection, and
+// the remote commands against topiaryd (clients/remote.h).
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
@@ -11,7 +11,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/args.h"
 #include "clients/progress.h"
+#include "clients/remote.h"
+#include "clients/report_print.h"
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/device.h"
@@ -23,15 +26,9 @@
 namespace topiary {
 namespace {
 
-// Exit codes scripts can rely on.
-constexpr int kExitOk = 0;
-constexpr int kExitRunFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitInvalidSpec = 3;
-
 constexpr char kUsage[] = R"(topiary: training-side pruning and approximation of CNNs
 
-Usage:
+Local commands (no daemon needed):
   topiary run SPEC [--out DIR] [--resume CKPT] [--json]
       Run the experiment in SPEC (text format .textproto or JSON) in this process: dense
       training, then (with a pruning block) rounds of prune step, fine-tuning, evaluation and
@@ -39,9 +36,9 @@ Usage:
       --out DIR   write spec.textproto (with defaults), events.jsonl, summary.json and
                   checkpoints/ (dense.h5, round-NNN.h5, epoch-NNNN.h5) to DIR
       --resume CKPT  continue an interrupted run of the same SPEC from one of its checkpoints
-      --json      print one JSON object per event on stdout; the last line is the summary:
+      --json      one JSON object per event on stdout; the last line is the summary:
                   {"event":"summary", "state", "test_top1", "test_top5", "test_loss",
-                   "epochs", "seconds", "device", "train_images_per_s", "checkpoint", ...}
+                   "epochs", "seconds", "device", "checkpoint", "rounds", ...}
   topiary validate SPEC [--json]
       Check SPEC without running it; print it with every default filled in.
   topiary inspect --file CKPT.h5 [--layer PATTERN] [--json]
@@ -49,79 +46,41 @@ Usage:
       conv/linear layer the shape (OIHW), mask kind, block occupancy, sparsity and weight
       statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
   topiary info [--json]
-      Version, build (CUDA or CPU-only), GPUs found, models available.
-  topiary help | --help | -h
-      This text.
+      Version, build (CUDA or CPU-only), GPUs found, models; and the daemon, if one answers.
 
-Exit codes: 0 success; 1 the run failed; 2 bad command line; 3 invalid spec.
+Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7077;
+--token_file FILE or $TOPIARY_TOKEN_FILE for a bearer token; --tls_ca FILE for TLS):
+  topiary submit SPEC [--watch]          queue an experiment; --watch follows it
+  topiary list [--state STATE]           experiments, oldest first
+  topiary get ID                         one experiment
+  topiary watch ID [--from SEQ]          its events (progress bars, rounds), until it ends
+  topiary pause ID | resume ID | cancel ID
+  topiary round ID [--target X] [--step F] [--epochs N]
+                                         start the next manual round (pruning.manual_rounds)
+  topiary fork CKPT [--set field=value]... [--name NAME] [--watch]
+                                         new experiment from a checkpoint, e.g.
+                                         --set pruning.target=0.75
+  topiary checkpoints ID                 its checkpoints (paths relative to the data directory)
+  topiary inspect CKPT [--layer PATTERN] a checkpoint report through the daemon
+Every command takes --json.
+
+  topiary help | --help | -h             this text
+
+Exit codes: 0 success; 1 the run or experiment failed or was cancelled; 2 bad command line;
+3 invalid spec or request; 4 not found; 5 the experiment's state does not allow it; 6 no
+daemon answering; 7 unauthenticated or a path outside the data directory; 8 queue full or
+request too large.
 Specs: see examples/ and protos/topiary/v1/experiment.proto.
 )";
 
 constexpr char kVersion[] = "0.1.0";
 
-struct Args {
-  std::string command, spec, out, resume, file, layer;
-  bool json = false;
-};
-
-bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") {
-      a->json = true;
-    } else if (arg == "--out" || arg.rfind("--out=", 0) == 0) {
-      if (arg == "--out") {
-        if (++i >= argc) {
-          *error = "--out needs a folder";
-          return false;
-        }
-        a->out = argv[i];
-      } else {
-        a->out = arg.substr(6);
-      }
-    } else if (arg == "--file" || arg == "--layer") {
-      if (++i >= argc) {
-        *error = arg + " needs a value";
-        return false;
-      }
-      (arg == "--file" ? a->file : a->layer) = argv[i];
-    } else if (arg == "--resume") {
-      if (++i >= argc) {
-        *error = "--resume needs a checkpoint file";
-        return false;
-      }
-      a->resume = argv[i];
-    } else if (arg == "--help" || arg == "-h") {
-      a->command = "help";
-      return true;
-    } else if (arg.rfind("-", 0) == 0) {
-      *error = "unknown flag " + arg;
-      return false;
-    } else {
-      positional.push_back(arg);
-    }
-  }
-  if (positional.empty()) {
-    a->command = "help";
-    return true;
-  }
-  a->command = positional[0];
-  if (a->command == "run" || a->command == "validate") {
-    if (positional.size() != 2) {
-      *error = a->command + " needs exactly one SPEC file";
-      return false;
-    }
-    a->spec = positional[1];
-  } else if (positional.size() != 1) {
-    *error = "unexpected argument " + positional[1];
-    return false;
-  }
-  return true;
-}
-
 int Run(const Args& a) {
-  const auto spec = LoadValidSpec(a.spec);
+  if (a.positional.size() != 1) {
+    absl::FPrintF(stderr, "topiary: run needs exactly one SPEC file\n\n%s", kUsage);
+    return kExitUsage;
+  }
+  const auto spec = LoadValidSpec(a.positional[0]);
   if (!spec.ok()) {
     if (a.json) {
       topiary::v1::Event e;
@@ -132,12 +91,12 @@ int Run(const Args& a) {
     } else {
       absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
     }
-    return kExitInvalidSpec;
+    return kExitInvalid;
   }
   ProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);
   RunOptions options;
-  options.out_dir = a.out;
-  options.resume_from = a.resume;
+  options.out_dir = a.flag("out");
+  options.resume_from = a.flag("resume");
   options.make_pruner = pruning::MakePruner;
   options.on_event = [&](const topiary::v1::Event& e) {
     if (a.json) {
@@ -148,11 +107,15 @@ int Run(const Args& a) {
     }
   };
   const auto summary = RunExperiment(*spec, options);
-  return summary.state() == "SUCCEEDED" ? kExitOk : kExitRunFailed;
+  return summary.state() == "SUCCEEDED" ? kExitOk : kExitFailed;
 }
 
 int Validate(const Args& a) {
-  const auto spec = LoadValidSpec(a.spec);
+  if (a.positional.size() != 1) {
+    absl::FPrintF(stderr, "topiary: validate needs exactly one SPEC file\n\n%s", kUsage);
+    return kExitUsage;
+  }
+  const auto spec = LoadValidSpec(a.positional[0]);
   if (!spec.ok()) {
     if (a.json) {
       absl::PrintF("{\"valid\":false,\"error\":\"%s\"}\n",
@@ -160,25 +123,19 @@ int Validate(const Args& a) {
     } else {
       absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
     }
-    return kExitInvalidSpec;
+    return kExitInvalid;
   }
   const auto full = WithDefaults(*spec);
   if (a.json) {
     absl::PrintF("{\"valid\":true,\"spec\":%s}\n", MessageToJson(full));
   } else {
-    absl::PrintF("%s: valid\n%s", a.spec, SpecToText(full));
+    absl::PrintF("%s: valid\n%s", a.positional[0], SpecToText(full));
   }
   return kExitOk;
 }
 
 int Inspect(const Args& a) {
-  if (a.file.empty()) {
-    absl::FPrintF(stderr,
-                  "topiary: inspect needs --file CKPT.h5 (the daemon's inspect comes "
-                  "with topiaryd)\n");
-    return kExitUsage;
-  }
-  const auto report = pruning::InspectCheckpoint(a.file, a.layer);
+  const auto report = pruning::InspectCheckpoint(a.flag("file"), a.flag("layer"));
   if (!report.ok()) {
     if (a.json) {
       absl::PrintF("{\"error\":\"%s\"}\n",
@@ -186,46 +143,12 @@ int Inspect(const Args& a) {
     } else {
       absl::FPrintF(stderr, "topiary: %s\n", report.status().message());
     }
-    return kExitRunFailed;
+    return report.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitFailed;
   }
   if (a.json) {
     absl::PrintF("%s\n", MessageToJson(*report));
-    return kExitOk;
-  }
-  const auto& r = *report;
-  topiary::v1::CheckpointMetrics metrics;
-  google::protobuf::util::JsonParseOptions lenient;
-  lenient.ignore_unknown_fields = true;
-  (void)google::protobuf::util::JsonStringToMessage(r.metrics_json(), &metrics, lenient);
-  absl::PrintF("%s (topiary checkpoint, format %d)\n", r.path(), r.format_version());
-  absl::PrintF("experiment %s: %s, round %d, epoch %d, step %d, written %s\n",
-               r.experiment_id().empty() ? "-" : r.experiment_id(), r.model_arch(), r.round(),
-               r.epoch(), r.global_step(), r.created_at());
-  if (!r.parent().empty()) absl::PrintF("parent %s\n", r.parent());
-  absl::PrintF(
-      "test top-1 %.2f%%, loss %.4f (dense model: %.2f%%); %d parameters; conv and "
-      "linear sparsity %.1f%%\n\n",
-      100 * metrics.test_top1(), metrics.test_loss(), 100 * metrics.dense_top1(), r.parameters(),
-      100 * r.sparsity());
-  absl::PrintF("%-30s %-16s %-8s %-13s %8s %9s %9s %9s\n", "layer", "shape (OIHW)", "mask",
-               "blocks kept", "sparsity", "mean", "std", "|w| max");
-  for (const auto& l : r.layers()) {
-    std::vector<std::string> dims;
-    for (int64_t d : l.shape()) dims.push_back(std::to_string(d));
-    const std::string mask = l.mask_kind() == "n_of_m"
-                                 ? absl::StrFormat("%d:%d", l.n(), l.m())
-                                 : (l.mask_kind().empty() ? "-" : l.mask_kind());
-    const std::string blocks =
-        l.mask_kind() == "block"
-            ? absl::StrFormat("%d/%d", l.blocks_kept(), l.block_rows() * l.block_cols())
-            : "-";
-    absl::PrintF("%-30s %-16s %-8s %-13s %7.1f%% %9.4f %9.4f %9.4f%s\n", l.layer(),
-                 absl::StrJoin(dims, "x"), mask, blocks, 100 * l.sparsity(), l.stats().mean(),
-                 l.stats().std(), l.stats().abs_max(),
-                 l.mask_consistent() ? "" : "  (masked weights not zero!)");
-  }
-  if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
-    absl::PrintF("\n%s", pruning::MaskHeatMap(r.layers(0)));
+  } else {
+    PrintCheckpointReport(*report);
   }
   return kExitOk;
 }
@@ -253,6 +176,7 @@ int Info(const Args& a) {
                  x.memory_bytes / 1073741824.0, x.compute_major, x.compute_minor);
   }
   absl::PrintF("models: %s\n", absl::StrJoin(ModelNames(), ", "));
+  PrintRemoteInfo(a);
   return kExitOk;
 }
 
@@ -267,14 +191,16 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "topiary: %s\n\n%s", error, kUsage);
     return kExitUsage;
   }
-  if (args.command == "help") {
+  const std::string& c = args.command;
+  if (c == "help") {
     absl::PrintF("%s", kUsage);
     return kExitOk;
   }
-  if (args.command == "run") return Run(args);
-  if (args.command == "validate") return Validate(args);
-  if (args.command == "info") return Info(args);
-  if (args.command == "inspect") return Inspect(args);
-  absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", args.command, kUsage);
+  if (c == "run") return Run(args);
+  if (c == "validate") return Validate(args);
+  if (c == "info") return Info(args);
+  if (c == "inspect" && args.has("file")) return Inspect(args);
+  if (IsRemoteCommand(c)) return RunRemoteCommand(args);
+  absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);
   return kExitUsage;
 }

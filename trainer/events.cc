@@ -44,6 +44,10 @@ std::string EventToJsonLine(const topiary::v1::Event& event) {
       body = &event.checkpoint();
       kind = "checkpoint";
       break;
+    case topiary::v1::Event::kState:
+      body = &event.state();
+      kind = "state";
+      break;
     default:
       break;
   }

@@ -469,6 +469,23 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
   return doc;
 }
 
+absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
+  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  SilenceHdf5();
+  if (::access(path.c_str(), R_OK) != 0 || H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return absl::NotFoundError(absl::StrCat(path, ": no such HDF5 file"));
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.ok()) return Fail(path, "cannot open (truncated or damaged?)");
+  Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
+  H5Attrs attrs;
+  if (auto st = ReadAttrs(root.get(), &attrs); !st.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
+  }
+  return attrs;
+}
+
 int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback) {
   auto it = attrs.find(name);
   if (it == attrs.end()) return fallback;

@@ -66,6 +66,9 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc);
 // checksum mismatch, an unsupported type) name the file and the object.
 absl::StatusOr<H5Document> ReadH5File(const std::string& path);
 
+// Only the root group's attributes of `path` (cheap, for listings).
+absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path);
+
 // Attribute accessors with a default when absent or of another type.
 int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback = 0);
 double AttrDouble(const H5Attrs& attrs, const std::string& name, double fallback = 0);

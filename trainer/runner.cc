@@ -561,6 +561,10 @@ absl::Status ExperimentRun::Execute() {
       TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/false));
     }
     while (true) {
+      // The pruner keeps no state of its own: made anew, it follows spec changes.
+      auto pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+      if (!pruner.ok()) return pruner.status();
+      if (round_ >= spec_.pruning().max_rounds() || (*pruner)->finished()) break;
       if (spec_.pruning().manual_rounds() && options_.control != nullptr) {
         const RunControl::Stop stop =
             options_.control->WaitForRound(round_, spec_.mutable_pruning());
@@ -568,11 +572,9 @@ absl::Status ExperimentRun::Execute() {
           stopped_ = stop;  // the last round's checkpoint is where a resume continues
           return absl::AbortedError("stopped while waiting for a round");
         }
+        pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+        if (!pruner.ok()) return pruner.status();
       }
-      // The pruner keeps no state of its own: made anew, it follows spec changes.
-      auto pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
-      if (!pruner.ok()) return pruner.status();
-      if (round_ >= spec_.pruning().max_rounds() || (*pruner)->finished()) break;
       TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner->get()));
     }
   }

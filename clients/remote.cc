@@ -1,0 +1,391 @@
+#include "clients/remote.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "clients/progress.h"
+#include "clients/report_print.h"
+#include "topiary/v1/service.grpc.pb.h"
+#include "trainer/events.h"
+#include "trainer/file_util.h"
+#include "trainer/spec.h"
+
+namespace topiary {
+namespace {
+
+using topiary::v1::Experiment;
+using topiary::v1::Topiary;
+
+std::string ServerAddress(const Args& a) {
+  if (a.has("server")) return a.flag("server");
+  const char* env = std::getenv("TOPIARY_SERVER");
+  return env && *env ? env : "127.0.0.1:7077";
+}
+
+// A connection and the metadata every call carries.
+class Connection {
+ public:
+  explicit Connection(const Args& a) : address_(ServerAddress(a)) {
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (a.has("tls_ca")) {
+      grpc::SslCredentialsOptions ssl;
+      auto ca = ReadFile(a.flag("tls_ca"));
+      if (ca.ok()) ssl.pem_root_certs = *ca;
+      creds = grpc::SslCredentials(ssl);
+    }
+    stub_ = Topiary::NewStub(grpc::CreateChannel(address_, creds));
+    std::string token_file = a.flag("token_file");
+    if (token_file.empty() && std::getenv("TOPIARY_TOKEN_FILE")) {
+      token_file = std::getenv("TOPIARY_TOKEN_FILE");
+    }
+    if (!token_file.empty()) {
+      auto token = ReadFile(token_file);
+      if (token.ok())
+        token_ = std::string(absl::StripAsciiWhitespace(*token));
+      else
+        token_error_ = absl::StrCat("--token_file: ", token.status().message());
+    }
+  }
+  // A context with the token and, for unary calls, a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(bool stream = false) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+    if (!stream) ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return ctx;
+  }
+  Topiary::Stub& stub() { return *stub_; }
+  const std::string& address() const { return address_; }
+  const std::string& token_error() const { return token_error_; }
+
+ private:
+  std::string address_, token_, token_error_;
+  std::unique_ptr<Topiary::Stub> stub_;
+};
+
+int ExitCode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return kExitOk;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return kExitInvalid;
+    case grpc::StatusCode::NOT_FOUND:
+      return kExitNotFound;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return kExitWrongState;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return kExitUnavailable;
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return kExitDenied;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return kExitResourceLimit;
+    default:
+      return kExitFailed;
+  }
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    default:
+      return "ERROR";
+  }
+}
+
+int Report(const Args& a, const Connection& c, const grpc::Status& st) {
+  std::string message = st.error_message();
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    message = absl::StrCat("no topiaryd at ", c.address(), " (", message,
+                           "); start one with `topiaryd` or set --server / TOPIARY_SERVER");
+  }
+  if (a.json) {
+    absl::PrintF("{\"error\":\"%s\",\"code\":\"%s\"}\n", absl::CHexEscape(message),
+                 CodeName(st.error_code()));
+  } else {
+    absl::FPrintF(stderr, "topiary: %s: %s\n", CodeName(st.error_code()), message);
+  }
+  return ExitCode(st.error_code());
+}
+
+std::string Percent(double x) { return absl::StrFormat("%.2f%%", 100 * x); }
+
+void PrintExperiment(const Experiment& e) {
+  absl::PrintF("%s  %s  %s\n", e.id(), e.name(), topiary::v1::ExperimentState_Name(e.state()));
+  absl::PrintF("  model %s, device %s\n", e.spec().model().arch(),
+               e.device().empty() ? "-" : e.device());
+  absl::PrintF("  round %d, epoch %d, test top-1 %s, sparsity %.1f%%\n", e.round(), e.epoch(),
+               Percent(e.test_top1()), 100 * e.sparsity());
+  absl::PrintF("  created %s, updated %s\n", e.created_at(), e.updated_at());
+  absl::PrintF("  folder %s (in the daemon's data directory)\n", e.folder());
+  if (!e.last_checkpoint().empty()) absl::PrintF("  last checkpoint %s\n", e.last_checkpoint());
+  if (!e.parent().empty()) absl::PrintF("  forked from %s\n", e.parent());
+  if (!e.error().empty()) absl::PrintF("  error: %s\n", e.error());
+}
+
+int PrintOrJson(const Args& a, const Experiment& e, const std::string& verb) {
+  if (a.json) {
+    absl::PrintF("%s\n", MessageToJson(e));
+  } else {
+    absl::PrintF("%s %s (%s)\n", verb, e.id(), topiary::v1::ExperimentState_Name(e.state()));
+  }
+  return kExitOk;
+}
+
+bool NeedsId(const Args& a, const char* what) {
+  if (a.positional.size() == 1) return true;
+  absl::FPrintF(stderr, "topiary: %s needs exactly one experiment id\n", what);
+  return false;
+}
+
+// Streams an experiment's events until it ends; the exit code follows its final state.
+int Watch(const Args& a, Connection& c, const std::string& id, uint32_t from) {
+  ProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);
+  topiary::v1::WatchExperimentRequest req;
+  req.set_id(id);
+  req.set_from_seq(from);
+  auto ctx = c.Context(/*stream=*/true);
+  auto reader = c.stub().WatchExperiment(ctx.get(), req);
+  topiary::v1::Event e;
+  while (reader->Read(&e)) {
+    if (a.json) {
+      absl::PrintF("%s\n", EventToJsonLine(e));
+      std::fflush(stdout);
+    } else {
+      printer.Print(e);
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return Report(a, c, st);
+  topiary::v1::ExperimentRef ref;
+  ref.set_id(id);
+  Experiment final_state;
+  auto ctx2 = c.Context();
+  st = c.stub().GetExperiment(ctx2.get(), ref, &final_state);
+  if (!st.ok()) return Report(a, c, st);
+  if (!a.json) {
+    absl::FPrintF(stderr, "%s: %s\n", id, topiary::v1::ExperimentState_Name(final_state.state()));
+  }
+  return final_state.state() == topiary::v1::SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+bool IsRemoteCommand(const std::string& c) {
+  return c == "submit" || c == "list" || c == "get" || c == "watch" || c == "pause" ||
+         c == "resume" || c == "cancel" || c == "round" || c == "fork" || c == "checkpoints" ||
+         c == "inspect";
+}
+
+int RunRemoteCommand(const Args& a) {
+  Connection c(a);
+  if (!c.token_error().empty()) {
+    absl::FPrintF(stderr, "topiary: %s\n", c.token_error());
+    return kExitUsage;
+  }
+  const std::string& cmd = a.command;
+  grpc::Status st;
+  if (cmd == "submit") {
+    if (a.positional.size() != 1) {
+      absl::FPrintF(stderr, "topiary: submit needs exactly one SPEC file\n");
+      return kExitUsage;
+    }
+    auto spec = LoadSpecFile(a.positional[0]);
+    if (!spec.ok()) {
+      absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
+      return kExitInvalid;
+    }
+    topiary::v1::SubmitExperimentRequest req;
+    *req.mutable_spec() = *spec;
+    Experiment e;
+    auto ctx = c.Context();
+    st = c.stub().SubmitExperiment(ctx.get(), req, &e);
+    if (!st.ok()) return Report(a, c, st);
+    if (!a.watch) return PrintOrJson(a, e, "submitted");
+    if (!a.json)
+      absl::FPrintF(stderr, "submitted %s; watching (Ctrl-C stops watching, not the experiment)\n",
+                    e.id());
+    return Watch(a, c, e.id(), 0);
+  }
+  if (cmd == "list") {
+    topiary::v1::ListExperimentsRequest req;
+    if (a.has("state")) {
+      topiary::v1::ExperimentState s;
+      if (!topiary::v1::ExperimentState_Parse(a.flag("state"), &s)) {
+        absl::FPrintF(stderr,
+                      "topiary: --state: one of QUEUED, RUNNING, PAUSED, "
+                      "WAITING_FOR_ROUND, SUCCEEDED, FAILED, CANCELLED\n");
+        return kExitUsage;
+      }
+      req.set_state(s);
+    }
+    topiary::v1::ListExperimentsResponse resp;
+    auto ctx = c.Context();
+    st = c.stub().ListExperiments(ctx.get(), req, &resp);
+    if (!st.ok()) return Report(a, c, st);
+    if (a.json) {
+      absl::PrintF("%s\n", MessageToJson(resp));
+      return kExitOk;
+    }
+    absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
+                 "top-1", "sparsity", "updated");
+    for (const auto& e : resp.experiments()) {
+      absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), e.name(),
+                   topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
+                   Percent(e.test_top1()), 100 * e.sparsity(), e.updated_at());
+    }
+    return kExitOk;
+  }
+  if (cmd == "watch") {
+    if (!NeedsId(a, "watch")) return kExitUsage;
+    uint32_t from = 0;
+    if (a.has("from") && !absl::SimpleAtoi(a.flag("from"), &from)) {
+      absl::FPrintF(stderr, "topiary: --from needs a sequence number\n");
+      return kExitUsage;
+    }
+    return Watch(a, c, a.positional[0], from);
+  }
+  if (cmd == "get" || cmd == "pause" || cmd == "resume" || cmd == "cancel") {
+    if (!NeedsId(a, cmd.c_str())) return kExitUsage;
+    topiary::v1::ExperimentRef ref;
+    ref.set_id(a.positional[0]);
+    Experiment e;
+    auto ctx = c.Context();
+    if (cmd == "get") st = c.stub().GetExperiment(ctx.get(), ref, &e);
+    if (cmd == "pause") st = c.stub().PauseExperiment(ctx.get(), ref, &e);
+    if (cmd == "resume") st = c.stub().ResumeExperiment(ctx.get(), ref, &e);
+    if (cmd == "cancel") st = c.stub().CancelExperiment(ctx.get(), ref, &e);
+    if (!st.ok()) return Report(a, c, st);
+    if (cmd == "get" && !a.json) {
+      PrintExperiment(e);
+      return kExitOk;
+    }
+    return PrintOrJson(a, e, cmd == "get" ? "" : absl::StrCat(cmd, cmd == "cancel" ? "led" : "d"));
+  }
+  if (cmd == "round") {
+    if (!NeedsId(a, "round")) return kExitUsage;
+    topiary::v1::AdvanceRoundRequest req;
+    req.set_id(a.positional[0]);
+    float f;
+    int n;
+    if (a.has("target")) {
+      if (!absl::SimpleAtof(a.flag("target"), &f)) return kExitUsage;
+      req.set_target(f);
+    }
+    if (a.has("step")) {
+      if (!absl::SimpleAtof(a.flag("step"), &f)) return kExitUsage;
+      req.set_step_fraction(f);
+    }
+    if (a.has("epochs")) {
+      if (!absl::SimpleAtoi(a.flag("epochs"), &n)) return kExitUsage;
+      req.set_finetune_epochs(n);
+    }
+    Experiment e;
+    auto ctx = c.Context();
+    st = c.stub().AdvanceRound(ctx.get(), req, &e);
+    if (!st.ok()) return Report(a, c, st);
+    return PrintOrJson(a, e, "advanced");
+  }
+  if (cmd == "fork") {
+    if (a.positional.size() != 1) {
+      absl::FPrintF(stderr, "topiary: fork needs exactly one checkpoint path\n");
+      return kExitUsage;
+    }
+    topiary::v1::ForkExperimentRequest req;
+    req.set_checkpoint(a.positional[0]);
+    for (const std::string& s : a.sets) req.add_set(s);
+    req.set_name(a.flag("name"));
+    Experiment e;
+    auto ctx = c.Context();
+    st = c.stub().ForkExperiment(ctx.get(), req, &e);
+    if (!st.ok()) return Report(a, c, st);
+    if (!a.watch) return PrintOrJson(a, e, "forked as");
+    return Watch(a, c, e.id(), 0);
+  }
+  if (cmd == "checkpoints") {
+    if (!NeedsId(a, "checkpoints")) return kExitUsage;
+    topiary::v1::ExperimentRef ref;
+    ref.set_id(a.positional[0]);
+    topiary::v1::ListCheckpointsResponse resp;
+    auto ctx = c.Context();
+    st = c.stub().ListCheckpoints(ctx.get(), ref, &resp);
+    if (!st.ok()) return Report(a, c, st);
+    if (a.json) {
+      absl::PrintF("%s\n", MessageToJson(resp));
+      return kExitOk;
+    }
+    absl::PrintF("%-52s %5s %5s %10s %9s  %s\n", "path", "round", "epoch", "bytes", "top-1",
+                 "written");
+    for (const auto& k : resp.checkpoints()) {
+      absl::PrintF("%-52s %5d %5d %10d %9s  %s\n", k.path(), k.round(), k.epoch(), k.bytes(),
+                   Percent(k.test_top1()), k.created_at());
+    }
+    return kExitOk;
+  }
+  if (cmd == "inspect") {
+    if (a.positional.size() != 1) {
+      absl::FPrintF(stderr,
+                    "topiary: inspect needs a checkpoint path (or --file for a local file)\n");
+      return kExitUsage;
+    }
+    topiary::v1::InspectCheckpointRequest req;
+    req.set_path(a.positional[0]);
+    req.set_layer(a.flag("layer"));
+    topiary::v1::CheckpointReport report;
+    auto ctx = c.Context();
+    st = c.stub().InspectCheckpoint(ctx.get(), req, &report);
+    if (!st.ok()) return Report(a, c, st);
+    if (a.json) {
+      absl::PrintF("%s\n", MessageToJson(report));
+    } else {
+      PrintCheckpointReport(report);
+    }
+    return kExitOk;
+  }
+  absl::FPrintF(stderr, "topiary: unknown command '%s'\n", cmd);
+  return kExitUsage;
+}
+
+void PrintRemoteInfo(const Args& a) {
+  Connection c(a);
+  topiary::v1::ServerInfo info;
+  auto ctx = c.Context();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const grpc::Status st =
+      c.stub().GetServerInfo(ctx.get(), topiary::v1::GetServerInfoRequest(), &info);
+  if (!st.ok()) {
+    absl::PrintF("daemon: none answering at %s (%s)\n", c.address(), CodeName(st.error_code()));
+    return;
+  }
+  absl::PrintF("daemon at %s: topiaryd %s, %d running / %d slot(s), %d queued, devices: %s\n",
+               c.address(), info.version(), info.running(), info.max_running(), info.queued(),
+               absl::StrJoin(info.devices(), ", "));
+}
+
+}  // namespace topiary

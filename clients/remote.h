@@ -1,0 +1,22 @@
+// The topiary commands that talk to topiaryd: submit, list, get, watch, pause, resume, cancel,
+// round, fork, checkpoints, and inspect of a checkpoint through the daemon. The server is
+// --server ADDR, else $TOPIARY_SERVER, else 127.0.0.1:7077; --token_file (or
+// $TOPIARY_TOKEN_FILE) sends the bearer token; --tls_ca FILE connects with TLS.
+#ifndef TOPIARY_CLIENTS_REMOTE_H_
+#define TOPIARY_CLIENTS_REMOTE_H_
+
+#include <string>
+
+#include "clients/args.h"
+
+namespace topiary {
+
+bool IsRemoteCommand(const std::string& command);
+// Runs a remote command; returns the exit code (clients/args.h).
+int RunRemoteCommand(const Args& args);
+// `topiary info` adds the daemon's view when one answers at the server address.
+void PrintRemoteInfo(const Args& args);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_CLIENTS_REMOTE_H_

@@ -1,0 +1,364 @@
+#include "server/service.h"
+
+#include <dirent.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "pruning/checkpoint_report.h"
+#include "trainer/checkpoint.h"
+#include "trainer/hdf5_file.h"
+#include "trainer/spec.h"
+
+namespace topiary::server {
+namespace {
+
+using grpc::Status;
+using grpc::StatusCode;
+using topiary::v1::ExperimentState_Name;
+
+// Lexically normalized absolute path ("a/./b/../c" -> "a/c"); empty if ".." leaves the root.
+std::string Normalize(const std::string& path) {
+  std::vector<std::string> parts;
+  for (absl::string_view p : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (p == ".") continue;
+    if (p == "..") {
+      if (parts.empty()) return "";
+      parts.pop_back();
+      continue;
+    }
+    parts.emplace_back(p);
+  }
+  return "/" + absl::StrJoin(parts, "/");
+}
+
+bool Inside(const std::string& path, const std::string& root) {
+  return path == root || path.rfind(root + "/", 0) == 0;
+}
+
+std::string RealOrSelf(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return Status::OK;
+  return Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
+}
+
+Status TopiaryService::Authenticate(grpc::ServerContext* ctx) const {
+  if (options_.token.empty()) return Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end() ||
+      std::string(it->second.data(), it->second.size()) != "Bearer " + options_.token) {
+    return Status(StatusCode::UNAUTHENTICATED,
+                  "missing or wrong bearer token (metadata 'authorization: Bearer ...')");
+  }
+  return Status::OK;
+}
+
+Status TopiaryService::ResolvePath(const std::string& field, const std::string& path,
+                                   std::string* absolute) const {
+  const std::string root = RealOrSelf(registry_->data_dir());
+  const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
+  // Lexically inside, and still inside once symbolic links are followed.
+  if (joined.empty() || !Inside(joined, root) || !Inside(RealOrSelf(joined), root)) {
+    return Status(StatusCode::PERMISSION_DENIED,
+                  absl::StrCat(field, ": '", path, "' is outside the daemon's data directory"));
+  }
+  *absolute = joined;
+  return Status::OK;
+}
+
+Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
+  if (auto st = ValidateSpec(*spec); !st.ok()) return ToGrpc(st);
+  *spec = WithDefaults(*spec);
+  if (!spec->init_from_checkpoint().empty()) {
+    std::string abs;
+    Status st = ResolvePath("init_from_checkpoint", spec->init_from_checkpoint(), &abs);
+    if (!st.ok()) return st;
+    spec->set_init_from_checkpoint(abs);
+  }
+  if (!spec->data().path().empty()) {
+    const std::string p = Normalize(RealOrSelf(spec->data().path()));
+    bool allowed = Inside(p, RealOrSelf(registry_->data_dir()));
+    for (const std::string& root : options_.dataset_roots) allowed = allowed || Inside(p, root);
+    if (!allowed) {
+      return Status(StatusCode::PERMISSION_DENIED,
+                    absl::StrCat("data.path: '", spec->data().path(),
+                                 "' is outside the data directory and the dataset folders (",
+                                 absl::StrJoin(options_.dataset_roots, ", "), ")"));
+    }
+  }
+  return Status::OK;
+}
+
+Status TopiaryService::Admit(const topiary::v1::ExperimentSpec& spec, const std::string& parent,
+                             topiary::v1::Experiment* out) {
+  if (registry_->Count(topiary::v1::QUEUED) >= options_.max_queued) {
+    return Status(StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat("the queue is full (", options_.max_queued,
+                               " experiments queued); try again later"));
+  }
+  auto created = registry_->Create(spec, parent);
+  if (!created.ok()) return ToGrpc(created.status());
+  scheduler_->Enqueue(created->id());
+  *out = *created;
+  return Status::OK;
+}
+
+Status TopiaryService::SubmitExperiment(grpc::ServerContext* ctx,
+                                        const topiary::v1::SubmitExperimentRequest* req,
+                                        topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  topiary::v1::ExperimentSpec spec = req->spec();
+  if (Status st = CheckSpec(&spec); !st.ok()) return st;
+  return Admit(spec, "", out);
+}
+
+Status TopiaryService::GetExperiment(grpc::ServerContext* ctx,
+                                     const topiary::v1::ExperimentRef* req,
+                                     topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  auto r = registry_->Get(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  *out = *r;
+  return Status::OK;
+}
+
+Status TopiaryService::ListExperiments(grpc::ServerContext* ctx,
+                                       const topiary::v1::ListExperimentsRequest* req,
+                                       topiary::v1::ListExperimentsResponse* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  for (auto& e : registry_->List(req->state())) *out->add_experiments() = std::move(e);
+  return Status::OK;
+}
+
+Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
+                                       const topiary::v1::WatchExperimentRequest* req,
+                                       grpc::ServerWriter<topiary::v1::Event>* writer) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  if (auto r = registry_->Get(req->id()); !r.ok()) return ToGrpc(r.status());
+  uint32_t seq = req->from_seq();
+  while (!ctx->IsCancelled()) {
+    bool done = false;
+    const auto events =
+        registry_->EventsAfter(req->id(), seq, std::chrono::milliseconds(250), &done);
+    for (const auto& e : events) {
+      if (!writer->Write(e)) return Status(StatusCode::CANCELLED, "the watcher went away");
+      seq = e.seq();
+    }
+    if (done && events.empty()) return Status::OK;
+  }
+  return Status(StatusCode::CANCELLED, "the watcher went away");
+}
+
+Status TopiaryService::PauseExperiment(grpc::ServerContext* ctx,
+                                       const topiary::v1::ExperimentRef* req,
+                                       topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  auto r = registry_->Get(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  switch (r->state()) {
+    case topiary::v1::QUEUED:
+      if (scheduler_->Dequeue(req->id())) {
+        if (auto st = registry_->SetState(req->id(), topiary::v1::PAUSED, "paused while queued");
+            !st.ok()) {
+          return ToGrpc(st);
+        }
+        break;
+      }
+      [[fallthrough]];  // taken by a worker meanwhile: it is starting
+    case topiary::v1::RUNNING:
+    case topiary::v1::WAITING_FOR_ROUND:
+      // The run checkpoints at its next step boundary and ends PAUSED.
+      registry_->RequestStop(req->id(), RunControl::Stop::kPause);
+      break;
+    default:
+      return Status(StatusCode::FAILED_PRECONDITION,
+                    absl::StrCat(req->id(), " is ", ExperimentState_Name(r->state()),
+                                 "; only QUEUED, RUNNING or WAITING_FOR_ROUND can pause"));
+  }
+  *out = *registry_->Get(req->id());
+  return Status::OK;
+}
+
+Status TopiaryService::ResumeExperiment(grpc::ServerContext* ctx,
+                                        const topiary::v1::ExperimentRef* req,
+                                        topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  auto r = registry_->Get(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  if (r->state() != topiary::v1::PAUSED) {
+    return Status(StatusCode::FAILED_PRECONDITION,
+                  absl::StrCat(req->id(), " is ", ExperimentState_Name(r->state()),
+                               "; only PAUSED can resume"));
+  }
+  if (auto st = registry_->SetState(req->id(), topiary::v1::QUEUED, "resumed"); !st.ok()) {
+    return ToGrpc(st);
+  }
+  scheduler_->Enqueue(req->id());
+  *out = *registry_->Get(req->id());
+  return Status::OK;
+}
+
+Status TopiaryService::CancelExperiment(grpc::ServerContext* ctx,
+                                        const topiary::v1::ExperimentRef* req,
+                                        topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  auto r = registry_->Get(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  const auto state = r->state();
+  if (IsTerminal(state)) {
+    return Status(StatusCode::FAILED_PRECONDITION,
+                  absl::StrCat(req->id(), " is already ", ExperimentState_Name(state)));
+  }
+  if (state == topiary::v1::PAUSED ||
+      (state == topiary::v1::QUEUED && scheduler_->Dequeue(req->id()))) {
+    if (auto st = registry_->SetState(req->id(), topiary::v1::CANCELLED, "cancelled"); !st.ok()) {
+      return ToGrpc(st);
+    }
+  } else {
+    registry_->RequestStop(req->id(), RunControl::Stop::kCancel);
+  }
+  *out = *registry_->Get(req->id());
+  return Status::OK;
+}
+
+Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
+                                    const topiary::v1::AdvanceRoundRequest* req,
+                                    topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  if (req->has_target() && !(req->target() > 0 && req->target() < 1)) {
+    return Status(StatusCode::INVALID_ARGUMENT, "target: must be in (0, 1)");
+  }
+  if (req->has_step_fraction() && !(req->step_fraction() > 0 && req->step_fraction() <= 1)) {
+    return Status(StatusCode::INVALID_ARGUMENT, "step_fraction: must be in (0, 1]");
+  }
+  if (req->has_finetune_epochs() && req->finetune_epochs() <= 0) {
+    return Status(StatusCode::INVALID_ARGUMENT, "finetune_epochs: must be > 0");
+  }
+  if (auto st = registry_->Advance(*req); !st.ok()) return ToGrpc(st);
+  *out = *registry_->Get(req->id());
+  return Status::OK;
+}
+
+Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
+                                      const topiary::v1::ForkExperimentRequest* req,
+                                      topiary::v1::Experiment* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  std::string path;
+  if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
+  auto attrs = ReadH5RootAttrs(path);
+  if (!attrs.ok()) return Status(StatusCode::NOT_FOUND, std::string(attrs.status().message()));
+  auto spec = ParseSpec(AttrString(*attrs, "spec"), req->checkpoint());
+  if (!spec.ok()) {
+    return Status(StatusCode::FAILED_PRECONDITION,
+                  absl::StrCat("checkpoint: its spec does not parse: ", spec.status().message()));
+  }
+  for (const std::string& change : req->set()) {
+    // "pruning.target=0.75" -> "pruning { target: 0.75 }", merged into the spec.
+    const size_t eq = change.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status(StatusCode::INVALID_ARGUMENT,
+                    absl::StrCat("set: '", change, "' is not field.path=value"));
+    }
+    std::vector<std::string> fields = absl::StrSplit(change.substr(0, eq), '.');
+    std::string text = absl::StrCat(fields.back(), ": ", change.substr(eq + 1));
+    for (int i = static_cast<int>(fields.size()) - 2; i >= 0; --i) {
+      text = absl::StrCat(fields[i], " { ", text, " }");
+    }
+    if (!google::protobuf::TextFormat::MergeFromString(text, &*spec)) {
+      return Status(StatusCode::INVALID_ARGUMENT,
+                    absl::StrCat("set: '", change, "' does not fit the ExperimentSpec"));
+    }
+  }
+  spec->set_name(req->name().empty() ? spec->name() + "-fork" : req->name());
+  spec->set_init_from_checkpoint(path);
+  if (Status st = CheckSpec(&*spec); !st.ok()) return st;
+  return Admit(*spec, req->checkpoint(), out);
+}
+
+Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
+                                       const topiary::v1::ExperimentRef* req,
+                                       topiary::v1::ListCheckpointsResponse* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  auto r = registry_->Get(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  const std::string dir = registry_->Folder(req->id()) + "/checkpoints";
+  std::vector<std::pair<double, std::string>> files;  // (mtime, name)
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() < 4 || name.substr(name.size() - 3) != ".h5") continue;
+      struct stat st;
+      if (::stat((dir + "/" + name).c_str(), &st) != 0) continue;
+      files.push_back({st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9, name});
+    }
+    ::closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& [mtime, name] : files) {
+    const std::string abs = dir + "/" + name;
+    auto attrs = ReadH5RootAttrs(abs);
+    if (!attrs.ok()) continue;
+    auto* c = out->add_checkpoints();
+    c->set_path(r->folder() + "/checkpoints/" + name);
+    c->set_round(static_cast<int32_t>(AttrInt(*attrs, "round")));
+    c->set_epoch(static_cast<int32_t>(AttrInt(*attrs, "epoch")));
+    c->set_created_at(AttrString(*attrs, "created_at"));
+    struct stat st;
+    if (::stat(abs.c_str(), &st) == 0) c->set_bytes(st.st_size);
+    topiary::v1::CheckpointMetrics metrics;
+    google::protobuf::util::JsonParseOptions lenient;
+    lenient.ignore_unknown_fields = true;
+    if (google::protobuf::util::JsonStringToMessage(AttrString(*attrs, "metrics"), &metrics,
+                                                    lenient)
+            .ok()) {
+      c->set_test_top1(metrics.test_top1());
+    }
+  }
+  return Status::OK;
+}
+
+Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
+                                         const topiary::v1::InspectCheckpointRequest* req,
+                                         topiary::v1::CheckpointReport* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  std::string path;
+  if (Status st = ResolvePath("path", req->path(), &path); !st.ok()) return st;
+  auto report = pruning::InspectCheckpoint(path, req->layer());
+  if (!report.ok()) return ToGrpc(report.status());
+  *out = *report;
+  out->set_path(req->path());
+  return Status::OK;
+}
+
+Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
+                                     const topiary::v1::GetServerInfoRequest*,
+                                     topiary::v1::ServerInfo* out) {
+  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  out->set_version("0.2.0");
+  for (const std::string& d : options_.devices) out->add_devices(d);
+  for (const char* c : {"pruning:BLOCK", "pruning:MAGNITUDE", "pruning:N_OF_M", "precision:FP32",
+                        "precision:TF32", "manual_rounds", "fork", "checkpoints:hdf5"}) {
+    out->add_capabilities(c);
+  }
+  out->set_max_running(scheduler_->slots());
+  out->set_running(scheduler_->running());
+  out->set_queued(registry_->Count(topiary::v1::QUEUED));
+  out->set_data_dir(registry_->data_dir());
+  return Status::OK;
+}
+
+}  // namespace topiary::server

@@ -1,0 +1,76 @@
+// The Topiary gRPC service (protos/topiary/v1/service.proto) over the registry and the
+// scheduler: request checks (auth, paths, sizes, states) and the mapping to gRPC codes.
+#ifndef TOPIARY_SERVER_SERVICE_H_
+#define TOPIARY_SERVER_SERVICE_H_
+
+#include <string>
+
+#include "server/registry.h"
+#include "server/scheduler.h"
+#include "topiary/v1/service.grpc.pb.h"
+
+namespace topiary::server {
+
+struct ServiceOptions {
+  std::string token;                 // required bearer token; empty: no authentication
+  int max_queued = 256;              // QUEUED experiments beyond this: RESOURCE_EXHAUSTED
+  std::vector<std::string> devices;  // for GetServerInfo
+  // Besides the data directory, dataset folders specs may name (Debian's dataset packages).
+  std::vector<std::string> dataset_roots = {"/usr/share/datasets"};
+};
+
+class TopiaryService final : public topiary::v1::Topiary::Service {
+ public:
+  TopiaryService(Registry* registry, Scheduler* scheduler, ServiceOptions options)
+      : registry_(registry), scheduler_(scheduler), options_(std::move(options)) {}
+
+  grpc::Status SubmitExperiment(grpc::ServerContext* ctx,
+                                const topiary::v1::SubmitExperimentRequest* req,
+                                topiary::v1::Experiment* out) override;
+  grpc::Status GetExperiment(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
+                             topiary::v1::Experiment* out) override;
+  grpc::Status ListExperiments(grpc::ServerContext* ctx,
+                               const topiary::v1::ListExperimentsRequest* req,
+                               topiary::v1::ListExperimentsResponse* out) override;
+  grpc::Status WatchExperiment(grpc::ServerContext* ctx,
+                               const topiary::v1::WatchExperimentRequest* req,
+                               grpc::ServerWriter<topiary::v1::Event>* writer) override;
+  grpc::Status PauseExperiment(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
+                               topiary::v1::Experiment* out) override;
+  grpc::Status ResumeExperiment(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
+                                topiary::v1::Experiment* out) override;
+  grpc::Status CancelExperiment(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
+                                topiary::v1::Experiment* out) override;
+  grpc::Status AdvanceRound(grpc::ServerContext* ctx, const topiary::v1::AdvanceRoundRequest* req,
+                            topiary::v1::Experiment* out) override;
+  grpc::Status ForkExperiment(grpc::ServerContext* ctx,
+                              const topiary::v1::ForkExperimentRequest* req,
+                              topiary::v1::Experiment* out) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
+                               topiary::v1::ListCheckpointsResponse* out) override;
+  grpc::Status InspectCheckpoint(grpc::ServerContext* ctx,
+                                 const topiary::v1::InspectCheckpointRequest* req,
+                                 topiary::v1::CheckpointReport* out) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* ctx, const topiary::v1::GetServerInfoRequest* req,
+                             topiary::v1::ServerInfo* out) override;
+
+ private:
+  grpc::Status Authenticate(grpc::ServerContext* ctx) const;
+  // Resolves a data-directory-relative path; PERMISSION_DENIED outside it (or a missing file).
+  grpc::Status ResolvePath(const std::string& field, const std::string& path,
+                           std::string* absolute) const;
+  grpc::Status CheckSpec(topiary::v1::ExperimentSpec* spec) const;
+  grpc::Status Admit(const topiary::v1::ExperimentSpec& spec, const std::string& parent,
+                     topiary::v1::Experiment* out);
+
+  Registry* registry_;
+  Scheduler* scheduler_;
+  ServiceOptions options_;
+};
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpc(const absl::Status& status);
+
+}  // namespace topiary::server
+
+#endif  // TOPIARY_SERVER_SERVICE_H_

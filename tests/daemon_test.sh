@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# End-to-end test of topiaryd and the topiary client over loopback gRPC, with the real
+# binaries and Fashion-MNIST: submit -> SUCCEEDED with checkpoints listed and inspectable,
+# pause/resume, cancel, manual rounds, fork, error codes, kill -9 and recovery, token auth,
+# path traversal.
+set -uo pipefail
+TOPIARYD="$1"
+TOPIARY="$2"
+TINY="$3"          # examples/tiny.textproto (lenet5, 2 epochs)
+PRUNE="$4"         # examples/tiny_block_prune.textproto (resnet20/2, block rounds)
+tmp="${TEST_TMPDIR:-/tmp}/daemon_test"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() {  # check DESCRIPTION COMMAND...
+  local what="$1"; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+daemon_pid=""
+start_daemon() {  # start_daemon EXTRA_FLAGS...
+  rm -f "$tmp/port"
+  "$TOPIARYD" --data_dir "$tmp/data" --listen 127.0.0.1:0 --port_file "$tmp/port" "$@" \
+    >> "$tmp/daemon.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  export TOPIARY_SERVER="127.0.0.1:$(cat "$tmp/port")"
+}
+state() { "$TOPIARY" get "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+wait_state() {  # wait_state ID STATE [SECONDS]: true when ID reaches STATE in time
+  for _ in $(seq $((${3:-120} * 5))); do
+    [ "$(state "$1")" == "$2" ] && return 0
+    sleep 0.2
+  done
+  echo "  $1 is $(state "$1"), expected $2"; return 1
+}
+submit() { "$TOPIARY" submit "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
+trap 'kill -9 $daemon_pid 2>/dev/null' EXIT
+
+start_daemon
+# The manual-round spec and a longer one for pause/cancel/kill.
+sed 's/finetune_epochs: 1 }/finetune_epochs: 1 manual_rounds: true }/' "$PRUNE" > "$tmp/manual.textproto"
+sed 's/epochs: 1 optimizer/epochs: 3 optimizer/' "$PRUNE" > "$tmp/long.textproto"
+
+# Submit, watch to the end, list checkpoints, inspect one through the daemon.
+id=$(submit "$TINY")
+check "submit returns an id" test -n "$id"
+"$TOPIARY" watch "$id" > "$tmp/watch.out" 2> "$tmp/watch.err"; rc=$?
+check "watch follows $id to SUCCEEDED (exit 0)" test "$rc" -eq 0
+check "watch shows states and epochs" bash -c 'grep -q "state: RUNNING" "$0" && grep -q "^epoch 2" "$0" && grep -q "state: SUCCEEDED" "$0"' "$tmp/watch.err"
+ckpts=$("$TOPIARY" checkpoints "$id" --json)
+path=$(echo "$ckpts" | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["path"])')
+check "checkpoints listed (dense.h5)" bash -c '[[ "$0" == experiments/*/checkpoints/dense.h5 ]]' "$path"
+report=$("$TOPIARY" inspect "$path" --json); rc=$?
+check "inspect through the daemon" bash -c '[[ $1 -eq 0 && "$0" == *"\"model_arch\":\"lenet5\""* ]]' "$report" "$rc"
+"$TOPIARY" watch "$id" --from 3 --json > "$tmp/replay.jsonl"
+check "watch --from replays the persisted log after seq 3" bash -c 'head -n 1 "$0" | grep -q "\"seq\":4,"' "$tmp/replay.jsonl"
+
+# Errors and their codes.
+printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
+err=$("$TOPIARY" submit "$tmp/bad.textproto" 2>&1); rc=$?
+check "invalid spec: INVALID_ARGUMENT naming the field (exit 3)" bash -c '[[ $1 -eq 3 && "$0" == *INVALID_ARGUMENT*"data.batch_size: must be > 0"* ]]' "$err" "$rc"
+err=$("$TOPIARY" get exp-9999 2>&1); rc=$?
+check "unknown id: NOT_FOUND (exit 4)" bash -c '[[ $1 -eq 4 && "$0" == *NOT_FOUND* ]]' "$err" "$rc"
+err=$("$TOPIARY" resume "$id" 2>&1); rc=$?
+check "resume of a SUCCEEDED experiment: FAILED_PRECONDITION (exit 5)" bash -c '[[ $1 -eq 5 && "$0" == *FAILED_PRECONDITION* ]]' "$err" "$rc"
+err=$("$TOPIARY" inspect ../../../etc/passwd 2>&1); rc=$?
+check "path traversal refused: PERMISSION_DENIED (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"outside the daemon'"'"'s data directory"* ]]' "$err" "$rc"
+err=$("$TOPIARY" fork /etc/passwd 2>&1); rc=$?
+check "fork of a file outside the data directory refused (exit 7)" test "$rc" -eq 7
+
+# Pause a running experiment, resume it; cancel another.
+id=$(submit "$tmp/long.textproto")
+wait_state "$id" RUNNING 30 && sleep 2
+"$TOPIARY" pause "$id" > /dev/null
+check "pause: PAUSED at a step boundary" wait_state "$id" PAUSED 60
+check "pause wrote pause.h5" bash -c '"$0" checkpoints "$1" | grep -q pause.h5' "$TOPIARY" "$id"
+"$TOPIARY" resume "$id" > /dev/null
+"$TOPIARY" watch "$id" > /dev/null 2>&1; rc=$?
+check "resumed experiment finishes (exit 0)" test "$rc" -eq 0
+rounds=$("$TOPIARY" get "$id" --json | python3 -c 'import json,sys; e=json.load(sys.stdin); print(e.get("round",0), e["sparsity"])')
+check "its rounds reached 50% ($rounds)" bash -c 'set -- $0; [[ $1 -ge 1 ]] && python3 -c "import sys; sys.exit(abs(float(sys.argv[1]) - 0.5) > 0.02)" $2' "$rounds"
+id2=$(submit "$tmp/long.textproto")
+wait_state "$id2" RUNNING 30
+"$TOPIARY" cancel "$id2" > /dev/null
+check "cancel: CANCELLED" wait_state "$id2" CANCELLED 60
+err=$("$TOPIARY" pause "$id2" 2>&1); rc=$?
+check "pause of a CANCELLED experiment: exit 5" test "$rc" -eq 5
+
+# Manual rounds driven by the client.
+id=$(submit "$tmp/manual.textproto")
+check "manual rounds: WAITING_FOR_ROUND after the dense phase" wait_state "$id" WAITING_FOR_ROUND 60
+err=$("$TOPIARY" round "$id" --target 1.5 2>&1); rc=$?
+check "round with a bad target: INVALID_ARGUMENT (exit 3)" test "$rc" -eq 3
+advanced=0
+for _ in $(seq 10); do
+  s=$(state "$id")
+  [ "$s" == SUCCEEDED ] && break
+  if [ "$s" == WAITING_FOR_ROUND ]; then "$TOPIARY" round "$id" --epochs 1 > /dev/null && advanced=$((advanced + 1)); fi
+  sleep 0.5
+  for _ in $(seq 100); do s=$(state "$id"); [[ "$s" == RUNNING ]] || break; sleep 0.2; done
+done
+check "manual rounds advanced by the client ($advanced) until SUCCEEDED" bash -c '[[ $0 -ge 2 ]] && [[ "$1" == SUCCEEDED ]]' "$advanced" "$(state "$id")"
+err=$("$TOPIARY" round "$id" 2>&1); rc=$?
+check "round when not waiting: FAILED_PRECONDITION (exit 5)" test "$rc" -eq 5
+
+# Fork from a round checkpoint with a spec change; the parent is recorded.
+parent=$("$TOPIARY" checkpoints "$id" --json | python3 -c 'import json,sys; print([c["path"] for c in json.load(sys.stdin)["checkpoints"] if "round-001" in c["path"]][0])')
+fork=$("$TOPIARY" fork "$parent" --set pruning.target=0.75 --set pruning.manual_rounds=false --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+"$TOPIARY" watch "$fork" > /dev/null 2>&1; rc=$?
+check "fork runs to SUCCEEDED" test "$rc" -eq 0
+info=$("$TOPIARY" get "$fork" --json)
+check "fork records its parent and reaches the new target" python3 -c '
+import json, sys
+e = json.loads(sys.argv[1])
+assert e["parent"] == sys.argv[2], e["parent"]
+assert e["spec"]["pruning"]["target"] == 0.75
+assert e["sparsity"] > 0.7, e["sparsity"]' "$info" "$parent"
+
+# kill -9 while training; the restarted daemon resumes from the last checkpoint.
+id=$(submit "$tmp/long.textproto")
+for _ in $(seq 300); do
+  "$TOPIARY" checkpoints "$id" 2>/dev/null | grep -q round-001.h5 && break; sleep 0.2
+done
+kill -9 "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+start_daemon
+check "after kill -9 the experiment is listed" bash -c '"$0" list | grep -q "$1"' "$TOPIARY" "$id"
+"$TOPIARY" watch "$id" > "$tmp/recovered.out" 2>&1; rc=$?
+check "it resumes and finishes (exit 0)" test "$rc" -eq 0
+check "it resumed from its checkpoint" grep -q "resumes from experiments/$id/checkpoints/" "$tmp/recovered.out"
+check "its round table is intact (rounds 0..N in the final summary)" python3 -c '
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+s = [e["summary"] for e in events if "summary" in e][-1]
+rounds = [r.get("round", 0) for r in s["rounds"]]
+assert s["state"] == "SUCCEEDED" and rounds == list(range(len(rounds))) and len(rounds) >= 3, rounds' "$tmp/data/experiments/$id/events.jsonl"
+
+# Token authentication, and no unauthenticated non-loopback listening.
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+echo "s3cret-token" > "$tmp/token"
+err=$("$TOPIARYD" --data_dir "$tmp/data" --listen 0.0.0.0:0 2>&1); rc=$?
+check "non-loopback without --token_file is refused at start" bash -c '[[ $1 -eq 2 && "$0" == *"not a loopback address"* ]]' "$err" "$rc"
+start_daemon --token_file "$tmp/token"
+err=$("$TOPIARY" list 2>&1); rc=$?
+check "no token: UNAUTHENTICATED (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *UNAUTHENTICATED* ]]' "$err" "$rc"
+echo "wrong" > "$tmp/wrong"
+"$TOPIARY" list --token_file "$tmp/wrong" > /dev/null 2>&1; rc=$?
+check "wrong token: exit 7" test "$rc" -eq 7
+"$TOPIARY" list --token_file "$tmp/token" > /dev/null; rc=$?
+check "right token: exit 0" test "$rc" -eq 0
+exit $fail
