@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pruning/pruner.h"
+#include "server/tensorboard.h"
 #include "trainer/runner.h"
 
 namespace topiary::server {
@@ -96,7 +97,11 @@ void Scheduler::Run(int slot, const std::string& id) {
   options.make_pruner = pruning::MakePruner;
   options.control = control.get();
   if (!resume.empty()) options.resume_from = registry_->data_dir() + "/" + resume;
-  options.on_event = [&](const Event& e) { registry_->AppendRunEvent(id, e); };
+  TensorBoardWriter tensorboard(registry_->Folder(id) + "/tensorboard");
+  options.on_event = [&](const Event& e) {
+    tensorboard.Write(e);
+    registry_->AppendRunEvent(id, e);
+  };
   const topiary::v1::RunSummary summary = RunExperiment(spec, options);
   if (summary.state() == "SUCCEEDED") {
     (void)registry_->SetState(id, topiary::v1::SUCCEEDED, "finished");

@@ -1,0 +1,90 @@
+#include "server/tensorboard.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <ctime>
+#include <fstream>
+
+#include "tensorboard/event.pb.h"
+
+namespace topiary::server {
+namespace {
+
+std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected
+    table[i] = c;
+  }
+  return table;
+}
+
+void PutLittleEndian(std::string* out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t size) {
+  static const std::array<uint32_t, 256> table = MakeCrcTable();
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint32_t crc = 0xffffffffu;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xffffffffu;
+}
+
+uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+TensorBoardWriter::TensorBoardWriter(std::string dir) {
+  ::mkdir(dir.c_str(), 0755);
+  path_ = dir + "/events.out.tfevents.topiaryd";
+  std::ifstream existing(path_);
+  if (!existing.good()) {
+    topiary::tensorboard::Event first;
+    first.set_wall_time(static_cast<double>(std::time(nullptr)));
+    first.set_file_version("brain.Event:2");
+    Append(first.SerializeAsString());
+  }
+}
+
+void TensorBoardWriter::Append(const std::string& record) {
+  std::string framed;
+  PutLittleEndian(&framed, record.size(), 8);
+  const uint32_t length_crc = MaskCrc(Crc32c(framed.data(), 8));
+  PutLittleEndian(&framed, length_crc, 4);
+  framed += record;
+  PutLittleEndian(&framed, MaskCrc(Crc32c(record.data(), record.size())), 4);
+  std::ofstream(path_, std::ios::binary | std::ios::app) << framed;
+}
+
+void TensorBoardWriter::Scalar(const std::string& tag, int64_t step, double value) {
+  topiary::tensorboard::Event e;
+  e.set_wall_time(static_cast<double>(std::time(nullptr)));
+  e.set_step(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(static_cast<float>(value));
+  Append(e.SerializeAsString());
+}
+
+void TensorBoardWriter::Write(const topiary::v1::Event& event) {
+  if (event.has_progress()) {
+    const auto& p = event.progress();
+    Scalar("train/loss", p.step(), p.loss());
+    Scalar("train/lr", p.step(), p.lr());
+    Scalar("train/images_per_s", p.step(), p.images_per_s());
+  } else if (event.has_epoch()) {
+    ++epoch_;
+    if (event.epoch().evaluated()) {
+      Scalar("test/top1", epoch_, event.epoch().test_top1());
+      Scalar("test/loss", epoch_, event.epoch().test_loss());
+    }
+  } else if (event.has_round()) {
+    Scalar("round/sparsity", event.round().round(), event.round().sparsity());
+    Scalar("round/test_top1", event.round().round(), event.round().test_top1());
+  }
+}
+
+}  // namespace topiary::server

@@ -1,0 +1,37 @@
+// TensorBoard event files of an experiment's metrics: TFRecord framing (length, masked
+// CRC-32C of the length, the record, masked CRC-32C of the record) around Event protos with
+// scalar summaries. `tensorboard --logdir DATA_DIR/experiments` shows every experiment.
+#ifndef TOPIARY_SERVER_TENSORBOARD_H_
+#define TOPIARY_SERVER_TENSORBOARD_H_
+
+#include <cstdint>
+#include <string>
+
+#include "topiary/v1/events.pb.h"
+
+namespace topiary::server {
+
+// CRC-32C (Castagnoli), as TFRecord uses it before masking.
+uint32_t Crc32c(const void* data, size_t size);
+uint32_t MaskCrc(uint32_t crc);
+
+class TensorBoardWriter {
+ public:
+  // Appends to (or creates) `dir`/events.out.tfevents.topiaryd.
+  explicit TensorBoardWriter(std::string dir);
+  // Writes the scalars a run event carries: train/loss, train/lr, train/images_per_s
+  // (progress, by optimizer step); test/top1, test/loss (evaluated epochs, by epoch);
+  // round/sparsity, round/test_top1 (rounds, by round).
+  void Write(const topiary::v1::Event& event);
+  const std::string& path() const { return path_; }
+
+ private:
+  void Scalar(const std::string& tag, int64_t step, double value);
+  void Append(const std::string& record);
+  std::string path_;
+  int epoch_ = 0;
+};
+
+}  // namespace topiary::server
+
+#endif  // TOPIARY_SERVER_TENSORBOARD_H_

@@ -1,0 +1,63 @@
+#include "server/tensorboard.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "gtest/gtest.h"
+#include "tensorboard/event.pb.h"
+
+namespace topiary::server {
+namespace {
+
+TEST(TensorBoard, Crc32cMatchesTheStandardCheckValue) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value
+  EXPECT_EQ(Crc32c("", 0), 0u);
+}
+
+// Reads the file back record by record, checking the framing and both CRCs.
+TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/tb";
+  {
+    TensorBoardWriter w(dir);
+    topiary::v1::Event e;
+    e.mutable_progress()->set_step(7);
+    e.mutable_progress()->set_loss(0.5);
+    e.mutable_progress()->set_lr(0.1);
+    w.Write(e);
+    topiary::v1::Event r;
+    r.mutable_round()->set_round(2);
+    r.mutable_round()->set_sparsity(0.25);
+    w.Write(r);
+  }
+  std::ifstream f(dir + "/events.out.tfevents.topiaryd", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  size_t at = 0;
+  std::vector<topiary::tensorboard::Event> events;
+  while (at < bytes.size()) {
+    ASSERT_LE(at + 12, bytes.size());
+    uint64_t length;
+    uint32_t length_crc, data_crc;
+    std::memcpy(&length, bytes.data() + at, 8);
+    std::memcpy(&length_crc, bytes.data() + at + 8, 4);
+    ASSERT_EQ(length_crc, MaskCrc(Crc32c(bytes.data() + at, 8)));
+    ASSERT_LE(at + 12 + length + 4, bytes.size());
+    const std::string record = bytes.substr(at + 12, length);
+    std::memcpy(&data_crc, bytes.data() + at + 12 + length, 4);
+    ASSERT_EQ(data_crc, MaskCrc(Crc32c(record.data(), record.size())));
+    events.emplace_back();
+    ASSERT_TRUE(events.back().ParseFromString(record));
+    at += 12 + length + 4;
+  }
+  ASSERT_EQ(events.size(), 1u + 3u + 2u);  // version, 3 progress scalars, 2 round scalars
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  EXPECT_EQ(events[1].step(), 7);
+  EXPECT_EQ(events[1].summary().value(0).tag(), "train/loss");
+  EXPECT_FLOAT_EQ(events[1].summary().value(0).simple_value(), 0.5f);
+  EXPECT_EQ(events[4].summary().value(0).tag(), "round/sparsity");
+  EXPECT_EQ(events[4].step(), 2);
+}
+
+}  // namespace
+}  // namespace topiary::server
