@@ -11,6 +11,8 @@ PACKAGES=(
   libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
   python3                   # tests/cli_test.sh checks `topiary inspect --json` with it
+  python3-grpcio            # tests/daemon_test.sh calls grpc.health.v1 and reflection with it
+  openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
 )
 
 missing=()

@@ -40,6 +40,18 @@ start_daemon
 sed 's/finetune_epochs: 1 }/finetune_epochs: 1 manual_rounds: true }/' "$PRUNE" > "$tmp/manual.textproto"
 sed 's/epochs: 1 optimizer/epochs: 3 optimizer/' "$PRUNE" > "$tmp/long.textproto"
 
+# Standard services for generic tools: grpc.health.v1 and server reflection (Debian's
+# python3-grpcio, raw bytes: no generated code needed).
+check "grpc.health.v1 says SERVING; reflection lists topiary.v1.Topiary" /usr/bin/python3 -c '
+import grpc, sys
+ch = grpc.insecure_channel(sys.argv[1])
+raw = dict(request_serializer=lambda x: x, response_deserializer=lambda x: x)
+assert ch.unary_unary("/grpc.health.v1.Health/Check", **raw)(b"", timeout=10) == b"\x08\x01"
+info = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", **raw)
+listing = b"".join(info(iter([b"\x3a\x00"]), timeout=10))  # list_services
+assert b"topiary.v1.Topiary" in listing and b"grpc.health.v1.Health" in listing, listing
+' "$TOPIARY_SERVER"
+
 # Submit, watch to the end, list checkpoints, inspect one through the daemon.
 id=$(submit "$TINY")
 check "submit returns an id" test -n "$id"
@@ -66,6 +78,15 @@ err=$("$TOPIARY" inspect ../../../etc/passwd 2>&1); rc=$?
 check "path traversal refused: PERMISSION_DENIED (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"outside the daemon'"'"'s data directory"* ]]' "$err" "$rc"
 err=$("$TOPIARY" fork /etc/passwd 2>&1); rc=$?
 check "fork of a file outside the data directory refused (exit 7)" test "$rc" -eq 7
+
+# A run that fails records why, and the client sees it.
+printf 'name: "broken"\nmodel { arch: "lenet5" }\ndata { dataset: MNIST path: "%s/data/no-such-dataset" }\ntrain { epochs: 1 }\n' "$tmp" > "$tmp/broken.textproto"
+id=$(submit "$tmp/broken.textproto")
+check "a run that cannot start ends FAILED" wait_state "$id" FAILED 30
+err=$("$TOPIARY" get "$id")
+check "the error text reaches the client" bash -c '[[ "$0" == *"error: "*no-such-dataset* ]]' "$err"
+"$TOPIARY" watch "$id" > /dev/null 2>&1; rc=$?
+check "watch of a FAILED experiment exits 1" test "$rc" -eq 1
 
 # Pause a running experiment, resume it; cancel another.
 id=$(submit "$tmp/long.textproto")
@@ -146,4 +167,30 @@ echo "wrong" > "$tmp/wrong"
 check "wrong token: exit 7" test "$rc" -eq 7
 "$TOPIARY" list --token_file "$tmp/token" > /dev/null; rc=$?
 check "right token: exit 0" test "$rc" -eq 0
+
+# TLS with a self-signed certificate for 127.0.0.1.
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+  -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+  -keyout "$tmp/key.pem" -out "$tmp/cert.pem" > /dev/null 2>&1
+start_daemon --tls_cert "$tmp/cert.pem" --tls_key "$tmp/key.pem"
+"$TOPIARY" list --tls_ca "$tmp/cert.pem" > /dev/null; rc=$?
+check "TLS: a client trusting the certificate connects" test "$rc" -eq 0
+"$TOPIARY" list > /dev/null 2>&1; rc=$?
+check "TLS: a plaintext client does not (exit 6)" test "$rc" -eq 6
+
+# Bounds: the queue and the request size.
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+start_daemon --max_queued 1
+a=$(submit "$tmp/long.textproto"); wait_state "$a" RUNNING 30
+b=$(submit "$tmp/long.textproto")
+err=$("$TOPIARY" submit "$tmp/long.textproto" 2>&1); rc=$?
+check "a full queue: RESOURCE_EXHAUSTED (exit 8)" bash -c '[[ $1 -eq 8 && "$0" == *RESOURCE_EXHAUSTED* ]]' "$err" "$rc"
+python3 -c 'print("name: \"" + "x" * 2000000 + "\"\nmodel { arch: \"lenet5\" }\ntrain { epochs: 1 }")' > "$tmp/huge.textproto"
+err=$("$TOPIARY" submit "$tmp/huge.textproto" 2>&1); rc=$?
+check "a 2 MB request: RESOURCE_EXHAUSTED (exit 8)" bash -c '[[ $1 -eq 8 && "$0" == *RESOURCE_EXHAUSTED* ]]' "$err" "$rc"
+"$TOPIARY" cancel "$b" > /dev/null
+check "cancel while QUEUED: CANCELLED at once" test "$(state "$b")" == CANCELLED
+"$TOPIARY" cancel "$a" > /dev/null
+check "cancel while RUNNING: CANCELLED at the next step" wait_state "$a" CANCELLED 60
 exit $fail
