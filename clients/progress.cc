@@ -61,9 +61,12 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     const int filled = static_cast<int>(frac * kWidth);
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
     absl::FPrintF(
-        out_, "\r\033[K%s%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  lr %.4g  ETA %s",
+        out_,
+        "\r\033[K%s%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
+        "ETA %s",
         p.phase() == "dense" ? "" : p.phase(), p.phase() == "dense" ? "" : " ", p.epoch(),
-        p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(), p.lr(), FormatDuration(p.eta_s()));
+        p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(), 100 * p.top1(), p.lr(),
+        FormatDuration(p.eta_s()));
     bar_open_ = true;
   } else if (e.has_epoch()) {
     const auto& ep = e.epoch();

@@ -318,6 +318,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
       p->set_images_done((step + 1) * batch_);
       p->set_images_total(steps_per_epoch_ * batch_);
       p->set_loss(window->loss());
+      p->set_top1(window->top1_rate());
       p->set_lr(clock->lr(phase_step));
       p->set_images_per_s(done / std::max(elapsed, 1e-9));
       p->set_eta_s(elapsed / done * (total - done));
