@@ -625,8 +625,16 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
   EventSink sink(options, start);
   if (status.ok()) {
     ExperimentRun run(spec, options, sink, &summary);
-    status = run.Setup();
-    if (status.ok()) status = run.Execute();
+    // Nothing below throws by design; a failed allocation in a library (std::bad_alloc)
+    // still must not take a daemon down with it, so it becomes the run's error.
+    try {
+      status = run.Setup();
+      if (status.ok()) status = run.Execute();
+    } catch (const std::exception& e) {
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("the run stopped on an exception (", e.what(),
+                       "): probably out of host memory for this model, batch or dataset"));
+    }
     if (run.stopped() != RunControl::Stop::kNone) {
       summary.set_state(run.stopped() == RunControl::Stop::kPause ? "PAUSED" : "CANCELLED");
       status = absl::OkStatus();

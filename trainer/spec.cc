@@ -38,7 +38,9 @@ absl::Status Invalid(const std::string& field, const std::string& rule) {
 
 absl::Status ValidateData(const DataSpec& d) {
   CHECK_RULE(d.batch_size() >= 0, "data.batch_size", "must be > 0");
+  CHECK_RULE(d.batch_size() <= 65536, "data.batch_size", "must be <= 65536");
   CHECK_RULE(d.eval_batch_size() >= 0, "data.eval_batch_size", "must be > 0");
+  CHECK_RULE(d.eval_batch_size() <= 65536, "data.eval_batch_size", "must be <= 65536");
   CHECK_RULE(d.train_limit() >= 0, "data.train_limit", "must be >= 0 (0: all)");
   CHECK_RULE(d.test_limit() >= 0, "data.test_limit", "must be >= 0 (0: all)");
   CHECK_RULE(d.augment().crop_padding() >= 0 && d.augment().crop_padding() <= 64,
@@ -61,6 +63,12 @@ absl::Status ValidateData(const DataSpec& d) {
     CHECK_RULE(s.train_size() >= 0 && s.test_size() >= 0, "data.synthetic.train_size",
                "sizes must be > 0");
     CHECK_RULE(s.noise() >= 0, "data.synthetic.noise", "must be >= 0");
+    // Synthetic images are generated in memory as bytes: keep them within 8 GiB.
+    const double bytes = (static_cast<double>(s.train_size()) + s.test_size()) *
+                         std::max(1, s.height()) * std::max(1, s.width()) *
+                         std::max(1, s.channels());
+    CHECK_RULE(bytes <= 8.0 * (1ull << 30), "data.synthetic.train_size",
+               "train_size + test_size images of this shape need more than 8 GiB");
   }
   return absl::OkStatus();
 }

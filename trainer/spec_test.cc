@@ -40,6 +40,12 @@ TEST(Spec, UnknownFieldsAreErrors) {
 TEST(Spec, ValidationNamesTheField) {
   EXPECT_EQ(Error(WithTrain("")), "");
   EXPECT_EQ(Error(WithTrain("") + "data { batch_size: -1 }"), "data.batch_size: must be > 0");
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: 100000 }"),
+            "data.batch_size: must be <= 65536");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { height: 512 width: 512 "
+                                  "channels: 16 train_size: 10000 } }"),
+            "data.synthetic.train_size: train_size + test_size images of this shape need more "
+            "than 8 GiB");
   EXPECT_NE(Error("train { epochs: 1 }").find("model.arch: required"), std::string::npos);
   EXPECT_NE(Error("model { arch: 'vgg99' } train { epochs: 1 }").find("model.arch: unknown"),
             std::string::npos);
