@@ -192,7 +192,9 @@ absl::Status Registry::SetState(const std::string& id, ExperimentState state,
   e->record.set_state(state);
   e->record.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) e->record.set_error(reason);
-  if (state == topiary::v1::QUEUED || state == topiary::v1::RUNNING) e->stop = 0;
+  // A stop request is cleared when the experiment is queued again (resume, restart), not
+  // when it starts running: a pause that raced with the start must still take effect.
+  if (state == topiary::v1::QUEUED) e->stop = 0;
   Event ev;
   ev.mutable_state()->set_state(ExperimentState_Name(state));
   ev.mutable_state()->set_reason(reason);
