@@ -22,13 +22,6 @@ namespace {
 using topiary::v1::ExperimentState;
 using topiary::v1::ExperimentState_Name;
 
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create folder ", path));
-  }
-  return absl::OkStatus();
-}
-
 // Appends one line to a file; fsyncs when `sync` (state changes, rounds, checkpoints).
 void AppendLine(const std::string& path, const std::string& line, bool sync) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -45,15 +38,6 @@ std::string Relative(const std::string& data_dir, const std::string& path) {
 }
 
 }  // namespace
-
-std::string NowIso8601() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 bool IsTerminal(ExperimentState s) {
   return s == topiary::v1::SUCCEEDED || s == topiary::v1::FAILED || s == topiary::v1::CANCELLED;
@@ -73,9 +57,9 @@ absl::Status Registry::Persist(const Experiment& record) const {
 }
 
 absl::StatusOr<std::vector<std::string>> Registry::Load() {
-  if (auto st = MakeDir(data_dir_); !st.ok()) return st;
+  if (auto st = MakeDirs(data_dir_); !st.ok()) return st;
   const std::string root = data_dir_ + "/experiments";
-  if (auto st = MakeDir(root); !st.ok()) return st;
+  if (auto st = MakeDirs(root); !st.ok()) return st;
   std::vector<std::string> ids;
   if (DIR* dir = ::opendir(root.c_str())) {
     while (dirent* d = ::readdir(dir)) {
@@ -137,7 +121,7 @@ absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& s
   r.set_updated_at(r.created_at());
   r.set_parent(parent);
   r.set_folder("experiments/" + id);
-  if (auto st = MakeDir(Folder(id)); !st.ok()) return st;
+  if (auto st = MakeDirs(Folder(id)); !st.ok()) return st;
   if (auto st = Persist(r); !st.ok()) return st;
   Entry* raw = entry.get();
   entries_[id] = std::move(entry);

@@ -89,8 +89,6 @@ class Registry {
   int next_number_ = 1;
 };
 
-std::string NowIso8601();
-
 }  // namespace topiary::server
 
 #endif  // TOPIARY_SERVER_REGISTRY_H_

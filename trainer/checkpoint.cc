@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
 #include "kernels/status_macros.h"
+#include "trainer/file_util.h"
 #include "trainer/masks.h"
 
 namespace topiary {
@@ -31,35 +32,40 @@ std::vector<int64_t> DiskShape(const Parameter& p) {
   return std::vector<int64_t>(s.begin(), s.end());
 }
 
-// The disk-layout copy of `n` values of p laid out as in memory.
-FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
-  FloatArray out(n);
-  if (!IsConvKernel(p)) {
-    std::memcpy(out.data(), mem, n * sizeof(float));
-    return out;
-  }
-  const std::vector<int>& s = p.value.shape();
-  const int k = s[0], r = s[1], q = s[2], c = s[3];
+// Copies a conv kernel between the memory layout [K, R, S, C] (`krsc` is that shape) and
+// the disk layout [K, C, R, S], in the direction `to_oihw` says.
+template <typename T>
+void Permute(const std::vector<int>& krsc, const T* src, T* dst, bool to_oihw) {
+  const int k = krsc[0], r = krsc[1], q = krsc[2], c = krsc[3];
   for (int o = 0; o < k; ++o)
     for (int y = 0; y < r; ++y)
       for (int x = 0; x < q; ++x)
-        for (int i = 0; i < c; ++i)
-          out[((static_cast<size_t>(o) * c + i) * r + y) * q + x] =
-              mem[((static_cast<size_t>(o) * r + y) * q + x) * c + i];
+        for (int i = 0; i < c; ++i) {
+          const size_t mem = ((static_cast<size_t>(o) * r + y) * q + x) * c + i;
+          const size_t disk = ((static_cast<size_t>(o) * c + i) * r + y) * q + x;
+          if (to_oihw) {
+            dst[disk] = src[mem];
+          } else {
+            dst[mem] = src[disk];
+          }
+        }
+}
+
+// The disk-layout copy of `n` values of p laid out as in memory.
+FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
+  FloatArray out(n);
+  if (IsConvKernel(p)) {
+    Permute(p.value.shape(), mem, out.data(), /*to_oihw=*/true);
+  } else {
+    std::memcpy(out.data(), mem, n * sizeof(float));
+  }
   return out;
 }
 
 std::vector<uint8_t> MaskToDisk(const Parameter& p, const std::vector<uint8_t>& mem) {
   if (!IsConvKernel(p)) return mem;
-  const std::vector<int>& s = p.value.shape();
-  const int k = s[0], r = s[1], q = s[2], c = s[3];
   std::vector<uint8_t> out(mem.size());
-  for (int o = 0; o < k; ++o)
-    for (int y = 0; y < r; ++y)
-      for (int x = 0; x < q; ++x)
-        for (int i = 0; i < c; ++i)
-          out[((static_cast<size_t>(o) * c + i) * r + y) * q + x] =
-              mem[((static_cast<size_t>(o) * r + y) * q + x) * c + i];
+  Permute(p.value.shape(), mem.data(), out.data(), /*to_oihw=*/true);
   return out;
 }
 
@@ -82,23 +88,14 @@ class HostValues {
 };
 
 // Writes the memory layout of a dataset read from disk into `dst`, zeroing masked entries.
-template <typename Array>
-void FromDisk(const Parameter& p, const Array& disk, const uint8_t* mask, float* dst) {
-  const size_t n = disk.size();
-  if (!IsConvKernel(p)) {
-    std::memcpy(dst, disk.data(), n * sizeof(disk[0]));
+void FromDisk(const Parameter& p, const FloatArray& disk, const uint8_t* mask, float* dst) {
+  if (IsConvKernel(p)) {
+    Permute(p.value.shape(), disk.data(), dst, /*to_oihw=*/false);
   } else {
-    const std::vector<int>& s = p.value.shape();
-    const int k = s[0], r = s[1], q = s[2], c = s[3];
-    for (int o = 0; o < k; ++o)
-      for (int y = 0; y < r; ++y)
-        for (int x = 0; x < q; ++x)
-          for (int i = 0; i < c; ++i)
-            dst[((static_cast<size_t>(o) * r + y) * q + x) * c + i] =
-                disk[((static_cast<size_t>(o) * c + i) * r + y) * q + x];
+    std::memcpy(dst, disk.data(), disk.size() * sizeof(float));
   }
   if (mask != nullptr) {
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < disk.size(); ++i) {
       if (!mask[i]) dst[i] = 0.0f;
     }
   }
@@ -106,25 +103,9 @@ void FromDisk(const Parameter& p, const Array& disk, const uint8_t* mask, float*
 
 std::vector<uint8_t> MaskFromDisk(const Parameter& p, const std::vector<uint8_t>& disk) {
   if (!IsConvKernel(p)) return disk;
-  const std::vector<int>& s = p.value.shape();
-  const int k = s[0], r = s[1], q = s[2], c = s[3];
   std::vector<uint8_t> out(disk.size());
-  for (int o = 0; o < k; ++o)
-    for (int y = 0; y < r; ++y)
-      for (int x = 0; x < q; ++x)
-        for (int i = 0; i < c; ++i)
-          out[((static_cast<size_t>(o) * r + y) * q + x) * c + i] =
-              disk[((static_cast<size_t>(o) * c + i) * r + y) * q + x];
+  Permute(p.value.shape(), disk.data(), out.data(), /*to_oihw=*/false);
   return out;
-}
-
-std::string NowUtc() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string ShapeText(const std::vector<int64_t>& s) {
@@ -235,7 +216,7 @@ absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, con
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state) {
-  state.created_at = NowUtc();
+  state.created_at = NowIso8601();
   state.model_arch = model.arch();
   H5Document doc;
   H5Attrs& root = doc.groups["/"];

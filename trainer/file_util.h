@@ -15,6 +15,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Writes atomically: a temporary file in the same folder, fsync, rename.
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents);
 bool PathExists(const std::string& path);
+// Creates `path` and its missing parents (like mkdir -p); errors name the folder.
+absl::Status MakeDirs(const std::string& path);
+// The current time as ISO 8601 UTC, e.g. "2026-11-21T14:05:31Z" (records, checkpoints).
+std::string NowIso8601();
 bool IsDirectory(const std::string& path);
 
 }  // namespace topiary

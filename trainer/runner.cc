@@ -36,19 +36,6 @@ using topiary::v1::RoundSummary;
 using topiary::v1::RunSummary;
 using Clock = std::chrono::steady_clock;
 
-absl::Status MakeDirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0) {
-        return absl::PermissionDeniedError(absl::StrCat("--out: cannot create folder ", partial));
-      }
-    }
-    if (i < path.size()) partial += path[i];
-  }
-  return absl::OkStatus();
-}
-
 // Numbers events and hands them to the callback and the events file.
 class EventSink {
  public:
@@ -619,6 +606,8 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
   const ExperimentSpec spec = WithDefaults(raw_spec);
   if (status.ok() && !options.out_dir.empty()) {
     status = MakeDirs(options.out_dir);
+    if (!status.ok())
+      status = absl::PermissionDeniedError(absl::StrCat("--out: ", status.message()));
     if (status.ok())
       status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
   }
