@@ -78,6 +78,9 @@ err=$("$TOPIARY" inspect ../../../etc/passwd 2>&1); rc=$?
 check "path traversal refused: PERMISSION_DENIED (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"outside the daemon'"'"'s data directory"* ]]' "$err" "$rc"
 err=$("$TOPIARY" fork /etc/passwd 2>&1); rc=$?
 check "fork of a file outside the data directory refused (exit 7)" test "$rc" -eq 7
+printf 'model { arch: "lenet5" }\ndata { dataset: MNIST path: "/etc" }\ntrain { epochs: 1 }\n' > "$tmp/etc.textproto"
+err=$("$TOPIARY" submit "$tmp/etc.textproto" 2>&1); rc=$?
+check "a dataset path outside the data directory and dataset folders refused (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"data.path: '"'"'/etc'"'"' is outside"* ]]' "$err" "$rc"
 
 # A run that fails records why, and the client sees it.
 printf 'name: "broken"\nmodel { arch: "lenet5" }\ndata { dataset: MNIST path: "%s/data/no-such-dataset" }\ntrain { epochs: 1 }\n' "$tmp" > "$tmp/broken.textproto"
