@@ -15,6 +15,15 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
 }
 
+namespace {
+
+// "round 3 " before a fine-tuning epoch; nothing before a dense one.
+std::string PhasePrefix(const std::string& phase) {
+  return phase.empty() || phase == "dense" ? "" : phase + " ";
+}
+
+}  // namespace
+
 void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
   absl::FPrintF(out, "\nround  sparsity  layers (min-max)   test top-1  loss     time\n");
   for (const auto& r : s.rounds()) {
@@ -62,20 +71,18 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
     absl::FPrintF(
         out_,
-        "\r\033[K%s%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
+        "\r\033[K%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
         "ETA %s",
-        p.phase() == "dense" ? "" : p.phase(), p.phase() == "dense" ? "" : " ", p.epoch(),
-        p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(), 100 * p.top1(), p.lr(),
-        FormatDuration(p.eta_s()));
+        PhasePrefix(p.phase()), p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(),
+        100 * p.top1(), p.lr(), FormatDuration(p.eta_s()));
     bar_open_ = true;
   } else if (e.has_epoch()) {
     const auto& ep = e.epoch();
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");
     bar_open_ = false;
-    absl::FPrintF(out_, "%s%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
-                  ep.phase() == "dense" ? "" : ep.phase(), ep.phase() == "dense" ? "" : " ",
-                  ep.epoch(), ep.train_loss(), 100 * ep.train_top1(), ep.images_per_s(),
-                  FormatDuration(ep.seconds()));
+    absl::FPrintF(out_, "%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
+                  PhasePrefix(ep.phase()), ep.epoch(), ep.train_loss(), 100 * ep.train_top1(),
+                  ep.images_per_s(), FormatDuration(ep.seconds()));
     if (ep.evaluated()) {
       absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
                     100 * ep.test_top1(), 100 * ep.test_top5());

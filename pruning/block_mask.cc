@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "trainer/masks.h"
 #include "trainer/random.h"
 
 namespace topiary::pruning {
@@ -132,14 +133,7 @@ BlockGrid BlockGrid::Dense(int in_channels, int out_channels, int block_in, int 
 int BlockGrid::zeros() const { return static_cast<int>(std::count(keep.begin(), keep.end(), 0)); }
 
 std::vector<uint8_t> BlockGrid::Expand(int out, int taps, int in) const {
-  std::vector<uint8_t> mask(static_cast<size_t>(out) * taps * in);
-  for (int k = 0; k < out; ++k) {
-    for (int t = 0; t < taps; ++t) {
-      uint8_t* row = &mask[(static_cast<size_t>(k) * taps + t) * in];
-      for (int c = 0; c < in; ++c) row[c] = at(c / block_in, k / block_out);
-    }
-  }
-  return mask;
+  return ExpandBlockGrid(keep, cols, block_in, block_out, out, taps, in);
 }
 
 std::vector<double> BlockScores(const KernelView& v, const BlockGrid& grid,

@@ -10,13 +10,9 @@ namespace topiary {
 namespace {
 
 using testing::CheckMaskedCheckpoint;
+using testing::OutDir;
 using testing::Parse;
 using testing::PruningOptions;
-
-std::string OutDir(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 class RoundsGpu : public ::testing::Test {
  protected:

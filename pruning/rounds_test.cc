@@ -12,6 +12,7 @@ namespace topiary {
 namespace {
 
 using testing::CheckMaskedCheckpoint;
+using testing::OutDir;
 using testing::Parse;
 using testing::PruningOptions;
 
@@ -27,11 +28,6 @@ constexpr char kSpec[] = R"(
   checkpoints { every_epochs: 1 }
   device { kind: CPU threads: 2 }
 )";
-
-std::string OutDir(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 // The loss of every step, by global step.
 struct StepLosses {

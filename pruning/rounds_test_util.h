@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "pruning/pruner.h"
@@ -14,6 +15,12 @@
 #include "trainer/runner.h"
 
 namespace topiary::testing {
+
+// A folder for a test's outputs, under Bazel's TEST_TMPDIR.
+inline std::string OutDir(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
 
 inline RunOptions PruningOptions(const std::string& out_dir) {
   RunOptions o;

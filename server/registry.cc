@@ -285,19 +285,18 @@ absl::Status Registry::Advance(const topiary::v1::AdvanceRoundRequest& request) 
 // The RunControl of one experiment's run: reads the stop flag, and waits for AdvanceRound.
 class Registry::Control : public RunControl {
  public:
-  Control(Registry* registry, std::string id) : registry_(registry), id_(std::move(id)) {}
+  // Entries are never removed, so `entry` outlives the run.
+  Control(Registry* registry, std::string id, Entry* entry)
+      : registry_(registry), id_(std::move(id)), entry_(entry) {}
 
-  Stop ShouldStop() override {
-    std::lock_guard<std::mutex> lock(registry_->mu_);
-    Entry* e = registry_->Find(id_);
-    return e ? static_cast<Stop>(e->stop.load()) : Stop::kCancel;
-  }
+  // Polled every training step: an atomic read, no lock.
+  Stop ShouldStop() override { return static_cast<Stop>(entry_->stop.load()); }
 
   Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) override {
     (void)registry_->SetState(id_, topiary::v1::WAITING_FOR_ROUND,
                               absl::StrCat("round ", completed_round, " done"));
     std::unique_lock<std::mutex> lock(registry_->mu_);
-    Entry* e = registry_->Find(id_);
+    Entry* e = entry_;
     registry_->changed_.wait(lock, [&] { return e->advance || e->stop.load() != 0; });
     if (e->stop.load() != 0) return static_cast<Stop>(e->stop.load());
     const auto& c = e->changes;
@@ -315,10 +314,13 @@ class Registry::Control : public RunControl {
  private:
   Registry* registry_;
   std::string id_;
+  Entry* entry_;
 };
 
 std::unique_ptr<RunControl> Registry::ControlFor(const std::string& id) {
-  return std::make_unique<Control>(this, id);
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(id);
+  return e ? std::make_unique<Control>(this, id, e) : nullptr;
 }
 
 }  // namespace topiary::server

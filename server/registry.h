@@ -62,7 +62,7 @@ class Registry {
   void RequestStop(const std::string& id, RunControl::Stop stop);
   // Lets an experiment waiting for a round continue with `request`'s changes.
   absl::Status Advance(const topiary::v1::AdvanceRoundRequest& request);
-  // The RunControl a worker passes to the run of experiment `id`.
+  // The RunControl a worker passes to the run of experiment `id` (null if unknown).
   std::unique_ptr<RunControl> ControlFor(const std::string& id);
 
   const std::string& data_dir() const { return data_dir_; }

@@ -166,15 +166,8 @@ void Expand(PendingMask* m) {
     return;
   }
   const std::vector<int>& s = p.value.shape();
-  const int out = s.front(), in = s.back();
-  const int taps = s.size() == 4 ? s[1] * s[2] : 1;
-  m->element.resize(p.size());
-  for (int k = 0; k < out; ++k)
-    for (int t = 0; t < taps; ++t)
-      for (int c = 0; c < in; ++c)
-        m->element[(static_cast<size_t>(k) * taps + t) * in + c] =
-            m->info.grid[static_cast<size_t>(c / m->info.block_in) * m->info.cols +
-                         k / m->info.block_out];
+  m->element = ExpandBlockGrid(m->info.grid, m->info.cols, m->info.block_in, m->info.block_out,
+                               s.front(), s.size() == 4 ? s[1] * s[2] : 1, s.back());
 }
 
 absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, const H5Dataset& d) {
