@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
@@ -47,17 +48,20 @@ void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float*
 
 // CUDA twins. Statistics are reduced without atomics (per-slice partials merged in a fixed
 // order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats.
+// x, y, dy and dx are of type t (fp32 or bf16); statistics, parameters and their gradients
+// are fp32.
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh);
-absl::Status BatchNormForwardTrainCuda(const BatchNormShape& sh, const float* x, const float* gamma,
-                                       const float* beta, float* running_mean, float* running_var,
-                                       float* save_mean, float* save_inv_std, float* y,
-                                       float* workspace, const CudaContext& ctx);
-absl::Status BatchNormForwardEvalCuda(const BatchNormShape& sh, const float* x, const float* gamma,
-                                      const float* beta, const float* running_mean,
-                                      const float* running_var, float* y, const CudaContext& ctx);
-absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, const float* y,
-                                   const float* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, float* dx, float* dgamma,
+absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       void* y, float* workspace, const CudaContext& ctx);
+absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean, const float* running_var, void* y,
+                                      const CudaContext& ctx);
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
+                                   const void* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, void* dx, float* dgamma,
                                    float* dbeta, float* workspace, const CudaContext& ctx);
 
 }  // namespace topiary::kernels

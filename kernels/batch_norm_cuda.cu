@@ -39,7 +39,8 @@ __device__ inline void Merge(float& n, float& mean, float& m2, float nb, float m
 // x - shift and its square (shift: the first value it sees, which keeps the sums small and
 // avoids cancellation) with no division per element, then turns them into (count, mean, M2)
 // for the ordered merges.
-__global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restrict__ x,
+template <typename T>
+__global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict__ x,
                               float* __restrict__ out) {
   const int ch = blockIdx.x * kTileC + threadIdx.x;
   const int slice = blockIdx.y;
@@ -47,11 +48,11 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const float* __restr
   RowRange(m, slices, slice, &begin, &end);
   float n = 0.0f, mean = 0.0f, m2 = 0.0f;
   if (ch < c && begin + threadIdx.y < end) {
-    const float shift = x[(begin + threadIdx.y) * c + ch];
+    const float shift = Ld(x + (begin + threadIdx.y) * c + ch);
     float s = 0.0f, sq = 0.0f;
     int count = 0;
     for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
-      const float d = x[r * c + ch] - shift;
+      const float d = Ld(x + r * c + ch) - shift;
       s += d;
       sq += d * d;
       ++count;
@@ -119,35 +120,35 @@ __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* 
       static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
 }
 
-template <bool kRelu, typename Index>
-__global__ void ScaleShiftKernel(Index n, int c, const float* __restrict__ x,
-                                 const float* __restrict__ coef, float* __restrict__ y) {
+template <bool kRelu, typename Index, typename T>
+__global__ void ScaleShiftKernel(Index n, int c, const T* __restrict__ x,
+                                 const float* __restrict__ coef, T* __restrict__ y) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
-    const float v = x[i] * coef[ch] + coef[c + ch];
-    y[i] = kRelu ? fmaxf(v, 0.0f) : v;
+    const float v = Ld(x + i) * coef[ch] + coef[c + ch];
+    St(y + i, kRelu ? fmaxf(v, 0.0f) : v);
   }
 }
 
-template <bool kRelu, typename Index>
-__global__ void EvalKernel(Index n, int c, float eps, const float* __restrict__ x,
-                           const float* gamma, const float* beta, const float* rm, const float* rv,
-                           float* __restrict__ y) {
+template <bool kRelu, typename Index, typename T>
+__global__ void EvalKernel(Index n, int c, float eps, const T* __restrict__ x, const float* gamma,
+                           const float* beta, const float* rm, const float* rv,
+                           T* __restrict__ y) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
     const float inv_std = rsqrtf(rv[ch] + eps);
-    const float v = (x[i] - rm[ch]) * inv_std * gamma[ch] + beta[ch];
-    y[i] = kRelu ? fmaxf(v, 0.0f) : v;
+    const float v = (Ld(x + i) - rm[ch]) * inv_std * gamma[ch] + beta[ch];
+    St(y + i, kRelu ? fmaxf(v, 0.0f) : v);
   }
 }
 
 // Partial sums per (slice, channel): out[2][slices][C] = sum g, sum g * xhat, with g the
 // incoming gradient masked by the fused ReLU's output.
-template <bool kRelu>
-__global__ void GradSumsKernel(int64_t m, int c, int slices, const float* __restrict__ x,
-                               const float* __restrict__ y, const float* __restrict__ dy,
+template <bool kRelu, typename T>
+__global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                               const T* __restrict__ y, const T* __restrict__ dy,
                                const float* __restrict__ mean, const float* __restrict__ inv_std,
                                float* __restrict__ out) {
   const int ch = blockIdx.x * kTileC + threadIdx.x;
@@ -159,9 +160,9 @@ __global__ void GradSumsKernel(int64_t m, int c, int slices, const float* __rest
     const float mu = mean[ch], is = inv_std[ch];
     for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
       const int64_t k = r * c + ch;
-      const float g = (!kRelu || y[k] > 0.0f) ? dy[k] : 0.0f;
+      const float g = (!kRelu || Ld(y + k) > 0.0f) ? Ld(dy + k) : 0.0f;
       a += g;
-      b += g * (x[k] - mu) * is;
+      b += g * (Ld(x + k) - mu) * is;
     }
   }
   __shared__ float sa[kLanes][kTileC], sb[kLanes][kTileC];
@@ -208,35 +209,35 @@ __global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* par
   coef[2 * sh.c + ch] = static_cast<float>(b / sh.m);
 }
 
-template <bool kRelu, typename Index>
-__global__ void GradApplyKernel(Index n, int c, const float* __restrict__ x,
-                                const float* __restrict__ y, const float* __restrict__ dy,
-                                const float* __restrict__ mean, const float* __restrict__ inv_std,
-                                const float* __restrict__ coef, float* __restrict__ dx) {
+template <bool kRelu, typename Index, typename T>
+__global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x, const T* __restrict__ y,
+                                const T* __restrict__ dy, const float* __restrict__ mean,
+                                const float* __restrict__ inv_std, const float* __restrict__ coef,
+                                T* __restrict__ dx) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
-    const float g = (!kRelu || y[i] > 0.0f) ? dy[i] : 0.0f;
-    const float xhat = (x[i] - mean[ch]) * inv_std[ch];
-    dx[i] = coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]);
+    const float g = (!kRelu || Ld(y + i) > 0.0f) ? Ld(dy + i) : 0.0f;
+    const float xhat = (Ld(x + i) - mean[ch]) * inv_std[ch];
+    St(dx + i, coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]));
   }
 }
 
-// Launches kernel<relu, Index> with 32-bit index arithmetic when n allows it (integer
+// Launches kernel<relu, Index, T> (T: the element type in scope) with 32-bit index arithmetic when n allows it (integer
 // division by C is several times cheaper in 32 bits, and these kernels are per element).
 #define TOPIARY_LAUNCH_ELEMENTWISE(kernel, relu, n, blocks, stream, ...)           \
   do {                                                                             \
     const bool small = (n) < (int64_t{1} << 31);                                   \
     if (relu && small)                                                             \
-      kernel<true, int32_t>                                                        \
+      kernel<true, int32_t, T>                                                        \
           <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
     else if (relu)                                                                 \
-      kernel<true, int64_t><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);    \
+      kernel<true, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);    \
     else if (small)                                                                \
-      kernel<false, int32_t>                                                       \
+      kernel<false, int32_t, T>                                                       \
           <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
     else                                                                           \
-      kernel<false, int64_t><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);   \
+      kernel<false, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);   \
   } while (0)
 
 }  // namespace
@@ -245,37 +246,50 @@ size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh) {
   return static_cast<size_t>(3) * Slices(sh) * sh.c + 3 * static_cast<size_t>(sh.c);
 }
 
-absl::Status BatchNormForwardTrainCuda(const BatchNormShape& sh, const float* x, const float* gamma,
-                                       const float* beta, float* running_mean, float* running_var,
-                                       float* save_mean, float* save_inv_std, float* y,
-                                       float* workspace, const CudaContext& ctx) {
+absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       void* y, float* workspace, const CudaContext& ctx) {
   const int slices = Slices(sh);
   float* part = workspace;
   float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
-  MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(sh.m, sh.c,
-                                                                                  slices, x, part);
-  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
-  FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
-      sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
-  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
   const int64_t n = sh.m * sh.c;
-  TOPIARY_LAUNCH_ELEMENTWISE(ScaleShiftKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream,
-                             sh.c, x, coef, y);
-  return LaunchStatus("batch norm apply");
+  absl::Status st;
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
+        sh.m, sh.c, slices, xt, part);
+    st = LaunchStatus("batch norm moments");
+    if (!st.ok()) return;
+    FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+        sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
+    st = LaunchStatus("batch norm statistics");
+    if (!st.ok()) return;
+    TOPIARY_LAUNCH_ELEMENTWISE(ScaleShiftKernel, sh.relu, n, BlocksFor(n, ctx.sm_count),
+                               ctx.stream, sh.c, xt, coef, static_cast<T*>(y));
+    st = LaunchStatus("batch norm apply");
+  });
+  return st;
 }
 
-absl::Status BatchNormForwardEvalCuda(const BatchNormShape& sh, const float* x, const float* gamma,
-                                      const float* beta, const float* running_mean,
-                                      const float* running_var, float* y, const CudaContext& ctx) {
+absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean, const float* running_var, void* y,
+                                      const CudaContext& ctx) {
   const int64_t n = sh.m * sh.c;
-  TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream, sh.c,
-                             sh.eps, x, gamma, beta, running_mean, running_var, y);
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream,
+                               sh.c, sh.eps, static_cast<const T*>(x), gamma, beta, running_mean,
+                               running_var, static_cast<T*>(y));
+  });
   return LaunchStatus("batch norm inference");
 }
 
-absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, const float* y,
-                                   const float* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, float* dx, float* dgamma,
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
+                                   const void* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, void* dx, float* dgamma,
                                    float* dbeta, float* workspace, const CudaContext& ctx) {
   const int slices = Slices(sh);
   float* part = workspace;
@@ -283,20 +297,30 @@ absl::Status BatchNormBackwardCuda(const BatchNormShape& sh, const float* x, con
   const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
   const int64_t n = sh.m * sh.c;
   const int blocks = BlocksFor(n, ctx.sm_count);
-  if (sh.relu) {
-    GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, x, y, dy, save_mean,
-                                                         save_inv_std, part);
-  } else {
-    GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, x, y, dy, save_mean,
-                                                          save_inv_std, part);
-  }
-  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
-  FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma, save_inv_std,
-                                                            dgamma, dbeta, coef);
-  TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
-  TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, x, y, dy,
-                             save_mean, save_inv_std, coef, dx);
-  return LaunchStatus("batch norm input gradient");
+  absl::Status st;
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    const T* yt = static_cast<const T*>(y);
+    const T* dyt = static_cast<const T*>(dy);
+    if (sh.relu) {
+      GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+                                                           save_mean, save_inv_std, part);
+    } else {
+      GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+                                                            save_mean, save_inv_std, part);
+    }
+    st = LaunchStatus("batch norm gradient sums");
+    if (!st.ok()) return;
+    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma,
+                                                              save_inv_std, dgamma, dbeta, coef);
+    st = LaunchStatus("batch norm parameter gradients");
+    if (!st.ok()) return;
+    TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, yt, dyt,
+                               save_mean, save_inv_std, coef, static_cast<T*>(dx));
+    st = LaunchStatus("batch norm input gradient");
+  });
+  return st;
 }
 
 }  // namespace topiary::kernels

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/dtype.h"
 #include "kernels/host_device.h"
 
 namespace topiary::kernels {
@@ -52,19 +53,20 @@ void Conv2dBackwardDataCpu(const ConvShape& shape, const float* dy, const float*
 void Conv2dBackwardFilterCpu(const ConvShape& shape, const float* x, const float* dy, float* dw,
                              float* dbias, float* workspace);
 
-// Numeric mode of the CUDA convolutions: kFp32 is IEEE single precision (the reference
-// semantics); kTf32 lets tensor cores round the operands to TF32.
-enum class ConvMath { kFp32, kTf32 };
-
 // A convolution planned for cuDNN: descriptors for NHWC activations and KRSC filters, and the
 // fastest deterministic algorithm for each pass, chosen by measurement when planned. Not
 // thread-safe; used from the stream of the context it was planned with.
+//
+// Precision (kernels/dtype.h): kFp32 is IEEE single precision (the reference semantics);
+// kTf32 lets tensor cores round fp32 operands to TF32; kBf16 takes bf16 activations,
+// filters and gradients and accumulates in fp32.
 class ConvCudaPlan {
  public:
   // Measures the algorithms (cuDNN allocates its own trial buffers). Algorithms whose
   // workspace exceeds workspace_limit bytes are not considered, nor, when deterministic is
   // set, those whose results may vary from run to run (atomics).
-  static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(const ConvShape& shape, ConvMath math,
+  static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(const ConvShape& shape,
+                                                              Precision precision,
                                                               size_t workspace_limit,
                                                               bool deterministic,
                                                               const CudaContext& ctx);
@@ -75,19 +77,23 @@ class ConvCudaPlan {
   // Bytes of workspace the chosen algorithms need (the maximum over the three passes).
   size_t workspace_bytes() const { return workspace_bytes_; }
   const ConvShape& shape() const { return shape_; }
+  // The element type of x, y, w and their gradients.
+  DType dtype() const { return dtype_; }
 
-  // The passes, as the CPU functions above (bias may be null; dbias too).
-  absl::Status Forward(const float* x, const float* w, const float* bias, float* y, void* workspace,
+  // The passes, as the CPU functions above, on elements of dtype() (bias and dbias are fp32
+  // and may be null).
+  absl::Status Forward(const void* x, const void* w, const float* bias, void* y, void* workspace,
                        const CudaContext& ctx) const;
-  absl::Status BackwardData(const float* dy, const float* w, float* dx, void* workspace,
+  absl::Status BackwardData(const void* dy, const void* w, void* dx, void* workspace,
                             const CudaContext& ctx) const;
-  absl::Status BackwardFilter(const float* x, const float* dy, float* dw, float* dbias,
+  absl::Status BackwardFilter(const void* x, const void* dy, void* dw, float* dbias,
                               void* workspace, const CudaContext& ctx) const;
 
  private:
   struct Descriptors;
   ConvCudaPlan() = default;
   ConvShape shape_;
+  DType dtype_ = DType::kF32;
   std::unique_ptr<Descriptors> d_;
   size_t workspace_bytes_ = 0;
 };

@@ -1,9 +1,14 @@
-// Launch helpers shared by the .cu files: grid sizing for elementwise kernels.
+// Launch helpers shared by the .cu files: grid sizing for elementwise kernels, element
+// loads and stores for both activation types, and dispatch on the element type.
 #ifndef TOPIARY_KERNELS_CUDA_LAUNCH_CUH_
 #define TOPIARY_KERNELS_CUDA_LAUNCH_CUH_
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
+
+#include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
@@ -20,6 +25,27 @@ inline int BlocksFor(int64_t n, int sm_count) {
 #define TOPIARY_GRID_STRIDE(i, n)                                                        \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Loads and stores of activation elements: fp32 arithmetic whatever the storage type.
+__device__ __forceinline__ float Ld(const float* p) { return *p; }
+__device__ __forceinline__ float Ld(const Bf16* p) {
+  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
+}
+__device__ __forceinline__ void St(float* p, float v) { *p = v; }
+__device__ __forceinline__ void St(Bf16* p, float v) {
+  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(v);
+}
+
+// Calls fn(T{}) with T the storage type of `dtype` (float or Bf16): one templated kernel
+// serves both element types behind a type-erased entry point.
+template <typename Fn>
+inline void VisitDType(DType dtype, Fn&& fn) {
+  if (dtype == DType::kBf16) {
+    fn(Bf16{});
+  } else {
+    fn(float{});
+  }
+}
 
 }  // namespace topiary::kernels
 

@@ -1,5 +1,7 @@
-// Every CUDA kernel against its CPU twin on the same random inputs. Tagged gpu: skips, saying
-// why, where no GPU is usable.
+// Every CUDA kernel against its CPU twin on the same random inputs, for both activation types:
+// fp32, and bf16 (inputs rounded to bf16 on both sides, so the difference left is the GPU's
+// rounding of its outputs, at most 2^-9 relative). Tagged gpu: skips, saying why, where no
+// GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
+#include "kernels/dtype.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
@@ -57,6 +60,55 @@ class Dev {
   size_t n_;
 };
 
+
+// v as the device would hold it in type t (bf16: rounded to nearest even).
+std::vector<float> Round(const std::vector<float>& v, DType t) {
+  if (t == DType::kF32) return v;
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = FromBf16(ToBf16(v[i]));
+  return r;
+}
+
+// Activations of type t in device memory, written and read as host floats.
+class Act {
+ public:
+  Act(DType t, size_t n) : t_(t), n_(n) {
+    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(n, 1) * SizeOf(t)), cudaSuccess);
+  }
+  Act(DType t, const std::vector<float>& v) : Act(t, v.size()) {
+    if (t == DType::kF32) {
+      EXPECT_EQ(cudaMemcpy(p_, v.data(), n_ * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      return;
+    }
+    std::vector<Bf16> b(n_);
+    for (size_t i = 0; i < n_; ++i) b[i] = ToBf16(v[i]);
+    EXPECT_EQ(cudaMemcpy(p_, b.data(), n_ * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Act() { cudaFree(p_); }
+  void* get() const { return p_; }
+  std::vector<float> Host() const {
+    std::vector<float> v(n_);
+    if (t_ == DType::kF32) {
+      EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      return v;
+    }
+    std::vector<Bf16> b(n_);
+    EXPECT_EQ(cudaMemcpy(b.data(), p_, n_ * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n_; ++i) v[i] = FromBf16(b[i]);
+    return v;
+  }
+
+ private:
+  DType t_;
+  size_t n_;
+  void* p_ = nullptr;
+};
+
+constexpr DType kTypes[] = {DType::kF32, DType::kBf16};
+const char* Name(DType t) { return t == DType::kBf16 ? "bf16" : "fp32"; }
+// Tolerance of a result computed in fp32 and stored in type t.
+double Tol(DType t, double fp32_tol) { return t == DType::kBf16 ? 1e-2 : fp32_tol; }
+
 class CudaKernels : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,159 +137,213 @@ class CudaKernels : public ::testing::Test {
 
 TEST_F(CudaKernels, ElementwiseAndBias) {
   const int64_t n = 1000003;  // odd, several grid strides
-  auto a = RandomFloats(n, 1), b = RandomFloats(n, 2), g = RandomFloats(n, 3);
-  Dev<float> da(a), db(b), dg(g), y(n), dx(n), dx2(n);
-  std::vector<float> ry(n), rdx(n), rdx2(n);
-  ASSERT_TRUE(ReluForwardCuda(n, da.get(), y.get(), ctx_).ok());
-  ReluForwardCpu(n, a.data(), ry.data());
-  Sync();
-  EXPECT_EQ(y.Host(), ry);
-  ASSERT_TRUE(ReluBackwardCuda(n, y.get(), dg.get(), dx.get(), ctx_).ok());
-  ReluBackwardCpu(n, ry.data(), g.data(), rdx.data());
-  Sync();
-  EXPECT_EQ(dx.Host(), rdx);
-  ASSERT_TRUE(AddReluCuda(n, da.get(), db.get(), y.get(), ctx_).ok());
-  AddReluCpu(n, a.data(), b.data(), ry.data());
-  ASSERT_TRUE(AddReluBackwardCuda(n, y.get(), dg.get(), dx.get(), dx2.get(), ctx_).ok());
-  AddReluBackwardCpu(n, ry.data(), g.data(), rdx.data(), rdx2.data());
-  Sync();
-  EXPECT_EQ(y.Host(), ry);
-  EXPECT_EQ(dx.Host(), rdx);
-  EXPECT_EQ(dx2.Host(), rdx2);
-  ASSERT_TRUE(AddCuda(n, da.get(), db.get(), y.get(), ctx_).ok());
-  AddCpu(n, a.data(), b.data(), ry.data());
-  Sync();
-  EXPECT_EQ(y.Host(), ry);
+  for (DType t : kTypes) {
+    SCOPED_TRACE(Name(t));
+    auto a = Round(RandomFloats(n, 1), t), b = Round(RandomFloats(n, 2), t);
+    auto g = Round(RandomFloats(n, 3), t);
+    Act da(t, a), db(t, b), dg(t, g), y(t, n), dx(t, n), dx2(t, n);
+    std::vector<float> ry(n), rdx(n), rdx2(n);
+    // Each result is one fp32 operation on exact inputs, then one rounding: equal bits.
+    ASSERT_TRUE(ReluForwardCuda(t, n, da.get(), y.get(), ctx_).ok());
+    ReluForwardCpu(n, a.data(), ry.data());
+    Sync();
+    EXPECT_EQ(y.Host(), ry);
+    ASSERT_TRUE(ReluBackwardCuda(t, n, y.get(), dg.get(), dx.get(), ctx_).ok());
+    ReluBackwardCpu(n, ry.data(), g.data(), rdx.data());
+    Sync();
+    EXPECT_EQ(dx.Host(), rdx);
+    ASSERT_TRUE(AddReluCuda(t, n, da.get(), db.get(), y.get(), ctx_).ok());
+    AddReluCpu(n, a.data(), b.data(), ry.data());
+    ry = Round(ry, t);
+    ASSERT_TRUE(AddReluBackwardCuda(t, n, y.get(), dg.get(), dx.get(), dx2.get(), ctx_).ok());
+    AddReluBackwardCpu(n, ry.data(), g.data(), rdx.data(), rdx2.data());
+    Sync();
+    EXPECT_EQ(y.Host(), ry);
+    EXPECT_EQ(dx.Host(), rdx);
+    EXPECT_EQ(dx2.Host(), rdx2);
+    ASSERT_TRUE(AddCuda(t, n, da.get(), db.get(), y.get(), ctx_).ok());
+    AddCpu(n, a.data(), b.data(), ry.data());
+    Sync();
+    EXPECT_EQ(y.Host(), Round(ry, t));
 
-  const int64_t rows = 777;
-  const int c = 13;
-  auto bias = RandomFloats(c, 4), m = RandomFloats(rows * c, 5);
-  Dev<float> dbias(bias), dm(m), dgrad(c);
-  ASSERT_TRUE(AddBiasCuda(rows, c, dbias.get(), dm.get(), ctx_).ok());
-  ASSERT_TRUE(BiasGradCuda(rows, c, dm.get(), dgrad.get(), ctx_).ok());
-  std::vector<float> rgrad(c);
-  AddBiasCpu(rows, c, bias.data(), m.data());
-  BiasGradCpu(rows, c, m.data(), rgrad.data());
+    const int64_t rows = 777;
+    const int c = 13;
+    auto bias = RandomFloats(c, 4), m = Round(RandomFloats(rows * c, 5), t);
+    Dev<float> dbias(bias), dgrad(c);
+    Act dm(t, m);
+    ASSERT_TRUE(AddBiasCuda(t, rows, c, dbias.get(), dm.get(), ctx_).ok());
+    ASSERT_TRUE(BiasGradCuda(t, rows, c, dm.get(), dgrad.get(), ctx_).ok());
+    std::vector<float> rgrad(c);
+    AddBiasCpu(rows, c, bias.data(), m.data());
+    m = Round(m, t);
+    BiasGradCpu(rows, c, m.data(), rgrad.data());
+    Sync();
+    EXPECT_EQ(dm.Host(), m);
+    EXPECT_LT(Rel(dgrad.Host(), rgrad), 1e-5);
+  }
+}
+
+TEST_F(CudaKernels, CastsRoundToNearestEven) {
+  auto v = RandomFloats(100003, 30, -1e3f, 1e3f);
+  v[0] = 1.0f + 1.0f / 256;        // a tie: rounds to even (1.0)
+  v[1] = 1.0f + 3.0f / 256;        // a tie: rounds to even (1 + 4/256)
+  v[2] = 3.0e38f;                  // near the top of the range: bf16 keeps fp32's exponent
+  v[3] = 1e-30f;                   // and its small numbers
+  Dev<float> src(v), back(v.size());
+  Act half(DType::kBf16, v.size());
+  ASSERT_TRUE(CastCuda(DType::kF32, DType::kBf16, v.size(), src.get(), half.get(), ctx_).ok());
+  ASSERT_TRUE(CastCuda(DType::kBf16, DType::kF32, v.size(), half.get(), back.get(), ctx_).ok());
   Sync();
-  EXPECT_EQ(dm.Host(), m);
-  EXPECT_LT(Rel(dgrad.Host(), rgrad), 1e-5);
+  const auto rounded = Round(v, DType::kBf16);
+  EXPECT_EQ(half.Host(), rounded);
+  EXPECT_EQ(back.Host(), rounded);
+  EXPECT_EQ(rounded[0], 1.0f);
+  EXPECT_EQ(rounded[1], 1.0f + 4.0f / 256);
+  EXPECT_FALSE(CastCuda(DType::kF32, DType::kF32, 1, src.get(), back.get(), ctx_).ok());
+
+  // The table form: entries of different sizes in one launch.
+  auto a = RandomFloats(7, 31), b = RandomFloats(300001, 32);
+  Dev<float> da(a), db(b);
+  Act ha(DType::kBf16, a.size()), hb(DType::kBf16, b.size());
+  Dev<CastItem> items(std::vector<CastItem>{{da.get(), ha.get(), 7}, {db.get(), hb.get(), 300001}});
+  ASSERT_TRUE(CastManyCuda(DType::kF32, DType::kBf16, items.get(), 2, ctx_).ok());
+  Sync();
+  EXPECT_EQ(ha.Host(), Round(a, DType::kBf16));
+  EXPECT_EQ(hb.Host(), Round(b, DType::kBf16));
 }
 
 TEST_F(CudaKernels, BatchNormMatchesCpu) {
-  for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {100352, 16}, {12, 2048}, {50, 40}}) {
-    for (bool relu : {false, true}) {
-      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu" : ""));
-      BatchNormShape sh{m, c};
-      std::vector<float> cws(BatchNormWorkspaceFloatsCpu(sh));
-      sh.relu = relu;
-      auto x = RandomFloats(m * c, 6, -1.0f, 3.0f), gamma = RandomFloats(c, 7, 0.5f, 1.5f);
-      auto beta = RandomFloats(c, 8), g = RandomFloats(m * c, 9);
-      std::vector<float> rm(c, 0.1f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
-      Dev<float> dx(x), dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c), dy(m * c);
-      Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh)), dgr(g);
-      ASSERT_TRUE(BatchNormForwardTrainCuda(sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
-                                            drv.get(), dmean.get(), dinv.get(), dy.get(), ws.get(),
-                                            ctx_)
-                      .ok());
-      BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                               mean.data(), inv.data(), y.data(), cws.data());
-      Sync();
-      EXPECT_LT(Rel(dy.Host(), y), 1e-4);
-      EXPECT_LT(Rel(dmean.Host(), mean), 1e-4);
-      EXPECT_LT(Rel(dinv.Host(), inv), 1e-4);
-      EXPECT_LT(Rel(drm.Host(), rm), 1e-4);
-      EXPECT_LT(Rel(drv.Host(), rv), 1e-4);
+  for (DType t : kTypes) {
+    for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {100352, 16}, {12, 2048}, {50, 40}}) {
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu " : " ") +
+                     Name(t));
+        BatchNormShape sh{m, c};
+        std::vector<float> cws(BatchNormWorkspaceFloatsCpu(sh));
+        sh.relu = relu;
+        auto x = Round(RandomFloats(m * c, 6, -1.0f, 3.0f), t);
+        auto gamma = RandomFloats(c, 7, 0.5f, 1.5f), beta = RandomFloats(c, 8);
+        auto g = Round(RandomFloats(m * c, 9), t);
+        std::vector<float> rm(c, 0.1f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
+        Dev<float> dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c);
+        Act dx(t, x), dy(t, m * c), dgr(t, g);
+        Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh));
+        ASSERT_TRUE(BatchNormForwardTrainCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(),
+                                              drm.get(), drv.get(), dmean.get(), dinv.get(),
+                                              dy.get(), ws.get(), ctx_)
+                        .ok());
+        BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                                 mean.data(), inv.data(), y.data(), cws.data());
+        Sync();
+        EXPECT_LT(Rel(dy.Host(), y), Tol(t, 1e-4));
+        // Statistics are fp32 whatever the activation type.
+        EXPECT_LT(Rel(dmean.Host(), mean), 1e-4);
+        EXPECT_LT(Rel(dinv.Host(), inv), 1e-4);
+        EXPECT_LT(Rel(drm.Host(), rm), 1e-4);
+        EXPECT_LT(Rel(drv.Host(), rv), 1e-4);
 
-      std::vector<float> rdx(m * c), rdg(c), rdb(c);
-      Dev<float> ddx(m * c), ddg(c), ddb(c);
-      // Backward from the CPU's saved statistics and output, so only the backward differs.
-      Dev<float> cmean(mean), cinv(inv), cy(y);
-      ASSERT_TRUE(BatchNormBackwardCuda(sh, dx.get(), cy.get(), dgr.get(), dgamma.get(),
-                                        cmean.get(), cinv.get(), ddx.get(), ddg.get(), ddb.get(),
-                                        ws.get(), ctx_)
-                      .ok());
-      BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(), mean.data(), inv.data(),
-                           rdx.data(), rdg.data(), rdb.data(), cws.data());
-      Sync();
-      EXPECT_LT(Rel(ddx.Host(), rdx), 1e-3);
-      EXPECT_LT(Rel(ddg.Host(), rdg), 1e-3);
-      EXPECT_LT(Rel(ddb.Host(), rdb), 1e-3);
+        std::vector<float> rdx(m * c), rdg(c), rdb(c);
+        Dev<float> ddg(c), ddb(c);
+        Act ddx(t, m * c);
+        // Backward from the CPU's saved statistics and output, so only the backward differs.
+        y = Round(y, t);
+        Dev<float> cmean(mean), cinv(inv);
+        Act cy(t, y);
+        ASSERT_TRUE(BatchNormBackwardCuda(t, sh, dx.get(), cy.get(), dgr.get(), dgamma.get(),
+                                          cmean.get(), cinv.get(), ddx.get(), ddg.get(),
+                                          ddb.get(), ws.get(), ctx_)
+                        .ok());
+        BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(), mean.data(),
+                             inv.data(), rdx.data(), rdg.data(), rdb.data(), cws.data());
+        Sync();
+        EXPECT_LT(Rel(ddx.Host(), rdx), Tol(t, 1e-3));
+        EXPECT_LT(Rel(ddg.Host(), rdg), 1e-3);
+        EXPECT_LT(Rel(ddb.Host(), rdb), 1e-3);
 
-      Dev<float> ey(m * c);
-      ASSERT_TRUE(BatchNormForwardEvalCuda(sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
-                                           drv.get(), ey.get(), ctx_)
-                      .ok());
-      BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                              y.data(), cws.data());
-      Sync();
-      EXPECT_LT(Rel(ey.Host(), y), 1e-4);
+        Act ey(t, m * c);
+        ASSERT_TRUE(BatchNormForwardEvalCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(),
+                                             drm.get(), drv.get(), ey.get(), ctx_)
+                        .ok());
+        BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                                y.data(), cws.data());
+        Sync();
+        EXPECT_LT(Rel(ey.Host(), y), Tol(t, 1e-4));
+      }
     }
   }
 }
 
 TEST_F(CudaKernels, PoolingMatchesCpu) {
-  for (const PoolShape& sh : {MakePool(2, 4, 4, 3, 2, 2, 0), MakePool(3, 7, 5, 2, 3, 2, 1),
-                              MakePool(2, 28, 28, 6, 2, 2, 0), MakePool(1, 9, 9, 64, 3, 2, 1)}) {
-    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
-    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
-    auto x = RandomFloats(nx, 10), g = RandomFloats(ny, 11);
-    x[0] = x[1];  // a tie: both sides must route it to the first position
-    Dev<float> dx(x), dg(g), y(ny), gx(nx);
-    for (bool max : {true, false}) {
-      std::vector<float> ry(ny), rgx(nx);
-      if (max) {
-        ASSERT_TRUE(MaxPoolForwardCuda(sh, dx.get(), y.get(), ctx_).ok());
-        ASSERT_TRUE(MaxPoolBackwardCuda(sh, dx.get(), y.get(), dg.get(), gx.get(), ctx_).ok());
-        MaxPoolForwardCpu(sh, x.data(), ry.data());
-        MaxPoolBackwardCpu(sh, x.data(), ry.data(), g.data(), rgx.data());
-      } else {
-        ASSERT_TRUE(AvgPoolForwardCuda(sh, dx.get(), y.get(), ctx_).ok());
-        ASSERT_TRUE(AvgPoolBackwardCuda(sh, dg.get(), gx.get(), ctx_).ok());
-        AvgPoolForwardCpu(sh, x.data(), ry.data());
-        AvgPoolBackwardCpu(sh, g.data(), rgx.data());
+  for (DType t : kTypes) {
+    SCOPED_TRACE(Name(t));
+    for (const PoolShape& sh : {MakePool(2, 4, 4, 3, 2, 2, 0), MakePool(3, 7, 5, 2, 3, 2, 1),
+                                MakePool(2, 28, 28, 6, 2, 2, 0), MakePool(1, 9, 9, 64, 3, 2, 1)}) {
+      const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+      const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
+      auto x = Round(RandomFloats(nx, 10), t), g = Round(RandomFloats(ny, 11), t);
+      x[0] = x[1];  // a tie: both sides must route it to the first position
+      Act dx(t, x), dg(t, g), y(t, ny), gx(t, nx);
+      for (bool max : {true, false}) {
+        std::vector<float> ry(ny), rgx(nx);
+        if (max) {
+          ASSERT_TRUE(MaxPoolForwardCuda(t, sh, dx.get(), y.get(), ctx_).ok());
+          ASSERT_TRUE(MaxPoolBackwardCuda(t, sh, dx.get(), y.get(), dg.get(), gx.get(), ctx_).ok());
+          MaxPoolForwardCpu(sh, x.data(), ry.data());
+          MaxPoolBackwardCpu(sh, x.data(), ry.data(), g.data(), rgx.data());
+        } else {
+          ASSERT_TRUE(AvgPoolForwardCuda(t, sh, dx.get(), y.get(), ctx_).ok());
+          ASSERT_TRUE(AvgPoolBackwardCuda(t, sh, dg.get(), gx.get(), ctx_).ok());
+          AvgPoolForwardCpu(sh, x.data(), ry.data());
+          AvgPoolBackwardCpu(sh, g.data(), rgx.data());
+        }
+        Sync();
+        EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-6)) << (max ? "max" : "avg");
+        EXPECT_LT(Rel(gx.Host(), rgx), Tol(t, 1e-6)) << (max ? "max" : "avg");
       }
-      Sync();
-      EXPECT_LT(Rel(y.Host(), ry), 1e-6) << (max ? "max" : "avg");
-      EXPECT_LT(Rel(gx.Host(), rgx), 1e-6) << (max ? "max" : "avg");
     }
+    const int n = 5, hw = 49, c = 37;
+    auto x = Round(RandomFloats(n * hw * c, 12), t), g = Round(RandomFloats(n * c, 13), t);
+    Act dx(t, x), dg(t, g), y(t, n * c), gx(t, n * hw * c);
+    std::vector<float> ry(n * c), rgx(n * hw * c);
+    ASSERT_TRUE(GlobalAvgPoolForwardCuda(t, n, hw, c, dx.get(), y.get(), ctx_).ok());
+    ASSERT_TRUE(GlobalAvgPoolBackwardCuda(t, n, hw, c, dg.get(), gx.get(), ctx_).ok());
+    GlobalAvgPoolForwardCpu(n, hw, c, x.data(), ry.data());
+    GlobalAvgPoolBackwardCpu(n, hw, c, g.data(), rgx.data());
+    Sync();
+    EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
+    EXPECT_LT(Rel(gx.Host(), rgx), Tol(t, 1e-6));
   }
-  const int n = 5, hw = 49, c = 37;
-  auto x = RandomFloats(n * hw * c, 12), g = RandomFloats(n * c, 13);
-  Dev<float> dx(x), dg(g), y(n * c), gx(n * hw * c);
-  std::vector<float> ry(n * c), rgx(n * hw * c);
-  ASSERT_TRUE(GlobalAvgPoolForwardCuda(n, hw, c, dx.get(), y.get(), ctx_).ok());
-  ASSERT_TRUE(GlobalAvgPoolBackwardCuda(n, hw, c, dg.get(), gx.get(), ctx_).ok());
-  GlobalAvgPoolForwardCpu(n, hw, c, x.data(), ry.data());
-  GlobalAvgPoolBackwardCpu(n, hw, c, g.data(), rgx.data());
-  Sync();
-  EXPECT_LT(Rel(y.Host(), ry), 1e-5);
-  EXPECT_LT(Rel(gx.Host(), rgx), 1e-6);
 }
 
 TEST_F(CudaKernels, LossAndMetricsMatchCpu) {
-  for (int classes : {10, 100, 1000}) {
-    const int n = 129;
-    auto z = RandomFloats(n * classes, 14, -5.0f, 5.0f);
-    std::vector<int32_t> labels(n);
-    for (int i = 0; i < n; ++i) labels[i] = (i * 7) % classes;
-    for (float smoothing : {0.0f, 0.1f}) {
-      Dev<float> dz(z), dd(n * classes), loss(n);
-      Dev<int32_t> dl(labels), rank(n);
-      Dev<double> acc(std::vector<double>(4, 0.0));
-      ASSERT_TRUE(SoftmaxCrossEntropyCuda(n, classes, dz.get(), dl.get(), smoothing, dd.get(),
-                                          loss.get(), rank.get(), ctx_)
-                      .ok());
-      ASSERT_TRUE(AccumulateMetricsCuda(n, loss.get(), rank.get(), 5, acc.get(), ctx_).ok());
-      std::vector<float> rd(n * classes);
-      const double rloss =
-          SoftmaxCrossEntropyCpu(n, classes, z.data(), labels.data(), smoothing, rd.data());
-      Sync();
-      const auto a = acc.Host();
-      EXPECT_NEAR(a[0] / n, rloss, 1e-4 * std::abs(rloss));
-      EXPECT_EQ(a[1], TopKCorrectCpu(n, classes, z.data(), labels.data(), 1));
-      EXPECT_EQ(a[2], TopKCorrectCpu(n, classes, z.data(), labels.data(), 5));
-      EXPECT_EQ(a[3], n);
-      EXPECT_LT(Rel(dd.Host(), rd), 1e-4);
+  for (DType t : kTypes) {
+    for (int classes : {10, 100, 1000}) {
+      SCOPED_TRACE(std::to_string(classes) + " classes " + Name(t));
+      const int n = 129;
+      auto z = Round(RandomFloats(n * classes, 14, -5.0f, 5.0f), t);
+      std::vector<int32_t> labels(n);
+      for (int i = 0; i < n; ++i) labels[i] = (i * 7) % classes;
+      for (float smoothing : {0.0f, 0.1f}) {
+        Act dz(t, z), dd(t, n * classes);
+        Dev<float> loss(n);
+        Dev<int32_t> dl(labels), rank(n);
+        Dev<double> acc(std::vector<double>(4, 0.0));
+        ASSERT_TRUE(SoftmaxCrossEntropyCuda(t, n, classes, dz.get(), dl.get(), smoothing,
+                                            dd.get(), loss.get(), rank.get(), ctx_)
+                        .ok());
+        ASSERT_TRUE(AccumulateMetricsCuda(n, loss.get(), rank.get(), 5, acc.get(), ctx_).ok());
+        std::vector<float> rd(n * classes);
+        const double rloss =
+            SoftmaxCrossEntropyCpu(n, classes, z.data(), labels.data(), smoothing, rd.data());
+        Sync();
+        const auto a = acc.Host();
+        // The loss itself is fp32 in both types (the logits are the same numbers).
+        EXPECT_NEAR(a[0] / n, rloss, 1e-4 * std::abs(rloss));
+        EXPECT_EQ(a[1], TopKCorrectCpu(n, classes, z.data(), labels.data(), 1));
+        EXPECT_EQ(a[2], TopKCorrectCpu(n, classes, z.data(), labels.data(), 5));
+        EXPECT_EQ(a[3], n);
+        EXPECT_LT(Rel(dd.Host(), rd), Tol(t, 1e-4));
+      }
     }
   }
 }
@@ -269,23 +375,31 @@ TEST_F(CudaKernels, SgdMatchesCpu) {
 }
 
 TEST_F(CudaKernels, LinearMatchesCpu) {
-  for (LinearShape sh : {LinearShape{1, 7, 3}, LinearShape{128, 400, 120}, LinearShape{33, 9, 1}}) {
-    auto x = RandomFloats(sh.n * sh.in, 16), w = RandomFloats(sh.out * sh.in, 17);
-    auto b = RandomFloats(sh.out, 18), g = RandomFloats(sh.n * sh.out, 19);
-    Dev<float> dx(x), dw(w), db(b), dg(g), y(sh.n * sh.out), gx(sh.n * sh.in), gw(sh.out * sh.in),
-        gb(sh.out);
-    std::vector<float> ry(sh.n * sh.out), rgx(sh.n * sh.in), rgw(sh.out * sh.in), rgb(sh.out);
-    ASSERT_TRUE(LinearForwardCuda(sh, dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
-    ASSERT_TRUE(LinearBackwardDataCuda(sh, dg.get(), dw.get(), gx.get(), ctx_).ok());
-    ASSERT_TRUE(LinearBackwardFilterCuda(sh, dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
-    LinearForwardCpu(sh, x.data(), w.data(), b.data(), ry.data());
-    LinearBackwardDataCpu(sh, g.data(), w.data(), rgx.data());
-    LinearBackwardFilterCpu(sh, x.data(), g.data(), rgw.data(), rgb.data());
-    Sync();
-    EXPECT_LT(Rel(y.Host(), ry), 1e-5);
-    EXPECT_LT(Rel(gx.Host(), rgx), 1e-5);
-    EXPECT_LT(Rel(gw.Host(), rgw), 1e-5);
-    EXPECT_LT(Rel(gb.Host(), rgb), 1e-5);
+  for (DType t : kTypes) {
+    for (LinearShape sh :
+         {LinearShape{1, 7, 3}, LinearShape{128, 400, 120}, LinearShape{33, 9, 1}}) {
+      SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.in) + " " + Name(t));
+      auto x = Round(RandomFloats(sh.n * sh.in, 16), t);
+      auto w = Round(RandomFloats(sh.out * sh.in, 17), t);
+      auto b = RandomFloats(sh.out, 18), g = Round(RandomFloats(sh.n * sh.out, 19), t);
+      Act dx(t, x), dw(t, w), dg(t, g), y(t, sh.n * sh.out), gx(t, sh.n * sh.in),
+          gw(t, sh.out * sh.in);
+      Dev<float> db(b), gb(sh.out);
+      std::vector<float> ry(sh.n * sh.out), rgx(sh.n * sh.in), rgw(sh.out * sh.in), rgb(sh.out);
+      ASSERT_TRUE(LinearForwardCuda(t, sh, dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
+      ASSERT_TRUE(LinearBackwardDataCuda(t, sh, dg.get(), dw.get(), gx.get(), ctx_).ok());
+      ASSERT_TRUE(
+          LinearBackwardFilterCuda(t, sh, dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
+      LinearForwardCpu(sh, x.data(), w.data(), b.data(), ry.data());
+      LinearBackwardDataCpu(sh, g.data(), w.data(), rgx.data());
+      LinearBackwardFilterCpu(sh, x.data(), g.data(), rgw.data(), rgb.data());
+      Sync();
+      // bf16: the GEMM's output is rounded to bf16 before the bias is added (and rounded).
+      EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
+      EXPECT_LT(Rel(gx.Host(), rgx), Tol(t, 1e-5));
+      EXPECT_LT(Rel(gw.Host(), rgw), Tol(t, 1e-5));
+      EXPECT_LT(Rel(gb.Host(), rgb), 1e-5);
+    }
   }
 }
 
@@ -296,19 +410,22 @@ TEST_F(CudaKernels, ConvMatchesCpu) {
         MakeConv(2, 9, 8, 2, 3, 5, 3, 1, 2), MakeConv(4, 28, 28, 1, 6, 5, 5, 1, 2),
         MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0), MakeConv(128, 32, 32, 16, 16, 3, 3, 1, 1),
         MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3)}) {
-    for (ConvMath math : {ConvMath::kFp32, ConvMath::kTf32}) {
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
       SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.c) +
-                   " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) +
-                   (math == ConvMath::kTf32 ? " tf32" : " fp32"));
-      const double tol = math == ConvMath::kFp32 ? 1e-4 : 1e-2;
-      auto plan = ConvCudaPlan::Create(sh, math, size_t{1} << 30, true, ctx_);
+                   " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) + " " +
+                   PrecisionName(p));
+      const DType t = ActivationType(p);
+      const double tol = p == Precision::kFp32 ? 1e-4 : 1e-2;
+      auto plan = ConvCudaPlan::Create(sh, p, size_t{1} << 30, true, ctx_);
       ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ((*plan)->dtype(), t);
       const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
       const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
       const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
-      auto x = RandomFloats(nx, 20), w = RandomFloats(nw, 21), b = RandomFloats(sh.k, 22);
-      auto g = RandomFloats(ny, 23);
-      Dev<float> dx(x), dw(w), db(b), dg(g), y(ny), gx(nx), gw(nw), gb(sh.k);
+      auto x = Round(RandomFloats(nx, 20), t), w = Round(RandomFloats(nw, 21), t);
+      auto b = RandomFloats(sh.k, 22), g = Round(RandomFloats(ny, 23), t);
+      Act dx(t, x), dw(t, w), dg(t, g), y(t, ny), gx(t, nx), gw(t, nw);
+      Dev<float> db(b), gb(sh.k);
       Dev<uint8_t> ws((*plan)->workspace_bytes());
       ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ws.get(), ctx_).ok());
       ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ws.get(), ctx_).ok());

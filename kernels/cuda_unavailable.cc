@@ -19,25 +19,33 @@ absl::Status NoCuda() {
 }
 }  // namespace
 
-absl::Status CopyCuda(int64_t, const float*, float*, const CudaContext&) { return NoCuda(); }
-absl::Status ReluForwardCuda(int64_t, const float*, float*, const CudaContext&) { return NoCuda(); }
-absl::Status ReluBackwardCuda(int64_t, const float*, const float*, float*, const CudaContext&) {
+absl::Status CopyCuda(int64_t, const void*, void*, const CudaContext&) { return NoCuda(); }
+absl::Status ReluForwardCuda(DType, int64_t, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status AddCuda(int64_t, const float*, const float*, float*, const CudaContext&) {
+absl::Status ReluBackwardCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status AddReluCuda(int64_t, const float*, const float*, float*, const CudaContext&) {
+absl::Status AddCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status AddReluBackwardCuda(int64_t, const float*, const float*, float*, float*,
+absl::Status AddReluCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status AddReluBackwardCuda(DType, int64_t, const void*, const void*, void*, void*,
                                  const CudaContext&) {
   return NoCuda();
 }
-absl::Status AddBiasCuda(int64_t, int, const float*, float*, const CudaContext&) {
+absl::Status CastCuda(DType, DType, int64_t, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status BiasGradCuda(int64_t, int, const float*, float*, const CudaContext&) {
+absl::Status CastManyCuda(DType, DType, const CastItem*, int, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
   return NoCuda();
 }
 absl::Status SgdStepCuda(int64_t, const SgdParams&, const float*, const float*, const uint8_t*,
@@ -45,57 +53,59 @@ absl::Status SgdStepCuda(int64_t, const SgdParams&, const float*, const float*, 
   return NoCuda();
 }
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&) { return 0; }
-absl::Status BatchNormForwardTrainCuda(const BatchNormShape&, const float*, const float*,
-                                       const float*, float*, float*, float*, float*, float*, float*,
+absl::Status BatchNormForwardTrainCuda(DType, const BatchNormShape&, const void*, const float*,
+                                       const float*, float*, float*, float*, float*, void*, float*,
                                        const CudaContext&) {
   return NoCuda();
 }
-absl::Status BatchNormForwardEvalCuda(const BatchNormShape&, const float*, const float*,
-                                      const float*, const float*, const float*, float*,
+absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*, const float*,
+                                      const float*, const float*, const float*, void*,
                                       const CudaContext&) {
   return NoCuda();
 }
-absl::Status BatchNormBackwardCuda(const BatchNormShape&, const float*, const float*, const float*,
-                                   const float*, const float*, const float*, float*, float*, float*,
-                                   float*, const CudaContext&) {
+absl::Status BatchNormBackwardCuda(DType, const BatchNormShape&, const void*, const void*,
+                                   const void*, const float*, const float*, const float*, void*,
+                                   float*, float*, float*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status MaxPoolForwardCuda(const PoolShape&, const float*, float*, const CudaContext&) {
+absl::Status MaxPoolForwardCuda(DType, const PoolShape&, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status MaxPoolBackwardCuda(const PoolShape&, const float*, const float*, const float*, float*,
-                                 const CudaContext&) {
+absl::Status MaxPoolBackwardCuda(DType, const PoolShape&, const void*, const void*, const void*,
+                                 void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status AvgPoolForwardCuda(const PoolShape&, const float*, float*, const CudaContext&) {
+absl::Status AvgPoolForwardCuda(DType, const PoolShape&, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status AvgPoolBackwardCuda(const PoolShape&, const float*, float*, const CudaContext&) {
+absl::Status AvgPoolBackwardCuda(DType, const PoolShape&, const void*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status GlobalAvgPoolForwardCuda(int, int, int, const float*, float*, const CudaContext&) {
+absl::Status GlobalAvgPoolForwardCuda(DType, int, int, int, const void*, void*,
+                                      const CudaContext&) {
   return NoCuda();
 }
-absl::Status GlobalAvgPoolBackwardCuda(int, int, int, const float*, float*, const CudaContext&) {
+absl::Status GlobalAvgPoolBackwardCuda(DType, int, int, int, const void*, void*,
+                                       const CudaContext&) {
   return NoCuda();
 }
-absl::Status SoftmaxCrossEntropyCuda(int, int, const float*, const int32_t*, float, float*, float*,
-                                     int32_t*, const CudaContext&) {
+absl::Status SoftmaxCrossEntropyCuda(DType, int, int, const void*, const int32_t*, float, void*,
+                                     float*, int32_t*, const CudaContext&) {
   return NoCuda();
 }
 absl::Status AccumulateMetricsCuda(int, const float*, const int32_t*, int, double*,
                                    const CudaContext&) {
   return NoCuda();
 }
-absl::Status LinearForwardCuda(const LinearShape&, const float*, const float*, const float*, float*,
-                               const CudaContext&) {
+absl::Status LinearForwardCuda(DType, const LinearShape&, const void*, const void*, const float*,
+                               void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status LinearBackwardDataCuda(const LinearShape&, const float*, const float*, float*,
+absl::Status LinearBackwardDataCuda(DType, const LinearShape&, const void*, const void*, void*,
                                     const CudaContext&) {
   return NoCuda();
 }
-absl::Status LinearBackwardFilterCuda(const LinearShape&, const float*, const float*, float*,
+absl::Status LinearBackwardFilterCuda(DType, const LinearShape&, const void*, const void*, void*,
                                       float*, const CudaContext&) {
   return NoCuda();
 }
@@ -107,21 +117,21 @@ absl::Status AssembleBatchCuda(const AssembleParams&, const StepClock*, const ui
 }
 
 struct ConvCudaPlan::Descriptors {};
-absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape&, ConvMath,
+absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape&, Precision,
                                                                    size_t, bool,
                                                                    const CudaContext&) {
   return NoCuda();
 }
 ConvCudaPlan::~ConvCudaPlan() = default;
-absl::Status ConvCudaPlan::Forward(const float*, const float*, const float*, float*, void*,
+absl::Status ConvCudaPlan::Forward(const void*, const void*, const float*, void*, void*,
                                    const CudaContext&) const {
   return NoCuda();
 }
-absl::Status ConvCudaPlan::BackwardData(const float*, const float*, float*, void*,
+absl::Status ConvCudaPlan::BackwardData(const void*, const void*, void*, void*,
                                         const CudaContext&) const {
   return NoCuda();
 }
-absl::Status ConvCudaPlan::BackwardFilter(const float*, const float*, float*, float*, void*,
+absl::Status ConvCudaPlan::BackwardFilter(const void*, const void*, void*, float*, void*,
                                           const CudaContext&) const {
   return NoCuda();
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
@@ -21,23 +22,40 @@ void AddReluCpu(int64_t n, const float* a, const float* b, float* y);
 // Its backward: da = db = dy where y > 0, else 0 (one pass writing both).
 void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db);
 
-// CUDA twins (device pointers; enqueued on ctx.stream).
-absl::Status CopyCuda(int64_t n, const float* src, float* dst, const CudaContext& ctx);
-absl::Status ReluForwardCuda(int64_t n, const float* x, float* y, const CudaContext& ctx);
-absl::Status ReluBackwardCuda(int64_t n, const float* y, const float* dy, float* dx,
+// CUDA twins (device pointers; enqueued on ctx.stream). Activations are of type `t` (fp32
+// or bf16, see kernels/dtype.h) behind void pointers; arithmetic is fp32.
+absl::Status CopyCuda(int64_t bytes, const void* src, void* dst, const CudaContext& ctx);
+absl::Status ReluForwardCuda(DType t, int64_t n, const void* x, void* y, const CudaContext& ctx);
+absl::Status ReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
                               const CudaContext& ctx);
-absl::Status AddCuda(int64_t n, const float* a, const float* b, float* y, const CudaContext& ctx);
-absl::Status AddReluCuda(int64_t n, const float* a, const float* b, float* y,
+absl::Status AddCuda(DType t, int64_t n, const void* a, const void* b, void* y,
+                     const CudaContext& ctx);
+absl::Status AddReluCuda(DType t, int64_t n, const void* a, const void* b, void* y,
                          const CudaContext& ctx);
-absl::Status AddReluBackwardCuda(int64_t n, const float* y, const float* dy, float* da, float* db,
-                                 const CudaContext& ctx);
+absl::Status AddReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* da,
+                                 void* db, const CudaContext& ctx);
+
+// Conversions between fp32 and bf16 (round to nearest even): one array, or every entry of a
+// table in device memory in one launch (the weight copies of a bf16 network).
+struct CastItem {
+  const void* src;
+  void* dst;
+  int64_t n;
+};
+absl::Status CastCuda(DType from, DType to, int64_t n, const void* src, void* dst,
+                      const CudaContext& ctx);
+absl::Status CastManyCuda(DType from, DType to, const CastItem* items, int count,
+                          const CudaContext& ctx);
 
 // Per-channel bias on rows of [rows, c]: y[i, j] += bias[j]; and its gradient, the column
 // sums db[j] = sum_i dy[i, j] (overwritten). Used by convolutions and linear layers.
 void AddBiasCpu(int64_t rows, int c, const float* bias, float* y);
 void BiasGradCpu(int64_t rows, int c, const float* dy, float* db);
-absl::Status AddBiasCuda(int64_t rows, int c, const float* bias, float* y, const CudaContext& ctx);
-absl::Status BiasGradCuda(int64_t rows, int c, const float* dy, float* db, const CudaContext& ctx);
+// CUDA: y and dy of type t; the bias and its gradient are fp32.
+absl::Status AddBiasCuda(DType t, int64_t rows, int c, const float* bias, void* y,
+                         const CudaContext& ctx);
+absl::Status BiasGradCuda(DType t, int64_t rows, int c, const void* dy, float* db,
+                          const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -4,6 +4,7 @@
 #define TOPIARY_KERNELS_LINEAR_H_
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
@@ -24,13 +25,16 @@ void LinearBackwardDataCpu(const LinearShape& sh, const float* dy, const float* 
 void LinearBackwardFilterCpu(const LinearShape& sh, const float* x, const float* dy, float* dw,
                              float* dbias);
 
-// CUDA twins through cuBLAS (row-major data seen as column-major transposes).
-absl::Status LinearForwardCuda(const LinearShape& sh, const float* x, const float* w,
-                               const float* bias, float* y, const CudaContext& ctx);
-absl::Status LinearBackwardDataCuda(const LinearShape& sh, const float* dy, const float* w,
-                                    float* dx, const CudaContext& ctx);
-absl::Status LinearBackwardFilterCuda(const LinearShape& sh, const float* x, const float* dy,
-                                      float* dw, float* dbias, const CudaContext& ctx);
+// CUDA twins through cuBLAS (row-major data seen as column-major transposes). x, w, y, dx,
+// dy and dw are of type t: fp32 (IEEE, no TF32) or bf16 on tensor cores with fp32
+// accumulation. The bias and its gradient are fp32.
+absl::Status LinearForwardCuda(DType t, const LinearShape& sh, const void* x, const void* w,
+                               const float* bias, void* y, const CudaContext& ctx);
+absl::Status LinearBackwardDataCuda(DType t, const LinearShape& sh, const void* dy, const void* w,
+                                    void* dx, const CudaContext& ctx);
+absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x,
+                                      const void* dy, void* dw, float* dbias,
+                                      const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -8,35 +8,49 @@
 #include "kernels/linear.h"
 
 namespace topiary::kernels {
+namespace {
 
-absl::Status LinearForwardCuda(const LinearShape& sh, const float* x, const float* w,
-                               const float* bias, float* y, const CudaContext& ctx) {
+// C = op(A) op(B), all of type t. fp32 keeps cublasSgemm (IEEE FMA, the reference semantics);
+// bf16 uses GemmEx with fp32 accumulation.
+absl::Status Gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const void* a, int lda, const void* b, int ldb, void* c, int ldc,
+                  const CudaContext& ctx, const char* what) {
   const float one = 1.0f, zero = 0.0f;
-  TOPIARY_RETURN_IF_ERROR(
-      CublasStatus(cublasSgemm(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, sh.n, sh.in, &one, w,
-                               sh.in, x, sh.in, &zero, y, sh.out),
-                   "linear forward"));
+  if (t == DType::kF32) {
+    return CublasStatus(cublasSgemm(ctx.cublas, ta, tb, m, n, k, &one, static_cast<const float*>(a),
+                                    lda, static_cast<const float*>(b), ldb, &zero,
+                                    static_cast<float*>(c), ldc),
+                        what);
+  }
+  return CublasStatus(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b,
+                                   CUDA_R_16BF, ldb, &zero, c, CUDA_R_16BF, ldc,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      what);
+}
+
+}  // namespace
+
+absl::Status LinearForwardCuda(DType t, const LinearShape& sh, const void* x, const void* w,
+                               const float* bias, void* y, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(Gemm(t, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, sh.n, sh.in, w, sh.in, x, sh.in,
+                               y, sh.out, ctx, "linear forward"));
   if (bias == nullptr) return absl::OkStatus();
-  return AddBiasCuda(sh.n, sh.out, bias, y, ctx);
+  return AddBiasCuda(t, sh.n, sh.out, bias, y, ctx);
 }
 
-absl::Status LinearBackwardDataCuda(const LinearShape& sh, const float* dy, const float* w,
-                                    float* dx, const CudaContext& ctx) {
-  const float one = 1.0f, zero = 0.0f;
-  return CublasStatus(cublasSgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, sh.in, sh.n, sh.out, &one,
-                                  w, sh.in, dy, sh.out, &zero, dx, sh.in),
-                      "linear backward data");
+absl::Status LinearBackwardDataCuda(DType t, const LinearShape& sh, const void* dy, const void* w,
+                                    void* dx, const CudaContext& ctx) {
+  return Gemm(t, CUBLAS_OP_N, CUBLAS_OP_N, sh.in, sh.n, sh.out, w, sh.in, dy, sh.out, dx, sh.in,
+              ctx, "linear backward data");
 }
 
-absl::Status LinearBackwardFilterCuda(const LinearShape& sh, const float* x, const float* dy,
-                                      float* dw, float* dbias, const CudaContext& ctx) {
-  const float one = 1.0f, zero = 0.0f;
-  TOPIARY_RETURN_IF_ERROR(
-      CublasStatus(cublasSgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_T, sh.in, sh.out, sh.n, &one, x,
-                               sh.in, dy, sh.out, &zero, dw, sh.in),
-                   "linear backward filter"));
+absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x,
+                                      const void* dy, void* dw, float* dbias,
+                                      const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(Gemm(t, CUBLAS_OP_N, CUBLAS_OP_T, sh.in, sh.out, sh.n, x, sh.in, dy,
+                               sh.out, dw, sh.in, ctx, "linear backward filter"));
   if (dbias == nullptr) return absl::OkStatus();
-  return BiasGradCuda(sh.n, sh.out, dy, dbias, ctx);
+  return BiasGradCuda(t, sh.n, sh.out, dy, dbias, ctx);
 }
 
 }  // namespace topiary::kernels

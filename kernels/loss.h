@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
@@ -23,10 +24,11 @@ int TopKCorrectCpu(int n, int classes, const float* logits, const int32_t* label
 
 // CUDA twin of the loss, fused with the metrics so that training never waits for the host:
 // per sample, its loss (sample_loss[i], not divided by n) and the rank of its label among
-// the logits (rank[i]; 0 = top-1). dlogits as on the CPU when not null.
-absl::Status SoftmaxCrossEntropyCuda(int n, int classes, const float* logits, const int32_t* labels,
-                                     float smoothing, float* dlogits, float* sample_loss,
-                                     int32_t* rank, const CudaContext& ctx);
+// the logits (rank[i]; 0 = top-1). dlogits as on the CPU when not null. Logits and dlogits
+// are of type t (fp32 or bf16); the loss is computed in fp32.
+absl::Status SoftmaxCrossEntropyCuda(DType t, int n, int classes, const void* logits,
+                                     const int32_t* labels, float smoothing, void* dlogits,
+                                     float* sample_loss, int32_t* rank, const CudaContext& ctx);
 
 // Adds the first `count` samples' metrics to device accumulators, in sample order:
 // acc[0] += sum of losses, acc[1] += top-1 hits, acc[2] += top-k hits, acc[3] += count.

@@ -1,6 +1,7 @@
 #include <cfloat>
 
 #include "kernels/cuda_context.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/loss.h"
 
 namespace topiary::kernels {
@@ -24,37 +25,39 @@ __device__ inline int WarpSumInt(int v) {
   return v;
 }
 
-__global__ void LossKernel(int n, int classes, const float* __restrict__ logits,
+template <typename T>
+__global__ void LossKernel(int n, int classes, const T* __restrict__ logits,
                            const int32_t* __restrict__ labels, float smoothing,
-                           float* __restrict__ dlogits, float* __restrict__ sample_loss,
+                           T* __restrict__ dlogits, float* __restrict__ sample_loss,
                            int32_t* __restrict__ rank) {
   const int lane = threadIdx.x % kWarp;
   const int i = blockIdx.x * kSamplesPerBlock + threadIdx.x / kWarp;
   if (i >= n) return;  // whole warps exit together
-  const float* z = logits + static_cast<int64_t>(i) * classes;
+  const T* z = logits + static_cast<int64_t>(i) * classes;
   const int y = labels[i];
-  const float zy = z[y];
+  const float zy = Ld(z + y);
   float zmax = -FLT_MAX, zsum = 0.0f;
   int above = 0;
   for (int j = lane; j < classes; j += kWarp) {
-    zmax = fmaxf(zmax, z[j]);
-    zsum += z[j];
-    above += (z[j] > zy || (z[j] == zy && j < y)) ? 1 : 0;
+    const float zj = Ld(z + j);
+    zmax = fmaxf(zmax, zj);
+    zsum += zj;
+    above += (zj > zy || (zj == zy && j < y)) ? 1 : 0;
   }
   zmax = WarpMax(zmax);
   zsum = WarpSum(zsum);
   above = WarpSumInt(above);
   float esum = 0.0f;
-  for (int j = lane; j < classes; j += kWarp) esum += expf(z[j] - zmax);
+  for (int j = lane; j < classes; j += kWarp) esum += expf(Ld(z + j) - zmax);
   esum = WarpSum(esum);
   const float log_z = zmax + logf(esum);
   const float off = smoothing / classes;
   const float on = 1.0f - smoothing + off;
   if (dlogits != nullptr) {
-    float* d = dlogits + static_cast<int64_t>(i) * classes;
+    T* d = dlogits + static_cast<int64_t>(i) * classes;
     for (int j = lane; j < classes; j += kWarp) {
-      const float p = expf(z[j] - log_z);
-      d[j] = (p - (j == y ? on : off)) / n;
+      const float p = expf(Ld(z + j) - log_z);
+      St(d + j, (p - (j == y ? on : off)) / n);
     }
   }
   if (lane == 0) {
@@ -81,12 +84,16 @@ __global__ void AccumulateKernel(int count, const float* sample_loss, const int3
 
 }  // namespace
 
-absl::Status SoftmaxCrossEntropyCuda(int n, int classes, const float* logits, const int32_t* labels,
-                                     float smoothing, float* dlogits, float* sample_loss,
-                                     int32_t* rank, const CudaContext& ctx) {
+absl::Status SoftmaxCrossEntropyCuda(DType t, int n, int classes, const void* logits,
+                                     const int32_t* labels, float smoothing, void* dlogits,
+                                     float* sample_loss, int32_t* rank, const CudaContext& ctx) {
   const int blocks = (n + kSamplesPerBlock - 1) / kSamplesPerBlock;
-  LossKernel<<<blocks, kSamplesPerBlock * kWarp, 0, ctx.stream>>>(
-      n, classes, logits, labels, smoothing, dlogits, sample_loss, rank);
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    LossKernel<<<blocks, kSamplesPerBlock * kWarp, 0, ctx.stream>>>(
+        n, classes, static_cast<const T*>(logits), labels, smoothing, static_cast<T*>(dlogits),
+        sample_loss, rank);
+  });
   return LaunchStatus("softmax cross-entropy");
 }
 

@@ -3,6 +3,7 @@
 #define TOPIARY_KERNELS_POOLING_H_
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 #include "kernels/host_device.h"
 
 namespace topiary::kernels {
@@ -37,19 +38,20 @@ void AvgPoolBackwardCpu(const PoolShape& shape, const float* dy, float* dx);
 void GlobalAvgPoolForwardCpu(int n, int hw, int c, const float* x, float* y);
 void GlobalAvgPoolBackwardCpu(int n, int hw, int c, const float* dy, float* dx);
 
-// CUDA twins. The backward passes gather (each input pixel sums the windows that route to
-// it), so they need no atomics and match the CPU's first-maximum tie rule.
-absl::Status MaxPoolForwardCuda(const PoolShape& shape, const float* x, float* y,
+// CUDA twins, on activations of type t (fp32 or bf16). The backward passes gather (each
+// input pixel sums the windows that route to it), so they need no atomics and match the CPU's
+// first-maximum tie rule.
+absl::Status MaxPoolForwardCuda(DType t, const PoolShape& shape, const void* x, void* y,
                                 const CudaContext& ctx);
-absl::Status MaxPoolBackwardCuda(const PoolShape& shape, const float* x, const float* y,
-                                 const float* dy, float* dx, const CudaContext& ctx);
-absl::Status AvgPoolForwardCuda(const PoolShape& shape, const float* x, float* y,
+absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& shape, const void* x, const void* y,
+                                 const void* dy, void* dx, const CudaContext& ctx);
+absl::Status AvgPoolForwardCuda(DType t, const PoolShape& shape, const void* x, void* y,
                                 const CudaContext& ctx);
-absl::Status AvgPoolBackwardCuda(const PoolShape& shape, const float* dy, float* dx,
+absl::Status AvgPoolBackwardCuda(DType t, const PoolShape& shape, const void* dy, void* dx,
                                  const CudaContext& ctx);
-absl::Status GlobalAvgPoolForwardCuda(int n, int hw, int c, const float* x, float* y,
+absl::Status GlobalAvgPoolForwardCuda(DType t, int n, int hw, int c, const void* x, void* y,
                                       const CudaContext& ctx);
-absl::Status GlobalAvgPoolBackwardCuda(int n, int hw, int c, const float* dy, float* dx,
+absl::Status GlobalAvgPoolBackwardCuda(DType t, int n, int hw, int c, const void* dy, void* dx,
                                        const CudaContext& ctx);
 
 }  // namespace topiary::kernels

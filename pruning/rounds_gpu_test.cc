@@ -53,5 +53,24 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
   }
 }
 
+TEST_F(RoundsGpu, MasksHoldInBf16) {
+  // bf16 kernels read weight copies cast from the fp32 masters before every pass; the masks
+  // are projected on the masters, so masked weights and momentum stay exactly zero.
+  auto spec = Parse(R"(
+    name: "gpu-rounds-bf16" seed: 5
+    model { arch: "resnet20" width: 0.5 }
+    data { dataset: SYNTHETIC batch_size: 32
+           synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 160 } }
+    train { epochs: 1 optimizer { lr: 0.05 } precision: BF16 }
+    pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 2
+              method: BLOCK score: GRAD_L2 }
+    device { kind: CUDA })");
+  const auto s = RunExperiment(spec, PruningOptions(OutDir("bf16")));
+  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
+  EXPECT_EQ(check.block_layers_at_target, 20);
+  EXPECT_GT(s.test_top1(), 0.5);
+}
+
 }  // namespace
 }  // namespace topiary

@@ -50,22 +50,22 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
   float* save_inv_std = io.scratch + in_.c;
   if (io.cuda) {
     if (!training) {
-      return kernels::BatchNormForwardEvalCuda(s, io.x[0], gamma_->value.data(),
+      return kernels::BatchNormForwardEvalCuda(io.dtype, s, io.x[0], gamma_->value.data(),
                                                beta_->value.data(), mean_->value.data(),
                                                var_->value.data(), io.y, *io.cuda);
     }
-    return kernels::BatchNormForwardTrainCuda(s, io.x[0], gamma_->value.data(), beta_->value.data(),
-                                              mean_->value.data(), var_->value.data(), save_mean,
-                                              save_inv_std, io.y, static_cast<float*>(io.workspace),
-                                              *io.cuda);
+    return kernels::BatchNormForwardTrainCuda(
+        io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
+        var_->value.data(), save_mean, save_inv_std, io.y, static_cast<float*>(io.workspace),
+        *io.cuda);
   }
   if (training) {
-    kernels::BatchNormForwardTrainCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
+    kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
                                       mean_->value.data(), var_->value.data(), save_mean,
-                                      save_inv_std, io.y, static_cast<float*>(io.workspace));
+                                      save_inv_std, io.yf(), static_cast<float*>(io.workspace));
   } else {
-    kernels::BatchNormForwardEvalCpu(s, io.x[0], gamma_->value.data(), beta_->value.data(),
-                                     mean_->value.data(), var_->value.data(), io.y,
+    kernels::BatchNormForwardEvalCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
+                                     mean_->value.data(), var_->value.data(), io.yf(),
                                      static_cast<float*>(io.workspace));
   }
   return absl::OkStatus();
@@ -75,11 +75,11 @@ absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
   if (io.cuda) {
     return kernels::BatchNormBackwardCuda(
-        s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c, io.dx[0],
+        io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c, io.dx[0],
         gamma_->grad.data(), beta_->grad.data(), static_cast<float*>(io.workspace), *io.cuda);
   }
-  kernels::BatchNormBackwardCpu(s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch,
-                                io.scratch + in_.c, io.dx[0], gamma_->grad.data(),
+  kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(), io.scratch,
+                                io.scratch + in_.c, io.dxf(0), gamma_->grad.data(),
                                 beta_->grad.data(), static_cast<float*>(io.workspace));
   return absl::OkStatus();
 }

@@ -65,11 +65,14 @@ absl::StatusOr<LayerResources> Conv2d::Prepare(int batch, Device* device,
     r.workspace_bytes = kernels::ConvWorkspaceFloatsCpu(ShapeFor(batch)) * sizeof(float);
     return r;
   }
-  auto plan = kernels::ConvCudaPlan::Create(
-      ShapeFor(batch), options.tf32 ? kernels::ConvMath::kTf32 : kernels::ConvMath::kFp32,
-      options.conv_workspace_limit, options.deterministic, *device->cuda());
+  auto plan = kernels::ConvCudaPlan::Create(ShapeFor(batch), options.precision,
+                                            options.conv_workspace_limit, options.deterministic,
+                                            *device->cuda());
   if (!plan.ok()) {
     return absl::Status(plan.status().code(), name() + ": " + std::string(plan.status().message()));
+  }
+  if (options.precision == kernels::Precision::kBf16) {
+    TOPIARY_RETURN_IF_ERROR(AddBf16Copies(kernel_, device));
   }
   auto state = std::make_unique<ConvState>();
   r.workspace_bytes = (*plan)->workspace_bytes();
@@ -80,9 +83,11 @@ absl::StatusOr<LayerResources> Conv2d::Prepare(int batch, Device* device,
 
 absl::Status Conv2d::Forward(const LayerIo& io, bool training) {
   const float* bias = bias_ ? bias_->value.data() : nullptr;
-  if (io.cuda)
-    return Plan(io).Forward(io.x[0], kernel_->value.data(), bias, io.y, io.workspace, *io.cuda);
-  kernels::Conv2dForwardCpu(ShapeFor(io.batch), io.x[0], kernel_->value.data(), bias, io.y,
+  if (io.cuda) {
+    return Plan(io).Forward(io.x[0], WeightFor(*kernel_, io.dtype), bias, io.y, io.workspace,
+                            *io.cuda);
+  }
+  kernels::Conv2dForwardCpu(ShapeFor(io.batch), io.xf(0), kernel_->value.data(), bias, io.yf(),
                             static_cast<float*>(io.workspace));
   return absl::OkStatus();
 }
@@ -90,16 +95,17 @@ absl::Status Conv2d::Forward(const LayerIo& io, bool training) {
 absl::Status Conv2d::Backward(const LayerIo& io) {
   float* dbias = bias_ ? bias_->grad.data() : nullptr;
   if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(io.x[0], io.dy, kernel_->grad.data(), dbias,
-                                                    io.workspace, *io.cuda));
+    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(io.x[0], io.dy, WeightGradFor(*kernel_, io.dtype),
+                                                    dbias, io.workspace, *io.cuda));
     if (io.dx[0] == nullptr) return absl::OkStatus();
-    return Plan(io).BackwardData(io.dy, kernel_->value.data(), io.dx[0], io.workspace, *io.cuda);
+    return Plan(io).BackwardData(io.dy, WeightFor(*kernel_, io.dtype), io.dx[0], io.workspace,
+                                 *io.cuda);
   }
   const kernels::ConvShape s = ShapeFor(io.batch);
   float* ws = static_cast<float*>(io.workspace);
-  kernels::Conv2dBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), dbias, ws);
+  kernels::Conv2dBackwardFilterCpu(s, io.xf(0), io.dyf(), kernel_->grad.data(), dbias, ws);
   if (io.dx[0] != nullptr) {
-    kernels::Conv2dBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0], ws);
+    kernels::Conv2dBackwardDataCpu(s, io.dyf(), kernel_->value.data(), io.dxf(0), ws);
   }
   return absl::OkStatus();
 }

@@ -24,4 +24,25 @@ absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string
   return params_.back().get();
 }
 
+const void* WeightFor(const Parameter& p, kernels::DType t) {
+  return t == kernels::DType::kBf16 ? static_cast<const void*>(p.value_bf16.data())
+                                    : static_cast<const void*>(p.value.data());
+}
+
+void* WeightGradFor(const Parameter& p, kernels::DType t) {
+  return t == kernels::DType::kBf16 ? static_cast<void*>(p.grad_bf16.data())
+                                    : static_cast<void*>(p.grad.data());
+}
+
+absl::Status AddBf16Copies(Parameter* p, Device* device) {
+  if (!p->value_bf16.empty()) return absl::OkStatus();
+  auto value = Buffer<kernels::Bf16>::Create(device, p->size());
+  if (!value.ok()) return value.status();
+  auto grad = Buffer<kernels::Bf16>::Create(device, p->size());
+  if (!grad.ok()) return grad.status();
+  p->value_bf16 = std::move(*value);
+  p->grad_bf16 = std::move(*grad);
+  return absl::OkStatus();
+}
+
 }  // namespace topiary

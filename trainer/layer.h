@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/dtype.h"
 #include "trainer/device.h"
 #include "trainer/parameter.h"
 #include "trainer/random.h"
@@ -35,7 +36,9 @@ class LayerState {
 
 // How a network is planned.
 struct PlanOptions {
-  bool tf32 = false;                         // let convolutions and GEMMs use TF32 tensor cores
+  // fp32, tf32 (convolutions may use TF32 tensor cores) or bf16 (bf16 activations and weight
+  // copies, GPU only); see kernels/dtype.h.
+  kernels::Precision precision = kernels::Precision::kFp32;
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
   bool deterministic = false;                // only algorithms that give the same bits on every run
 };
@@ -48,18 +51,33 @@ struct LayerResources {
 };
 
 // Pointers a layer reads and writes in one pass, all sized for `batch` images, on the
-// network's device.
+// network's device. Activations and their gradients are of type `dtype` (fp32, or bf16 in a
+// bf16 network on a GPU); scratch is fp32.
 struct LayerIo {
   int batch = 0;
-  std::vector<const float*> x;  // inputs
-  float* y = nullptr;           // output
-  std::vector<float*> dx;       // input gradients (overwritten); null where none is needed
-  const float* dy = nullptr;    // output gradient
+  kernels::DType dtype = kernels::DType::kF32;
+  std::vector<const void*> x;   // inputs
+  void* y = nullptr;            // output
+  std::vector<void*> dx;        // input gradients (overwritten); null where none is needed
+  const void* dy = nullptr;     // output gradient
   float* scratch = nullptr;     // LayerResources::scratch_floats, kept forward to backward
   void* workspace = nullptr;    // LayerResources::workspace_bytes, free between calls
   LayerState* state = nullptr;  // LayerResources::state
   const kernels::CudaContext* cuda = nullptr;  // the stream and handles; null on the CPU
+
+  // fp32 views for the CPU kernels (CPU networks are always fp32).
+  const float* xf(size_t i) const { return static_cast<const float*>(x[i]); }
+  float* yf() const { return static_cast<float*>(y); }
+  float* dxf(size_t i) const { return static_cast<float*>(dx[i]); }
+  const float* dyf() const { return static_cast<const float*>(dy); }
 };
+
+// What the kernels of a network of element type `t` read and write for a weight: the fp32
+// master, or the bf16 copy (see Parameter::value_bf16).
+const void* WeightFor(const Parameter& p, kernels::DType t);
+void* WeightGradFor(const Parameter& p, kernels::DType t);
+// Gives p its bf16 copies (once; later calls do nothing).
+absl::Status AddBf16Copies(Parameter* p, Device* device);
 
 class Layer {
  public:

@@ -69,6 +69,8 @@ class Linear : public Layer {
   const char* type() const override { return "linear"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
 

@@ -29,27 +29,38 @@ void Linear::Initialize(Philox& rng) {
   FillUniform(bias_, rng, bound);
 }
 
+absl::StatusOr<LayerResources> Linear::Prepare(int batch, Device* device,
+                                               const PlanOptions& options) {
+  if (options.precision == kernels::Precision::kBf16) {
+    TOPIARY_RETURN_IF_ERROR(AddBf16Copies(kernel_, device));
+  }
+  return LayerResources{};
+}
+
 absl::Status Linear::Forward(const LayerIo& io, bool training) {
   const kernels::LinearShape s{io.batch, in_, out_};
   if (io.cuda) {
-    return kernels::LinearForwardCuda(s, io.x[0], kernel_->value.data(), bias_->value.data(), io.y,
-                                      *io.cuda);
+    return kernels::LinearForwardCuda(io.dtype, s, io.x[0], WeightFor(*kernel_, io.dtype),
+                                      bias_->value.data(), io.y, *io.cuda);
   }
-  kernels::LinearForwardCpu(s, io.x[0], kernel_->value.data(), bias_->value.data(), io.y);
+  kernels::LinearForwardCpu(s, io.xf(0), kernel_->value.data(), bias_->value.data(), io.yf());
   return absl::OkStatus();
 }
 
 absl::Status Linear::Backward(const LayerIo& io) {
   const kernels::LinearShape s{io.batch, in_, out_};
   if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(kernels::LinearBackwardFilterCuda(
-        s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data(), *io.cuda));
+    TOPIARY_RETURN_IF_ERROR(
+        kernels::LinearBackwardFilterCuda(io.dtype, s, io.x[0], io.dy,
+                                          WeightGradFor(*kernel_, io.dtype), bias_->grad.data(),
+                                          *io.cuda));
     if (io.dx[0] == nullptr) return absl::OkStatus();
-    return kernels::LinearBackwardDataCuda(s, io.dy, kernel_->value.data(), io.dx[0], *io.cuda);
+    return kernels::LinearBackwardDataCuda(io.dtype, s, io.dy, WeightFor(*kernel_, io.dtype),
+                                           io.dx[0], *io.cuda);
   }
-  kernels::LinearBackwardFilterCpu(s, io.x[0], io.dy, kernel_->grad.data(), bias_->grad.data());
+  kernels::LinearBackwardFilterCpu(s, io.xf(0), io.dyf(), kernel_->grad.data(), bias_->grad.data());
   if (io.dx[0] != nullptr)
-    kernels::LinearBackwardDataCpu(s, io.dy, kernel_->value.data(), io.dx[0]);
+    kernels::LinearBackwardDataCpu(s, io.dyf(), kernel_->value.data(), io.dxf(0));
   return absl::OkStatus();
 }
 

@@ -94,17 +94,41 @@ absl::Status Network::Allocate(const PlanOptions& options) {
   const auto& shapes = model_->value_shapes();
   const auto& nodes = model_->nodes();
   const int num_nodes = static_cast<int>(nodes.size());
+  dtype_ = kernels::ActivationType(options.precision);
+  if (dtype_ == kernels::DType::kBf16 && dev->cuda() == nullptr) {
+    return absl::InvalidArgumentError(
+        "bf16 precision needs a GPU (the CPU backend computes in fp32 only)");
+  }
   auto floats = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
     planned_bytes_ += count * sizeof(float);
     return Buffer<float>::Create(dev, count);
   };
+  // One activation (or activation gradient) of value v for the whole batch.
+  const size_t elem = kernels::SizeOf(dtype_);
+  auto activation = [&](int v) -> absl::StatusOr<Buffer<char>> {
+    const size_t bytes = shapes[v].per_image() * batch_ * elem;
+    planned_bytes_ += bytes;
+    auto b = Buffer<char>::Create(dev, bytes);
+    if (!b.ok()) {
+      return absl::Status(b.status().code(),
+                          absl::StrFormat("[%d, %d, %d, %d]: %s", batch_, shapes[v].h, shapes[v].w,
+                                          shapes[v].c, b.status().message()));
+    }
+    return b;
+  };
 
   values_.resize(shapes.size());
   for (size_t v = 0; v < shapes.size(); ++v) {
-    planned_bytes_ += shapes[v].per_image() * batch_ * sizeof(float);
-    auto data = Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
+    auto data = activation(static_cast<int>(v));
     if (!data.ok()) return data.status();
     values_[v].data = std::move(*data);
+  }
+  input_ = reinterpret_cast<float*>(values_[0].data.data());
+  if (dtype_ == kernels::DType::kBf16) {
+    auto in = floats(shapes[0].per_image() * batch_);
+    if (!in.ok()) return in.status();
+    input_f32_ = std::move(*in);
+    input_ = input_f32_.data();
   }
 
   // Gradients live in the backward pass from the step that writes them (the consumer's
@@ -115,22 +139,21 @@ absl::Status Network::Allocate(const PlanOptions& options) {
   std::vector<int> producer(shapes.size(), -1);
   for (int j = 0; j < num_nodes; ++j) producer[nodes[j].output] = j;
   struct Slot {
-    size_t floats;
+    size_t count;
     int busy_until;
-    float* data;
+    void* data;
   };
   std::vector<Slot> slots;
-  auto grad_buffer = [&](int v, int write_step) -> absl::StatusOr<float*> {
+  auto grad_buffer = [&](int v, int write_step) -> absl::StatusOr<void*> {
     const size_t count = shapes[v].per_image() * batch_;
     const int read_step = num_nodes - 1 - producer[v];
     for (Slot& s : slots) {
-      if (s.floats == count && s.busy_until < write_step) {
+      if (s.count == count && s.busy_until < write_step) {
         s.busy_until = read_step;
         return s.data;
       }
     }
-    planned_bytes_ += count * sizeof(float);
-    auto t = Tensor::Create(dev, {batch_, shapes[v].h, shapes[v].w, shapes[v].c});
+    auto t = activation(v);
     if (!t.ok()) return t.status();
     grad_pool_.push_back(std::move(*t));
     slots.push_back({count, read_step, grad_pool_.back().data()});
@@ -180,6 +203,7 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     LayerIo& io = io_[j];
     io.batch = batch_;
     io.cuda = dev->cuda();
+    io.dtype = dtype_;
     io.y = values_[nodes[j].output].data.data();
     io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
     auto res = nodes[j].layer->Prepare(batch_, dev, options);
@@ -196,6 +220,8 @@ absl::Status Network::Allocate(const PlanOptions& options) {
   if (!ws.ok()) return ws.status();
   workspace_ = std::move(*ws);
   for (auto& io : io_) io.workspace = workspace_.data();
+
+  if (dtype_ == kernels::DType::kBf16) TOPIARY_RETURN_IF_ERROR(PlanBf16Casts());
 
   auto labels = Buffer<int32_t>::Create(dev, batch_);
   if (!labels.ok()) return labels.status();
@@ -214,8 +240,39 @@ absl::Status Network::Allocate(const PlanOptions& options) {
   return absl::OkStatus();
 }
 
+absl::Status Network::PlanBf16Casts() {
+  Device* dev = model_->device();
+  std::vector<kernels::CastItem> weights, grads;
+  for (Parameter* p : model_->parameters()) {
+    if (p->value_bf16.empty()) continue;
+    weights.push_back({p->value.data(), p->value_bf16.data(), static_cast<int64_t>(p->size())});
+    grads.push_back({p->grad_bf16.data(), p->grad.data(), static_cast<int64_t>(p->size())});
+  }
+  auto upload = [&](const std::vector<kernels::CastItem>& items, Buffer<kernels::CastItem>* out,
+                    int* count) -> absl::Status {
+    auto b = Buffer<kernels::CastItem>::Create(dev, items.size());
+    if (!b.ok()) return b.status();
+    *out = std::move(*b);
+    if (!items.empty()) out->CopyFromHost(items.data());
+    *count = static_cast<int>(items.size());
+    return absl::OkStatus();
+  };
+  TOPIARY_RETURN_IF_ERROR(upload(weights, &weight_casts_, &weight_cast_count_));
+  return upload(grads, &grad_casts_, &grad_cast_count_);
+}
+
 absl::Status Network::Forward(bool training) {
   const auto& nodes = model_->nodes();
+  if (dtype_ == kernels::DType::kBf16) {
+    // The masters may have changed since the last pass (an update, a load, a new mask).
+    const kernels::CudaContext& cuda = *model_->device()->cuda();
+    TOPIARY_RETURN_IF_ERROR(kernels::CastCuda(
+        kernels::DType::kF32, kernels::DType::kBf16,
+        static_cast<int64_t>(model_->input_shape().per_image()) * batch_, input_f32_.data(),
+        values_[0].data.data(), cuda));
+    TOPIARY_RETURN_IF_ERROR(kernels::CastManyCuda(kernels::DType::kF32, kernels::DType::kBf16,
+                                                  weight_casts_.data(), weight_cast_count_, cuda));
+  }
   for (size_t j = 0; j < nodes.size(); ++j) {
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
@@ -231,21 +288,22 @@ absl::Status Network::Loss(float label_smoothing, int count) {
   const int classes = model_->classes();
   const int k = std::min(5, classes);
   Value& out = values_[model_->output()];
-  float* dlogits = training_ ? out.grad : nullptr;
+  void* dlogits = training_ ? out.grad : nullptr;
   if (const kernels::CudaContext* cuda = model_->device()->cuda()) {
     TOPIARY_RETURN_IF_ERROR(kernels::SoftmaxCrossEntropyCuda(
-        batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
+        dtype_, batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
         sample_loss_.data(), rank_.data(), *cuda));
     return kernels::AccumulateMetricsCuda(count, sample_loss_.data(), rank_.data(), k,
                                           metrics_.data(), *cuda);
   }
   // One pass gives the loss of the first `count` rows and, on a training network (where
   // count is the whole batch), the gradient of their mean.
+  const float* logits = reinterpret_cast<const float*>(out.data.data());
   host_metrics_.loss_sum +=
-      count * kernels::SoftmaxCrossEntropyCpu(count, classes, out.data.data(), labels_.data(),
-                                              label_smoothing, dlogits);
-  host_metrics_.top1 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), 1);
-  host_metrics_.top5 += kernels::TopKCorrectCpu(count, classes, out.data.data(), labels_.data(), k);
+      count * kernels::SoftmaxCrossEntropyCpu(count, classes, logits, labels_.data(),
+                                              label_smoothing, static_cast<float*>(dlogits));
+  host_metrics_.top1 += kernels::TopKCorrectCpu(count, classes, logits, labels_.data(), 1);
+  host_metrics_.top5 += kernels::TopKCorrectCpu(count, classes, logits, labels_.data(), k);
   host_metrics_.images += count;
   return absl::OkStatus();
 }
@@ -257,15 +315,20 @@ absl::Status Network::Backward() {
   for (size_t j = nodes.size(); j-- > 0;) {
     Value& out = values_[nodes[j].output];
     const int64_t n = static_cast<int64_t>(shapes[nodes[j].output].per_image()) * batch_;
-    for (const float* extra : out.extra_grads) {
+    for (const void* extra : out.extra_grads) {
       if (cuda != nullptr) {
-        TOPIARY_RETURN_IF_ERROR(kernels::AddCuda(n, out.grad, extra, out.grad, *cuda));
+        TOPIARY_RETURN_IF_ERROR(kernels::AddCuda(dtype_, n, out.grad, extra, out.grad, *cuda));
       } else {
-        kernels::AddCpu(n, out.grad, extra, out.grad);
+        float* g = static_cast<float*>(out.grad);
+        kernels::AddCpu(n, g, static_cast<const float*>(extra), g);
       }
     }
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), true));
+  }
+  if (dtype_ == kernels::DType::kBf16) {  // the optimizer updates the fp32 masters
+    return kernels::CastManyCuda(kernels::DType::kBf16, kernels::DType::kF32, grad_casts_.data(),
+                                 grad_cast_count_, *cuda);
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/elementwise.h"
 #include "trainer/layer.h"
 #include "trainer/tensor.h"
 
@@ -78,12 +79,13 @@ class Network {
                                                        const PlanOptions& options = {});
 
   int batch() const { return batch_; }
-  // The input batch [batch, H, W, C] and its labels [batch], in device memory: write them
-  // before Forward.
-  float* input() const { return values_[0].data.data(); }
+  // The element type of activations and their gradients (bf16 when planned with
+  // Precision::kBf16, which needs a GPU).
+  kernels::DType dtype() const { return dtype_; }
+  // The input batch [batch, H, W, C] (fp32 whatever dtype(): a bf16 network casts it) and
+  // its labels [batch], in device memory: write them before Forward.
+  float* input() const { return input_; }
   int32_t* labels() const { return labels_.data(); }
-  // Logits [batch, classes] after Forward, in device memory.
-  const float* logits() const { return values_[model_->output()].data.data(); }
 
   absl::Status Forward(bool training);
   // Softmax cross-entropy of the logits against labels(). A training network also writes its
@@ -106,23 +108,31 @@ class Network {
 
  private:
   struct Value {
-    Tensor data;            // [batch, H, W, C]
-    float* grad = nullptr;  // same size, from grad_pool_; training networks only
+    Buffer<char> data;     // [batch, H, W, C] elements of dtype_
+    void* grad = nullptr;  // same size, from grad_pool_; training networks only
     // Gradients from the second, third... consumer of a value; summed into grad before the
     // producer's backward (the role of Caffe's Split layer, without a layer).
-    std::vector<float*> extra_grads;
+    std::vector<void*> extra_grads;
   };
   Network(Model* model, int batch, bool training)
       : model_(model), batch_(batch), training_(training) {}
   absl::Status Allocate(const PlanOptions& options);
+  // bf16 networks: the fp32 input and the weight copies, cast for the forward pass; the
+  // weight gradients, widened for the optimizer.
+  absl::Status PlanBf16Casts();
 
   Model* model_;
   int batch_;
   bool training_;
+  kernels::DType dtype_ = kernels::DType::kF32;
   std::vector<Value> values_;
+  float* input_ = nullptr;    // values_[0], or input_f32_ in a bf16 network
+  Buffer<float> input_f32_;   // bf16 networks: the batch as written, before the cast
+  Buffer<kernels::CastItem> weight_casts_, grad_casts_;  // bf16 networks: device tables
+  int weight_cast_count_ = 0, grad_cast_count_ = 0;
   // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
   // overlap (see Allocate): activations must all be kept, gradients need not.
-  std::vector<Tensor> grad_pool_;
+  std::vector<Buffer<char>> grad_pool_;
   std::vector<Buffer<float>> scratch_;               // per node
   std::vector<std::unique_ptr<LayerState>> states_;  // per node
   Buffer<float> workspace_;                          // shared by all nodes

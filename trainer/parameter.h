@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "trainer/device.h"
 #include "trainer/tensor.h"
 
@@ -38,6 +39,11 @@ struct Parameter {
   Tensor momentum;        // trainable only
   Buffer<uint8_t> mask;   // empty: dense; else 1 = kept, same layout as value
   MaskInfo mask_info;
+  // bf16 networks only (conv and linear kernels): the copy the kernels read, cast from value
+  // before every forward pass (so it always follows the master, masks included), and the
+  // gradient they write, widened into grad after every backward pass.
+  Buffer<kernels::Bf16> value_bf16;
+  Buffer<kernels::Bf16> grad_bf16;
 
   std::string full_name() const { return layer + "." + role; }
   size_t size() const { return value.size(); }

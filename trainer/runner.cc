@@ -28,6 +28,17 @@
 namespace topiary {
 namespace {
 
+kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
+  switch (p) {
+    case topiary::v1::TrainSpec::TF32:
+      return kernels::Precision::kTf32;
+    case topiary::v1::TrainSpec::BF16:
+      return kernels::Precision::kBf16;
+    default:
+      return kernels::Precision::kFp32;
+  }
+}
+
 using topiary::v1::CheckpointMetrics;
 using topiary::v1::Event;
 using topiary::v1::ExperimentSpec;
@@ -140,6 +151,11 @@ absl::Status ExperimentRun::Setup() {
   if (!device.ok()) return device.status();
   device_ = std::move(*device);
   summary_->set_device(device_->name());
+  if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device_->cuda() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train.precision: BF16 needs a GPU, and this run's device is %s; use FP32 on the CPU",
+        device_->name()));
+  }
 
   auto data = LoadDataset(spec_.data(), spec_.seed());
   if (!data.ok()) return data.status();
@@ -158,7 +174,7 @@ absl::Status ExperimentRun::Setup() {
   model_ = std::move(*model);
   model_->Initialize(spec_.seed());
   PlanOptions plan_options;
-  plan_options.tf32 = spec_.train().precision() == topiary::v1::TrainSpec::TF32;
+  plan_options.precision = PrecisionOf(spec_.train().precision());
   plan_options.deterministic = spec_.device().deterministic();
   auto train_net = Network::Plan(model_.get(), batch_, true, plan_options);
   if (!train_net.ok()) return train_net.status();

@@ -70,6 +70,35 @@ TEST_F(RunnerGpu, FirstStepMatchesCpu) {
   EXPECT_NEAR(gpu.losses.back(), cpu.losses.back(), 0.05 * std::abs(cpu.losses.back()) + 0.02);
 }
 
+TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
+  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  EXPECT_GT(a.summary.test_top1(), 0.9);
+  ASSERT_EQ(a.losses.size(), 60u);
+  EXPECT_EQ(a.losses, b.losses);
+  // The first step sees the same weights and batch as fp32, rounded to bf16: close losses.
+  const Trace fp32 = RunAndTrace(Parse(kSynthetic));
+  EXPECT_NEAR(a.losses[0], fp32.losses[0], 0.02 * std::abs(fp32.losses[0]));
+  EXPECT_NE(a.losses, fp32.losses);  // and yet a different computation
+
+  topiary::v1::DeviceSpec ds;
+  ds.set_kind(topiary::v1::DeviceSpec::CUDA);
+  auto dev = CreateDevice(ds);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto model = BuildModel("resnet20", 1.0f, {1, 32, 32, 3}, 10, dev->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  PlanOptions bf16;
+  bf16.precision = kernels::Precision::kBf16;
+  auto n32 = Network::Plan(model->get(), 128, true);
+  auto n16 = Network::Plan(model->get(), 128, true, bf16);
+  ASSERT_TRUE(n32.ok()) << n32.status();
+  ASSERT_TRUE(n16.ok()) << n16.status();
+  EXPECT_EQ((*n16)->dtype(), kernels::DType::kBf16);
+  EXPECT_LT((*n16)->planned_bytes(), 0.6 * (*n32)->planned_bytes());
+}
+
 TEST_F(RunnerGpu, ClearErrorsForMemoryAndDevice) {
   {
     topiary::v1::DeviceSpec ds;

@@ -71,6 +71,11 @@ TEST(Runner, FailuresAreReportedNotThrown) {
   EXPECT_EQ(s.state(), "FAILED");
   EXPECT_NE(s.error().find("device.kind: CUDA"), std::string::npos) << s.error();
   spec = Parse(kSynthetic);
+  spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  s = RunAndTrace(spec).summary;
+  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_NE(s.error().find("train.precision: BF16 needs a GPU"), std::string::npos) << s.error();
+  spec = Parse(kSynthetic);
   spec.mutable_train()->mutable_optimizer()->set_lr(1e6f);
   s = RunAndTrace(spec).summary;
   EXPECT_EQ(s.state(), "FAILED");

@@ -21,9 +21,11 @@ int64_t Count(const Shape4& per_image, int batch) {
   return static_cast<int64_t>(per_image.per_image()) * batch;
 }
 
-absl::Status Copy(const LayerIo& io, int64_t n, const float* src, float* dst) {
-  if (io.cuda) return kernels::CopyCuda(n, src, dst, *io.cuda);
-  std::memcpy(dst, src, sizeof(float) * n);
+// Copies n activation elements.
+absl::Status Copy(const LayerIo& io, int64_t n, const void* src, void* dst) {
+  const int64_t bytes = n * static_cast<int64_t>(kernels::SizeOf(io.dtype));
+  if (io.cuda) return kernels::CopyCuda(bytes, src, dst, *io.cuda);
+  std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }
 
@@ -57,13 +59,13 @@ absl::Status Pool2d::Forward(const LayerIo& io, bool training) {
   const kernels::PoolShape s = ShapeFor(io.batch);
   const bool max = kind_ == Kind::kMax;
   if (io.cuda) {
-    return max ? kernels::MaxPoolForwardCuda(s, io.x[0], io.y, *io.cuda)
-               : kernels::AvgPoolForwardCuda(s, io.x[0], io.y, *io.cuda);
+    return max ? kernels::MaxPoolForwardCuda(io.dtype, s, io.x[0], io.y, *io.cuda)
+               : kernels::AvgPoolForwardCuda(io.dtype, s, io.x[0], io.y, *io.cuda);
   }
   if (max) {
-    kernels::MaxPoolForwardCpu(s, io.x[0], io.y);
+    kernels::MaxPoolForwardCpu(s, io.xf(0), io.yf());
   } else {
-    kernels::AvgPoolForwardCpu(s, io.x[0], io.y);
+    kernels::AvgPoolForwardCpu(s, io.xf(0), io.yf());
   }
   return absl::OkStatus();
 }
@@ -72,13 +74,14 @@ absl::Status Pool2d::Backward(const LayerIo& io) {
   const kernels::PoolShape s = ShapeFor(io.batch);
   const bool max = kind_ == Kind::kMax;
   if (io.cuda) {
-    return max ? kernels::MaxPoolBackwardCuda(s, io.x[0], io.y, io.dy, io.dx[0], *io.cuda)
-               : kernels::AvgPoolBackwardCuda(s, io.dy, io.dx[0], *io.cuda);
+    return max ? kernels::MaxPoolBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, io.dx[0],
+                                              *io.cuda)
+               : kernels::AvgPoolBackwardCuda(io.dtype, s, io.dy, io.dx[0], *io.cuda);
   }
   if (max) {
-    kernels::MaxPoolBackwardCpu(s, io.x[0], io.y, io.dy, io.dx[0]);
+    kernels::MaxPoolBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), io.dxf(0));
   } else {
-    kernels::AvgPoolBackwardCpu(s, io.dy, io.dx[0]);
+    kernels::AvgPoolBackwardCpu(s, io.dyf(), io.dxf(0));
   }
   return absl::OkStatus();
 }
@@ -92,19 +95,19 @@ absl::StatusOr<Shape4> GlobalAvgPool::Setup(const std::vector<Shape4>& inputs, D
 
 absl::Status GlobalAvgPool::Forward(const LayerIo& io, bool training) {
   if (io.cuda) {
-    return kernels::GlobalAvgPoolForwardCuda(io.batch, in_.h * in_.w, in_.c, io.x[0], io.y,
-                                             *io.cuda);
+    return kernels::GlobalAvgPoolForwardCuda(io.dtype, io.batch, in_.h * in_.w, in_.c, io.x[0],
+                                             io.y, *io.cuda);
   }
-  kernels::GlobalAvgPoolForwardCpu(io.batch, in_.h * in_.w, in_.c, io.x[0], io.y);
+  kernels::GlobalAvgPoolForwardCpu(io.batch, in_.h * in_.w, in_.c, io.xf(0), io.yf());
   return absl::OkStatus();
 }
 
 absl::Status GlobalAvgPool::Backward(const LayerIo& io) {
   if (io.cuda) {
-    return kernels::GlobalAvgPoolBackwardCuda(io.batch, in_.h * in_.w, in_.c, io.dy, io.dx[0],
-                                              *io.cuda);
+    return kernels::GlobalAvgPoolBackwardCuda(io.dtype, io.batch, in_.h * in_.w, in_.c, io.dy,
+                                              io.dx[0], *io.cuda);
   }
-  kernels::GlobalAvgPoolBackwardCpu(io.batch, in_.h * in_.w, in_.c, io.dy, io.dx[0]);
+  kernels::GlobalAvgPoolBackwardCpu(io.batch, in_.h * in_.w, in_.c, io.dyf(), io.dxf(0));
   return absl::OkStatus();
 }
 
@@ -117,15 +120,15 @@ absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* de
 
 absl::Status Relu::Forward(const LayerIo& io, bool training) {
   const int64_t n = Count(in_, io.batch);
-  if (io.cuda) return kernels::ReluForwardCuda(n, io.x[0], io.y, *io.cuda);
-  kernels::ReluForwardCpu(n, io.x[0], io.y);
+  if (io.cuda) return kernels::ReluForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
+  kernels::ReluForwardCpu(n, io.xf(0), io.yf());
   return absl::OkStatus();
 }
 
 absl::Status Relu::Backward(const LayerIo& io) {
   const int64_t n = Count(in_, io.batch);
-  if (io.cuda) return kernels::ReluBackwardCuda(n, io.y, io.dy, io.dx[0], *io.cuda);
-  kernels::ReluBackwardCpu(n, io.y, io.dy, io.dx[0]);
+  if (io.cuda) return kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
+  kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
   return absl::OkStatus();
 }
 
@@ -140,13 +143,13 @@ absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* dev
 absl::Status Add::Forward(const LayerIo& io, bool training) {
   const int64_t n = Count(in_, io.batch);
   if (io.cuda) {
-    return relu_ ? kernels::AddReluCuda(n, io.x[0], io.x[1], io.y, *io.cuda)
-                 : kernels::AddCuda(n, io.x[0], io.x[1], io.y, *io.cuda);
+    return relu_ ? kernels::AddReluCuda(io.dtype, n, io.x[0], io.x[1], io.y, *io.cuda)
+                 : kernels::AddCuda(io.dtype, n, io.x[0], io.x[1], io.y, *io.cuda);
   }
   if (relu_) {
-    kernels::AddReluCpu(n, io.x[0], io.x[1], io.y);
+    kernels::AddReluCpu(n, io.xf(0), io.xf(1), io.yf());
   } else {
-    kernels::AddCpu(n, io.x[0], io.x[1], io.y);
+    kernels::AddCpu(n, io.xf(0), io.xf(1), io.yf());
   }
   return absl::OkStatus();
 }
@@ -154,18 +157,20 @@ absl::Status Add::Forward(const LayerIo& io, bool training) {
 absl::Status Add::Backward(const LayerIo& io) {
   const int64_t n = Count(in_, io.batch);
   if (relu_ && io.dx[0] != nullptr && io.dx[1] != nullptr) {
-    if (io.cuda) return kernels::AddReluBackwardCuda(n, io.y, io.dy, io.dx[0], io.dx[1], *io.cuda);
-    kernels::AddReluBackwardCpu(n, io.y, io.dy, io.dx[0], io.dx[1]);
+    if (io.cuda) {
+      return kernels::AddReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], io.dx[1], *io.cuda);
+    }
+    kernels::AddReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0), io.dxf(1));
     return absl::OkStatus();
   }
-  for (float* dx : io.dx) {
+  for (void* dx : io.dx) {
     if (dx == nullptr) continue;
     if (!relu_) {
       TOPIARY_RETURN_IF_ERROR(Copy(io, n, io.dy, dx));
     } else if (io.cuda) {
-      TOPIARY_RETURN_IF_ERROR(kernels::ReluBackwardCuda(n, io.y, io.dy, dx, *io.cuda));
+      TOPIARY_RETURN_IF_ERROR(kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, dx, *io.cuda));
     } else {
-      kernels::ReluBackwardCpu(n, io.y, io.dy, dx);
+      kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), static_cast<float*>(dx));
     }
   }
   return absl::OkStatus();

@@ -76,8 +76,6 @@ absl::Status ValidateData(const DataSpec& d) {
 absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
   CHECK_RULE(t.epochs() >= 0, "train.epochs", "must be >= 0");
   CHECK_RULE(t.eval_every_epochs() >= 0, "train.eval_every_epochs", "must be >= 0");
-  CHECK_RULE(t.precision() != topiary::v1::TrainSpec::BF16, "train.precision",
-             "BF16 is not available yet; use FP32 or TF32");
   CHECK_RULE(t.label_smoothing() >= 0 && t.label_smoothing() < 1, "train.label_smoothing",
              "must be in [0, 1)");
   const auto& o = t.optimizer();

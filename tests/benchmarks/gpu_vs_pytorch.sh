@@ -13,7 +13,7 @@ python="${4:-python3}"
 here="$(cd "$(dirname "$0")" && pwd)"
 ours() {  # model batch hw channels [extra flags]
   local m=$1 b=$2 hw=$3 c=$4; shift 4
-  for p in fp32 tf32; do
+  for p in fp32 tf32 bf16; do
     "$bench" --device cuda --models "$m" --batch "$b" --hw "$hw" --channels "$c" \
       --steps "$steps" --precision "$p" "$@"
   done
@@ -31,7 +31,7 @@ if [ "$which" != pytorch ]; then
 fi
 if [ "$which" != topiary ]; then
   theirs lenet5 128 28 1 eager,compile
-  theirs resnet20 128 32 3 eager,eager_cl,compile
+  theirs resnet20 128 32 3 eager,eager_cl,compile,bf16_compile
   theirs resnet20 512 32 3 eager_cl,compile,bf16_eager_cl,bf16_compile
   theirs resnet56 128 32 3 eager_cl,compile
   theirs resnet56 512 32 3 eager_cl,compile,bf16_compile

@@ -3,7 +3,7 @@
 //
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
-//                    [--graphs 1] [--precision fp32|tf32]
+//                    [--graphs 1] [--precision fp32|tf32|bf16]
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
 #include <cstdio>
@@ -71,7 +71,9 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   if (!model.ok()) return model.status();
   (*model)->Initialize(1);
   PlanOptions options;
-  options.tf32 = f.precision == "tf32";
+  options.precision = f.precision == "bf16"   ? kernels::Precision::kBf16
+                      : f.precision == "tf32" ? kernels::Precision::kTf32
+                                              : kernels::Precision::kFp32;
   options.deterministic = f.deterministic;
   auto net = Network::Plan(model->get(), f.batch, true, options);
   if (!net.ok()) return net.status();
