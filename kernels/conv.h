@@ -89,9 +89,14 @@ class ConvCudaPlan {
   absl::Status BackwardFilter(const void* x, const void* dy, void* dw, float* dbias,
                               void* workspace, const CudaContext& ctx) const;
 
+ public:
+  struct Descriptors;  // cuDNN state; defined by the implementation
+
  private:
-  struct Descriptors;
   ConvCudaPlan() = default;
+  // Pass 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 backward filter (x, dy -> dw).
+  absl::Status RunPass(int pass, const void* in0, const void* in1, void* out, void* workspace,
+                       const CudaContext& ctx) const;
   ConvShape shape_;
   DType dtype_ = DType::kF32;
   std::unique_ptr<Descriptors> d_;

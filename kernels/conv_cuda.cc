@@ -3,10 +3,13 @@
 // pass at plan time; hence the local warning suppression.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "kernels/conv.h"
+#include "kernels/conv_graph_cuda.h"
 #include "kernels/cuda_context.h"
 #include "kernels/elementwise.h"
 
@@ -22,6 +25,10 @@ struct ConvCudaPlan::Descriptors {
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t legacy_workspace[3] = {0, 0, 0};
+  // Per pass (ConvPass order): the graph-API plan when it measured faster than the legacy
+  // algorithm; null runs the legacy algorithm.
+  std::unique_ptr<GraphConvPass> graph[3];
 };
 
 namespace {
@@ -36,6 +43,14 @@ std::string Describe(const ConvShape& s) {
 template <typename Perf>
 absl::StatusOr<Perf> Pick(const std::vector<Perf>& results, int count, size_t limit,
                           bool deterministic, bool fma_only, const std::string& what) {
+  if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {  // what cuDNN measured, for tuning
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = results[i];
+      std::fprintf(stderr, "%s: algo %d math %d status %d time %.4f ms memory %zu det %d\n",
+                   what.c_str(), static_cast<int>(p.algo), static_cast<int>(p.mathType),
+                   static_cast<int>(p.status), p.time, p.memory, static_cast<int>(p.determinism));
+    }
+  }
   for (int i = 0; i < count; ++i) {
     const Perf& p = results[i];
     if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= limit &&
@@ -45,6 +60,127 @@ absl::StatusOr<Perf> Pick(const std::vector<Perf>& results, int count, size_t li
     }
   }
   return absl::InternalError(what + ": cuDNN found no usable algorithm");
+}
+
+bool ConvLog() { return std::getenv("TOPIARY_CONV_LOG") != nullptr; }
+
+const char* PassName(ConvPass pass) {
+  return pass == ConvPass::kForward        ? "forward"
+         : pass == ConvPass::kBackwardData ? "backward data"
+                                           : "backward filter";
+}
+
+// The legacy algorithm of a pass; operands as GraphConvPass::Run.
+absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const void* in0,
+                       const void* in1, void* out, void* workspace, size_t workspace_bytes,
+                       const CudaContext& ctx) {
+  const float one = 1.0f, zero = 0.0f;
+  switch (pass) {
+    case ConvPass::kForward:
+      return CudnnStatus(cudnnConvolutionForward(ctx.cudnn, &one, d.x, in0, d.w, in1, d.conv_fwd,
+                                                 d.fwd, workspace, workspace_bytes, &zero, d.y,
+                                                 out),
+                         "forward");
+    case ConvPass::kBackwardData:
+      return CudnnStatus(
+          cudnnConvolutionBackwardData(ctx.cudnn, &one, d.w, in1, d.y, in0, d.conv_bwd_data,
+                                       d.bwd_data, workspace, workspace_bytes, &zero, d.x, out),
+          "backward data");
+    case ConvPass::kBackwardFilter:
+      return CudnnStatus(
+          cudnnConvolutionBackwardFilter(ctx.cudnn, &one, d.x, in0, d.y, in1, d.conv_bwd_filter,
+                                         d.bwd_filter, workspace, workspace_bytes, &zero, d.w,
+                                         out),
+          "backward filter");
+  }
+  return absl::InternalError("unknown convolution pass");
+}
+
+// Mean milliseconds of run() over a few launches after one warm-up; an error if it fails.
+template <typename Run>
+absl::StatusOr<float> Time(const Run& run, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(run());
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  constexpr int kRuns = 3;
+  cudaEventRecord(start, ctx.stream);
+  absl::Status st;
+  for (int i = 0; i < kRuns && st.ok(); ++i) st = run();
+  cudaEventRecord(stop, ctx.stream);
+  const cudaError_t err = cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!st.ok()) return st;
+  TOPIARY_RETURN_IF_ERROR(CudaStatus(err, "timing a convolution"));
+  return ms / kRuns;
+}
+
+// Device memory for timing candidates, freed on scope exit.
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(size_t bytes) {
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+    }
+  }
+  ~Scratch() { cudaFree(p); }
+};
+
+// Times the legacy algorithm and the graph-API candidates of one pass on scratch operands
+// and keeps the graph plan in d.graph[pass] if one is faster.
+absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
+                        ConvPass pass, size_t workspace_limit, bool deterministic,
+                        const std::string& what, const CudaContext& ctx) {
+  const size_t elem = SizeOf(ActivationType(precision));
+  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c * elem;
+  const size_t nw = static_cast<size_t>(sh.k) * sh.patch() * elem;
+  const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k * elem;
+  auto candidates =
+      GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 8, ctx);
+  if (!candidates.ok() || candidates->empty()) {
+    if (ConvLog()) {
+      std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
+                   candidates.ok() ? "none usable" : candidates.status().ToString().c_str());
+    }
+    return absl::OkStatus();
+  }
+  const int p = static_cast<int>(pass);
+  size_t ws_bytes = d.legacy_workspace[p];
+  for (const auto& c : *candidates) ws_bytes = std::max(ws_bytes, c->workspace_bytes());
+  Scratch x(nx), w(nw), y(ny), ws(ws_bytes);
+  if (x.p == nullptr || w.p == nullptr || y.p == nullptr || ws.p == nullptr) {
+    return absl::OkStatus();  // too little memory to compare: keep the legacy algorithm
+  }
+  cudaMemsetAsync(x.p, 0, nx, ctx.stream);
+  cudaMemsetAsync(w.p, 0, nw, ctx.stream);
+  cudaMemsetAsync(y.p, 0, ny, ctx.stream);
+  // Operands in GraphConvPass::Run order.
+  void* in0 = pass == ConvPass::kBackwardData ? y.p : x.p;
+  void* in1 = pass == ConvPass::kBackwardFilter ? y.p : w.p;
+  void* out = pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
+  auto legacy = Time(
+      [&] { return RunLegacy(d, pass, in0, in1, out, ws.p, d.legacy_workspace[p], ctx); }, ctx);
+  float best = legacy.ok() ? *legacy : 1e30f;
+  int best_index = -1;
+  for (size_t i = 0; i < candidates->size(); ++i) {
+    const GraphConvPass& c = *(*candidates)[i];
+    auto t = Time([&] { return c.Run(in0, in1, out, ws.p, ctx); }, ctx);
+    if (t.ok() && *t < best) {
+      best = *t;
+      best_index = static_cast<int>(i);
+    }
+  }
+  if (ConvLog()) {
+    std::fprintf(stderr, "%s %s: legacy %.4f ms, %zu graph engines, chose %s (%.4f ms)\n",
+                 what.c_str(), PassName(pass), legacy.ok() ? *legacy : -1.0f, candidates->size(),
+                 best_index < 0 ? "legacy" : (*candidates)[best_index]->name().c_str(), best);
+  }
+  if (best_index >= 0) d.graph[p] = std::move((*candidates)[best_index]);
+  return CudaStatus(cudaGetLastError(), what);
 }
 
 }  // namespace
@@ -124,7 +260,17 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
       CudnnStatus(cudnnSetConvolutionMathType(d.conv_bwd_data, b->mathType), what));
   TOPIARY_RETURN_IF_ERROR(
       CudnnStatus(cudnnSetConvolutionMathType(d.conv_bwd_filter, g->mathType), what));
-  plan->workspace_bytes_ = std::max({f->memory, b->memory, g->memory});
+  d.legacy_workspace[0] = f->memory;
+  d.legacy_workspace[1] = b->memory;
+  d.legacy_workspace[2] = g->memory;
+  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackwardData, ConvPass::kBackwardFilter}) {
+    TOPIARY_RETURN_IF_ERROR(
+        ChoosePass(d, sh, precision, pass, workspace_limit, deterministic, what, ctx));
+  }
+  for (int p = 0; p < 3; ++p) {
+    plan->workspace_bytes_ = std::max(
+        plan->workspace_bytes_, d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p]);
+  }
   return plan;
 }
 
@@ -138,13 +284,21 @@ ConvCudaPlan::~ConvCudaPlan() {
   cudnnDestroyConvolutionDescriptor(d_->conv_bwd_filter);
 }
 
+absl::Status ConvCudaPlan::RunPass(int pass, const void* in0, const void* in1, void* out,
+                                   void* workspace, const CudaContext& ctx) const {
+  const absl::Status st =
+      d_->graph[pass] ? d_->graph[pass]->Run(in0, in1, out, workspace, ctx)
+                      : RunLegacy(*d_, static_cast<ConvPass>(pass), in0, in1, out, workspace,
+                                  d_->legacy_workspace[pass], ctx);
+  if (st.ok()) return st;
+  return absl::Status(st.code(), Describe(shape_) + " " +
+                                     PassName(static_cast<ConvPass>(pass)) + ": " +
+                                     std::string(st.message()));
+}
+
 absl::Status ConvCudaPlan::Forward(const void* x, const void* w, const float* bias, void* y,
                                    void* workspace, const CudaContext& ctx) const {
-  const float one = 1.0f, zero = 0.0f;
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnConvolutionForward(ctx.cudnn, &one, d_->x, x, d_->w, w, d_->conv_fwd, d_->fwd,
-                                          workspace, workspace_bytes_, &zero, d_->y, y),
-                  Describe(shape_) + " forward"));
+  TOPIARY_RETURN_IF_ERROR(RunPass(0, x, w, y, workspace, ctx));
   if (bias == nullptr) return absl::OkStatus();
   return AddBiasCuda(dtype_, static_cast<int64_t>(shape_.n) * shape_.ho() * shape_.wo(), shape_.k,
                      bias, y, ctx);
@@ -152,22 +306,12 @@ absl::Status ConvCudaPlan::Forward(const void* x, const void* w, const float* bi
 
 absl::Status ConvCudaPlan::BackwardData(const void* dy, const void* w, void* dx, void* workspace,
                                         const CudaContext& ctx) const {
-  const float one = 1.0f, zero = 0.0f;
-  return CudnnStatus(
-      cudnnConvolutionBackwardData(ctx.cudnn, &one, d_->w, w, d_->y, dy, d_->conv_bwd_data,
-                                   d_->bwd_data,
-                                   workspace, workspace_bytes_, &zero, d_->x, dx),
-      Describe(shape_) + " backward data");
+  return RunPass(1, dy, w, dx, workspace, ctx);
 }
 
 absl::Status ConvCudaPlan::BackwardFilter(const void* x, const void* dy, void* dw, float* dbias,
                                           void* workspace, const CudaContext& ctx) const {
-  const float one = 1.0f, zero = 0.0f;
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(
-      cudnnConvolutionBackwardFilter(ctx.cudnn, &one, d_->x, x, d_->y, dy, d_->conv_bwd_filter,
-                                     d_->bwd_filter,
-                                     workspace, workspace_bytes_, &zero, d_->w, dw),
-      Describe(shape_) + " backward filter"));
+  TOPIARY_RETURN_IF_ERROR(RunPass(2, x, dy, dw, workspace, ctx));
   if (dbias == nullptr) return absl::OkStatus();
   return BiasGradCuda(dtype_, static_cast<int64_t>(shape_.n) * shape_.ho() * shape_.wo(), shape_.k,
                       dy, dbias, ctx);

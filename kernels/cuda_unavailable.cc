@@ -123,6 +123,10 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
   return NoCuda();
 }
 ConvCudaPlan::~ConvCudaPlan() = default;
+absl::Status ConvCudaPlan::RunPass(int, const void*, const void*, void*, void*,
+                                   const CudaContext&) const {
+  return NoCuda();
+}
 absl::Status ConvCudaPlan::Forward(const void*, const void*, const float*, void*, void*,
                                    const CudaContext&) const {
   return NoCuda();
