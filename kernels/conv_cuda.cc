@@ -131,7 +131,8 @@ struct Scratch {
 };
 
 // Times the legacy algorithm and the graph-API candidates of one pass on scratch operands
-// and keeps the graph plan in d.graph[pass] if one is faster.
+// and keeps the graph plan in d.graph[pass] if one is faster. Deterministic plans take the
+// heuristics' first engine that runs, untimed.
 absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
                         ConvPass pass, size_t workspace_limit, bool deterministic,
                         const std::string& what, const CudaContext& ctx) {
@@ -162,6 +163,13 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   void* in0 = pass == ConvPass::kBackwardData ? y.p : x.p;
   void* in1 = pass == ConvPass::kBackwardFilter ? y.p : w.p;
   void* out = pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
+  if (deterministic) {
+    // Timings vary from run to run, and a different engine gives different bits: take the
+    // heuristics' first choice, the same on every run (on the same GPU and cuDNN).
+    auto first = Time([&] { return (*candidates)[0]->Run(in0, in1, out, ws.p, ctx); }, ctx);
+    if (first.ok()) d.graph[p] = std::move((*candidates)[0]);
+    return CudaStatus(cudaGetLastError(), what);
+  }
   auto legacy = Time(
       [&] { return RunLegacy(d, pass, in0, in1, out, ws.p, d.legacy_workspace[p], ctx); }, ctx);
   float best = legacy.ok() ? *legacy : 1e30f;

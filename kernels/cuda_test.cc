@@ -283,11 +283,13 @@ TEST_F(CudaKernels, PoolingMatchesCpu) {
       auto x = Round(RandomFloats(nx, 10), t), g = Round(RandomFloats(ny, 11), t);
       x[0] = x[1];  // a tie: both sides must route it to the first position
       Act dx(t, x), dg(t, g), y(t, ny), gx(t, nx);
+      Dev<uint8_t> argmax(ny);
       for (bool max : {true, false}) {
         std::vector<float> ry(ny), rgx(nx);
         if (max) {
-          ASSERT_TRUE(MaxPoolForwardCuda(t, sh, dx.get(), y.get(), ctx_).ok());
-          ASSERT_TRUE(MaxPoolBackwardCuda(t, sh, dx.get(), y.get(), dg.get(), gx.get(), ctx_).ok());
+          ASSERT_TRUE(MaxPoolForwardCuda(t, sh, dx.get(), y.get(), argmax.get(), ctx_).ok());
+          ASSERT_TRUE(
+              MaxPoolBackwardCuda(t, sh, argmax.get(), dg.get(), gx.get(), ctx_).ok());
           MaxPoolForwardCpu(sh, x.data(), ry.data());
           MaxPoolBackwardCpu(sh, x.data(), ry.data(), g.data(), rgx.data());
         } else {

@@ -68,11 +68,12 @@ absl::Status BatchNormBackwardCuda(DType, const BatchNormShape&, const void*, co
                                    float*, float*, float*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status MaxPoolForwardCuda(DType, const PoolShape&, const void*, void*, const CudaContext&) {
+absl::Status MaxPoolForwardCuda(DType, const PoolShape&, const void*, void*, uint8_t*,
+                                const CudaContext&) {
   return NoCuda();
 }
-absl::Status MaxPoolBackwardCuda(DType, const PoolShape&, const void*, const void*, const void*,
-                                 void*, const CudaContext&) {
+absl::Status MaxPoolBackwardCuda(DType, const PoolShape&, const uint8_t*, const void*, void*,
+                                 const CudaContext&) {
   return NoCuda();
 }
 absl::Status AvgPoolForwardCuda(DType, const PoolShape&, const void*, void*, const CudaContext&) {

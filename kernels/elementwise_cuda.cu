@@ -1,3 +1,5 @@
+#include <array>
+
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
@@ -5,33 +7,83 @@
 namespace topiary::kernels {
 namespace {
 
-template <typename T>
-__global__ void ReluForwardKernel(int64_t n, const T* __restrict__ x, T* __restrict__ y) {
-  TOPIARY_GRID_STRIDE(i, n) { St(y + i, fmaxf(Ld(x + i), 0.0f)); }
-}
+// Elementwise maps: op reads kIn arrays and writes kOut arrays of T, one element at a time,
+// in 16-byte vectors when every pointer allows it (then the tail element by element).
+template <typename T, int kIn, int kOut>
+struct Arrays {
+  const T* in[kIn];
+  T* out[kOut];
+};
 
-template <typename T>
-__global__ void ReluBackwardKernel(int64_t n, const T* y, const T* dy, T* dx) {
-  TOPIARY_GRID_STRIDE(i, n) { St(dx + i, Ld(y + i) > 0.0f ? Ld(dy + i) : 0.0f); }
-}
-
-template <typename T>
-__global__ void AddKernel(int64_t n, const T* a, const T* b, T* y) {
-  TOPIARY_GRID_STRIDE(i, n) { St(y + i, Ld(a + i) + Ld(b + i)); }
-}
-
-template <typename T>
-__global__ void AddReluKernel(int64_t n, const T* a, const T* b, T* y) {
-  TOPIARY_GRID_STRIDE(i, n) { St(y + i, fmaxf(Ld(a + i) + Ld(b + i), 0.0f)); }
-}
-
-template <typename T>
-__global__ void AddReluBackwardKernel(int64_t n, const T* y, const T* dy, T* da, T* db) {
-  TOPIARY_GRID_STRIDE(i, n) {
-    const float g = Ld(y + i) > 0.0f ? Ld(dy + i) : 0.0f;
-    St(da + i, g);
-    St(db + i, g);
+template <typename T, int kIn, int kOut, typename Op>
+__global__ void MapKernel(int64_t n, Arrays<T, kIn, kOut> a, bool vec, Op op) {
+  constexpr int V = kVec<T>;
+  const int64_t nv = vec ? n / V : 0;
+  TOPIARY_GRID_STRIDE(j, nv) {
+    float x[kIn][V], y[kOut][V];
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) LdVec(a.in[k] + j * V, x[k]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float xe[kIn], ye[kOut];
+#pragma unroll
+      for (int k = 0; k < kIn; ++k) xe[k] = x[k][e];
+      op(xe, ye);
+#pragma unroll
+      for (int k = 0; k < kOut; ++k) y[k][e] = ye[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) StVec(a.out[k] + j * V, y[k]);
   }
+  TOPIARY_GRID_STRIDE(i, n - nv * V) {
+    const int64_t t = nv * V + i;
+    float xe[kIn], ye[kOut];
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) xe[k] = Ld(a.in[k] + t);
+    op(xe, ye);
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) St(a.out[k] + t, ye[k]);
+  }
+}
+
+struct ReluOp {
+  __device__ void operator()(const float* x, float* y) const { y[0] = fmaxf(x[0], 0.0f); }
+};
+struct ReluBackwardOp {  // (y, dy) -> dx
+  __device__ void operator()(const float* x, float* y) const { y[0] = x[0] > 0.0f ? x[1] : 0.0f; }
+};
+struct AddOp {
+  __device__ void operator()(const float* x, float* y) const { y[0] = x[0] + x[1]; }
+};
+struct AddReluOp {
+  __device__ void operator()(const float* x, float* y) const { y[0] = fmaxf(x[0] + x[1], 0.0f); }
+};
+struct AddReluBackwardOp {  // (y, dy) -> (da, db)
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = y[1] = x[0] > 0.0f ? x[1] : 0.0f;
+  }
+};
+
+template <int kIn, int kOut, typename Op>
+absl::Status Map(DType t, int64_t n, const std::array<const void*, kIn>& in,
+                 const std::array<void*, kOut>& out, Op op, const CudaContext& ctx,
+                 const char* what) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    Arrays<T, kIn, kOut> a;
+    bool vec = true;
+    for (int k = 0; k < kIn; ++k) {
+      a.in[k] = static_cast<const T*>(in[k]);
+      vec = vec && Aligned16(in[k]);
+    }
+    for (int k = 0; k < kOut; ++k) {
+      a.out[k] = static_cast<T*>(out[k]);
+      vec = vec && Aligned16(out[k]);
+    }
+    const int64_t work = vec ? n / kVec<T> + kVec<T> : n;
+    MapKernel<<<BlocksFor(work, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, a, vec, op);
+  });
+  return LaunchStatus(what);
 }
 
 template <typename From, typename To>
@@ -94,53 +146,27 @@ absl::Status CopyCuda(int64_t bytes, const void* src, void* dst, const CudaConte
 }
 
 absl::Status ReluForwardCuda(DType t, int64_t n, const void* x, void* y, const CudaContext& ctx) {
-  VisitDType(t, [&](auto tag) {
-    using T = decltype(tag);
-    ReluForwardKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, static_cast<const T*>(x), static_cast<T*>(y));
-  });
-  return LaunchStatus("relu forward");
+  return Map<1, 1>(t, n, {x}, {y}, ReluOp{}, ctx, "relu forward");
 }
 
 absl::Status ReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
                               const CudaContext& ctx) {
-  VisitDType(t, [&](auto tag) {
-    using T = decltype(tag);
-    ReluBackwardKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx));
-  });
-  return LaunchStatus("relu backward");
+  return Map<2, 1>(t, n, {y, dy}, {dx}, ReluBackwardOp{}, ctx, "relu backward");
 }
 
 absl::Status AddCuda(DType t, int64_t n, const void* a, const void* b, void* y,
                      const CudaContext& ctx) {
-  VisitDType(t, [&](auto tag) {
-    using T = decltype(tag);
-    AddKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y));
-  });
-  return LaunchStatus("add");
+  return Map<2, 1>(t, n, {a, b}, {y}, AddOp{}, ctx, "add");
 }
 
 absl::Status AddReluCuda(DType t, int64_t n, const void* a, const void* b, void* y,
                          const CudaContext& ctx) {
-  VisitDType(t, [&](auto tag) {
-    using T = decltype(tag);
-    AddReluKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y));
-  });
-  return LaunchStatus("add+relu");
+  return Map<2, 1>(t, n, {a, b}, {y}, AddReluOp{}, ctx, "add+relu");
 }
 
 absl::Status AddReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* da,
                                  void* db, const CudaContext& ctx) {
-  VisitDType(t, [&](auto tag) {
-    using T = decltype(tag);
-    AddReluBackwardKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        n, static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(da),
-        static_cast<T*>(db));
-  });
-  return LaunchStatus("add+relu backward");
+  return Map<2, 2>(t, n, {y, dy}, {da, db}, AddReluBackwardOp{}, ctx, "add+relu backward");
 }
 
 absl::Status CastCuda(DType from, DType to, int64_t n, const void* src, void* dst,

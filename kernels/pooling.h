@@ -2,6 +2,8 @@
 #ifndef TOPIARY_KERNELS_POOLING_H_
 #define TOPIARY_KERNELS_POOLING_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "kernels/dtype.h"
 #include "kernels/host_device.h"
@@ -21,7 +23,8 @@ struct PoolShape {
 };
 
 // OK when sizes are positive, padding is at most half the window (PyTorch's rule, so every
-// window holds a real pixel) and the output is at least 1x1.
+// window holds a real pixel), the window has at most 255 positions and the output is at least
+// 1x1.
 absl::Status CheckPoolShape(const PoolShape& shape);
 
 // Max pooling; padded positions never win. Backward routes each output gradient to the first
@@ -41,9 +44,11 @@ void GlobalAvgPoolBackwardCpu(int n, int hw, int c, const float* dy, float* dx);
 // CUDA twins, on activations of type t (fp32 or bf16). The backward passes gather (each
 // input pixel sums the windows that route to it), so they need no atomics and match the CPU's
 // first-maximum tie rule.
+// Max pooling on the GPU records each maximum's position in its window in argmax (one byte
+// per output, same layout as y; null in inference), and the backward pass reads it.
 absl::Status MaxPoolForwardCuda(DType t, const PoolShape& shape, const void* x, void* y,
-                                const CudaContext& ctx);
-absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& shape, const void* x, const void* y,
+                                uint8_t* argmax, const CudaContext& ctx);
+absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& shape, const uint8_t* argmax,
                                  const void* dy, void* dx, const CudaContext& ctx);
 absl::Status AvgPoolForwardCuda(DType t, const PoolShape& shape, const void* x, void* y,
                                 const CudaContext& ctx);

@@ -41,6 +41,10 @@ absl::Status CheckPoolShape(const PoolShape& sh) {
   if (2 * sh.pad_h > sh.r || 2 * sh.pad_w > sh.s) {
     return absl::InvalidArgumentError("pool padding must be at most half the window");
   }
+  if (sh.r * sh.s > 255) {  // the GPU records a maximum's position in one byte
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pool window %dx%d has more than 255 positions", sh.r, sh.s));
+  }
   if (sh.h + 2 * sh.pad_h < sh.r || sh.w + 2 * sh.pad_w < sh.s) {
     return absl::InvalidArgumentError(
         absl::StrFormat("pool window %dx%d larger than padded input %dx%d", sh.r, sh.s,

@@ -26,8 +26,12 @@ __device__ inline void Covering(int i, int pad, int k, int stride, int out, int*
   *o1 = min(hi, out - 1);
 }
 
+// Max pooling also records, when argmax is not null, where in its window each maximum was
+// (the first in scan order, as position (row * s + column) of the unclipped window), so the
+// backward pass routes gradients with one byte per window instead of rescanning it.
 template <bool kMax, typename T>
-__global__ void PoolForwardKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y) {
+__global__ void PoolForwardKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
+                                  uint8_t* __restrict__ argmax) {
   const int ho = sh.ho(), wo = sh.wo();
   const int64_t total = static_cast<int64_t>(sh.n) * ho * wo * sh.c;
   TOPIARY_GRID_STRIDE(i, total) {
@@ -40,18 +44,26 @@ __global__ void PoolForwardKernel(PoolShape sh, const T* __restrict__ x, T* __re
     int h0, h1, w0, w1;
     Window(sh, oh, ow, &h0, &h1, &w0, &w1);
     const T* img = x + static_cast<int64_t>(n) * sh.h * sh.w * sh.c;
+    const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
     float acc = kMax ? -FLT_MAX : 0.0f;
+    int best = (h0 - hs) * sh.s + (w0 - ws);
     for (int ih = h0; ih < h1; ++ih)
       for (int iw = w0; iw < w1; ++iw) {
         const float v = Ld(img + (static_cast<int64_t>(ih) * sh.w + iw) * sh.c + c);
-        acc = kMax ? fmaxf(acc, v) : acc + v;
+        if (!kMax) {
+          acc += v;
+        } else if (v > acc) {
+          acc = v;
+          best = (ih - hs) * sh.s + (iw - ws);
+        }
       }
     St(y + i, kMax ? acc : acc / static_cast<float>(sh.r * sh.s));
+    if (kMax && argmax != nullptr) argmax[i] = static_cast<uint8_t>(best);
   }
 }
 
 template <bool kMax, typename T>
-__global__ void PoolBackwardKernel(PoolShape sh, const T* __restrict__ x, const T* __restrict__ y,
+__global__ void PoolBackwardKernel(PoolShape sh, const uint8_t* __restrict__ argmax,
                                    const T* __restrict__ dy, T* __restrict__ dx) {
   const int ho = sh.ho(), wo = sh.wo();
   const int64_t total = static_cast<int64_t>(sh.n) * sh.h * sh.w * sh.c;
@@ -65,29 +77,15 @@ __global__ void PoolBackwardKernel(PoolShape sh, const T* __restrict__ x, const 
     int oh0, oh1, ow0, ow1;
     Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
     Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
-    const T* img = x + static_cast<int64_t>(n) * sh.h * sh.w * sh.c;
     const int64_t out_base = static_cast<int64_t>(n) * ho * wo;
     float g = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         const int64_t o = (out_base + static_cast<int64_t>(oh) * wo + ow) * sh.c + c;
-        if (!kMax) {
-          g += Ld(dy + o);
-          continue;
-        }
-        // Routed here only if this pixel is the window's first maximum in scan order.
-        int h0, h1, w0, w1;
-        Window(sh, oh, ow, &h0, &h1, &w0, &w1);
-        const float m = Ld(y + o);
-        bool first = false, done = false;
-        for (int a = h0; a < h1 && !done; ++a)
-          for (int b = w0; b < w1 && !done; ++b) {
-            if (Ld(img + (static_cast<int64_t>(a) * sh.w + b) * sh.c + c) == m) {
-              first = (a == ih && b == iw);
-              done = true;
-            }
-          }
-        if (first) g += Ld(dy + o);
+        // Routed here only if this pixel is the window's recorded maximum.
+        const int pos =
+            (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
+        if (!kMax || argmax[o] == pos) g += Ld(dy + o);
       }
     St(dx + i, kMax ? g : g / static_cast<float>(sh.r * sh.s));
   }
@@ -123,22 +121,21 @@ int64_t InCount(const PoolShape& sh) { return static_cast<int64_t>(sh.n) * sh.h 
 }  // namespace
 
 absl::Status MaxPoolForwardCuda(DType t, const PoolShape& sh, const void* x, void* y,
-                                const CudaContext& ctx) {
+                                uint8_t* argmax, const CudaContext& ctx) {
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     PoolForwardKernel<true><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        sh, static_cast<const T*>(x), static_cast<T*>(y));
+        sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
   });
   return LaunchStatus("max pool forward");
 }
 
-absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& sh, const void* x, const void* y,
+absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& sh, const uint8_t* argmax,
                                  const void* dy, void* dx, const CudaContext& ctx) {
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     PoolBackwardKernel<true><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        sh, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-        static_cast<T*>(dx));
+        sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
   });
   return LaunchStatus("max pool backward");
 }
@@ -148,7 +145,7 @@ absl::Status AvgPoolForwardCuda(DType t, const PoolShape& sh, const void* x, voi
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     PoolForwardKernel<false><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        sh, static_cast<const T*>(x), static_cast<T*>(y));
+        sh, static_cast<const T*>(x), static_cast<T*>(y), nullptr);
   });
   return LaunchStatus("avg pool forward");
 }
@@ -158,8 +155,7 @@ absl::Status AvgPoolBackwardCuda(DType t, const PoolShape& sh, const void* dy, v
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     PoolBackwardKernel<false><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
-        sh, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr),
-        static_cast<const T*>(dy), static_cast<T*>(dx));
+        sh, nullptr, static_cast<const T*>(dy), static_cast<T*>(dx));
   });
   return LaunchStatus("avg pool backward");
 }

@@ -88,6 +88,8 @@ class Pool2d : public Layer {
       : Layer(std::move(name)), kind_(kind), window_(window), stride_(stride), pad_(pad) {}
   const char* type() const override { return kind_ == Kind::kMax ? "max_pool" : "avg_pool"; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
 

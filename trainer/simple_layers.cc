@@ -55,11 +55,24 @@ absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* 
   return Shape4{1, s.ho(), s.wo(), in_.c};
 }
 
+absl::StatusOr<LayerResources> Pool2d::Prepare(int batch, Device* device,
+                                               const PlanOptions& options) {
+  LayerResources r;
+  if (kind_ == Kind::kMax && device->cuda() != nullptr) {
+    const kernels::PoolShape s = ShapeFor(batch);
+    const size_t outputs = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.c;
+    r.scratch_floats = (outputs + sizeof(float) - 1) / sizeof(float);  // one byte per output
+  }
+  return r;
+}
+
 absl::Status Pool2d::Forward(const LayerIo& io, bool training) {
   const kernels::PoolShape s = ShapeFor(io.batch);
   const bool max = kind_ == Kind::kMax;
   if (io.cuda) {
-    return max ? kernels::MaxPoolForwardCuda(io.dtype, s, io.x[0], io.y, *io.cuda)
+    // The argmax bytes live in the scratch kept from forward to backward.
+    return max ? kernels::MaxPoolForwardCuda(io.dtype, s, io.x[0], io.y,
+                                             reinterpret_cast<uint8_t*>(io.scratch), *io.cuda)
                : kernels::AvgPoolForwardCuda(io.dtype, s, io.x[0], io.y, *io.cuda);
   }
   if (max) {
@@ -74,8 +87,9 @@ absl::Status Pool2d::Backward(const LayerIo& io) {
   const kernels::PoolShape s = ShapeFor(io.batch);
   const bool max = kind_ == Kind::kMax;
   if (io.cuda) {
-    return max ? kernels::MaxPoolBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, io.dx[0],
-                                              *io.cuda)
+    return max ? kernels::MaxPoolBackwardCuda(io.dtype, s,
+                                              reinterpret_cast<const uint8_t*>(io.scratch), io.dy,
+                                              io.dx[0], *io.cuda)
                : kernels::AvgPoolBackwardCuda(io.dtype, s, io.dy, io.dx[0], *io.cuda);
   }
   if (max) {
