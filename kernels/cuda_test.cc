@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -351,27 +352,52 @@ TEST_F(CudaKernels, LossAndMetricsMatchCpu) {
 }
 
 TEST_F(CudaKernels, SgdMatchesCpu) {
-  const int64_t n = 10007;
+  // Many tensors in one step (more than one launch's worth), of awkward sizes, some masked,
+  // some without weight decay.
+  const int count = 70;
   for (bool nesterov : {false, true}) {
     for (bool decoupled : {false, true}) {
       SgdParams p{0.05f, 0.9f, nesterov, 5e-4f, decoupled};
-      auto w = RandomFloats(n, 15);
-      std::vector<float> buf(n, 0.0f);
-      std::vector<uint8_t> mask(n);
-      for (int64_t i = 0; i < n; ++i) mask[i] = i % 4 != 0;
-      Dev<float> dw(w), dbuf(buf), lr(std::vector<float>{p.lr});
-      Dev<uint8_t> dmask(mask);
-      for (int step = 0; step < 4; ++step) {
-        auto g = RandomFloats(n, 100 + step);
-        Dev<float> dg(g);
-        ASSERT_TRUE(
-            SgdStepCuda(n, p, lr.get(), dg.get(), dmask.get(), dw.get(), dbuf.get(), ctx_).ok());
-        SgdStepCpu(n, p, g.data(), mask.data(), w.data(), buf.data());
+      std::vector<std::vector<float>> w(count), buf(count);
+      std::vector<std::vector<uint8_t>> mask(count);
+      std::vector<std::unique_ptr<Dev<float>>> dw, dbuf;
+      std::vector<std::unique_ptr<Dev<uint8_t>>> dmask;
+      for (int k = 0; k < count; ++k) {
+        const int64_t n = k == 0 ? 100003 : 1 + 37 * k;
+        w[k] = RandomFloats(n, 15 + k);
+        buf[k].assign(n, 0.0f);
+        mask[k].resize(n);
+        for (int64_t i = 0; i < n; ++i) mask[k][i] = i % 4 != 0;
+        dw.push_back(std::make_unique<Dev<float>>(w[k]));
+        dbuf.push_back(std::make_unique<Dev<float>>(buf[k]));
+        dmask.push_back(std::make_unique<Dev<uint8_t>>(mask[k]));
+      }
+      Dev<float> lr(std::vector<float>{p.lr});
+      for (int step = 0; step < 3; ++step) {
+        std::vector<std::unique_ptr<Dev<float>>> dg;
+        std::vector<SgdTensor> tensors;
+        for (int k = 0; k < count; ++k) {
+          const auto g = RandomFloats(w[k].size(), 100 * step + k);
+          dg.push_back(std::make_unique<Dev<float>>(g));
+          const bool masked = k % 3 == 0, decay = k % 2 == 0;
+          tensors.push_back({dw[k]->get(), dbuf[k]->get(), dg[k]->get(),
+                             masked ? dmask[k]->get() : nullptr,
+                             static_cast<int64_t>(w[k].size()), decay});
+          SgdParams q = p;
+          q.weight_decay = decay ? p.weight_decay : 0.0f;
+          SgdStepCpu(w[k].size(), q, g.data(), masked ? mask[k].data() : nullptr, w[k].data(),
+                     buf[k].data());
+        }
+        ASSERT_TRUE(SgdStepCuda(p, lr.get(), tensors, ctx_).ok());
         Sync();
       }
-      const auto gw = dw.Host();
-      EXPECT_LT(Rel(gw, w), 1e-5);
-      for (int64_t i = 0; i < n; i += 4) EXPECT_EQ(gw[i], 0.0f);
+      for (int k = 0; k < count; ++k) {
+        const auto gw = dw[k]->Host();
+        EXPECT_LT(Rel(gw, w[k]), 1e-5) << k;
+        if (k % 3 == 0) {
+          for (size_t i = 0; i < gw.size(); i += 4) EXPECT_EQ(gw[i], 0.0f) << k;
+        }
+      }
     }
   }
 }

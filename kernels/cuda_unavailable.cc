@@ -48,8 +48,8 @@ absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaCon
 absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status SgdStepCuda(int64_t, const SgdParams&, const float*, const float*, const uint8_t*,
-                         float*, float*, const CudaContext&) {
+absl::Status SgdStepCuda(const SgdParams&, const float*, const std::vector<SgdTensor>&,
+                         const CudaContext&) {
   return NoCuda();
 }
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&) { return 0; }

@@ -3,6 +3,7 @@
 #define TOPIARY_KERNELS_SGD_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -26,10 +27,21 @@ struct SgdParams {
 void SgdStepCpu(int64_t n, const SgdParams& p, const float* grad, const uint8_t* mask, float* w,
                 float* momentum_buf);
 
-// CUDA twin. The learning rate is read from device memory (*lr, replacing p.lr) so that a
-// captured CUDA graph picks up each step's rate without being rebuilt.
-absl::Status SgdStepCuda(int64_t n, const SgdParams& p, const float* lr, const float* grad,
-                         const uint8_t* mask, float* w, float* momentum_buf,
+// One tensor of a multi-tensor step (device pointers; mask may be null).
+struct SgdTensor {
+  float* w;
+  float* momentum_buf;
+  const float* grad;
+  const uint8_t* mask;
+  int64_t n;
+  bool decay;  // p.weight_decay applies (else 0)
+};
+
+// CUDA twin, for every tensor of a model in a few launches (the tensors travel as kernel
+// parameters, so a captured CUDA graph keeps them; one launch per tensor would cost more than
+// the update of a small model). The learning rate is read from device memory (*lr, replacing
+// p.lr) so that a captured graph picks up each step's rate without being rebuilt.
+absl::Status SgdStepCuda(const SgdParams& p, const float* lr, const std::vector<SgdTensor>& tensors,
                          const CudaContext& ctx);
 
 }  // namespace topiary::kernels

@@ -48,21 +48,25 @@ SgdOptimizer::SgdOptimizer(std::vector<Parameter*> params, const topiary::v1::Op
 absl::Status SgdOptimizer::Step(const kernels::StepClock* clock) {
   using topiary::v1::OptimizerSpec;
   const kernels::CudaContext* cuda = device_->cuda();
+  kernels::SgdParams sp;
+  sp.lr = cuda ? 0.0f : clock->lr;  // on a GPU the kernel reads clock->lr itself
+  sp.momentum = spec_.momentum();
+  sp.nesterov = spec_.nesterov();
+  sp.decoupled = spec_.weight_decay_mode() == OptimizerSpec::DECOUPLED;
+  std::vector<kernels::SgdTensor> tensors;
   for (Parameter* p : params_) {
-    kernels::SgdParams sp;
-    sp.lr = cuda ? 0.0f : clock->lr;  // on a GPU the kernel reads clock->lr itself
-    sp.momentum = spec_.momentum();
-    sp.nesterov = spec_.nesterov();
-    sp.weight_decay = p->decay ? spec_.weight_decay() : 0.0f;
-    sp.decoupled = spec_.weight_decay_mode() == OptimizerSpec::DECOUPLED;
-    const int64_t n = static_cast<int64_t>(p->size());
+    // Read each step: masks are installed and replaced between phases.
     const uint8_t* mask = p->mask.empty() ? nullptr : p->mask.data();
-    if (cuda) {
-      TOPIARY_RETURN_IF_ERROR(kernels::SgdStepCuda(n, sp, &clock->lr, p->grad.data(), mask,
-                                                   p->value.data(), p->momentum.data(), *cuda));
-    } else {
-      kernels::SgdStepCpu(n, sp, p->grad.data(), mask, p->value.data(), p->momentum.data());
-    }
+    tensors.push_back({p->value.data(), p->momentum.data(), p->grad.data(), mask,
+                       static_cast<int64_t>(p->size()), p->decay});
+  }
+  if (cuda) {
+    sp.weight_decay = spec_.weight_decay();
+    return kernels::SgdStepCuda(sp, &clock->lr, tensors, *cuda);
+  }
+  for (const kernels::SgdTensor& t : tensors) {
+    sp.weight_decay = t.decay ? spec_.weight_decay() : 0.0f;
+    kernels::SgdStepCpu(t.n, sp, t.grad, t.mask, t.w, t.momentum_buf);
   }
   return absl::OkStatus();
 }
