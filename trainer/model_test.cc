@@ -147,6 +147,20 @@ TEST(Network, Resnet34GradientsMatchFiniteDifferences) {
   CheckNetworkGradients("resnet34", {1, 64, 64, 3}, 0.125f);
 }
 
+TEST(Network, Bf16IsRefusedOnTheCpu) {
+  auto dev = MakeCpuDevice(1);
+  auto m = BuildModel("lenet5", 1.0f, {1, 28, 28, 1}, 10, dev.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  PlanOptions bf16;
+  bf16.precision = kernels::Precision::kBf16;
+  auto net = Network::Plan(m->get(), 4, true, bf16);
+  ASSERT_FALSE(net.ok());
+  EXPECT_EQ(net.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(net.status().message().find("bf16 precision needs a GPU"), std::string::npos)
+      << net.status();
+  EXPECT_TRUE(Network::Plan(m->get(), 4, true).ok());  // the model is still usable in fp32
+}
+
 TEST(Network, PlannedMemoryIsAllocatedOnce) {
   auto dev = MakeCpuDevice(1);
   auto m = BuildModel("resnet20", 1.0f, {1, 28, 28, 1}, 10, dev.get());

@@ -43,6 +43,7 @@ SgdOptimizer::SgdOptimizer(std::vector<Parameter*> params, const topiary::v1::Op
   for (Parameter* p : params) {
     if (p->trainable) params_.push_back(p);
   }
+  tensors_.reserve(params_.size());  // a training step allocates nothing
 }
 
 absl::Status SgdOptimizer::Step(const kernels::StepClock* clock) {
@@ -53,7 +54,8 @@ absl::Status SgdOptimizer::Step(const kernels::StepClock* clock) {
   sp.momentum = spec_.momentum();
   sp.nesterov = spec_.nesterov();
   sp.decoupled = spec_.weight_decay_mode() == OptimizerSpec::DECOUPLED;
-  std::vector<kernels::SgdTensor> tensors;
+  std::vector<kernels::SgdTensor>& tensors = tensors_;
+  tensors.clear();
   for (Parameter* p : params_) {
     // Read each step: masks are installed and replaced between phases.
     const uint8_t* mask = p->mask.empty() ? nullptr : p->mask.data();

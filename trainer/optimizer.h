@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kernels/sgd.h"
 #include "kernels/step_clock.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/parameter.h"
@@ -46,6 +47,7 @@ class SgdOptimizer {
   std::vector<Parameter*> params_;
   topiary::v1::OptimizerSpec spec_;
   Device* device_;
+  std::vector<kernels::SgdTensor> tensors_;  // this step's tensors (capacity kept)
 };
 
 }  // namespace topiary
