@@ -61,8 +61,8 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
                                       const CudaContext& ctx);
 absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
                                    const void* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, void* dx, float* dgamma,
-                                   float* dbeta, float* workspace, const CudaContext& ctx);
+                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
+                                   float* workspace, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

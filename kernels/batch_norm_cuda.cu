@@ -134,8 +134,7 @@ __global__ void ScaleShiftKernel(Index n, int c, const T* __restrict__ x,
 
 template <bool kRelu, typename Index, typename T>
 __global__ void EvalKernel(Index n, int c, float eps, const T* __restrict__ x, const float* gamma,
-                           const float* beta, const float* rm, const float* rv,
-                           T* __restrict__ y) {
+                           const float* beta, const float* rm, const float* rv, T* __restrict__ y) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
@@ -278,21 +277,22 @@ __global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x, const T
   }
 }
 
-// Launches kernel<relu, Index, T> (T: the element type in scope) with 32-bit index arithmetic when n allows it (integer
-// division by C is several times cheaper in 32 bits, and these kernels are per element).
-#define TOPIARY_LAUNCH_ELEMENTWISE(kernel, relu, n, blocks, stream, ...)           \
-  do {                                                                             \
-    const bool small = (n) < (int64_t{1} << 31);                                   \
-    if (relu && small)                                                             \
-      kernel<true, int32_t, T>                                                        \
-          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
-    else if (relu)                                                                 \
-      kernel<true, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);    \
-    else if (small)                                                                \
-      kernel<false, int32_t, T>                                                       \
-          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__); \
-    else                                                                           \
-      kernel<false, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);   \
+// Launches kernel<relu, Index, T> (T: the element type in scope) with 32-bit index arithmetic when
+// n allows it (integer division by C is several times cheaper in 32 bits, and these kernels are per
+// element).
+#define TOPIARY_LAUNCH_ELEMENTWISE(kernel, relu, n, blocks, stream, ...)            \
+  do {                                                                              \
+    const bool small = (n) < (int64_t{1} << 31);                                    \
+    if (relu && small)                                                              \
+      kernel<true, int32_t, T>                                                      \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__);  \
+    else if (relu)                                                                  \
+      kernel<true, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);  \
+    else if (small)                                                                 \
+      kernel<false, int32_t, T>                                                     \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__);  \
+    else                                                                            \
+      kernel<false, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__); \
   } while (0)
 
 }  // namespace
@@ -343,8 +343,8 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
   const int64_t n = sh.m * sh.c;
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
-    TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream,
-                               sh.c, sh.eps, static_cast<const T*>(x), gamma, beta, running_mean,
+    TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream, sh.c,
+                               sh.eps, static_cast<const T*>(x), gamma, beta, running_mean,
                                running_var, static_cast<T*>(y));
   });
   return LaunchStatus("batch norm inference");
@@ -352,8 +352,8 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
 
 absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
                                    const void* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, void* dx, float* dgamma,
-                                   float* dbeta, float* workspace, const CudaContext& ctx) {
+                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
+                                   float* workspace, const CudaContext& ctx) {
   const int slices = Slices(sh);
   float* part = workspace;
   float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
@@ -373,8 +373,8 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
                                                             save_mean, save_inv_std, part);
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
-    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma,
-                                                              save_inv_std, dgamma, dbeta, coef);
+    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma, save_inv_std,
+                                                              dgamma, dbeta, coef);
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
     if (VecOk<T>(sh.c, {x, y, dy, dx})) {
       const int64_t nv = n / kVec<T>;
@@ -388,8 +388,8 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
             nv, sh.c, xt, yt, dyt, save_mean, save_inv_std, coef, dxt);
       }
     } else {
-      TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, yt,
-                                 dyt, save_mean, save_inv_std, coef, static_cast<T*>(dx));
+      TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, yt, dyt,
+                                 save_mean, save_inv_std, coef, static_cast<T*>(dx));
     }
     return LaunchStatus("batch norm input gradient");
   });

@@ -77,10 +77,10 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   const float one = 1.0f, zero = 0.0f;
   switch (pass) {
     case ConvPass::kForward:
-      return CudnnStatus(cudnnConvolutionForward(ctx.cudnn, &one, d.x, in0, d.w, in1, d.conv_fwd,
-                                                 d.fwd, workspace, workspace_bytes, &zero, d.y,
-                                                 out),
-                         "forward");
+      return CudnnStatus(
+          cudnnConvolutionForward(ctx.cudnn, &one, d.x, in0, d.w, in1, d.conv_fwd, d.fwd, workspace,
+                                  workspace_bytes, &zero, d.y, out),
+          "forward");
     case ConvPass::kBackwardData:
       return CudnnStatus(
           cudnnConvolutionBackwardData(ctx.cudnn, &one, d.w, in1, d.y, in0, d.conv_bwd_data,
@@ -89,8 +89,7 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
     case ConvPass::kBackwardFilter:
       return CudnnStatus(
           cudnnConvolutionBackwardFilter(ctx.cudnn, &one, d.x, in0, d.y, in1, d.conv_bwd_filter,
-                                         d.bwd_filter, workspace, workspace_bytes, &zero, d.w,
-                                         out),
+                                         d.bwd_filter, workspace, workspace_bytes, &zero, d.w, out),
           "backward filter");
   }
   return absl::InternalError("unknown convolution pass");
@@ -211,16 +210,13 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnCreateTensorDescriptor(&d.y), what));
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnCreateFilterDescriptor(&d.w), what));
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(
-      cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, data, sh.n, sh.c, sh.h, sh.w),
+      cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, data, sh.n, sh.c, sh.h, sh.w), what));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(
+      cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NHWC, data, sh.n, sh.k, sh.ho(), sh.wo()),
       what));
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NHWC, data, sh.n, sh.k,
-                                             sh.ho(), sh.wo()),
-                  what));
   // CUDNN_TENSOR_NHWC for a filter means [K, R, S, C]: the engine's layout.
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(
-      cudnnSetFilter4dDescriptor(d.w, data, CUDNN_TENSOR_NHWC, sh.k, sh.c, sh.r, sh.s),
-      what));
+      cudnnSetFilter4dDescriptor(d.w, data, CUDNN_TENSOR_NHWC, sh.k, sh.c, sh.r, sh.s), what));
   // Compute type fp32 (accumulation) for every precision. FMA math forbids TF32 (which
   // cuDNN's default math allows on Ampere and later); bf16 searches tensor-core algorithms.
   const cudnnMathType_t math = precision == Precision::kFp32   ? CUDNN_FMA_MATH
@@ -241,22 +237,22 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
   int count = 0;
   std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(kMaxAlgos);
   TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn, d.x, d.w, d.conv_fwd, d.y, kMaxAlgos,
-                                                       &count, fwd.data()),
+      CudnnStatus(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn, d.x, d.w, d.conv_fwd, d.y,
+                                                       kMaxAlgos, &count, fwd.data()),
                   what + " (forward algorithm search)"));
   auto f = Pick(fwd, count, workspace_limit, deterministic, fma_only, what + " forward");
   if (!f.ok()) return f.status();
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(kMaxAlgos);
   TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn, d.w, d.y, d.conv_bwd_data, d.x,
-                                                            kMaxAlgos, &count, bd.data()),
+      CudnnStatus(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn, d.w, d.y, d.conv_bwd_data,
+                                                            d.x, kMaxAlgos, &count, bd.data()),
                   what + " (backward-data algorithm search)"));
   auto b = Pick(bd, count, workspace_limit, deterministic, fma_only, what + " backward data");
   if (!b.ok()) return b.status();
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(kMaxAlgos);
   TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionBackwardFilterAlgorithm(ctx.cudnn, d.x, d.y, d.conv_bwd_filter, d.w,
-                                                              kMaxAlgos, &count, bf.data()),
+      CudnnStatus(cudnnFindConvolutionBackwardFilterAlgorithm(
+                      ctx.cudnn, d.x, d.y, d.conv_bwd_filter, d.w, kMaxAlgos, &count, bf.data()),
                   what + " (backward-filter algorithm search)"));
   auto g = Pick(bf, count, workspace_limit, deterministic, fma_only, what + " backward filter");
   if (!g.ok()) return g.status();
@@ -294,14 +290,13 @@ ConvCudaPlan::~ConvCudaPlan() {
 
 absl::Status ConvCudaPlan::RunPass(int pass, const void* in0, const void* in1, void* out,
                                    void* workspace, const CudaContext& ctx) const {
-  const absl::Status st =
-      d_->graph[pass] ? d_->graph[pass]->Run(in0, in1, out, workspace, ctx)
-                      : RunLegacy(*d_, static_cast<ConvPass>(pass), in0, in1, out, workspace,
-                                  d_->legacy_workspace[pass], ctx);
+  const absl::Status st = d_->graph[pass]
+                              ? d_->graph[pass]->Run(in0, in1, out, workspace, ctx)
+                              : RunLegacy(*d_, static_cast<ConvPass>(pass), in0, in1, out,
+                                          workspace, d_->legacy_workspace[pass], ctx);
   if (st.ok()) return st;
-  return absl::Status(st.code(), Describe(shape_) + " " +
-                                     PassName(static_cast<ConvPass>(pass)) + ": " +
-                                     std::string(st.message()));
+  return absl::Status(st.code(), Describe(shape_) + " " + PassName(static_cast<ConvPass>(pass)) +
+                                     ": " + std::string(st.message()));
 }
 
 absl::Status ConvCudaPlan::Forward(const void* x, const void* w, const float* bias, void* y,

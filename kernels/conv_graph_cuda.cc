@@ -21,7 +21,8 @@ struct Owned {
   }
   absl::StatusOr<cudnnBackendDescriptor_t> Make(cudnnBackendDescriptorType_t type) {
     cudnnBackendDescriptor_t d = nullptr;
-    TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendCreateDescriptor(type, &d), "graph descriptor"));
+    TOPIARY_RETURN_IF_ERROR(
+        CudnnStatus(cudnnBackendCreateDescriptor(type, &d), "graph descriptor"));
     all.push_back(d);
     return d;
   }
@@ -82,30 +83,29 @@ absl::StatusOr<cudnnBackendDescriptor_t> Graph(Owned& owned, const ConvShape& s,
     cudnnBackendDescriptorType_t type;
     cudnnBackendAttributeName_t alpha, beta, conv, a, b, c;  // a, b, c: x, w, y roles
   };
-  const Names names =
-      pass == ConvPass::kForward
-          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y}
-      : pass == ConvPass::kBackwardData
-          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}
-          : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
+  const Names names = pass == ConvPass::kForward
+                          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y}
+                      : pass == ConvPass::kBackwardData
+                          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}
+                          : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
   auto op = owned.Make(names.type);
   if (!op.ok()) return op.status();
   const float one = 1.0f, zero = 0.0f;
@@ -138,10 +138,10 @@ absl::StatusOr<std::vector<cudnnBackendDescriptor_t>> Configs(Owned& owned,
   TOPIARY_RETURN_IF_ERROR(Set(*heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*heur), "engine heuristics"));
   int64_t count = 0;
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(
-      cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               0, &count, nullptr),
-      "engine heuristics"));
+  TOPIARY_RETURN_IF_ERROR(
+      CudnnStatus(cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+                  "engine heuristics"));
   std::vector<cudnnBackendDescriptor_t> configs;
   for (int64_t i = 0; i < count; ++i) {
     auto c = owned.Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
@@ -179,8 +179,8 @@ absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> GraphConvPass::Candi
     auto engine = owned->Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     if (!engine.ok()) return engine.status();
     int64_t n = 0;
-    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                 1, &n, &*engine) != CUDNN_STATUS_SUCCESS) {
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &n, &*engine) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
     int64_t index = -1;

@@ -61,7 +61,6 @@ class Dev {
   size_t n_;
 };
 
-
 // v as the device would hold it in type t (bf16: rounded to nearest even).
 std::vector<float> Round(const std::vector<float>& v, DType t) {
   if (t == DType::kF32) return v;
@@ -186,10 +185,10 @@ TEST_F(CudaKernels, ElementwiseAndBias) {
 
 TEST_F(CudaKernels, CastsRoundToNearestEven) {
   auto v = RandomFloats(100003, 30, -1e3f, 1e3f);
-  v[0] = 1.0f + 1.0f / 256;        // a tie: rounds to even (1.0)
-  v[1] = 1.0f + 3.0f / 256;        // a tie: rounds to even (1 + 4/256)
-  v[2] = 3.0e38f;                  // near the top of the range: bf16 keeps fp32's exponent
-  v[3] = 1e-30f;                   // and its small numbers
+  v[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)
+  v[1] = 1.0f + 3.0f / 256;  // a tie: rounds to even (1 + 4/256)
+  v[2] = 3.0e38f;            // near the top of the range: bf16 keeps fp32's exponent
+  v[3] = 1e-30f;             // and its small numbers
   Dev<float> src(v), back(v.size());
   Act half(DType::kBf16, v.size());
   ASSERT_TRUE(CastCuda(DType::kF32, DType::kBf16, v.size(), src.get(), half.get(), ctx_).ok());
@@ -229,9 +228,9 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
         Dev<float> dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c);
         Act dx(t, x), dy(t, m * c), dgr(t, g);
         Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh));
-        ASSERT_TRUE(BatchNormForwardTrainCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(),
-                                              drm.get(), drv.get(), dmean.get(), dinv.get(),
-                                              dy.get(), ws.get(), ctx_)
+        ASSERT_TRUE(BatchNormForwardTrainCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
+                                              drv.get(), dmean.get(), dinv.get(), dy.get(),
+                                              ws.get(), ctx_)
                         .ok());
         BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
                                  mean.data(), inv.data(), y.data(), cws.data());
@@ -251,8 +250,8 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
         Dev<float> cmean(mean), cinv(inv);
         Act cy(t, y);
         ASSERT_TRUE(BatchNormBackwardCuda(t, sh, dx.get(), cy.get(), dgr.get(), dgamma.get(),
-                                          cmean.get(), cinv.get(), ddx.get(), ddg.get(),
-                                          ddb.get(), ws.get(), ctx_)
+                                          cmean.get(), cinv.get(), ddx.get(), ddg.get(), ddb.get(),
+                                          ws.get(), ctx_)
                         .ok());
         BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(), mean.data(),
                              inv.data(), rdx.data(), rdg.data(), rdb.data(), cws.data());
@@ -262,8 +261,8 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
         EXPECT_LT(Rel(ddb.Host(), rdb), 1e-3);
 
         Act ey(t, m * c);
-        ASSERT_TRUE(BatchNormForwardEvalCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(),
-                                             drm.get(), drv.get(), ey.get(), ctx_)
+        ASSERT_TRUE(BatchNormForwardEvalCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
+                                             drv.get(), ey.get(), ctx_)
                         .ok());
         BatchNormForwardEvalCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
                                 y.data(), cws.data());
@@ -289,8 +288,7 @@ TEST_F(CudaKernels, PoolingMatchesCpu) {
         std::vector<float> ry(ny), rgx(nx);
         if (max) {
           ASSERT_TRUE(MaxPoolForwardCuda(t, sh, dx.get(), y.get(), argmax.get(), ctx_).ok());
-          ASSERT_TRUE(
-              MaxPoolBackwardCuda(t, sh, argmax.get(), dg.get(), gx.get(), ctx_).ok());
+          ASSERT_TRUE(MaxPoolBackwardCuda(t, sh, argmax.get(), dg.get(), gx.get(), ctx_).ok());
           MaxPoolForwardCpu(sh, x.data(), ry.data());
           MaxPoolBackwardCpu(sh, x.data(), ry.data(), g.data(), rgx.data());
         } else {
@@ -331,8 +329,8 @@ TEST_F(CudaKernels, LossAndMetricsMatchCpu) {
         Dev<float> loss(n);
         Dev<int32_t> dl(labels), rank(n);
         Dev<double> acc(std::vector<double>(4, 0.0));
-        ASSERT_TRUE(SoftmaxCrossEntropyCuda(t, n, classes, dz.get(), dl.get(), smoothing,
-                                            dd.get(), loss.get(), rank.get(), ctx_)
+        ASSERT_TRUE(SoftmaxCrossEntropyCuda(t, n, classes, dz.get(), dl.get(), smoothing, dd.get(),
+                                            loss.get(), rank.get(), ctx_)
                         .ok());
         ASSERT_TRUE(AccumulateMetricsCuda(n, loss.get(), rank.get(), 5, acc.get(), ctx_).ok());
         std::vector<float> rd(n * classes);
@@ -381,8 +379,8 @@ TEST_F(CudaKernels, SgdMatchesCpu) {
           dg.push_back(std::make_unique<Dev<float>>(g));
           const bool masked = k % 3 == 0, decay = k % 2 == 0;
           tensors.push_back({dw[k]->get(), dbuf[k]->get(), dg[k]->get(),
-                             masked ? dmask[k]->get() : nullptr,
-                             static_cast<int64_t>(w[k].size()), decay});
+                             masked ? dmask[k]->get() : nullptr, static_cast<int64_t>(w[k].size()),
+                             decay});
           SgdParams q = p;
           q.weight_decay = decay ? p.weight_decay : 0.0f;
           SgdStepCpu(w[k].size(), q, g.data(), masked ? mask[k].data() : nullptr, w[k].data(),

@@ -25,7 +25,9 @@ enum class DType { kF32, kBf16 };
 // copies on tensor cores, fp32 accumulation, fp32 master weights and optimizer state.
 enum class Precision { kFp32, kTf32, kBf16 };
 
-inline DType ActivationType(Precision p) { return p == Precision::kBf16 ? DType::kBf16 : DType::kF32; }
+inline DType ActivationType(Precision p) {
+  return p == Precision::kBf16 ? DType::kBf16 : DType::kF32;
+}
 inline size_t SizeOf(DType t) { return t == DType::kBf16 ? 2 : 4; }
 inline const char* PrecisionName(Precision p) {
   return p == Precision::kBf16 ? "bf16" : p == Precision::kTf32 ? "tf32" : "fp32";

@@ -199,7 +199,7 @@ absl::Status AddBiasCuda(DType t, int64_t rows, int c, const float* bias, void* 
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     AddBiasKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, c, bias,
-                                                                            static_cast<T*>(y));
+                                                                           static_cast<T*>(y));
   });
   return LaunchStatus("bias add");
 }

@@ -32,9 +32,8 @@ absl::Status LinearForwardCuda(DType t, const LinearShape& sh, const void* x, co
                                const float* bias, void* y, const CudaContext& ctx);
 absl::Status LinearBackwardDataCuda(DType t, const LinearShape& sh, const void* dy, const void* w,
                                     void* dx, const CudaContext& ctx);
-absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x,
-                                      const void* dy, void* dw, float* dbias,
-                                      const CudaContext& ctx);
+absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x, const void* dy,
+                                      void* dw, float* dbias, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

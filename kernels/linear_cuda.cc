@@ -17,15 +17,15 @@ absl::Status Gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int m, in
                   const CudaContext& ctx, const char* what) {
   const float one = 1.0f, zero = 0.0f;
   if (t == DType::kF32) {
-    return CublasStatus(cublasSgemm(ctx.cublas, ta, tb, m, n, k, &one, static_cast<const float*>(a),
-                                    lda, static_cast<const float*>(b), ldb, &zero,
-                                    static_cast<float*>(c), ldc),
-                        what);
+    return CublasStatus(
+        cublasSgemm(ctx.cublas, ta, tb, m, n, k, &one, static_cast<const float*>(a), lda,
+                    static_cast<const float*>(b), ldb, &zero, static_cast<float*>(c), ldc),
+        what);
   }
-  return CublasStatus(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b,
-                                   CUDA_R_16BF, ldb, &zero, c, CUDA_R_16BF, ldc,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                      what);
+  return CublasStatus(
+      cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                   &zero, c, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      what);
 }
 
 }  // namespace
@@ -44,9 +44,8 @@ absl::Status LinearBackwardDataCuda(DType t, const LinearShape& sh, const void* 
               ctx, "linear backward data");
 }
 
-absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x,
-                                      const void* dy, void* dw, float* dbias,
-                                      const CudaContext& ctx) {
+absl::Status LinearBackwardFilterCuda(DType t, const LinearShape& sh, const void* x, const void* dy,
+                                      void* dw, float* dbias, const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(Gemm(t, CUBLAS_OP_N, CUBLAS_OP_T, sh.in, sh.out, sh.n, x, sh.in, dy,
                                sh.out, dw, sh.in, ctx, "linear backward filter"));
   if (dbias == nullptr) return absl::OkStatus();

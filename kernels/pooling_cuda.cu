@@ -165,8 +165,7 @@ absl::Status GlobalAvgPoolForwardCuda(DType t, int n, int hw, int c, const void*
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     GlobalAvgForwardKernel<<<BlocksFor(static_cast<int64_t>(n) * c, ctx.sm_count), kThreads, 0,
-                             ctx.stream>>>(n, hw, c, static_cast<const T*>(x),
-                                           static_cast<T*>(y));
+                             ctx.stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
   });
   return LaunchStatus("global average pool forward");
 }

@@ -54,10 +54,10 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
                                                beta_->value.data(), mean_->value.data(),
                                                var_->value.data(), io.y, *io.cuda);
     }
-    return kernels::BatchNormForwardTrainCuda(
-        io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
-        var_->value.data(), save_mean, save_inv_std, io.y, static_cast<float*>(io.workspace),
-        *io.cuda);
+    return kernels::BatchNormForwardTrainCuda(io.dtype, s, io.x[0], gamma_->value.data(),
+                                              beta_->value.data(), mean_->value.data(),
+                                              var_->value.data(), save_mean, save_inv_std, io.y,
+                                              static_cast<float*>(io.workspace), *io.cuda);
   }
   if (training) {
     kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
@@ -74,9 +74,10 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
 absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
   if (io.cuda) {
-    return kernels::BatchNormBackwardCuda(
-        io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c, io.dx[0],
-        gamma_->grad.data(), beta_->grad.data(), static_cast<float*>(io.workspace), *io.cuda);
+    return kernels::BatchNormBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(),
+                                          io.scratch, io.scratch + in_.c, io.dx[0],
+                                          gamma_->grad.data(), beta_->grad.data(),
+                                          static_cast<float*>(io.workspace), *io.cuda);
   }
   kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(), io.scratch,
                                 io.scratch + in_.c, io.dxf(0), gamma_->grad.data(),

@@ -95,8 +95,8 @@ absl::Status Conv2d::Forward(const LayerIo& io, bool training) {
 absl::Status Conv2d::Backward(const LayerIo& io) {
   float* dbias = bias_ ? bias_->grad.data() : nullptr;
   if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(io.x[0], io.dy, WeightGradFor(*kernel_, io.dtype),
-                                                    dbias, io.workspace, *io.cuda));
+    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(
+        io.x[0], io.dy, WeightGradFor(*kernel_, io.dtype), dbias, io.workspace, *io.cuda));
     if (io.dx[0] == nullptr) return absl::OkStatus();
     return Plan(io).BackwardData(io.dy, WeightFor(*kernel_, io.dtype), io.dx[0], io.workspace,
                                  *io.cuda);

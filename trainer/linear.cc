@@ -50,10 +50,9 @@ absl::Status Linear::Forward(const LayerIo& io, bool training) {
 absl::Status Linear::Backward(const LayerIo& io) {
   const kernels::LinearShape s{io.batch, in_, out_};
   if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(
-        kernels::LinearBackwardFilterCuda(io.dtype, s, io.x[0], io.dy,
-                                          WeightGradFor(*kernel_, io.dtype), bias_->grad.data(),
-                                          *io.cuda));
+    TOPIARY_RETURN_IF_ERROR(kernels::LinearBackwardFilterCuda(io.dtype, s, io.x[0], io.dy,
+                                                              WeightGradFor(*kernel_, io.dtype),
+                                                              bias_->grad.data(), *io.cuda));
     if (io.dx[0] == nullptr) return absl::OkStatus();
     return kernels::LinearBackwardDataCuda(io.dtype, s, io.dy, WeightFor(*kernel_, io.dtype),
                                            io.dx[0], *io.cuda);

@@ -266,10 +266,10 @@ absl::Status Network::Forward(bool training) {
   if (dtype_ == kernels::DType::kBf16) {
     // The masters may have changed since the last pass (an update, a load, a new mask).
     const kernels::CudaContext& cuda = *model_->device()->cuda();
-    TOPIARY_RETURN_IF_ERROR(kernels::CastCuda(
-        kernels::DType::kF32, kernels::DType::kBf16,
-        static_cast<int64_t>(model_->input_shape().per_image()) * batch_, input_f32_.data(),
-        values_[0].data.data(), cuda));
+    TOPIARY_RETURN_IF_ERROR(
+        kernels::CastCuda(kernels::DType::kF32, kernels::DType::kBf16,
+                          static_cast<int64_t>(model_->input_shape().per_image()) * batch_,
+                          input_f32_.data(), values_[0].data.data(), cuda));
     TOPIARY_RETURN_IF_ERROR(kernels::CastManyCuda(kernels::DType::kF32, kernels::DType::kBf16,
                                                   weight_casts_.data(), weight_cast_count_, cuda));
   }

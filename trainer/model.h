@@ -126,8 +126,8 @@ class Network {
   bool training_;
   kernels::DType dtype_ = kernels::DType::kF32;
   std::vector<Value> values_;
-  float* input_ = nullptr;    // values_[0], or input_f32_ in a bf16 network
-  Buffer<float> input_f32_;   // bf16 networks: the batch as written, before the cast
+  float* input_ = nullptr;   // values_[0], or input_f32_ in a bf16 network
+  Buffer<float> input_f32_;  // bf16 networks: the batch as written, before the cast
   Buffer<kernels::CastItem> weight_casts_, grad_casts_;  // bf16 networks: device tables
   int weight_cast_count_ = 0, grad_cast_count_ = 0;
   // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
