@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Validates every example spec with the real client: topiary validate SPEC must exit 0.
+set -uo pipefail
+TOPIARY="$1"
+shift
+fail=0
+count=0
+for spec in "$@"; do
+  count=$((count + 1))
+  if out=$("$TOPIARY" validate "$spec" 2>&1); then
+    echo "ok: $spec"
+  else
+    echo "FAIL: $spec: $out"
+    fail=1
+  fi
+done
+if [ "$count" -lt 10 ]; then
+  echo "FAIL: expected the example specs, got $count"
+  fail=1
+fi
+exit "$fail"
