@@ -248,17 +248,17 @@ absl::Status Network::PlanBf16Casts() {
     weights.push_back({p->value.data(), p->value_bf16.data(), static_cast<int64_t>(p->size())});
     grads.push_back({p->grad_bf16.data(), p->grad.data(), static_cast<int64_t>(p->size())});
   }
-  auto upload = [&](const std::vector<kernels::CastItem>& items, Buffer<kernels::CastItem>* out,
-                    int* count) -> absl::Status {
+  auto upload = [&](const std::vector<kernels::CastItem>& items,
+                    Buffer<kernels::CastItem>* out) -> absl::Status {
     auto b = Buffer<kernels::CastItem>::Create(dev, items.size());
     if (!b.ok()) return b.status();
     *out = std::move(*b);
     if (!items.empty()) out->CopyFromHost(items.data());
-    *count = static_cast<int>(items.size());
     return absl::OkStatus();
   };
-  TOPIARY_RETURN_IF_ERROR(upload(weights, &weight_casts_, &weight_cast_count_));
-  return upload(grads, &grad_casts_, &grad_cast_count_);
+  TOPIARY_RETURN_IF_ERROR(upload(weights, &weight_casts_));
+  if (!training_) return absl::OkStatus();  // inference computes no gradients
+  return upload(grads, &grad_casts_);
 }
 
 absl::Status Network::Forward(bool training) {
@@ -271,7 +271,8 @@ absl::Status Network::Forward(bool training) {
                           static_cast<int64_t>(model_->input_shape().per_image()) * batch_,
                           input_f32_.data(), values_[0].data.data(), cuda));
     TOPIARY_RETURN_IF_ERROR(kernels::CastManyCuda(kernels::DType::kF32, kernels::DType::kBf16,
-                                                  weight_casts_.data(), weight_cast_count_, cuda));
+                                                  weight_casts_.data(),
+                                                  static_cast<int>(weight_casts_.size()), cuda));
   }
   for (size_t j = 0; j < nodes.size(); ++j) {
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
@@ -328,7 +329,7 @@ absl::Status Network::Backward() {
   }
   if (dtype_ == kernels::DType::kBf16) {  // the optimizer updates the fp32 masters
     return kernels::CastManyCuda(kernels::DType::kBf16, kernels::DType::kF32, grad_casts_.data(),
-                                 grad_cast_count_, *cuda);
+                                 static_cast<int>(grad_casts_.size()), *cuda);
   }
   return absl::OkStatus();
 }

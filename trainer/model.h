@@ -128,8 +128,8 @@ class Network {
   std::vector<Value> values_;
   float* input_ = nullptr;   // values_[0], or input_f32_ in a bf16 network
   Buffer<float> input_f32_;  // bf16 networks: the batch as written, before the cast
-  Buffer<kernels::CastItem> weight_casts_, grad_casts_;  // bf16 networks: device tables
-  int weight_cast_count_ = 0, grad_cast_count_ = 0;
+  // bf16 networks: device tables of the weight casts (and, training, the gradient widenings).
+  Buffer<kernels::CastItem> weight_casts_, grad_casts_;
   // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
   // overlap (see Allocate): activations must all be kept, gradients need not.
   std::vector<Buffer<char>> grad_pool_;
