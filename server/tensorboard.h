@@ -8,11 +8,11 @@
 #include <string>
 
 #include "topiary/v1/events.pb.h"
+#include "trainer/crc32c.h"
 
 namespace topiary::server {
 
-// CRC-32C (Castagnoli), as TFRecord uses it before masking.
-uint32_t Crc32c(const void* data, size_t size);
+// TFRecord's masking of a CRC-32C (trainer/crc32c.h).
 uint32_t MaskCrc(uint32_t crc);
 
 class TensorBoardWriter {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
 #include "kernels/status_macros.h"
+#include "trainer/checkpoint_schema.h"
 #include "trainer/file_util.h"
 #include "trainer/masks.h"
 
@@ -262,6 +263,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
     jobs[i].dataset->shape = DiskShape(*jobs[i].param);
     jobs[i].dataset->f32 = ToDisk(*jobs[i].param, host[i]->data(), jobs[i].param->size());
   });
+  root[kMetadataChecksumAttr] = MetadataChecksum(doc);
   return WriteH5File(path, doc);
 }
 
@@ -276,10 +278,14 @@ absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
   }
   const int64_t version = AttrInt(root, "format_version", -1);
   if (version != kCheckpointFormatVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s: checkpoint format_version %d; this build reads version %d", path,
-                        version, kCheckpointFormatVersion));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: checkpoint format_version %d; this build reads version %d%s", path, version,
+        kCheckpointFormatVersion,
+        version == 1 ? " (version 1 has no metadata checksum; docs/checkpoint-format.md shows how "
+                       "to add one)"
+                     : ""));
   }
+  if (auto st = ValidateCheckpointDocument(path, *doc); !st.ok()) return st;
   return doc;
 }
 

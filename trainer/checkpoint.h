@@ -14,7 +14,8 @@
 
 namespace topiary {
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+// Version 2 added the metadata checksum (root attribute metadata_crc32c).
+inline constexpr int64_t kCheckpointFormatVersion = 2;
 inline constexpr char kCheckpointFormat[] = "topiary-checkpoint";
 
 // Where a run stood when the checkpoint was written, and its provenance.

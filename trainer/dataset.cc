@@ -24,27 +24,38 @@ uint32_t BigEndian32(const std::string& s, size_t off) {
          static_cast<uint32_t>(static_cast<uint8_t>(s[off + 3]));
 }
 
-// Parses an IDX ubyte file with `dims` dimensions; returns the payload offset and the dims.
+// Largest image side and image count an IDX file may declare (far beyond any real set).
+constexpr uint32_t kMaxIdxSide = 4096;
+constexpr uint32_t kMaxIdxCount = uint32_t{1} << 28;
+
+// Parses an IDX ubyte file with `dims` dimensions; returns the dims. Every declared size is
+// bounded and checked against the bytes present before anything is allocated.
 absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(const std::string& path, const std::string& s,
                                                      int dims) {
   const uint32_t want = 0x0800u | static_cast<uint32_t>(dims);
   if (s.size() < 4) return absl::DataLossError(path + ": truncated IDX file (no header)");
-  const uint32_t magic = BigEndian32(s, 0);
-  if (magic != want) {
+  if (BigEndian32(s, 0) != want) {
+    // The bytes found are not echoed: the file may be anything.
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: wrong IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d dimensions)", path, magic,
-        want, dims));
+        "%s: not an IDX file of unsigned bytes with %d dimensions (wrong magic number; "
+        "expected 0x%08x)",
+        path, dims, want));
   }
   if (s.size() < 4 + 4 * static_cast<size_t>(dims)) {
     return absl::DataLossError(path + ": truncated IDX header");
   }
   std::vector<uint32_t> d(dims);
-  size_t payload = 1;
+  uint64_t payload = 1;
   for (int i = 0; i < dims; ++i) {
     d[i] = BigEndian32(s, 4 + 4 * i);
-    payload *= d[i];
+    const uint32_t bound = i == 0 ? kMaxIdxCount : kMaxIdxSide;
+    if (d[i] == 0 || d[i] > bound) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: IDX dimension %d is %u, outside [1, %u]", path, i, d[i], bound));
+    }
+    payload *= d[i];  // < 2^28 * 2^12 * 2^12: no overflow in 64 bits
   }
-  const size_t have = s.size() - 4 - 4 * dims;
+  const uint64_t have = s.size() - 4 - 4 * static_cast<uint64_t>(dims);
   if (have < payload) {
     return absl::DataLossError(
         absl::StrFormat("%s: truncated IDX file: header promises %d bytes of data, file has %d",
@@ -109,6 +120,8 @@ absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::
   set.c = 1;
   const size_t n = (*idims)[0];
   set.pixels.assign(img->begin() + 16, img->begin() + 16 + n * set.image_bytes());
+  img->clear();
+  img->shrink_to_fit();
   set.labels.resize(n);
   for (size_t i = 0; i < n; ++i) set.labels[i] = static_cast<uint8_t>((*lab)[8 + i]);
   if (auto st = CheckLabels(labels_path, set.labels, classes); !st.ok()) return st;
@@ -210,7 +223,7 @@ absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path) {
     ImageSet& set = (row - 1) % 5 == 4 ? ds.test : ds.train;
     for (int i = 0; i < 65; ++i) {
       double v;
-      if (!absl::SimpleAtod(cells[i], &v) || v < 0 || v > (i < 64 ? 16 : 9) ||
+      if (!absl::SimpleAtod(cells[i], &v) || !std::isfinite(v) || v < 0 || v > (i < 64 ? 16 : 9) ||
           (i == 64 && v != std::floor(v))) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s: line %d, column %d: '%s' is not a %s", path, row, i + 1, cells[i],

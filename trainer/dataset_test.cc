@@ -79,7 +79,7 @@ TEST(Idx, ReadsRawAndGzip) {
 }
 
 TEST(Idx, RejectsWrongMagic) {
-  ExpectError(ReadPair(IdxImages(2, 2, 2, 0x0801), IdxLabels("\1\2")), "wrong IDX magic");
+  ExpectError(ReadPair(IdxImages(2, 2, 2, 0x0801), IdxLabels("\1\2")), "wrong magic number");
 }
 
 TEST(Idx, RejectsTruncatedFile) {

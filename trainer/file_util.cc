@@ -8,10 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace topiary {
 
@@ -48,24 +50,128 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+namespace {
+
+std::mutex& PolicyLock() {
+  static std::mutex* m = new std::mutex;
+  return *m;
+}
+ReadPolicy& Policy() {
+  static ReadPolicy* p = new ReadPolicy;
+  return *p;
 }
 
-absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path) {
-  auto raw = ReadFile(path);
+bool Inside(const std::string& path, const std::string& root) {
+  return path == root || root == "/" || path.rfind(root + "/", 0) == 0;
+}
+
+}  // namespace
+
+void SetReadPolicy(ReadPolicy policy) {
+  for (std::string& root : policy.roots) {
+    std::error_code ec;
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(root, ec);
+    if (!ec) root = canonical.string();
+  }
+  std::lock_guard<std::mutex> lock(PolicyLock());
+  Policy() = std::move(policy);
+}
+
+ReadPolicy GetReadPolicy() {
+  std::lock_guard<std::mutex> lock(PolicyLock());
+  return Policy();
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " bytes") : absl::StrFormat("%.3g %s", v, units[u]);
+}
+
+absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_t max_bytes) {
+  const ReadPolicy policy = GetReadPolicy();
+  const uint64_t limit =
+      max_bytes == 0 ? policy.max_file_bytes : std::min(max_bytes, policy.max_file_bytes);
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(path, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot resolve: ", ec.message()));
+  }
+  const std::string resolved = real.string();
+  if (!policy.roots.empty()) {
+    bool inside = false;
+    for (const std::string& root : policy.roots) inside = inside || Inside(resolved, root);
+    if (!inside) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          path, ": resolves to a file outside the folders this process may read (",
+          absl::StrJoin(policy.roots, ", "), ")"));
+    }
+  }
+  struct stat st;
+  if (::stat(resolved.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, not a file"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a device, pipe or socket is never read)"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": ", HumanBytes(st.st_size),
+                                                     ", over the limit of ", HumanBytes(limit)));
+  }
+  return resolved;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  auto resolved = ResolveReadableFile(path, max_bytes);
+  if (!resolved.ok()) return resolved.status();
+  const int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped since it was resolved
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
+    }
+    if (n == 0) break;  // shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {
+  auto raw = ReadFile(path, max_bytes);
   if (!raw.ok()) return raw.status();
   if (raw->size() < 2 || static_cast<uint8_t>((*raw)[0]) != 0x1f ||
       static_cast<uint8_t>((*raw)[1]) != 0x8b) {
     return raw;
   }
+  const ReadPolicy policy = GetReadPolicy();
+  const uint64_t limit =
+      max_bytes == 0 ? policy.max_file_bytes : std::min(max_bytes, policy.max_file_bytes);
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 32) != Z_OK) return absl::InternalError("zlib init failed");
   zs.next_in = reinterpret_cast<Bytef*>(raw->data());
@@ -86,7 +192,14 @@ absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path) {
       return absl::DataLossError(
           absl::StrCat(path, ": corrupt gzip data (", zs.msg ? zs.msg : "inflate failed", ")"));
     }
-    out.append(buf, sizeof(buf) - zs.avail_out);
+    const size_t produced = sizeof(buf) - zs.avail_out;
+    if (out.size() + produced > limit) {
+      inflateEnd(&zs);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          path, ": inflates to more than the limit of ", HumanBytes(limit), " (",
+          HumanBytes(raw->size()), " compressed)"));
+    }
+    out.append(buf, produced);
   } while (rc != Z_STREAM_END);
   inflateEnd(&zs);
   return out;

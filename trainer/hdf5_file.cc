@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,7 +10,10 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "trainer/file_util.h"
 #include "kernels/parallel.h"
 
 namespace topiary {
@@ -220,7 +224,14 @@ absl::Status SyncPath(const std::string& path, int flags) {
   return absl::OkStatus();
 }
 
+// Largest fixed-length string attribute read (specs and metrics are far smaller).
+constexpr size_t kMaxAttrStringBytes = size_t{16} << 20;
+
 absl::StatusOr<H5Attr> ReadAttr(hid_t attr) {
+  Handle space(H5Aget_space(attr));
+  if (!space.ok() || H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return absl::DataLossError("not a single value (attributes here are scalars)");
+  }
   Handle type(H5Aget_type(attr));
   switch (H5Tget_class(type.get())) {
     case H5T_INTEGER: {
@@ -244,7 +255,11 @@ absl::StatusOr<H5Attr> ReadAttr(hid_t attr) {
         H5free_memory(text);
         return H5Attr(s);
       }
-      std::string s(H5Tget_size(type.get()), '\0');
+      const size_t size = H5Tget_size(type.get());
+      if (size == 0 || size > kMaxAttrStringBytes) {
+        return absl::DataLossError(absl::StrCat("a string of ", size, " bytes"));
+      }
+      std::string s(size, '\0');
       if (H5Aread(attr, type.get(), s.data()) < 0) break;
       s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
       return H5Attr(s);
@@ -265,7 +280,12 @@ absl::Status ReadAttrs(hid_t obj, H5Attrs* out) {
       [](hid_t loc, const char* name, const H5A_info_t*, void* p) -> herr_t {
         auto* c = static_cast<Ctx*>(p);
         Handle attr(H5Aopen(loc, name, H5P_DEFAULT));
-        auto v = attr.ok() ? ReadAttr(attr.get()) : absl::DataLossError(Hdf5Error());
+        absl::StatusOr<H5Attr> v = absl::DataLossError("unreadable");
+        try {  // no exception may unwind through HDF5's C frames
+          v = attr.ok() ? ReadAttr(attr.get()) : absl::DataLossError(Hdf5Error());
+        } catch (const std::exception& e) {
+          v = absl::ResourceExhaustedError(e.what());
+        }
         if (!v.ok()) {
           c->status = absl::Status(v.status().code(),
                                    absl::StrCat("attribute ", name, ": ", v.status().message()));
@@ -307,24 +327,84 @@ bool IsSingleChecksummedChunk(hid_t ds, const std::vector<hsize_t>& dims) {
   return chunk == dims;
 }
 
+// Checks a dataset's declaration before anything is allocated for it: rank, element type,
+// storage (no external files, no virtual datasets, no filter but Fletcher-32, so nothing
+// inflates), a size that the file can actually hold, and data that is really stored. `budget`
+// is what the file's size leaves for datasets not yet read.
+absl::Status CheckDatasetDeclaration(hid_t ds, const std::vector<hsize_t>& dims, bool is_u8,
+                                     uint64_t* budget) {
+  Handle dcpl(H5Dget_create_plist(ds));
+  if (!dcpl.ok()) return absl::DataLossError("no creation properties");
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED && layout != H5D_COMPACT) {
+    return absl::DataLossError("virtual or unknown storage layout (refused)");
+  }
+  if (H5Pget_external_count(dcpl.get()) != 0) {
+    return absl::PermissionDeniedError("stored in external files (never followed)");
+  }
+  const int filters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, values[8];
+    size_t nvalues = 8;
+    char name[64];
+    unsigned config = 0;
+    const H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvalues,
+                                          values, sizeof(name), name, &config);
+    if (f != H5Z_FILTER_FLETCHER32) {
+      return absl::DataLossError(
+          absl::StrCat("filter ", static_cast<int>(f), " (only Fletcher-32 is read)"));
+    }
+  }
+  uint64_t count = 1;
+  for (hsize_t d : dims) {
+    if (d == 0) return absl::DataLossError("an empty dimension");
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) {
+      return absl::ResourceExhaustedError("a shape whose size overflows");
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, uint64_t{is_u8 ? 1u : 4u}, &bytes) || bytes > *budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "declares ", count, " elements, more than the file's remaining ", *budget, " bytes hold"));
+  }
+  // Unwritten data would read as fill values: every byte must be stored in the file.
+  if (H5Dget_storage_size(ds) < bytes) {
+    return absl::DataLossError(absl::StrCat("declares ", bytes, " bytes but stores ",
+                                            H5Dget_storage_size(ds), " (unwritten or damaged)"));
+  }
+  *budget -= bytes;
+  return absl::OkStatus();
+}
+
+constexpr int kMaxRank = 8;
+
 absl::Status ReadDataset(hid_t ds, const std::string& path, H5Dataset* out,
-                         std::vector<PendingCheck>* checks) {
+                         std::vector<PendingCheck>* checks, uint64_t* budget) {
   Handle space(H5Dget_space(ds));
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank <= 0) return absl::DataLossError(absl::StrCat(path, ": not an array"));
+  if (rank <= 0 || rank > kMaxRank) {
+    return absl::DataLossError(absl::StrCat(path, ": rank ", rank, ", not an array of 1 to ",
+                                            kMaxRank, " dimensions"));
+  }
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  out->shape.assign(dims.begin(), dims.end());
   Handle type(H5Dget_type(ds));
   const H5T_class_t cls = H5Tget_class(type.get());
-  const bool is_float =
-      cls == H5T_FLOAT && H5Tget_size(type.get()) == 4 && H5Tget_order(type.get()) == H5T_ORDER_LE;
-  const bool is_u8 = cls == H5T_INTEGER && H5Tget_size(type.get()) == 1;
-  if (cls != H5T_FLOAT && !is_u8) {
-    return absl::DataLossError(absl::StrCat(path, ": unsupported element type"));
+  const bool is_float = cls == H5T_FLOAT && H5Tget_size(type.get()) == 4 &&
+                        H5Tget_order(type.get()) == H5T_ORDER_LE;
+  const bool is_u8 =
+      cls == H5T_INTEGER && H5Tget_size(type.get()) == 1 && H5Tget_sign(type.get()) == H5T_SGN_NONE;
+  if (!is_float && !is_u8) {
+    return absl::DataLossError(absl::StrCat(path, ": element type of class ",
+                                            static_cast<int>(cls), " and ", H5Tget_size(type.get()),
+                                            " bytes; only float32 and uint8 are read"));
   }
+  if (auto st = CheckDatasetDeclaration(ds, dims, is_u8, budget); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(path, ": ", st.message()));
+  }
+  out->shape.assign(dims.begin(), dims.end());
   const size_t bytes = out->count() * (is_u8 ? 1 : 4);
-  if ((is_float || is_u8) && IsSingleChecksummedChunk(ds, dims)) {
+  if (IsSingleChecksummedChunk(ds, dims)) {
     const std::vector<hsize_t> origin(dims.size(), 0);
     hsize_t stored = 0;
     if (H5Dget_chunk_storage_size(ds, origin.data(), &stored) < 0 || stored != bytes + 4) {
@@ -400,24 +480,43 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
                   O_RDONLY | O_DIRECTORY);
 }
 
-absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
-  std::lock_guard<std::mutex> lock(Hdf5Lock());
-  SilenceHdf5();
-  if (::access(path.c_str(), R_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file (or not readable)"));
+namespace {
+
+// Checks `path` against the process's read policy (file_util.h) and opens it read-only.
+// `size` receives the file's size, the budget for everything the file declares.
+absl::StatusOr<hid_t> OpenForReading(const std::string& path, uint64_t* size) {
+  auto resolved = ResolveReadableFile(path);
+  if (!resolved.ok()) return resolved.status();
+  struct stat st;
+  if (::stat(resolved->c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   }
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
+  *size = static_cast<uint64_t>(st.st_size);
+  if (H5Fis_hdf5(resolved->c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
   }
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.ok()) return Fail(path, "cannot open (truncated or damaged?)");
+  const hid_t file = H5Fopen(resolved->c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return Fail(path, "cannot open (truncated or damaged?)");
+  return file;
+}
+
+}  // namespace
+
+absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
+  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  SilenceHdf5();
+  uint64_t file_size = 0;
+  auto opened = OpenForReading(path, &file_size);
+  if (!opened.ok()) return opened.status();
+  Handle file(*opened);
   H5Document doc;
   struct Ctx {
     H5Document* doc;
     absl::Status status;
     std::vector<PendingCheck> checks;
-  } ctx{&doc, absl::OkStatus(), {}};
+    uint64_t budget;
+  } ctx{&doc, absl::OkStatus(), {}, file_size};
   {
     Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
     if (auto st = ReadAttrs(root.get(), &doc.groups["/"]); !st.ok()) {
@@ -426,19 +525,31 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
   }
   const herr_t rc = H5Lvisit(
       file.get(), H5_INDEX_NAME, H5_ITER_INC,
-      [](hid_t root, const char* name, const H5L_info_t*, void* p) -> herr_t {
+      [](hid_t root, const char* name, const H5L_info_t* info, void* p) -> herr_t {
         auto* c = static_cast<Ctx*>(p);
         const std::string full = absl::StrCat("/", name);
+        // Soft and external links could lead anywhere, another file included: never followed.
+        if (info->type != H5L_TYPE_HARD) {
+          c->status = absl::PermissionDeniedError(absl::StrCat(
+              full, ": a ", info->type == H5L_TYPE_EXTERNAL ? "external" : "soft",
+              " link (links are never followed)"));
+          return -1;
+        }
         Handle obj(H5Oopen(root, name, H5P_DEFAULT));
         if (!obj.ok()) {
           c->status = absl::DataLossError(absl::StrCat(full, ": cannot open (", Hdf5Error(), ")"));
           return -1;
         }
-        const H5I_type_t type = H5Iget_type(obj.get());
-        if (type == H5I_GROUP) {
-          c->status = ReadAttrs(obj.get(), &c->doc->groups[full]);
-        } else if (type == H5I_DATASET) {
-          c->status = ReadDataset(obj.get(), full, &c->doc->datasets[full], &c->checks);
+        try {  // no exception may unwind through HDF5's C frames
+          const H5I_type_t type = H5Iget_type(obj.get());
+          if (type == H5I_GROUP) {
+            c->status = ReadAttrs(obj.get(), &c->doc->groups[full]);
+          } else if (type == H5I_DATASET) {
+            c->status = ReadDataset(obj.get(), full, &c->doc->datasets[full], &c->checks,
+                                    &c->budget);
+          }
+        } catch (const std::exception& e) {
+          c->status = absl::ResourceExhaustedError(absl::StrCat("cannot read: ", e.what()));
         }
         if (!c->status.ok() && c->status.message().find(full) == std::string::npos) {
           c->status = absl::Status(c->status.code(), absl::StrCat(full, ": ", c->status.message()));
@@ -447,7 +558,10 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
       },
       &ctx);
   if (!ctx.status.ok()) {
-    return absl::DataLossError(absl::StrCat(path, ": ", ctx.status.message()));
+    const absl::StatusCode code = ctx.status.code() == absl::StatusCode::kPermissionDenied
+                                      ? absl::StatusCode::kPermissionDenied
+                                      : absl::StatusCode::kDataLoss;
+    return absl::Status(code, absl::StrCat(path, ": ", ctx.status.message()));
   }
   if (rc < 0) return Fail(path, "cannot list the file's objects (truncated or damaged?)");
   // Checksums of the chunks read raw, in parallel (the data stay where they were read: the
@@ -472,18 +586,45 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
   std::lock_guard<std::mutex> lock(Hdf5Lock());
   SilenceHdf5();
-  if (::access(path.c_str(), R_OK) != 0 || H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return absl::NotFoundError(absl::StrCat(path, ": no such HDF5 file"));
-  }
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.ok()) return Fail(path, "cannot open (truncated or damaged?)");
+  uint64_t file_size = 0;
+  auto opened = OpenForReading(path, &file_size);
+  if (!opened.ok()) return opened.status();
+  Handle file(*opened);
   Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
   H5Attrs attrs;
   if (auto st = ReadAttrs(root.get(), &attrs); !st.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
   }
   return attrs;
+}
+
+std::string MetadataText(const H5Document& doc, const std::string& skip_root_attr) {
+  std::string out;
+  auto attrs = [&](const std::string& where, const H5Attrs& a) {
+    for (const auto& [name, value] : a) {
+      if (where == "/" && name == skip_root_attr) continue;
+      absl::StrAppend(&out, "  ", name, "=");
+      if (const auto* i = std::get_if<int64_t>(&value)) {
+        absl::StrAppend(&out, "i:", *i, "\n");
+      } else if (const auto* d = std::get_if<double>(&value)) {
+        absl::StrAppendFormat(&out, "d:%.17g\n", *d);
+      } else {
+        const std::string& text = std::get<std::string>(value);
+        absl::StrAppend(&out, "s:", text.size(), ":", text, "\n");
+      }
+    }
+  };
+  for (const auto& [path, a] : doc.groups) {
+    if (a.empty()) continue;  // intermediate groups carry nothing (and exist implicitly)
+    absl::StrAppend(&out, "G ", path, "\n");
+    attrs(path, a);
+  }
+  for (const auto& [path, d] : doc.datasets) {
+    absl::StrAppend(&out, "D ", path, " ", d.u8.empty() ? "f32" : "u8", " ",
+                    absl::StrJoin(d.shape, "x"), "\n");
+    attrs(path, d.attrs);
+  }
+  return out;
 }
 
 int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback) {

@@ -64,10 +64,21 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc);
 
 // Reads every group attribute and dataset of `path`. Errors (missing, truncated, not HDF5,
 // checksum mismatch, an unsupported type) name the file and the object.
+//
+// The file is untrusted: it is resolved and checked against the read policy (file_util.h)
+// before HDF5 opens it; soft and external links, external storage, virtual datasets and any
+// filter but Fletcher-32 are refused; ranks are 1..8, element types float32 or uint8; the
+// declared sizes together must fit in the file's size, and every byte must be stored, all
+// before anything is allocated for a dataset. Attributes must be scalars.
 absl::StatusOr<H5Document> ReadH5File(const std::string& path);
 
 // Only the root group's attributes of `path` (cheap, for listings).
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path);
+
+// A canonical text of every group and dataset path, dataset type and shape, and attribute
+// (sorted by name; the root attribute `skip_root_attr` left out), which a checksum over
+// metadata covers (docs/checkpoint-format.md gives the grammar).
+std::string MetadataText(const H5Document& doc, const std::string& skip_root_attr);
 
 // Attribute accessors with a default when absent or of another type.
 int64_t AttrInt(const H5Attrs& attrs, const std::string& name, int64_t fallback = 0);

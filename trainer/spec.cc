@@ -5,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -36,7 +37,38 @@ absl::Status Invalid(const std::string& field, const std::string& rule) {
 #define CHECK_RULE(cond, field, rule) \
   if (!(cond)) return Invalid(field, rule)
 
+// Bounds on counts: far beyond any sensible experiment, small enough that nothing sized by
+// them (schedules, tables, threads) can exhaust a machine.
+constexpr int kMaxEpochs = 10000;
+constexpr int kMaxRounds = 1000;
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxListEntries = 1000;  // milestones, overrides, gpus
+constexpr size_t kMaxText = 4096;      // names, paths, patterns
+
+bool Finite(double v) { return std::isfinite(v); }
+
+// Names and paths are printed in tables and logs: no control characters.
+bool PlainText(const std::string& s) {
+  if (s.size() > kMaxText) return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+template <typename Enum>
+absl::Status CheckEnum(bool (*valid)(int), Enum value, const std::string& field) {
+  CHECK_RULE(valid(static_cast<int>(value)), field,
+             absl::StrCat("unknown value ", static_cast<int>(value)));
+  return absl::OkStatus();
+}
+
 absl::Status ValidateData(const DataSpec& d) {
+  if (auto st = CheckEnum(DataSpec::Dataset_IsValid, d.dataset(), "data.dataset"); !st.ok()) {
+    return st;
+  }
+  CHECK_RULE(PlainText(d.path()), "data.path",
+             "must be at most 4096 characters, without control characters");
   CHECK_RULE(d.batch_size() >= 0, "data.batch_size", "must be > 0");
   CHECK_RULE(d.batch_size() <= 65536, "data.batch_size", "must be <= 65536");
   CHECK_RULE(d.eval_batch_size() >= 0, "data.eval_batch_size", "must be > 0");
@@ -60,9 +92,11 @@ absl::Status ValidateData(const DataSpec& d) {
                "must be in [1, 16]");
     CHECK_RULE(s.classes() == 0 || (s.classes() >= 2 && s.classes() <= 1000),
                "data.synthetic.classes", "must be in [2, 1000]");
-    CHECK_RULE(s.train_size() >= 0 && s.test_size() >= 0, "data.synthetic.train_size",
-               "sizes must be > 0");
-    CHECK_RULE(s.noise() >= 0, "data.synthetic.noise", "must be >= 0");
+    CHECK_RULE(s.train_size() >= 0 && s.train_size() <= 10000000, "data.synthetic.train_size",
+               "must be in [1, 10000000]");
+    CHECK_RULE(s.test_size() >= 0 && s.test_size() <= 10000000, "data.synthetic.test_size",
+               "must be in [1, 10000000]");
+    CHECK_RULE(s.noise() >= 0 && s.noise() <= 100, "data.synthetic.noise", "must be in [0, 100]");
     // Synthetic images are generated in memory as bytes: keep them within 8 GiB.
     const double bytes = (static_cast<double>(s.train_size()) + s.test_size()) *
                          std::max(1, s.height()) * std::max(1, s.width()) *
@@ -74,40 +108,76 @@ absl::Status ValidateData(const DataSpec& d) {
 }
 
 absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
-  CHECK_RULE(t.epochs() >= 0, "train.epochs", "must be >= 0");
-  CHECK_RULE(t.eval_every_epochs() >= 0, "train.eval_every_epochs", "must be >= 0");
+  CHECK_RULE(t.epochs() >= 0 && t.epochs() <= kMaxEpochs, "train.epochs",
+             absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(t.eval_every_epochs() >= 0 && t.eval_every_epochs() <= kMaxEpochs,
+             "train.eval_every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  if (auto st = CheckEnum(topiary::v1::TrainSpec::Precision_IsValid, t.precision(),
+                          "train.precision");
+      !st.ok()) {
+    return st;
+  }
   CHECK_RULE(t.label_smoothing() >= 0 && t.label_smoothing() < 1, "train.label_smoothing",
              "must be in [0, 1)");
   const auto& o = t.optimizer();
-  CHECK_RULE(o.lr() >= 0, "train.optimizer.lr", "must be > 0");
+  CHECK_RULE(Finite(o.lr()) && o.lr() >= 0 && o.lr() <= 1000, "train.optimizer.lr",
+             "must be a finite number in (0, 1000]");
+  if (auto st = CheckEnum(topiary::v1::OptimizerSpec::WeightDecayMode_IsValid,
+                          o.weight_decay_mode(), "train.optimizer.weight_decay_mode");
+      !st.ok()) {
+    return st;
+  }
   CHECK_RULE(!o.has_momentum() || (o.momentum() >= 0 && o.momentum() < 1),
              "train.optimizer.momentum", "must be in [0, 1)");
   CHECK_RULE(!o.nesterov() || !o.has_momentum() || o.momentum() > 0, "train.optimizer.nesterov",
              "needs momentum > 0");
-  CHECK_RULE(!o.has_weight_decay() || o.weight_decay() >= 0, "train.optimizer.weight_decay",
-             "must be >= 0");
+  CHECK_RULE(!o.has_weight_decay() || (o.weight_decay() >= 0 && o.weight_decay() <= 1),
+             "train.optimizer.weight_decay", "must be in [0, 1]");
   const auto& s = t.lr_schedule();
+  if (auto st = CheckEnum(topiary::v1::LrSchedule::Kind_IsValid, s.kind(), "train.lr_schedule.kind");
+      !st.ok()) {
+    return st;
+  }
+  CHECK_RULE(s.milestones_size() <= kMaxListEntries, "train.lr_schedule.milestones",
+             "at most 1000 entries");
   for (int i = 0; i < s.milestones_size(); ++i) {
-    CHECK_RULE(s.milestones(i) > 0 && (i == 0 || s.milestones(i) > s.milestones(i - 1)),
+    CHECK_RULE(s.milestones(i) > 0 && s.milestones(i) <= kMaxEpochs &&
+                   (i == 0 || s.milestones(i) > s.milestones(i - 1)),
                "train.lr_schedule.milestones", "must be positive and strictly increasing");
   }
   CHECK_RULE(!s.has_gamma() || (s.gamma() > 0 && s.gamma() <= 1), "train.lr_schedule.gamma",
              "must be in (0, 1]");
-  CHECK_RULE(s.min_lr() >= 0, "train.lr_schedule.min_lr", "must be >= 0");
-  CHECK_RULE(s.warmup_epochs() >= 0, "train.lr_schedule.warmup_epochs", "must be >= 0");
+  CHECK_RULE(Finite(s.min_lr()) && s.min_lr() >= 0, "train.lr_schedule.min_lr",
+             "must be a finite number >= 0");
+  CHECK_RULE(Finite(s.warmup_epochs()) && s.warmup_epochs() >= 0 &&
+                 s.warmup_epochs() <= kMaxEpochs,
+             "train.lr_schedule.warmup_epochs", "must be a finite number in [0, 10000]");
   return absl::OkStatus();
 }
 
 absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
+  if (auto st = CheckEnum(topiary::v1::PruningSpec::Method_IsValid, p.method(), "pruning.method");
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckEnum(topiary::v1::PruningSpec::Score_IsValid, p.score(), "pruning.score");
+      !st.ok()) {
+    return st;
+  }
   CHECK_RULE(p.block_in() >= 0 && p.block_in() <= 1024, "pruning.block_in", "must be in [1, 1024]");
   CHECK_RULE(p.block_out() >= 0 && p.block_out() <= 1024, "pruning.block_out",
              "must be in [1, 1024]");
   CHECK_RULE(p.target() >= 0 && p.target() < 1, "pruning.target", "must be in (0, 1)");
   CHECK_RULE(p.step_fraction() >= 0 && p.step_fraction() <= 1, "pruning.step_fraction",
              "must be in (0, 1]");
-  CHECK_RULE(p.finetune_epochs() >= 0, "pruning.finetune_epochs", "must be >= 0");
-  CHECK_RULE(p.max_rounds() >= 0, "pruning.max_rounds", "must be >= 0");
-  CHECK_RULE(!p.has_finetune_lr() || p.finetune_lr() > 0, "pruning.finetune_lr", "must be > 0");
+  CHECK_RULE(p.finetune_epochs() >= 0 && p.finetune_epochs() <= kMaxEpochs,
+             "pruning.finetune_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(p.max_rounds() >= 0 && p.max_rounds() <= kMaxRounds, "pruning.max_rounds",
+             absl::StrCat("must be in [0, ", kMaxRounds, "]"));
+  CHECK_RULE(!p.has_finetune_lr() ||
+                 (Finite(p.finetune_lr()) && p.finetune_lr() > 0 && p.finetune_lr() <= 1000),
+             "pruning.finetune_lr", "must be a finite number in (0, 1000]");
+  CHECK_RULE(p.overrides_size() <= kMaxListEntries, "pruning.overrides", "at most 1000 entries");
   CHECK_RULE(p.n() >= 0 && p.m() >= 0 && p.m() <= 64, "pruning.m", "must be in [1, 64]");
   if (p.method() == topiary::v1::PruningSpec::N_OF_M) {
     const int n = p.n() ? p.n() : 2, m = p.m() ? p.m() : 4;
@@ -119,6 +189,8 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
     const auto& o = p.overrides(i);
     const std::string f = absl::StrCat("pruning.overrides[", i, "]");
     CHECK_RULE(!o.layer().empty(), f + ".layer", "must name a layer pattern");
+    CHECK_RULE(PlainText(o.layer()), f + ".layer",
+               "must be at most 4096 characters, without control characters");
     CHECK_RULE(!o.has_target() || (o.target() > 0 && o.target() < 1), f + ".target",
                "must be in (0, 1)");
     CHECK_RULE(!o.has_target() || !p.global(), f + ".target",
@@ -130,6 +202,10 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
 }  // namespace
 
 absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::string& source) {
+  if (text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": a spec of ", text.size(), " bytes; the limit is ", kMaxSpecBytes));
+  }
   ExperimentSpec spec;
   const absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
   if (!trimmed.empty() && trimmed.front() == '{') {
@@ -152,7 +228,7 @@ absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::str
 }
 
 absl::StatusOr<ExperimentSpec> LoadSpecFile(const std::string& path) {
-  auto text = ReadFile(path);
+  auto text = ReadFile(path, kMaxSpecBytes);
   if (!text.ok()) return text.status();
   auto spec = ParseSpec(*text, path);
   if (!spec.ok()) return spec.status();
@@ -172,6 +248,10 @@ absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
 }
 
 absl::Status ValidateSpec(const ExperimentSpec& spec) {
+  CHECK_RULE(PlainText(spec.name()) && spec.name().size() <= 256, "name",
+             "must be at most 256 characters, without control characters (newlines, tabs)");
+  CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
+             "must be at most 4096 characters, without control characters");
   const auto names = ModelNames();
   CHECK_RULE(!spec.model().arch().empty(), "model.arch",
              "required; one of " + absl::StrJoin(names, ", "));
@@ -185,10 +265,27 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   if (spec.has_pruning()) {
     if (auto st = ValidatePruning(spec.pruning()); !st.ok()) return st;
   }
-  CHECK_RULE(spec.checkpoints().every_epochs() >= 0, "checkpoints.every_epochs", "must be >= 0");
-  CHECK_RULE(spec.checkpoints().keep_last() >= 0, "checkpoints.keep_last", "must be >= 0");
-  CHECK_RULE(spec.device().threads() >= 0, "device.threads", "must be >= 0");
-  for (int g : spec.device().gpus()) CHECK_RULE(g >= 0, "device.gpus", "ordinals must be >= 0");
+  CHECK_RULE(spec.checkpoints().every_epochs() >= 0 &&
+                 spec.checkpoints().every_epochs() <= kMaxEpochs,
+             "checkpoints.every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(spec.checkpoints().keep_last() >= 0 && spec.checkpoints().keep_last() <= 1000000,
+             "checkpoints.keep_last", "must be in [0, 1000000]");
+  const auto& dev = spec.device();
+  if (auto st = CheckEnum(topiary::v1::DeviceSpec::Kind_IsValid, dev.kind(), "device.kind");
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckEnum(topiary::v1::DeviceSpec::CudaGraphs_IsValid, dev.cuda_graphs(),
+                          "device.cuda_graphs");
+      !st.ok()) {
+    return st;
+  }
+  CHECK_RULE(dev.threads() >= 0 && dev.threads() <= kMaxThreads, "device.threads",
+             absl::StrCat("must be in [0, ", kMaxThreads, "] (0: all cores)"));
+  CHECK_RULE(dev.gpus_size() <= 64, "device.gpus", "at most 64 ordinals");
+  for (int g : dev.gpus()) {
+    CHECK_RULE(g >= 0 && g < 64, "device.gpus", "ordinals must be in [0, 64)");
+  }
   CHECK_RULE(
       spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() || spec.has_pruning(),
       "train.epochs", "must be > 0 unless pruning or init_from_checkpoint is set");
