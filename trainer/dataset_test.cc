@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "trainer/batcher.h"
+#include "trainer/file_util.h"
 
 namespace topiary {
 namespace {
@@ -243,6 +245,69 @@ TEST(Batcher, CropPadsWithZeroBeforeNormalization) {
     }
   }
   EXPECT_TRUE(saw_pad);
+}
+
+// Hostile inputs: each one crashed, exhausted memory or read outside the allowed folders.
+TEST(Hostile, IdxDimensionsThatWrapAreRefused) {
+  // 2^22 * 2^21 * 2^21 wraps a 64-bit size to 0.
+  std::string img = Be32(0x803) + Be32(1u << 22) + Be32(1u << 21) + Be32(1u << 21);
+  ExpectError(ReadPair(img, IdxLabels("\1")), "outside [1,");
+  std::string zero = Be32(0x803) + Be32(1) + Be32(0) + Be32(28);
+  ExpectError(ReadPair(zero, IdxLabels("\1")), "dimension 1 is 0");
+}
+
+TEST(Hostile, AGzipBombStopsAtTheLimit) {
+  const std::string ip = TempDir() + "/bomb.gz", lp = TempDir() + "/bomb_lab";
+  // 64 MiB of zeros inflate from ~64 KiB; the limit is set to 8 MiB for the test.
+  std::string payload = Be32(0x803) + Be32(65536) + Be32(32) + Be32(32);
+  payload.resize(payload.size() + (size_t{64} << 20), '\0');
+  Write(ip, Gzip(payload));
+  Write(lp, IdxLabels(std::string(65536, '\1')));
+  const ReadPolicy saved = GetReadPolicy();
+  ReadPolicy small = saved;
+  small.max_file_bytes = uint64_t{8} << 20;
+  SetReadPolicy(small);
+  auto st = ReadIdxPair(ip, lp, 10).status();
+  SetReadPolicy(saved);
+  ExpectError(st, "inflates to more than the limit of 8 MiB");
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(Hostile, DevicesAndLinksOutOfTheAllowedFoldersAreRefused) {
+  const std::string dir = TempDir() + "/allowed";
+  mkdir(dir.c_str(), 0755);
+  const std::string outside = TempDir() + "/secret";
+  Write(outside, "root:x:0:0:root:/root:/bin/bash\n");
+  const std::string link = dir + "/train-images-idx3-ubyte";
+  std::remove(link.c_str());
+  ASSERT_EQ(symlink(outside.c_str(), link.c_str()), 0);
+  const std::string zero = dir + "/train-labels-idx1-ubyte";
+  std::remove(zero.c_str());
+  ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+  const ReadPolicy saved = GetReadPolicy();
+  ReadPolicy policy;
+  policy.roots = {dir};
+  SetReadPolicy(policy);
+  auto escaped = ReadIdxPair(link, zero, 10).status();
+  auto device = ReadIdxPair(zero, zero, 10).status();
+  SetReadPolicy(saved);
+  ExpectError(escaped, "outside the folders this process may read");
+  EXPECT_EQ(escaped.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(std::string(escaped.message()).find("0x726f6f74"), std::string::npos);
+  ExpectError(device, "outside the folders");  // /dev/zero is outside too
+  // Without roots (the CLI), a device is still never read.
+  ExpectError(ReadIdxPair(zero, zero, 10).status(), "not a regular file");
+}
+
+TEST(Hostile, DigitsPixelsMustBeFinite) {
+  const std::string p = TempDir() + "/nan_digits.csv";
+  std::string rows;
+  for (int r = 0; r < 5; ++r) {
+    for (int i = 0; i < 64; ++i) rows += (r == 2 && i == 7) ? "nan," : "3,";
+    rows += "1\n";
+  }
+  Write(p, rows);
+  ExpectError(ReadDigitsCsv(p).status(), "line 3, column 8: 'nan' is not a pixel value");
 }
 
 }  // namespace

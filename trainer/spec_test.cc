@@ -65,6 +65,44 @@ TEST(Spec, ValidationNamesTheField) {
             "train.epochs: must be > 0 unless pruning or init_from_checkpoint is set");
 }
 
+// Each of these passed validation and then ran wild (memory, NaN losses, threads).
+TEST(Spec, HostileValuesAreBoundedAndNamed) {
+  EXPECT_EQ(Error(std::string(kBase) + "train { epochs: 100000000 }"),
+            "train.epochs: must be in [0, 10000]");
+  EXPECT_EQ(Error(WithTrain("optimizer { lr: inf }")),
+            "train.optimizer.lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error(WithTrain("optimizer { lr: nan }")),
+            "train.optimizer.lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error(WithTrain("lr_schedule { warmup_epochs: inf }")),
+            "train.lr_schedule.warmup_epochs: must be a finite number in [0, 10000]");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: 99 }"), "data.dataset: unknown value 99");
+  EXPECT_EQ(Error(WithTrain("precision: 7")), "train.precision: unknown value 7");
+  EXPECT_EQ(Error(WithTrain("") + "device { threads: 100000 }"),
+            "device.threads: must be in [0, 1024] (0: all cores)");
+  EXPECT_EQ(Error(WithTrain("") + "device { kind: 5 }"), "device.kind: unknown value 5");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { train_size: 2147483647 } }"),
+            "data.synthetic.train_size: must be in [1, 10000000]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { max_rounds: 1000000 }"),
+            "pruning.max_rounds: must be in [0, 1000]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { finetune_lr: inf }"),
+            "pruning.finetune_lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error("name: 'two\\nlines' " + WithTrain("")),
+            "name: must be at most 256 characters, without control characters (newlines, tabs)");
+  EXPECT_NE(Error(std::string(2 << 20, ' ') + WithTrain("")).find("the limit is 1048576"),
+            std::string::npos);
+}
+
+TEST(Spec, OnlyRegularFilesOfBoundedSizeAreRead) {
+  auto dev = LoadSpecFile("/dev/zero");
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.status().message().find("not a regular file"), std::string::npos) << dev.status();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto dir = LoadSpecFile(tmp ? tmp : "/tmp");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a folder, not a file"), std::string::npos)
+      << dir.status();
+}
+
 TEST(Spec, DefaultsFilledIn) {
   auto spec = ParseSpec(WithTrain(""), "x");
   ASSERT_TRUE(spec.ok());
