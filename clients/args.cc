@@ -4,6 +4,30 @@
 
 namespace topiary {
 
+int ExitCodeForStatus(int code) {
+  switch (code) {
+    case 0:  // OK
+      return kExitOk;
+    case 3:   // INVALID_ARGUMENT
+    case 15:  // DATA_LOSS
+      return kExitInvalid;
+    case 5:  // NOT_FOUND
+      return kExitNotFound;
+    case 9:  // FAILED_PRECONDITION
+      return kExitWrongState;
+    case 14:  // UNAVAILABLE
+    case 4:   // DEADLINE_EXCEEDED
+      return kExitUnavailable;
+    case 16:  // UNAUTHENTICATED
+    case 7:   // PERMISSION_DENIED
+      return kExitDenied;
+    case 8:  // RESOURCE_EXHAUSTED
+      return kExitResourceLimit;
+    default:
+      return kExitFailed;
+  }
+}
+
 bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   static const std::set<std::string> kValued = {"out",        "resume", "file",  "layer", "server",
                                                 "token_file", "tls_ca", "state", "from",  "target",

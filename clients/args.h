@@ -20,6 +20,12 @@ constexpr int kExitUnavailable = 6;    // no daemon at --server
 constexpr int kExitDenied = 7;         // unauthenticated, or a path outside the data directory
 constexpr int kExitResourceLimit = 8;  // queue full, request too large
 
+// The exit code for a failure with this status code (absl and gRPC share the numbers):
+// INVALID_ARGUMENT and DATA_LOSS (a bad spec, request or input file) 3, NOT_FOUND 4,
+// FAILED_PRECONDITION 5, UNAVAILABLE and DEADLINE_EXCEEDED 6, UNAUTHENTICATED and
+// PERMISSION_DENIED 7, RESOURCE_EXHAUSTED 8, anything else 1; OK is 0.
+int ExitCodeForStatus(int code);
+
 struct Args {
   std::string command;
   std::vector<std::string> positional;       // after the command

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "clients/progress.h"
 #include "clients/report_print.h"
+#include "clients/text.h"
 #include "topiary/v1/service.grpc.pb.h"
 #include "trainer/events.h"
 #include "trainer/file_util.h"
@@ -71,28 +72,7 @@ class Connection {
   std::unique_ptr<Topiary::Stub> stub_;
 };
 
-int ExitCode(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return kExitOk;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return kExitInvalid;
-    case grpc::StatusCode::NOT_FOUND:
-      return kExitNotFound;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return kExitWrongState;
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return kExitUnavailable;
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return kExitDenied;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return kExitResourceLimit;
-    default:
-      return kExitFailed;
-  }
-}
+int ExitCode(grpc::StatusCode code) { return ExitCodeForStatus(static_cast<int>(code)); }
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
@@ -126,7 +106,7 @@ int Report(const Args& a, const Connection& c, const grpc::Status& st) {
                            "); start one with `topiaryd` or set --server / TOPIARY_SERVER");
   }
   if (a.json) {
-    absl::PrintF("{\"error\":\"%s\",\"code\":\"%s\"}\n", absl::CHexEscape(message),
+    absl::PrintF("{\"error\":%s,\"code\":\"%s\"}\n", JsonString(message),
                  CodeName(st.error_code()));
   } else {
     absl::FPrintF(stderr, "topiary: %s: %s\n", CodeName(st.error_code()), message);
@@ -137,7 +117,8 @@ int Report(const Args& a, const Connection& c, const grpc::Status& st) {
 std::string Percent(double x) { return absl::StrFormat("%.2f%%", 100 * x); }
 
 void PrintExperiment(const Experiment& e) {
-  absl::PrintF("%s  %s  %s\n", e.id(), e.name(), topiary::v1::ExperimentState_Name(e.state()));
+  absl::PrintF("%s  %s  %s\n", e.id(), OneLine(e.name()),
+               topiary::v1::ExperimentState_Name(e.state()));
   absl::PrintF("  model %s, device %s\n", e.spec().model().arch(),
                e.device().empty() ? "-" : e.device());
   absl::PrintF("  round %d, epoch %d, test top-1 %s, sparsity %.1f%%\n", e.round(), e.epoch(),
@@ -256,7 +237,7 @@ int RunRemoteCommand(const Args& a) {
     absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
                  "top-1", "sparsity", "updated");
     for (const auto& e : resp.experiments()) {
-      absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), e.name(),
+      absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), OneLine(e.name()),
                    topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
                    Percent(e.test_top1()), 100 * e.sparsity(), e.updated_at());
     }

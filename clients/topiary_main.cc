@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/args.h"
+#include "clients/text.h"
 #include "clients/progress.h"
 #include "clients/remote.h"
 #include "clients/report_print.h"
@@ -118,8 +119,7 @@ int Validate(const Args& a) {
   const auto spec = LoadValidSpec(a.positional[0]);
   if (!spec.ok()) {
     if (a.json) {
-      absl::PrintF("{\"valid\":false,\"error\":\"%s\"}\n",
-                   absl::CHexEscape(std::string(spec.status().message())));
+      absl::PrintF("{\"valid\":false,\"error\":%s}\n", JsonString(spec.status().message()));
     } else {
       absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
     }
@@ -138,12 +138,11 @@ int Inspect(const Args& a) {
   const auto report = pruning::InspectCheckpoint(a.flag("file"), a.flag("layer"));
   if (!report.ok()) {
     if (a.json) {
-      absl::PrintF("{\"error\":\"%s\"}\n",
-                   absl::CHexEscape(std::string(report.status().message())));
+      absl::PrintF("{\"error\":%s}\n", JsonString(report.status().message()));
     } else {
       absl::FPrintF(stderr, "topiary: %s\n", report.status().message());
     }
-    return report.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitFailed;
+    return ExitCodeForStatus(static_cast<int>(report.status().code()));
   }
   if (a.json) {
     absl::PrintF("%s\n", MessageToJson(*report));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "trainer/events.h"
 #include "trainer/file_util.h"
 
@@ -92,15 +93,23 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
     entries_[id] = std::move(entry);
     const ExperimentState state = raw->record.state();
     if (state == topiary::v1::RUNNING || state == topiary::v1::WAITING_FOR_ROUND) {
-      raw->record.set_state(topiary::v1::QUEUED);
-      Event e;
-      e.mutable_state()->set_state("QUEUED");
-      e.mutable_state()->set_reason(raw->record.last_checkpoint().empty()
-                                        ? "the daemon restarted; the run starts again"
-                                        : "the daemon restarted; the run resumes from " +
-                                              raw->record.last_checkpoint());
-      AppendLocked(raw, std::move(e));
-      (void)Persist(raw->record);
+      Experiment& r = raw->record;
+      r.set_crashes(r.crashes() + 1);
+      if (r.crashes() >= max_restarts_) {
+        (void)SetStateLocked(
+            raw, topiary::v1::FAILED,
+            absl::StrCat("the daemon stopped ", r.crashes(),
+                         " times while this experiment ran, without a checkpoint in between; "
+                         "it is not restarted again (a run that crashes the daemon?)",
+                         r.last_checkpoint().empty() ? "" : "; last checkpoint ",
+                         r.last_checkpoint()));
+      } else {
+        (void)SetStateLocked(raw, topiary::v1::QUEUED,
+                             r.last_checkpoint().empty()
+                                 ? "the daemon restarted; the run starts again"
+                                 : "the daemon restarted; the run resumes from " +
+                                       r.last_checkpoint());
+      }
     }
     if (raw->record.state() == topiary::v1::QUEUED) queue.push_back(id);
   }
@@ -173,6 +182,100 @@ absl::Status Registry::SetState(const std::string& id, ExperimentState state,
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
+  return SetStateLocked(e, state, reason);
+}
+
+absl::StatusOr<Experiment> Registry::Transition(const std::string& id,
+                                                std::initializer_list<ExperimentState> from,
+                                                ExperimentState to, const std::string& reason,
+                                                const std::string& verb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
+  if (std::find(from.begin(), from.end(), e->record.state()) == from.end()) {
+    std::vector<std::string> names;
+    for (ExperimentState s : from) names.push_back(ExperimentState_Name(s));
+    return absl::FailedPreconditionError(absl::StrCat(id, " is ",
+                                                      ExperimentState_Name(e->record.state()),
+                                                      "; only ", absl::StrJoin(names, " or "),
+                                                      " can ", verb));
+  }
+  if (auto st = SetStateLocked(e, to, reason); !st.ok()) return st;
+  return e->record;
+}
+
+absl::Status Registry::RequestPause(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
+  const ExperimentState s = e->record.state();
+  if (s != topiary::v1::QUEUED && s != topiary::v1::RUNNING &&
+      s != topiary::v1::WAITING_FOR_ROUND) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(id, " is ", ExperimentState_Name(s),
+                     "; only QUEUED, RUNNING or WAITING_FOR_ROUND can pause"));
+  }
+  e->stop = static_cast<int>(RunControl::Stop::kPause);
+  e->resume_after_pause = false;
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *requeue = false;
+  Entry* e = Find(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
+  const ExperimentState s = e->record.state();
+  if (s == topiary::v1::PAUSED) {
+    *requeue = true;
+    if (auto st = SetStateLocked(e, topiary::v1::QUEUED, "resumed"); !st.ok()) return st;
+    return e->record;
+  }
+  const bool pause_pending = e->stop.load() == static_cast<int>(RunControl::Stop::kPause);
+  if (pause_pending && (s == topiary::v1::QUEUED || s == topiary::v1::RUNNING ||
+                        s == topiary::v1::WAITING_FOR_ROUND)) {
+    e->stop = 0;
+    e->resume_after_pause = true;
+    Event ev;
+    ev.mutable_state()->set_state(ExperimentState_Name(s));
+    ev.mutable_state()->set_reason("resumed: the pending pause is withdrawn");
+    AppendLocked(e, std::move(ev));
+    return e->record;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(id, " is ", ExperimentState_Name(s), "; only PAUSED can resume"));
+}
+
+bool Registry::FinishRun(const std::string& id, const std::string& run_state,
+                         const std::string& error, bool daemon_stopping) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(id);
+  if (e == nullptr) return false;
+  bool requeue = false;
+  if (run_state == "SUCCEEDED") {
+    (void)SetStateLocked(e, topiary::v1::SUCCEEDED, "finished");
+  } else if (run_state == "PAUSED") {
+    if (daemon_stopping) {
+      (void)SetStateLocked(e, topiary::v1::QUEUED,
+                           "the daemon stopped; it resumes when it restarts");
+    } else if (e->resume_after_pause) {
+      requeue = true;
+      (void)SetStateLocked(e, topiary::v1::QUEUED, "resumed right after it paused");
+    } else {
+      (void)SetStateLocked(e, topiary::v1::PAUSED, "paused");
+    }
+  } else if (run_state == "CANCELLED") {
+    (void)SetStateLocked(e, topiary::v1::CANCELLED, "cancelled");
+  } else {
+    (void)SetStateLocked(e, topiary::v1::FAILED, error);
+  }
+  e->resume_after_pause = false;
+  return requeue;
+}
+
+absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state,
+                                      const std::string& reason) {
   e->record.set_state(state);
   e->record.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) e->record.set_error(reason);
@@ -211,6 +314,7 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
     persist = true;
   }
   if (event.has_checkpoint()) {
+    r.set_crashes(0);  // progress since the last restart: not a crash loop
     r.set_last_checkpoint(Relative(data_dir_, event.checkpoint().path()));
     r.set_epoch(event.checkpoint().epoch());
     event.mutable_checkpoint()->set_path(r.last_checkpoint());

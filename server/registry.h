@@ -29,11 +29,15 @@ bool IsTerminal(ExperimentState state);
 
 class Registry {
  public:
-  explicit Registry(std::string data_dir) : data_dir_(std::move(data_dir)) {}
+  // An experiment that was running when the daemon died `max_restarts` times without
+  // writing a checkpoint in between is FAILED on the next start instead of restarted.
+  explicit Registry(std::string data_dir, int max_restarts = 3)
+      : data_dir_(std::move(data_dir)), max_restarts_(max_restarts) {}
 
   // Reads every experiment under data_dir/experiments. Experiments that were RUNNING or
   // WAITING_FOR_ROUND when the daemon stopped become QUEUED (they resume from their last
-  // checkpoint); returns the ids to queue, oldest first (QUEUED ones included).
+  // checkpoint), or FAILED when they keep taking the daemon down; returns the ids to queue,
+  // oldest first (QUEUED ones included).
   absl::StatusOr<std::vector<std::string>> Load();
 
   // Creates and persists a QUEUED experiment (fsynced before this returns).
@@ -46,6 +50,26 @@ class Registry {
 
   // Sets the state (persisted) and logs a StateChanged event.
   absl::Status SetState(const std::string& id, ExperimentState state, const std::string& reason);
+  // Sets the state only when the current one is among `from`, atomically; otherwise
+  // FAILED_PRECONDITION naming the state and `verb`.
+  absl::StatusOr<Experiment> Transition(const std::string& id,
+                                        std::initializer_list<ExperimentState> from,
+                                        ExperimentState to, const std::string& reason,
+                                        const std::string& verb);
+
+  // The state machine's edges that race with a run, each decided under one lock:
+  // A pause of a run under way (RUNNING, WAITING_FOR_ROUND, or QUEUED but already taken by
+  // a worker): the run checkpoints at its next step boundary and ends PAUSED.
+  absl::Status RequestPause(const std::string& id);
+  // Resume: PAUSED becomes QUEUED (`*requeue` set: the caller queues it). A pause still
+  // pending is withdrawn instead, and should the run have stopped for it meanwhile,
+  // FinishRun queues it again: a Resume that follows a Pause is never lost.
+  absl::StatusOr<Experiment> Resume(const std::string& id, bool* requeue);
+  // The end of a run: its final state from the run's summary state ("SUCCEEDED", "PAUSED",
+  // "CANCELLED", else FAILED with `error`). `daemon_stopping` turns a pause into QUEUED.
+  // True when the experiment must be queued again.
+  bool FinishRun(const std::string& id, const std::string& run_state, const std::string& error,
+                 bool daemon_stopping);
   // Applies `change` to the record under the lock and persists it.
   absl::Status Update(const std::string& id, const std::function<void(Experiment*)>& change);
 
@@ -73,6 +97,7 @@ class Registry {
     Experiment record;
     std::vector<Event> events;
     std::atomic<int> stop{0};  // RunControl::Stop
+    bool resume_after_pause = false;  // a Resume came while a pause was pending
     bool advance = false;
     topiary::v1::AdvanceRoundRequest changes;
   };
@@ -80,9 +105,12 @@ class Registry {
 
   Entry* Find(const std::string& id) const;  // REQUIRES: mu_ held
   absl::Status Persist(const Experiment& record) const;
+  // SetState under mu_.
+  absl::Status SetStateLocked(Entry* e, ExperimentState state, const std::string& reason);
   void AppendLocked(Entry* entry, Event event);  // REQUIRES: mu_ held
 
   std::string data_dir_;
+  int max_restarts_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;

@@ -103,23 +103,13 @@ void Scheduler::Run(int slot, const std::string& id) {
     registry_->AppendRunEvent(id, e);
   };
   const topiary::v1::RunSummary summary = RunExperiment(spec, options);
-  if (summary.state() == "SUCCEEDED") {
-    (void)registry_->SetState(id, topiary::v1::SUCCEEDED, "finished");
-  } else if (summary.state() == "PAUSED") {
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping = stopping_;
-    }
-    // Paused because the daemon is stopping: queued again, so the next start resumes it.
-    (void)registry_->SetState(
-        id, stopping ? topiary::v1::QUEUED : topiary::v1::PAUSED,
-        stopping ? "the daemon stopped; it resumes when it restarts" : "paused");
-  } else if (summary.state() == "CANCELLED") {
-    (void)registry_->SetState(id, topiary::v1::CANCELLED, "cancelled");
-  } else {
-    (void)registry_->SetState(id, topiary::v1::FAILED, summary.error());
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
   }
+  // A daemon that is stopping queues its paused runs again, so the next start resumes them.
+  if (registry_->FinishRun(id, summary.state(), summary.error(), stopping)) Enqueue(id);
 }
 
 }  // namespace topiary::server

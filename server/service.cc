@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "trainer/checkpoint.h"
 #include "trainer/hdf5_file.h"
@@ -53,18 +54,6 @@ std::string RealOrSelf(const std::string& path) {
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return Status::OK;
   return Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
-}
-
-Status TopiaryService::Authenticate(grpc::ServerContext* ctx) const {
-  if (options_.token.empty()) return Status::OK;
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end() ||
-      std::string(it->second.data(), it->second.size()) != "Bearer " + options_.token) {
-    return Status(StatusCode::UNAUTHENTICATED,
-                  "missing or wrong bearer token (metadata 'authorization: Bearer ...')");
-  }
-  return Status::OK;
 }
 
 Status TopiaryService::ResolvePath(const std::string& field, const std::string& path,
@@ -120,7 +109,6 @@ Status TopiaryService::Admit(const topiary::v1::ExperimentSpec& spec, const std:
 Status TopiaryService::SubmitExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::SubmitExperimentRequest* req,
                                         topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   topiary::v1::ExperimentSpec spec = req->spec();
   if (Status st = CheckSpec(&spec); !st.ok()) return st;
   return Admit(spec, "", out);
@@ -129,7 +117,6 @@ Status TopiaryService::SubmitExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::GetExperiment(grpc::ServerContext* ctx,
                                      const topiary::v1::ExperimentRef* req,
                                      topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
   *out = *r;
@@ -139,7 +126,6 @@ Status TopiaryService::GetExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::ListExperiments(grpc::ServerContext* ctx,
                                        const topiary::v1::ListExperimentsRequest* req,
                                        topiary::v1::ListExperimentsResponse* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   for (auto& e : registry_->List(req->state())) *out->add_experiments() = std::move(e);
   return Status::OK;
 }
@@ -147,7 +133,6 @@ Status TopiaryService::ListExperiments(grpc::ServerContext* ctx,
 Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
                                        const topiary::v1::WatchExperimentRequest* req,
                                        grpc::ServerWriter<topiary::v1::Event>* writer) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   if (auto r = registry_->Get(req->id()); !r.ok()) return ToGrpc(r.status());
   uint32_t seq = req->from_seq();
   while (!ctx->IsCancelled()) {
@@ -166,56 +151,35 @@ Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::PauseExperiment(grpc::ServerContext* ctx,
                                        const topiary::v1::ExperimentRef* req,
                                        topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
+  // Still in the queue: paused there. Otherwise its run (under way, or just taken by a
+  // worker) checkpoints at its next step boundary and ends PAUSED.
+  if (scheduler_->Dequeue(req->id())) {
+    auto r = registry_->Transition(req->id(), {topiary::v1::QUEUED}, topiary::v1::PAUSED,
+                                   "paused while queued", "pause");
+    if (!r.ok()) return ToGrpc(r.status());
+  } else if (auto st = registry_->RequestPause(req->id()); !st.ok()) {
+    return ToGrpc(st);
+  }
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
-  switch (r->state()) {
-    case topiary::v1::QUEUED:
-      if (scheduler_->Dequeue(req->id())) {
-        if (auto st = registry_->SetState(req->id(), topiary::v1::PAUSED, "paused while queued");
-            !st.ok()) {
-          return ToGrpc(st);
-        }
-        break;
-      }
-      [[fallthrough]];  // taken by a worker meanwhile: it is starting
-    case topiary::v1::RUNNING:
-    case topiary::v1::WAITING_FOR_ROUND:
-      // The run checkpoints at its next step boundary and ends PAUSED.
-      registry_->RequestStop(req->id(), RunControl::Stop::kPause);
-      break;
-    default:
-      return Status(StatusCode::FAILED_PRECONDITION,
-                    absl::StrCat(req->id(), " is ", ExperimentState_Name(r->state()),
-                                 "; only QUEUED, RUNNING or WAITING_FOR_ROUND can pause"));
-  }
-  *out = *registry_->Get(req->id());
+  *out = *r;
   return Status::OK;
 }
 
 Status TopiaryService::ResumeExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::ExperimentRef* req,
                                         topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
-  auto r = registry_->Get(req->id());
+  bool requeue = false;
+  auto r = registry_->Resume(req->id(), &requeue);
   if (!r.ok()) return ToGrpc(r.status());
-  if (r->state() != topiary::v1::PAUSED) {
-    return Status(StatusCode::FAILED_PRECONDITION,
-                  absl::StrCat(req->id(), " is ", ExperimentState_Name(r->state()),
-                               "; only PAUSED can resume"));
-  }
-  if (auto st = registry_->SetState(req->id(), topiary::v1::QUEUED, "resumed"); !st.ok()) {
-    return ToGrpc(st);
-  }
-  scheduler_->Enqueue(req->id());
-  *out = *registry_->Get(req->id());
+  if (requeue) scheduler_->Enqueue(req->id());
+  *out = *r;
   return Status::OK;
 }
 
 Status TopiaryService::CancelExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::ExperimentRef* req,
                                         topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
   const auto state = r->state();
@@ -238,7 +202,6 @@ Status TopiaryService::CancelExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
                                     const topiary::v1::AdvanceRoundRequest* req,
                                     topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   if (req->has_target() && !(req->target() > 0 && req->target() < 1)) {
     return Status(StatusCode::INVALID_ARGUMENT, "target: must be in (0, 1)");
   }
@@ -256,7 +219,6 @@ Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
 Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
                                       const topiary::v1::ForkExperimentRequest* req,
                                       topiary::v1::Experiment* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
   auto attrs = ReadH5RootAttrs(path);
@@ -292,7 +254,6 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
                                        const topiary::v1::ExperimentRef* req,
                                        topiary::v1::ListCheckpointsResponse* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
   const std::string dir = registry_->Folder(req->id()) + "/checkpoints";
@@ -334,7 +295,6 @@ Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
 Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
                                          const topiary::v1::InspectCheckpointRequest* req,
                                          topiary::v1::CheckpointReport* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("path", req->path(), &path); !st.ok()) return st;
   auto report = pruning::InspectCheckpoint(path, req->layer());
@@ -347,8 +307,7 @@ Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
 Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
                                      const topiary::v1::GetServerInfoRequest*,
                                      topiary::v1::ServerInfo* out) {
-  if (Status st = Authenticate(ctx); !st.ok()) return st;
-  out->set_version("0.2.0");
+  out->set_version(kTopiaryVersion);
   for (const std::string& d : options_.devices) out->add_devices(d);
   for (const char* c : {"pruning:BLOCK", "pruning:MAGNITUDE", "pruning:N_OF_M", "precision:FP32",
                         "precision:TF32", "manual_rounds", "fork", "checkpoints:hdf5"}) {

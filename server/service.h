@@ -1,5 +1,6 @@
 // The Topiary gRPC service (protos/topiary/v1/service.proto) over the registry and the
-// scheduler: request checks (auth, paths, sizes, states) and the mapping to gRPC codes.
+// scheduler: request checks (paths, sizes, states) and the mapping to gRPC codes.
+// Authentication is not here: one interceptor covers every service (auth_interceptor.h).
 #ifndef TOPIARY_SERVER_SERVICE_H_
 #define TOPIARY_SERVER_SERVICE_H_
 
@@ -12,7 +13,6 @@
 namespace topiary::server {
 
 struct ServiceOptions {
-  std::string token;                 // required bearer token; empty: no authentication
   int max_queued = 256;              // QUEUED experiments beyond this: RESOURCE_EXHAUSTED
   std::vector<std::string> devices;  // for GetServerInfo
   // Besides the data directory, dataset folders specs may name (Debian's dataset packages).
@@ -55,7 +55,6 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                              topiary::v1::ServerInfo* out) override;
 
  private:
-  grpc::Status Authenticate(grpc::ServerContext* ctx) const;
   // Resolves a data-directory-relative path; PERMISSION_DENIED outside it (or a missing file).
   grpc::Status ResolvePath(const std::string& field, const std::string& path,
                            std::string* absolute) const;

@@ -12,46 +12,61 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "protos/version.h"
+#include "server/auth_interceptor.h"
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "server/service.h"
 #include "trainer/device.h"
 #include "trainer/file_util.h"
 
+ABSL_FLAG(std::string, listen, "127.0.0.1:7077",
+          "address to serve on (port 0 picks a free one); a non-loopback address needs "
+          "--token_file");
+ABSL_FLAG(std::string, data_dir, "",
+          "experiments, event logs and checkpoints (default $XDG_DATA_HOME/topiary or "
+          "~/.local/share/topiary)");
+ABSL_FLAG(std::string, gpus, "",
+          "GPU ordinals to use, e.g. 0,1 (default: every GPU found; \"none\": the CPU)");
+ABSL_FLAG(int, max_running, 1,
+          "experiments running at once without a GPU; with GPUs, one per GPU");
+ABSL_FLAG(int, max_queued, 256, "queued experiments accepted (more: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, max_restarts, 3,
+          "an experiment that was running when the daemon died this many times is marked "
+          "FAILED instead of being restarted again");
+ABSL_FLAG(int64_t, max_file_bytes, int64_t{2} << 30,
+          "the largest dataset or checkpoint file a run may read, and the most a gzip "
+          "dataset may inflate to");
+ABSL_FLAG(std::string, token_file, "",
+          "require \"authorization: Bearer <token>\" on every call but grpc.health.v1, with "
+          "the token in this file");
+ABSL_FLAG(std::string, tls_cert, "", "serve TLS with this certificate chain (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "... and this private key (PEM)");
+ABSL_FLAG(std::string, port_file, "", "write the port actually listened on here (for scripts)");
+ABSL_FLAG(bool, version, false, "print the version and exit");
+
 namespace topiary::server {
 namespace {
 
 constexpr char kUsage[] = R"(topiaryd: the Topiary daemon (gRPC service topiary.v1.Topiary)
 
-Usage: topiaryd [flags]
-  --listen ADDR        address to serve on (default 127.0.0.1:7077; port 0 picks a free one).
-                       A non-loopback address needs --token_file.
-  --data_dir DIR       experiments, event logs and checkpoints (default
-                       $XDG_DATA_HOME/topiary or ~/.local/share/topiary)
-  --gpus LIST          GPU ordinals to use, e.g. 0,1 (default: every GPU found; "none": CPU)
-  --max_running N      experiments running at once without a GPU (default 1); with GPUs,
-                       one per GPU
-  --max_queued N       queued experiments accepted (default 256; more: RESOURCE_EXHAUSTED)
-  --token_file FILE    require "authorization: Bearer <token>" with the token in FILE
-  --tls_cert FILE --tls_key FILE
-                       serve TLS with this certificate chain and private key (PEM)
-  --port_file FILE     write the port actually listened on to FILE (for scripts)
-  --help               this text
+Usage: topiaryd [--listen ADDR] [--data_dir DIR] [--gpus 0,1|none] [--max_running N]
+                [--max_queued N] [--max_restarts N] [--max_file_bytes N] [--token_file FILE]
+                [--tls_cert FILE --tls_key FILE] [--port_file FILE]
 
 SIGINT/SIGTERM stop the daemon: running experiments checkpoint and resume on the next start.
 After a crash (kill -9) the next start re-queues what was running from its last checkpoint.
-)";
-
-struct Flags {
-  std::string listen = "127.0.0.1:7077", data_dir, gpus, token_file, tls_cert, tls_key, port_file;
-  int max_running = 1, max_queued = 256;
-};
+Runs read datasets only from the data directory and /usr/share/datasets, following no link
+out of them.)";
 
 bool IsLoopback(const std::string& addr) {
   const std::string host = addr.substr(0, addr.rfind(':'));
@@ -64,45 +79,30 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+struct Flags {
+  std::string listen, data_dir, gpus, token_file, tls_cert, tls_key, port_file;
+  int max_running, max_queued, max_restarts;
+  int64_t max_file_bytes;
+};
+
 int Main(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      absl::PrintF("%s", kUsage);
-      return 0;
-    }
-    std::string value;
-    std::string name = a;
-    if (const size_t eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return Fail(absl::StrCat(a, " needs a value\n\n", kUsage));
-    }
-    if (name == "--listen")
-      f.listen = value;
-    else if (name == "--data_dir")
-      f.data_dir = value;
-    else if (name == "--gpus")
-      f.gpus = value;
-    else if (name == "--token_file")
-      f.token_file = value;
-    else if (name == "--tls_cert")
-      f.tls_cert = value;
-    else if (name == "--tls_key")
-      f.tls_key = value;
-    else if (name == "--port_file")
-      f.port_file = value;
-    else if (name == "--max_running" && absl::SimpleAtoi(value, &f.max_running) &&
-             f.max_running > 0) {
-    } else if (name == "--max_queued" && absl::SimpleAtoi(value, &f.max_queued) &&
-               f.max_queued > 0) {
-    } else
-      return Fail(absl::StrCat("bad flag ", a, "\n\n", kUsage));
+  absl::SetProgramUsageMessage(kUsage);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument '", rest[1], "'; see --help"));
+  if (absl::GetFlag(FLAGS_version)) {
+    absl::PrintF("topiaryd %s\n", kTopiaryVersion);
+    return 0;
   }
+  Flags f{absl::GetFlag(FLAGS_listen),       absl::GetFlag(FLAGS_data_dir),
+          absl::GetFlag(FLAGS_gpus),         absl::GetFlag(FLAGS_token_file),
+          absl::GetFlag(FLAGS_tls_cert),     absl::GetFlag(FLAGS_tls_key),
+          absl::GetFlag(FLAGS_port_file),    absl::GetFlag(FLAGS_max_running),
+          absl::GetFlag(FLAGS_max_queued),   absl::GetFlag(FLAGS_max_restarts),
+          absl::GetFlag(FLAGS_max_file_bytes)};
+  if (f.max_running <= 0) return Fail("--max_running: must be > 0");
+  if (f.max_queued <= 0) return Fail("--max_queued: must be > 0");
+  if (f.max_restarts <= 0) return Fail("--max_restarts: must be > 0");
+  if (f.max_file_bytes <= 0) return Fail("--max_file_bytes: must be > 0");
   if (f.data_dir.empty()) {
     const char* xdg = std::getenv("XDG_DATA_HOME");
     const char* home = std::getenv("HOME");
@@ -110,13 +110,14 @@ int Main(int argc, char** argv) {
                      : absl::StrCat(home ? home : ".", "/.local/share/topiary");
   }
   ServiceOptions service_options;
+  std::string token;
   if (!f.token_file.empty()) {
-    auto token = ReadFile(f.token_file);
-    if (!token.ok()) return Fail(absl::StrCat("--token_file: ", token.status().message()));
-    service_options.token = std::string(absl::StripAsciiWhitespace(*token));
-    if (service_options.token.empty()) return Fail("--token_file: the file is empty");
+    auto text = ReadFile(f.token_file, 4096);
+    if (!text.ok()) return Fail(absl::StrCat("--token_file: ", text.status().message()));
+    token = std::string(absl::StripAsciiWhitespace(*text));
+    if (token.empty()) return Fail("--token_file: the file is empty");
   }
-  if (!IsLoopback(f.listen) && service_options.token.empty()) {
+  if (!IsLoopback(f.listen) && token.empty()) {
     return Fail(absl::StrCat("--listen ", f.listen,
                              " is not a loopback address: refusing to serve without "
                              "--token_file (anyone who can reach it could run code paths on "
@@ -152,8 +153,17 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Registry registry(f.data_dir);
+  // From here on every file read is checked: inside the data directory or the dataset
+  // folders once links are followed, regular, and within --max_file_bytes.
+  if (auto st = MakeDirs(f.data_dir); !st.ok()) return Fail(absl::StrCat("--data_dir: ", st.message()));
+  ReadPolicy policy;
+  policy.roots = service_options.dataset_roots;
+  policy.roots.push_back(f.data_dir);
+  policy.max_file_bytes = static_cast<uint64_t>(f.max_file_bytes);
+
+  Registry registry(f.data_dir, f.max_restarts);
   auto queued = registry.Load();
+  SetReadPolicy(policy);
   if (!queued.ok()) return Fail(absl::StrCat("--data_dir: ", queued.status().message()));
   auto scheduler = std::make_unique<Scheduler>(&registry, scheduler_options);
   TopiaryService service(&registry, scheduler.get(), service_options);
@@ -162,14 +172,17 @@ int Main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!f.tls_cert.empty()) {
-    auto cert = ReadFile(f.tls_cert);
-    auto key = ReadFile(f.tls_key);
+    auto cert = ReadFile(f.tls_cert, 1 << 20);
+    auto key = ReadFile(f.tls_key, 1 << 20);
     if (!cert.ok() || !key.ok()) return Fail("--tls_cert/--tls_key: cannot read the files");
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(ssl);
   }
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeAuthInterceptorFactory(token));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(f.listen, creds, &port);
   builder.SetMaxReceiveMessageSize(1 << 20);  // larger requests: RESOURCE_EXHAUSTED

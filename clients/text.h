@@ -1,0 +1,22 @@
+// Text the CLI prints that came from elsewhere (error messages, names, paths): as a JSON
+// string literal for --json output, or made safe for one table cell.
+#ifndef TOPIARY_CLIENTS_TEXT_H_
+#define TOPIARY_CLIENTS_TEXT_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace topiary {
+
+// `s` as a quoted JSON string (RFC 8259): quotes, backslashes and control characters
+// escaped, invalid UTF-8 replaced by U+FFFD, so any parser accepts it.
+std::string JsonString(absl::string_view s);
+
+// `s` on one line: control characters (newlines, tabs, escapes) shown as '?', so a name can
+// never break a table or move the terminal's cursor.
+std::string OneLine(absl::string_view s);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_CLIENTS_TEXT_H_
