@@ -199,8 +199,9 @@ int RunRemoteCommand(const Args& a) {
     }
     auto spec = LoadSpecFile(a.positional[0]);
     if (!spec.ok()) {
-      absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
-      return kExitInvalid;
+      absl::FPrintF(stderr, "topiary: %s: %s\n", absl::StatusCodeToString(spec.status().code()),
+                    spec.status().message());
+      return ExitCodeForStatus(static_cast<int>(spec.status().code()));
     }
     topiary::v1::SubmitExperimentRequest req;
     *req.mutable_spec() = *spec;
