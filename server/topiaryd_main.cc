@@ -124,6 +124,16 @@ int Main(int argc, char** argv) {
                              "this machine's GPUs and read its checkpoints)"));
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls_cert and --tls_key go together");
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!f.tls_cert.empty()) {
+    auto cert = ReadFile(f.tls_cert, 1 << 20);
+    auto key = ReadFile(f.tls_key, 1 << 20);
+    if (!cert.ok()) return Fail(absl::StrCat("--tls_cert: ", cert.status().message()));
+    if (!key.ok()) return Fail(absl::StrCat("--tls_key: ", key.status().message()));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
 
   // Devices: slots per GPU, or CPU slots.
   SchedulerOptions scheduler_options;
@@ -170,15 +180,6 @@ int Main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!f.tls_cert.empty()) {
-    auto cert = ReadFile(f.tls_cert, 1 << 20);
-    auto key = ReadFile(f.tls_key, 1 << 20);
-    if (!cert.ok() || !key.ok()) return Fail("--tls_cert/--tls_key: cannot read the files");
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    creds = grpc::SslServerCredentials(ssl);
-  }
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeAuthInterceptorFactory(token));

@@ -72,7 +72,7 @@ assert stem["mask_kind"] == "" and stem["sparsity"] == 0
 heat=$("$TOPIARY" inspect --file "$final" --layer 'stage3.block0.conv1')
 check "inspect --layer draws the block grid" bash -c '[[ "$0" == *"rows = input blocks"* && "$0" == *"#"* ]]' "$heat"
 "$TOPIARY" inspect --file "$tmp/prune/spec.textproto" > /dev/null 2> "$tmp/inspect.err"; rc=$?
-check "inspect of a non-checkpoint fails naming the file" bash -c '[[ $1 -eq 1 ]] && grep -q "spec.textproto: not an HDF5 file" "$0"' "$tmp/inspect.err" "$rc"
+check "inspect of a non-checkpoint fails naming the file (exit 3)" bash -c '[[ $1 -eq 3 ]] && grep -q "spec.textproto: not an HDF5 file" "$0"' "$tmp/inspect.err" "$rc"
 "$TOPIARY" run "$PRUNE_SPEC" --resume "$tmp/prune/checkpoints/round-001.h5" --json --out "$tmp/resumed" > "$tmp/resumed.jsonl" 2>/dev/null; rc=$?
 check "--resume finishes the run" bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/resumed.jsonl" "$rc"
 exit $fail

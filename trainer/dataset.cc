@@ -99,33 +99,39 @@ void ImageSet::Truncate(int64_t n) {
   pixels.resize(n * image_bytes());
 }
 
-absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
-                                     int classes) {
-  auto img = ReadFileMaybeGzip(images_path);
-  if (!img.ok()) return img.status();
-  auto lab = ReadFileMaybeGzip(labels_path);
-  if (!lab.ok()) return lab.status();
-  auto idims = ParseIdxHeader(images_path, *img, 3);
+absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& labels,
+                                      const std::string& images_name,
+                                      const std::string& labels_name, int classes) {
+  auto idims = ParseIdxHeader(images_name, images, 3);
   if (!idims.ok()) return idims.status();
-  auto ldims = ParseIdxHeader(labels_path, *lab, 1);
+  auto ldims = ParseIdxHeader(labels_name, labels, 1);
   if (!ldims.ok()) return ldims.status();
   if ((*idims)[0] != (*ldims)[0]) {
     return absl::InvalidArgumentError(
         absl::StrFormat("image/label count mismatch: %s has %d images, %s has %d labels",
-                        images_path, (*idims)[0], labels_path, (*ldims)[0]));
+                        images_name, (*idims)[0], labels_name, (*ldims)[0]));
   }
   ImageSet set;
   set.h = static_cast<int>((*idims)[1]);
   set.w = static_cast<int>((*idims)[2]);
   set.c = 1;
   const size_t n = (*idims)[0];
-  set.pixels.assign(img->begin() + 16, img->begin() + 16 + n * set.image_bytes());
-  img->clear();
-  img->shrink_to_fit();
+  set.pixels.assign(images.begin() + 16, images.begin() + 16 + n * set.image_bytes());
+  images.clear();
+  images.shrink_to_fit();
   set.labels.resize(n);
-  for (size_t i = 0; i < n; ++i) set.labels[i] = static_cast<uint8_t>((*lab)[8 + i]);
-  if (auto st = CheckLabels(labels_path, set.labels, classes); !st.ok()) return st;
+  for (size_t i = 0; i < n; ++i) set.labels[i] = static_cast<uint8_t>(labels[8 + i]);
+  if (auto st = CheckLabels(labels_name, set.labels, classes); !st.ok()) return st;
   return set;
+}
+
+absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
+                                     int classes) {
+  auto img = ReadFileMaybeGzip(images_path);
+  if (!img.ok()) return img.status();
+  auto lab = ReadFileMaybeGzip(labels_path);
+  if (!lab.ok()) return lab.status();
+  return ParseIdxPair(std::move(*img), *lab, images_path, labels_path, classes);
 }
 
 absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name) {
@@ -152,13 +158,38 @@ absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string&
   return ds;
 }
 
+absl::Status AppendCifarRecords(const std::string& data, const std::string& name, bool cifar100,
+                                ImageSet* set) {
+  const int label_bytes = cifar100 ? 2 : 1;  // CIFAR-100: coarse, fine
+  const size_t record = label_bytes + 3072;
+  if (data.empty() || data.size() % record != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: size %d is not a multiple of the %d-byte CIFAR%s record", name,
+                        data.size(), record, cifar100 ? "-100" : "-10"));
+  }
+  const size_t n = data.size() / record;
+  const size_t first = set->labels.size();
+  set->h = set->w = 32;
+  set->c = 3;
+  set->labels.resize(first + n);
+  set->pixels.resize((first + n) * 3072);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* rec = reinterpret_cast<const uint8_t*>(data.data()) + i * record;
+    set->labels[first + i] = rec[label_bytes - 1];
+    // Records are planar (1024 R, 1024 G, 1024 B); the engine wants HWC.
+    uint8_t* out = set->pixels.data() + (first + i) * 3072;
+    for (int p = 0; p < 1024; ++p)
+      for (int ch = 0; ch < 3; ++ch) out[p * 3 + ch] = rec[label_bytes + ch * 1024 + p];
+  }
+  std::vector<int32_t> these(set->labels.begin() + first, set->labels.end());
+  return CheckLabels(name, these, cifar100 ? 100 : 10);
+}
+
 absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
   if (auto st = CheckFolder(dir, ""); !st.ok()) return st;
   Dataset ds;
   ds.name = cifar100 ? "cifar100" : "cifar10";
   ds.classes = cifar100 ? 100 : 10;
-  const int label_bytes = cifar100 ? 2 : 1;  // CIFAR-100: coarse, fine
-  const size_t record = label_bytes + 3072;
   std::vector<std::string> train_files, test_files;
   if (cifar100) {
     train_files = {"train.bin"};
@@ -174,25 +205,7 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
       const std::string path = dir + "/" + f;
       auto data = ReadFile(path);
       if (!data.ok()) return data.status();
-      if (data->empty() || data->size() % record != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: size %d is not a multiple of the %d-byte CIFAR%s record", path,
-                            data->size(), record, cifar100 ? "-100" : "-10"));
-      }
-      const size_t n = data->size() / record;
-      const size_t first = set->labels.size();
-      set->labels.resize(first + n);
-      set->pixels.resize((first + n) * 3072);
-      for (size_t i = 0; i < n; ++i) {
-        const uint8_t* rec = reinterpret_cast<const uint8_t*>(data->data()) + i * record;
-        set->labels[first + i] = rec[label_bytes - 1];
-        // Records are planar (1024 R, 1024 G, 1024 B); the engine wants HWC.
-        uint8_t* out = set->pixels.data() + (first + i) * 3072;
-        for (int p = 0; p < 1024; ++p)
-          for (int ch = 0; ch < 3; ++ch) out[p * 3 + ch] = rec[label_bytes + ch * 1024 + p];
-      }
-      std::vector<int32_t> these(set->labels.begin() + first, set->labels.end());
-      if (auto st = CheckLabels(path, these, ds.classes); !st.ok()) return st;
+      if (auto st = AppendCifarRecords(*data, path, cifar100, set); !st.ok()) return st;
     }
   }
   return ds;
@@ -203,6 +216,10 @@ absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path) {
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("data.path: ", text.status().message()));
   }
+  return ParseDigitsCsv(*text, path);
+}
+
+absl::StatusOr<Dataset> ParseDigitsCsv(const std::string& text, const std::string& path) {
   Dataset ds;
   ds.name = "digits";
   ds.classes = 10;
@@ -212,7 +229,7 @@ absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path) {
     s->c = 1;
   }
   int row = 0;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
     ++row;
     std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
     if (cells.size() != 65) {

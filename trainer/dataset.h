@@ -40,6 +40,14 @@ absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t 
 // (found by content, not by name). Labels must be < classes.
 absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
                                      int classes);
+// The parsers behind the readers, on bytes in memory (`*_name` names them in errors); the
+// fuzz harnesses (tests/fuzz/) call these.
+absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& labels,
+                                      const std::string& images_name,
+                                      const std::string& labels_name, int classes);
+absl::Status AppendCifarRecords(const std::string& data, const std::string& name, bool cifar100,
+                                ImageSet* set);
+absl::StatusOr<Dataset> ParseDigitsCsv(const std::string& text, const std::string& name);
 // The four IDX files of MNIST-format data in `dir` (train-/t10k-, -idx3-ubyte[.gz]).
 absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name);
 // CIFAR-10 ("binary version": data_batch_1..5.bin, test_batch.bin) or CIFAR-100 (train.bin,

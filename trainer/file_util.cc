@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -165,17 +166,23 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {
   auto raw = ReadFile(path, max_bytes);
   if (!raw.ok()) return raw.status();
-  if (raw->size() < 2 || static_cast<uint8_t>((*raw)[0]) != 0x1f ||
-      static_cast<uint8_t>((*raw)[1]) != 0x8b) {
+  const ReadPolicy policy = GetReadPolicy();
+  return InflateMaybeGzip(std::move(*raw),
+                          max_bytes == 0 ? policy.max_file_bytes
+                                         : std::min(max_bytes, policy.max_file_bytes),
+                          path);
+}
+
+absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
+                                             const std::string& name) {
+  if (raw.size() < 2 || static_cast<uint8_t>(raw[0]) != 0x1f ||
+      static_cast<uint8_t>(raw[1]) != 0x8b) {
     return raw;
   }
-  const ReadPolicy policy = GetReadPolicy();
-  const uint64_t limit =
-      max_bytes == 0 ? policy.max_file_bytes : std::min(max_bytes, policy.max_file_bytes);
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 32) != Z_OK) return absl::InternalError("zlib init failed");
-  zs.next_in = reinterpret_cast<Bytef*>(raw->data());
-  zs.avail_in = static_cast<uInt>(raw->size());
+  zs.next_in = reinterpret_cast<Bytef*>(raw.data());
+  zs.avail_in = static_cast<uInt>(std::min<size_t>(raw.size(), UINT32_MAX));
   std::string out;
   char buf[1 << 16];
   int rc;
@@ -185,19 +192,19 @@ absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t 
     rc = inflate(&zs, Z_NO_FLUSH);
     if ((rc == Z_BUF_ERROR || rc == Z_OK) && zs.avail_in == 0 && zs.avail_out != 0) {
       inflateEnd(&zs);
-      return absl::DataLossError(absl::StrCat(path, ": truncated gzip file"));
+      return absl::DataLossError(absl::StrCat(name, ": truncated gzip file"));
     }
     if (rc != Z_OK && rc != Z_STREAM_END) {
       inflateEnd(&zs);
       return absl::DataLossError(
-          absl::StrCat(path, ": corrupt gzip data (", zs.msg ? zs.msg : "inflate failed", ")"));
+          absl::StrCat(name, ": corrupt gzip data (", zs.msg ? zs.msg : "inflate failed", ")"));
     }
     const size_t produced = sizeof(buf) - zs.avail_out;
     if (out.size() + produced > limit) {
       inflateEnd(&zs);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          path, ": inflates to more than the limit of ", HumanBytes(limit), " (",
-          HumanBytes(raw->size()), " compressed)"));
+      return absl::ResourceExhaustedError(absl::StrCat(name, ": inflates to more than the limit of ",
+                                                       HumanBytes(limit), " (",
+                                                       HumanBytes(raw.size()), " compressed)"));
     }
     out.append(buf, produced);
   } while (rc != Z_STREAM_END);

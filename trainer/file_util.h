@@ -45,6 +45,11 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes = 0);
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes = 0);
 
+// `raw` itself, or its gzip decompression when it starts with gzip's magic bytes, refused
+// beyond `limit` bytes; `name` names it in errors.
+absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
+                                             const std::string& name);
+
 // Writes atomically: a temporary file in the same folder, fsync, rename.
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents);
 bool PathExists(const std::string& path);

@@ -76,7 +76,8 @@ TEST(Runner, FailuresAreReportedNotThrown) {
   EXPECT_EQ(s.state(), "FAILED");
   EXPECT_NE(s.error().find("train.precision: BF16 needs a GPU"), std::string::npos) << s.error();
   spec = Parse(kSynthetic);
-  spec.mutable_train()->mutable_optimizer()->set_lr(1e6f);
+  spec.mutable_train()->mutable_optimizer()->set_lr(1000.0f);  // the largest lr validation allows
+  spec.mutable_train()->mutable_optimizer()->set_weight_decay(1.0f);
   s = RunAndTrace(spec).summary;
   EXPECT_EQ(s.state(), "FAILED");
   EXPECT_NE(s.error().find("diverged"), std::string::npos) << s.error();
