@@ -107,6 +107,16 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(),
                     100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
     }
+    if (r.round() == 1) {
+      for (const auto& l : r.layers()) {
+        if (l.requested_units() > l.target_units()) {
+          absl::FPrintF(out_,
+                        "  %s: the target asks %d of %d blocks zero; the column cap and the "
+                        "no-empty-row rule allow %d, its effective target\n",
+                        l.layer(), l.requested_units(), l.units(), l.target_units());
+        }
+      }
+    }
     if (!r.checkpoint().empty()) absl::FPrintF(out_, "  checkpoint %s\n", r.checkpoint());
   } else if (e.has_summary()) {
     const auto& s = e.summary();

@@ -167,14 +167,21 @@ std::vector<double> BlockScores(const KernelView& v, const BlockGrid& grid,
   return out;
 }
 
+int ReachableBlockZeros(int rows, int cols, double target) {
+  const int z = static_cast<int>(std::floor(target * rows * cols));
+  const int column_cap = static_cast<int>(std::floor(target * rows));
+  return std::max(0, std::min({z, cols * column_cap, rows * (cols - 1)}));
+}
+
 BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
                                double step_fraction, uint64_t seed, BlockGrid* grid) {
   BlockStepReport report;
   const int blocks = grid->rows * grid->cols;
   report.zeros_before = grid->zeros();
-  report.target_zeros = static_cast<int>(std::floor(target * blocks));
+  report.requested_zeros = static_cast<int>(std::floor(target * blocks));
+  report.target_zeros = ReachableBlockZeros(grid->rows, grid->cols, target);
   report.column_cap = static_cast<int>(std::floor(target * grid->rows));
-  const int k = std::max(1, static_cast<int>(std::floor(step_fraction * report.target_zeros)));
+  const int k = std::max(1, static_cast<int>(std::floor(step_fraction * report.requested_zeros)));
   report.step_goal = std::min(report.zeros_before + k, report.target_zeros);
   const int need = report.step_goal - report.zeros_before;
   if (need <= 0) {

@@ -33,9 +33,16 @@ struct BlockGrid {
 std::vector<double> BlockScores(const KernelView& view, const BlockGrid& grid,
                                 topiary::v1::PruningSpec::Score score);
 
+// The zeros a layer can reach: Z = floor(target * rows * cols), bounded by the column cap
+// (each of `cols` columns holds at most Zc = floor(target * rows)) and the row rule (each row
+// keeps a block): min(Z, cols * Zc, rows * (cols - 1)). Below Z when rows is odd or small
+// (rows 3, cols 2, target 0.5: Z = 3, reachable 2); that bound is the layer's effective target.
+int ReachableBlockZeros(int rows, int cols, double target);
+
 struct BlockStepReport {
   int zeros_before = 0, zeros_after = 0;
-  int target_zeros = 0;  // Z = floor(target * rows * cols)
+  int requested_zeros = 0;  // Z = floor(target * rows * cols)
+  int target_zeros = 0;     // the effective target: ReachableBlockZeros
   int step_goal = 0;     // Z1 = min(zeros_before + K, Z)
   int column_cap = 0;    // Zc = floor(target * rows)
   bool fallback = false;

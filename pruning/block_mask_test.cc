@@ -183,6 +183,22 @@ TEST(BlockGrid, ExpandCoversEveryTapOfABlock) {
   }
 }
 
+// ALGORITHMS §1 reachability: rows 3, cols 2, target 0.5 asks Z = 3 zeros, but Zc = 1 per
+// column allows 2. Steps stop there and report 2 as the target, and repeated steps reach it.
+TEST(BlockStep, AnUnreachableTargetBecomesTheReachableBound) {
+  EXPECT_EQ(ReachableBlockZeros(3, 2, 0.5), 2);
+  EXPECT_EQ(ReachableBlockZeros(4, 4, 0.5), 8);   // reachable: Z itself
+  EXPECT_EQ(ReachableBlockZeros(2, 2, 0.75), 2);  // rows * (cols - 1): no row may empty
+  BlockGrid g = BlockGrid::Dense(12, 8, 4, 4);    // rows 3, cols 2
+  BlockStepReport r;
+  for (int step = 0; step < 5; ++step) {
+    r = BlockPruneStep({0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, 0.5, 0.5, step, &g);
+  }
+  EXPECT_EQ(r.requested_zeros, 3);
+  EXPECT_EQ(r.target_zeros, 2);
+  EXPECT_EQ(g.zeros(), 2);
+}
+
 TEST(Glob, MatchesLayerNames) {
   EXPECT_TRUE(GlobMatch("stage1.*", "stage1.block0.conv1"));
   EXPECT_TRUE(GlobMatch("*.shortcut.conv", "stage2.block0.shortcut.conv"));

@@ -94,7 +94,13 @@ class SpecPruner : public Pruner {
     if (spec_.method() == PruningSpec::BLOCK) return GridOf(t).zeros();
     return MaskedCount(*t.kernel);
   }
+  // Block layers: the reachable bound (ReachableBlockZeros), so a layer whose target the
+  // column cap and row rule forbid finishes at that bound instead of stepping in vain.
   int64_t TargetZeros(const Target& t) const {
+    if (spec_.method() == PruningSpec::BLOCK) {
+      const BlockGrid g = GridOf(t);
+      return ReachableBlockZeros(g.rows, g.cols, t.target);
+    }
     if (spec_.method() == PruningSpec::N_OF_M) {
       return static_cast<int64_t>(t.kernel->size()) / spec_.m() * (spec_.m() - spec_.n());
     }
@@ -112,6 +118,7 @@ class SpecPruner : public Pruner {
     r.zeros_before = before;
     r.zeros_after = Zeros(t);
     r.target_zeros = TargetZeros(t);
+    r.requested_zeros = static_cast<int64_t>(std::floor(t.target * Units(t)));
     r.reached = r.zeros_after >= r.target_zeros;
     r.stalled = t.stalled;
     return r;

@@ -10,10 +10,28 @@ targets=("$@")
 log=$(mktemp)
 bazel test -c opt --nocache_test_results --test_output=errors "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-passed=$(grep -cE '^//[^ ]+ +PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log")
+# A test whose every case was skipped (GPU tests on a machine without one: gtest's
+# result="skipped" in test.xml) counts as skipped, not passed, and says why.
+testlogs=$(bazel info -c opt bazel-testlogs 2>/dev/null)
+passed=0; skipped=0
+for target in $(grep -oE '^//[^ ]+ +(\(cached\) )?PASSED' "$log" | awk '{print $1}'); do
+  xml="$testlogs/$(echo "${target#//}" | tr ':' '/')/test.xml"
+  if [ -f "$xml" ] && python3 - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+results = [c.get("result", "completed") for c in cases]
+sys.exit(0 if results and all(r == "skipped" for r in results) else 1)
+PY
+  then
+    skipped=$((skipped + 1))
+    echo "skipped: $target (every case skipped: $(grep -m1 -oE 'no usable GPU[^<"]*' "${xml%test.xml}test.log" || echo "see its log"))"
+  else
+    passed=$((passed + 1))
+  fi
+done
 rm -f "$log"
 # A build failure before any test ran still counts as a failure.
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -28,6 +28,8 @@ struct LayerPruneReport {
   std::string mask_kind;  // "block" | "element" | "n_of_m"
   int64_t units = 0;
   int64_t zeros_before = 0, zeros_after = 0, target_zeros = 0;
+  // floor(target * units): above target_zeros when the block rules make it unreachable.
+  int64_t requested_zeros = 0;
   bool fallback = false;  // block masks: the per-column fallback ran
   bool reached = false;   // the layer is at its target
   bool stalled = false;   // this step could add no zeros (the constraints allow no more)

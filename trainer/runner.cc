@@ -435,6 +435,7 @@ RoundSummary ExperimentRun::SparsityRow(int round,
       for (LayerSparsity& l : *row.mutable_layers()) {
         if (l.layer() != r.layer) continue;
         l.set_target_units(r.target_zeros);
+        if (r.requested_zeros > r.target_zeros) l.set_requested_units(r.requested_zeros);
         l.set_fallback(r.fallback);
         l.set_zero_units_before(r.zeros_before);
       }
