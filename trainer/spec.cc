@@ -47,11 +47,24 @@ constexpr size_t kMaxText = 4096;      // names, paths, patterns
 
 bool Finite(double v) { return std::isfinite(v); }
 
-// Names and paths are printed in tables and logs: no control characters.
+// Names and paths are printed in tables and logs and stored as JSON: valid UTF-8 (proto3
+// strings must be; the text-format parser does not check), no control characters.
 bool PlainText(const std::string& s) {
   if (s.size() > kMaxText) return false;
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
     if (c < 0x20 || c == 0x7f) return false;
+    const size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                                                       : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    const uint32_t min = n == 1 ? 0 : n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
   }
   return true;
 }
@@ -68,7 +81,7 @@ absl::Status ValidateData(const DataSpec& d) {
     return st;
   }
   CHECK_RULE(PlainText(d.path()), "data.path",
-             "must be at most 4096 characters, without control characters");
+             "must be valid UTF-8 of at most 4096 bytes, without control characters");
   CHECK_RULE(d.batch_size() >= 0, "data.batch_size", "must be > 0");
   CHECK_RULE(d.batch_size() <= 65536, "data.batch_size", "must be <= 65536");
   CHECK_RULE(d.eval_batch_size() >= 0, "data.eval_batch_size", "must be > 0");
@@ -190,7 +203,7 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
     const std::string f = absl::StrCat("pruning.overrides[", i, "]");
     CHECK_RULE(!o.layer().empty(), f + ".layer", "must name a layer pattern");
     CHECK_RULE(PlainText(o.layer()), f + ".layer",
-               "must be at most 4096 characters, without control characters");
+               "must be valid UTF-8 of at most 4096 bytes, without control characters");
     CHECK_RULE(!o.has_target() || (o.target() > 0 && o.target() < 1), f + ".target",
                "must be in (0, 1)");
     CHECK_RULE(!o.has_target() || !p.global(), f + ".target",
@@ -249,9 +262,9 @@ absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
 
 absl::Status ValidateSpec(const ExperimentSpec& spec) {
   CHECK_RULE(PlainText(spec.name()) && spec.name().size() <= 256, "name",
-             "must be at most 256 characters, without control characters (newlines, tabs)");
+             "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs)");
   CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
-             "must be at most 4096 characters, without control characters");
+             "must be valid UTF-8 of at most 4096 bytes, without control characters");
   const auto names = ModelNames();
   CHECK_RULE(!spec.model().arch().empty(), "model.arch",
              "required; one of " + absl::StrJoin(names, ", "));

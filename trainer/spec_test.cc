@@ -87,7 +87,13 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
   EXPECT_EQ(Error(WithTrain("") + "pruning { finetune_lr: inf }"),
             "pruning.finetune_lr: must be a finite number in (0, 1000]");
   EXPECT_EQ(Error("name: 'two\\nlines' " + WithTrain("")),
-            "name: must be at most 256 characters, without control characters (newlines, tabs)");
+            "name: must be valid UTF-8 of at most 256 bytes, without control characters "
+            "(newlines, tabs)");
+  // Found by spec_fuzz: the text-format parser accepts bytes that are not UTF-8.
+  EXPECT_EQ(Error("name: 'caf\\351' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
+  EXPECT_EQ(Error(WithTrain("") + "data { path: '/a\\300\\200' }").substr(0, 30),
+            "data.path: must be valid UTF-8");
+  EXPECT_EQ(Error("name: 'caf\\303\\251' " + WithTrain("")), "");
   EXPECT_NE(Error(std::string(2 << 20, ' ') + WithTrain("")).find("the limit is 1048576"),
             std::string::npos);
 }
