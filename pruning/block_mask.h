@@ -1,4 +1,4 @@
-// Block-mask pruning, ALGORITHMS.md §1 ("Weight Block Sparsity", D'Alberto et al.).
+// Block-mask pruning, docs/algorithms.md §1 ("Weight Block Sparsity", D'Alberto et al.).
 //
 // A layer's block mask G has rows = input-channel blocks (ceil(C / block_in)) and columns =
 // output-channel blocks (ceil(K / block_out)); a block covers block_in input channels x

@@ -1,5 +1,5 @@
 // Checks on the masked checkpoints that pruning runs write, shared by the CPU and GPU
-// round tests: the rules of ALGORITHMS.md §1 and mask enforcement (weights and momentum
+// round tests: the rules of docs/algorithms.md §1 and mask enforcement (weights and momentum
 // exactly zero wherever the mask is zero).
 #ifndef TOPIARY_PRUNING_ROUNDS_TEST_UTIL_H_
 #define TOPIARY_PRUNING_ROUNDS_TEST_UTIL_H_

@@ -13,6 +13,7 @@ PACKAGES=(
   python3                   # tests/cli_test.sh checks `topiary inspect --json` with it
   python3-grpcio            # tests/daemon_test.sh calls grpc.health.v1 and reflection with it
   openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
 )
 
 missing=()
