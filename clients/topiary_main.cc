@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/args.h"
+#include "protos/version.h"
 #include "clients/text.h"
 #include "clients/progress.h"
 #include "clients/remote.h"
@@ -74,7 +75,6 @@ request too large.
 Specs: see examples/ and protos/topiary/v1/experiment.proto.
 )";
 
-constexpr char kVersion[] = "0.1.0";
 
 int Run(const Args& a) {
   if (a.positional.size() != 1) {
@@ -164,11 +164,11 @@ int Info(const Args& a) {
     }
     absl::PrintF(R"({"version":"%s","cuda_built":%s,"gpus":[%s],"models":["%s"]})"
                  "\n",
-                 kVersion, BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
+                 kTopiaryVersion, BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
                  absl::StrJoin(ModelNames(), "\",\""));
     return kExitOk;
   }
-  absl::PrintF("topiary %s (%s build)\n", kVersion, BuiltWithCuda() ? "CUDA" : "CPU-only");
+  absl::PrintF("topiary %s (%s build)\n", kTopiaryVersion, BuiltWithCuda() ? "CUDA" : "CPU-only");
   if (gpus.empty()) absl::PrintF("GPUs: none (%s)\n", why);
   for (const auto& x : gpus) {
     absl::PrintF("GPU %d: %s, %.1f GiB, compute %d.%d\n", x.ordinal, x.name,

@@ -165,39 +165,4 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   return report;
 }
 
-std::string MaskHeatMap(const LayerReport& r) {
-  std::string out;
-  if (r.block_grid_size() > 0) {
-    absl::StrAppendFormat(&out,
-                          "%s: %dx%d blocks, rows = input blocks (%d), columns = output "
-                          "blocks (%d); '#' kept, '.' zero\n",
-                          r.layer(), r.block_in(), r.block_out(), r.block_rows(), r.block_cols());
-    for (int row = 0; row < r.block_rows(); ++row) {
-      absl::StrAppendFormat(&out, "%4d ", row);
-      for (int c = 0; c < r.block_cols(); ++c) {
-        out += r.block_grid(row * r.block_cols() + c) ? '#' : '.';
-      }
-      absl::StrAppendFormat(&out, "  %d/%d\n", r.row_occupancy(row), r.block_cols());
-    }
-    return out;
-  }
-  if (r.tile_density_size() > 0) {
-    static const char* kShades[] = {" ", ".", ":", "-", "=", "+", "*", "#", "@"};
-    absl::StrAppendFormat(&out,
-                          "%s: kept share per 8x8 channel tile, rows = input tiles (%d), "
-                          "columns = output tiles (%d); ' ' none ... '@' all\n",
-                          r.layer(), r.tile_rows(), r.tile_cols());
-    for (int row = 0; row < r.tile_rows(); ++row) {
-      absl::StrAppendFormat(&out, "%4d ", row);
-      for (int c = 0; c < r.tile_cols(); ++c) {
-        const float d = r.tile_density(row * r.tile_cols() + c);
-        out += kShades[std::clamp(static_cast<int>(std::lround(d * 8)), 0, 8)];
-      }
-      out += '\n';
-    }
-    return out;
-  }
-  return r.layer() + ": dense (no mask)\n";
-}
-
 }  // namespace topiary::pruning

@@ -17,10 +17,6 @@ namespace topiary::pruning {
 absl::StatusOr<topiary::v1::CheckpointReport> InspectCheckpoint(const std::string& path,
                                                                 const std::string& layer_pattern);
 
-// A terminal picture of one layer's mask: the block grid ('#' kept, '.' zero) with input
-// blocks as rows; for element and N:M masks, the kept share per 8 x 8 channel tile in shades.
-// Needs a report of that one layer (grid or tiles included).
-std::string MaskHeatMap(const topiary::v1::LayerReport& layer);
 
 }  // namespace topiary::pruning
 

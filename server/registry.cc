@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
   }
   std::sort(ids.begin(), ids.end());
   std::vector<std::string> queue;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& id : ids) {
     auto json = ReadFile(Folder(id) + "/experiment.json");
     if (!json.ok()) continue;  // created but never acknowledged: the record is written first
@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
 
 absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& spec,
                                             const std::string& parent) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string id = absl::StrFormat("exp-%04d", next_number_++);
   auto entry = std::make_unique<Entry>();
   Experiment& r = entry->record;
@@ -142,14 +142,14 @@ absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& s
 }
 
 absl::StatusOr<Experiment> Registry::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   return e->record;
 }
 
 std::vector<Experiment> Registry::List(ExperimentState filter) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<Experiment> out;
   for (const auto& [id, e] : entries_) {
     if (filter == topiary::v1::STATE_UNSPECIFIED || e->record.state() == filter) {
@@ -160,7 +160,7 @@ std::vector<Experiment> Registry::List(ExperimentState filter) const {
 }
 
 int Registry::Count(ExperimentState state) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [id, e] : entries_) n += e->record.state() == state;
   return n;
@@ -174,12 +174,12 @@ void Registry::AppendLocked(Entry* entry, Event event) {
   const bool sync = !event.has_progress() && !event.has_epoch();
   AppendLine(Folder(entry->record.id()) + "/events.jsonl", MessageToJson(event), sync);
   entry->events.push_back(std::move(event));
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 absl::Status Registry::SetState(const std::string& id, ExperimentState state,
                                 const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   return SetStateLocked(e, state, reason);
@@ -189,7 +189,7 @@ absl::StatusOr<Experiment> Registry::Transition(const std::string& id,
                                                 std::initializer_list<ExperimentState> from,
                                                 ExperimentState to, const std::string& reason,
                                                 const std::string& verb) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   if (std::find(from.begin(), from.end(), e->record.state()) == from.end()) {
@@ -205,7 +205,7 @@ absl::StatusOr<Experiment> Registry::Transition(const std::string& id,
 }
 
 absl::Status Registry::RequestPause(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   const ExperimentState s = e->record.state();
@@ -217,12 +217,12 @@ absl::Status Registry::RequestPause(const std::string& id) {
   }
   e->stop = static_cast<int>(RunControl::Stop::kPause);
   e->resume_after_pause = false;
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   *requeue = false;
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
@@ -249,7 +249,7 @@ absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue
 
 bool Registry::FinishRun(const std::string& id, const std::string& run_state,
                          const std::string& error, bool daemon_stopping) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return false;
   bool requeue = false;
@@ -291,7 +291,7 @@ absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state,
 
 absl::Status Registry::Update(const std::string& id,
                               const std::function<void(Experiment*)>& change) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   change(&e->record);
@@ -300,7 +300,7 @@ absl::Status Registry::Update(const std::string& id,
 }
 
 void Registry::AppendRunEvent(const std::string& id, Event event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return;
   Experiment& r = e->record;
@@ -341,7 +341,7 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
 
 std::vector<Event> Registry::EventsAfter(const std::string& id, uint32_t from_seq,
                                          std::chrono::milliseconds wait, bool* done) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<Event> out;
   *done = false;
   const Entry* e = Find(id);
@@ -356,7 +356,7 @@ std::vector<Event> Registry::EventsAfter(const std::string& id, uint32_t from_se
   };
   collect();
   if (out.empty() && !IsTerminal(e->record.state())) {
-    changed_.wait_for(lock, wait);
+    changed_.WaitWithTimeout(&mu_, absl::FromChrono(wait));
     collect();
   }
   *done = IsTerminal(e->record.state());
@@ -364,15 +364,15 @@ std::vector<Event> Registry::EventsAfter(const std::string& id, uint32_t from_se
 }
 
 void Registry::RequestStop(const std::string& id, RunControl::Stop stop) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (Entry* e = Find(id)) {
     e->stop = static_cast<int>(stop);
-    changed_.notify_all();
+    changed_.SignalAll();
   }
 }
 
 absl::Status Registry::Advance(const topiary::v1::AdvanceRoundRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(request.id());
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", request.id(), "'"));
   if (e->record.state() != topiary::v1::WAITING_FOR_ROUND) {
@@ -382,7 +382,7 @@ absl::Status Registry::Advance(const topiary::v1::AdvanceRoundRequest& request) 
   }
   e->advance = true;
   e->changes = request;
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -399,17 +399,18 @@ class Registry::Control : public RunControl {
   Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) override {
     (void)registry_->SetState(id_, topiary::v1::WAITING_FOR_ROUND,
                               absl::StrCat("round ", completed_round, " done"));
-    std::unique_lock<std::mutex> lock(registry_->mu_);
-    Entry* e = entry_;
-    registry_->changed_.wait(lock, [&] { return e->advance || e->stop.load() != 0; });
-    if (e->stop.load() != 0) return static_cast<Stop>(e->stop.load());
-    const auto& c = e->changes;
-    if (c.has_target()) next->set_target(c.target());
-    if (c.has_step_fraction()) next->set_step_fraction(c.step_fraction());
-    if (c.has_finetune_epochs()) next->set_finetune_epochs(c.finetune_epochs());
-    e->advance = false;
-    *e->record.mutable_spec()->mutable_pruning() = *next;
-    lock.unlock();
+    {
+      absl::MutexLock lock(&registry_->mu_);
+      Entry* e = entry_;
+      while (!e->advance && e->stop.load() == 0) registry_->changed_.Wait(&registry_->mu_);
+      if (e->stop.load() != 0) return static_cast<Stop>(e->stop.load());
+      const auto& c = e->changes;
+      if (c.has_target()) next->set_target(c.target());
+      if (c.has_step_fraction()) next->set_step_fraction(c.step_fraction());
+      if (c.has_finetune_epochs()) next->set_finetune_epochs(c.finetune_epochs());
+      e->advance = false;
+      *e->record.mutable_spec()->mutable_pruning() = *next;
+    }
     (void)registry_->SetState(id_, topiary::v1::RUNNING,
                               absl::StrCat("advanced after round ", completed_round));
     return Stop::kNone;
@@ -422,7 +423,7 @@ class Registry::Control : public RunControl {
 };
 
 std::unique_ptr<RunControl> Registry::ControlFor(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   return e ? std::make_unique<Control>(this, id, e) : nullptr;
 }

@@ -7,15 +7,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "topiary/v1/service.pb.h"
 #include "trainer/runner.h"
 
@@ -103,18 +103,19 @@ class Registry {
   };
   class Control;
 
-  Entry* Find(const std::string& id) const;  // REQUIRES: mu_ held
+  Entry* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(const Experiment& record) const;
-  // SetState under mu_.
-  absl::Status SetStateLocked(Entry* e, ExperimentState state, const std::string& reason);
-  void AppendLocked(Entry* entry, Event event);  // REQUIRES: mu_ held
+  absl::Status SetStateLocked(Entry* e, ExperimentState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendLocked(Entry* entry, Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::string data_dir_;
   int max_restarts_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable changed_;
-  std::map<std::string, std::unique_ptr<Entry>> entries_;
-  int next_number_ = 1;
+  // Guards every Entry's fields too (their `stop` is also read without it: it is atomic).
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar changed_;  // an event was appended, or a stop, advance or state change
+  std::map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  int next_number_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace topiary::server

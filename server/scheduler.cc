@@ -15,7 +15,7 @@ Scheduler::Scheduler(Registry* registry, SchedulerOptions options)
 Scheduler::~Scheduler() {
   std::vector<std::string> running;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
     running = current_;
   }
@@ -23,27 +23,30 @@ Scheduler::~Scheduler() {
   for (const std::string& id : running) {
     if (!id.empty()) registry_->RequestStop(id, RunControl::Stop::kPause);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
 void Scheduler::Start() {
   const int slots = options_.gpus.empty() ? std::max(1, options_.cpu_slots)
                                           : static_cast<int>(options_.gpus.size());
-  current_.assign(slots, "");
+  {
+    absl::MutexLock lock(&mu_);
+    current_.assign(slots, "");
+  }
   for (int i = 0; i < slots; ++i) workers_.emplace_back([this, i] { Work(i); });
 }
 
 void Scheduler::Enqueue(const std::string& id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     queue_.push_back(id);
   }
-  wake_.notify_one();
+  wake_.Signal();
 }
 
 bool Scheduler::Dequeue(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = std::find(queue_.begin(), queue_.end(), id);
   if (it == queue_.end()) return false;
   queue_.erase(it);
@@ -51,13 +54,13 @@ bool Scheduler::Dequeue(const std::string& id) {
 }
 
 int Scheduler::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(std::count_if(current_.begin(), current_.end(),
                                         [](const std::string& s) { return !s.empty(); }));
 }
 
 int Scheduler::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());
 }
 
@@ -65,15 +68,15 @@ void Scheduler::Work(int slot) {
   while (true) {
     std::string id;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) wake_.Wait(&mu_);
       if (stopping_) return;
       id = queue_.front();
       queue_.pop_front();
       current_[slot] = id;
     }
     Run(slot, id);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     current_[slot].clear();
   }
 }
@@ -105,7 +108,7 @@ void Scheduler::Run(int slot, const std::string& id) {
   const topiary::v1::RunSummary summary = RunExperiment(spec, options);
   bool stopping;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping = stopping_;
   }
   // A daemon that is stopping queues its paused runs again, so the next start resumes them.

@@ -5,13 +5,13 @@
 #ifndef TOPIARY_SERVER_SCHEDULER_H_
 #define TOPIARY_SERVER_SCHEDULER_H_
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "server/registry.h"
 
 namespace topiary::server {
@@ -41,12 +41,12 @@ class Scheduler {
 
   Registry* registry_;
   SchedulerOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::string> queue_;
-  std::vector<std::string> current_;  // per slot; empty when idle
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;  // work was queued, or the scheduler is stopping
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> current_ ABSL_GUARDED_BY(mu_);  // per slot; empty when idle
   std::vector<std::thread> workers_;
-  bool stopping_ = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace topiary::server

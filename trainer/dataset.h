@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "topiary/v1/experiment.pb.h"
+#include "trainer/catalog.h"
 
 namespace topiary {
 
@@ -29,8 +30,6 @@ struct Dataset {
   ImageSet train, test;
 };
 
-// Where Debian's dataset-fashion-mnist package puts the files.
-inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
 // Loads what spec.data names (train_limit / test_limit applied). REQUIRES: a spec with
 // defaults filled in (see spec.h).

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -19,8 +20,8 @@
 namespace topiary {
 namespace {
 
-std::mutex& Hdf5Lock() {
-  static std::mutex* m = new std::mutex;
+absl::Mutex& Hdf5Lock() {
+  static absl::Mutex* m = new absl::Mutex;
   return *m;
 }
 
@@ -457,7 +458,7 @@ size_t H5Dataset::count() const {
 }
 
 absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
-  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
   const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
   absl::Status status;
@@ -504,7 +505,7 @@ absl::StatusOr<hid_t> OpenForReading(const std::string& path, uint64_t* size) {
 }  // namespace
 
 absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
-  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
   uint64_t file_size = 0;
   auto opened = OpenForReading(path, &file_size);
@@ -584,7 +585,7 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
 }
 
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
-  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
   uint64_t file_size = 0;
   auto opened = OpenForReading(path, &file_size);

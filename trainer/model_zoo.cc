@@ -122,11 +122,6 @@ int ImageNetResNet(Builder& b, int x, int classes, const std::vector<int>& block
 
 }  // namespace
 
-std::vector<std::string> ModelNames() {
-  return {"lenet5",    "resnet20", "resnet32", "resnet44", "resnet56",
-          "resnet110", "resnet18", "resnet34", "resnet50"};
-}
-
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float width,
                                                   Shape4 input, int classes, Device* device) {
   if (width <= 0.0f) width = 1.0f;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/catalog.h"
 #include "trainer/model.h"
 
 namespace topiary {
@@ -23,7 +24,6 @@ namespace topiary {
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float width,
                                                   Shape4 input, int classes, Device* device);
 
-std::vector<std::string> ModelNames();
 
 }  // namespace topiary
 

@@ -11,9 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "trainer/dataset.h"
+#include "trainer/catalog.h"
 #include "trainer/file_util.h"
-#include "trainer/model_zoo.h"
 
 namespace topiary {
 namespace {
