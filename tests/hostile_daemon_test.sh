@@ -9,31 +9,8 @@ MAKE_HOSTILE="$3"  # tests/tools:make_hostile_files
 TINY="$4"          # examples/tiny.textproto
 tmp="${TEST_TMPDIR:-/tmp}/hostile_daemon_test"
 rm -rf "$tmp" && mkdir -p "$tmp/data/hostile" "$tmp/elsewhere"
-fail=0
-check() {  # check DESCRIPTION COMMAND...
-  local what="$1"; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
-daemon_pid=""
-start_daemon() {  # start_daemon EXTRA_FLAGS...
-  rm -f "$tmp/port"
-  "$TOPIARYD" --data_dir "$tmp/data" --listen 127.0.0.1:0 --port_file "$tmp/port" "$@" \
-    >> "$tmp/daemon.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-  export TOPIARY_SERVER="127.0.0.1:$(cat "$tmp/port")"
-}
+source "$(dirname "$0")/daemon_lib.sh"
 alive() { kill -0 "$daemon_pid" 2>/dev/null && "$TOPIARY" list > /dev/null 2>&1; }
-state() { "$TOPIARY" get "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
-wait_state() {  # wait_state ID STATE [SECONDS]
-  for _ in $(seq $((${3:-60} * 5))); do
-    [ "$(state "$1")" == "$2" ] && return 0
-    sleep 0.2
-  done
-  echo "  $1 is $(state "$1"), expected $2"; return 1
-}
-submit() { "$TOPIARY" submit "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
-trap 'kill -9 $daemon_pid 2>/dev/null' EXIT
 
 # Hostile checkpoints, written into the data directory (as a local user could).
 "$MAKE_HOSTILE" "$tmp/data/hostile" "$tmp/elsewhere/outside.h5" > "$tmp/cases.tsv"
