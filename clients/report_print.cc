@@ -53,7 +53,6 @@ std::string MaskHeatMap(const topiary::v1::LayerReport& r) {
 
 }  // namespace
 
-
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
   topiary::v1::CheckpointMetrics metrics;
   google::protobuf::util::JsonParseOptions lenient;

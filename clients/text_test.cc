@@ -9,9 +9,9 @@ TEST(JsonString, EscapesWhatJsonRequires) {
   EXPECT_EQ(JsonString("plain"), "\"plain\"");
   EXPECT_EQ(JsonString("it's \"q\" \\"), "\"it's \\\"q\\\" \\\\\"");  // no \' (not JSON)
   EXPECT_EQ(JsonString(std::string("a\nb\tc\x01\x7f", 7)), "\"a\\nb\\tc\\u0001\\u007f\"");
-  EXPECT_EQ(JsonString("\xc3\xa9t\xc3\xa9"), "\"\xc3\xa9t\xc3\xa9\"");     // UTF-8 kept
-  EXPECT_EQ(JsonString("bad\xff\xc3("), "\"bad\\ufffd\\ufffd(\"");         // invalid replaced
-  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");      // a surrogate
+  EXPECT_EQ(JsonString("\xc3\xa9t\xc3\xa9"), "\"\xc3\xa9t\xc3\xa9\"");  // UTF-8 kept
+  EXPECT_EQ(JsonString("bad\xff\xc3("), "\"bad\\ufffd\\ufffd(\"");      // invalid replaced
+  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");   // a surrogate
 }
 
 TEST(OneLine, ControlCharactersCannotBreakATable) {

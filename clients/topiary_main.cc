@@ -12,11 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/args.h"
-#include "protos/version.h"
-#include "clients/text.h"
 #include "clients/progress.h"
 #include "clients/remote.h"
 #include "clients/report_print.h"
+#include "clients/text.h"
+#include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/device.h"
@@ -74,7 +74,6 @@ daemon answering; 7 unauthenticated or a path outside the data directory; 8 queu
 request too large.
 Specs: see examples/ and protos/topiary/v1/experiment.proto.
 )";
-
 
 int Run(const Args& a) {
   if (a.positional.size() != 1) {

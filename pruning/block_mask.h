@@ -43,8 +43,8 @@ struct BlockStepReport {
   int zeros_before = 0, zeros_after = 0;
   int requested_zeros = 0;  // Z = floor(target * rows * cols)
   int target_zeros = 0;     // the effective target: ReachableBlockZeros
-  int step_goal = 0;     // Z1 = min(zeros_before + K, Z)
-  int column_cap = 0;    // Zc = floor(target * rows)
+  int step_goal = 0;        // Z1 = min(zeros_before + K, Z)
+  int column_cap = 0;       // Zc = floor(target * rows)
   bool fallback = false;
 };
 

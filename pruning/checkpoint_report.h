@@ -17,7 +17,6 @@ namespace topiary::pruning {
 absl::StatusOr<topiary::v1::CheckpointReport> InspectCheckpoint(const std::string& path,
                                                                 const std::string& layer_pattern);
 
-
 }  // namespace topiary::pruning
 
 #endif  // TOPIARY_PRUNING_CHECKPOINT_REPORT_H_

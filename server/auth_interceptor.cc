@@ -16,8 +16,7 @@ using grpc::experimental::InterceptionHookPoints;
 // nothing a handler produces reaches the caller. tests/daemon_test.sh checks every RPC.
 class AuthInterceptor : public grpc::experimental::Interceptor {
  public:
-  AuthInterceptor(grpc::experimental::ServerRpcInfo* info, const std::string* token)
-      : info_(info), token_(token) {}
+  explicit AuthInterceptor(const std::string* token) : token_(token) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
@@ -40,16 +39,15 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
         if (grpc::ByteBuffer* out = methods->GetSerializedSendMessage()) out->Clear();
       }
       if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-        methods->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            "missing or wrong bearer token (metadata 'authorization: Bearer ...')"));
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                         "missing or wrong bearer token (metadata 'authorization: Bearer ...')"));
       }
     }
     methods->Proceed();
   }
 
  private:
-  grpc::experimental::ServerRpcInfo* info_;
   const std::string* token_;
   bool denied_ = false;
 };
@@ -60,7 +58,7 @@ class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFacto
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     if (token_.empty() || IsOpenMethod(info->method())) return nullptr;
-    return new AuthInterceptor(info, &token_);
+    return new AuthInterceptor(&token_);
   }
 
  private:

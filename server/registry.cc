@@ -104,11 +104,11 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
                          r.last_checkpoint().empty() ? "" : "; last checkpoint ",
                          r.last_checkpoint()));
       } else {
-        (void)SetStateLocked(raw, topiary::v1::QUEUED,
-                             r.last_checkpoint().empty()
-                                 ? "the daemon restarted; the run starts again"
-                                 : "the daemon restarted; the run resumes from " +
-                                       r.last_checkpoint());
+        (void)SetStateLocked(
+            raw, topiary::v1::QUEUED,
+            r.last_checkpoint().empty()
+                ? "the daemon restarted; the run starts again"
+                : "the daemon restarted; the run resumes from " + r.last_checkpoint());
       }
     }
     if (raw->record.state() == topiary::v1::QUEUED) queue.push_back(id);
@@ -195,10 +195,9 @@ absl::StatusOr<Experiment> Registry::Transition(const std::string& id,
   if (std::find(from.begin(), from.end(), e->record.state()) == from.end()) {
     std::vector<std::string> names;
     for (ExperimentState s : from) names.push_back(ExperimentState_Name(s));
-    return absl::FailedPreconditionError(absl::StrCat(id, " is ",
-                                                      ExperimentState_Name(e->record.state()),
-                                                      "; only ", absl::StrJoin(names, " or "),
-                                                      " can ", verb));
+    return absl::FailedPreconditionError(
+        absl::StrCat(id, " is ", ExperimentState_Name(e->record.state()), "; only ",
+                     absl::StrJoin(names, " or "), " can ", verb));
   }
   if (auto st = SetStateLocked(e, to, reason); !st.ok()) return st;
   return e->record;
@@ -274,8 +273,7 @@ bool Registry::FinishRun(const std::string& id, const std::string& run_state,
   return requeue;
 }
 
-absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state,
-                                      const std::string& reason) {
+absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
   e->record.set_state(state);
   e->record.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) e->record.set_error(reason);

@@ -96,7 +96,7 @@ class Registry {
   struct Entry {
     Experiment record;
     std::vector<Event> events;
-    std::atomic<int> stop{0};  // RunControl::Stop
+    std::atomic<int> stop{0};         // RunControl::Stop
     bool resume_after_pause = false;  // a Resume came while a pause was pending
     bool advance = false;
     topiary::v1::AdvanceRoundRequest changes;

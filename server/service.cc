@@ -15,6 +15,7 @@
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "trainer/checkpoint.h"
+#include "trainer/file_util.h"
 #include "trainer/hdf5_file.h"
 #include "trainer/spec.h"
 
@@ -40,10 +41,6 @@ std::string Normalize(const std::string& path) {
   return "/" + absl::StrJoin(parts, "/");
 }
 
-bool Inside(const std::string& path, const std::string& root) {
-  return path == root || path.rfind(root + "/", 0) == 0;
-}
-
 std::string RealOrSelf(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
@@ -61,7 +58,8 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   const std::string root = RealOrSelf(registry_->data_dir());
   const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
   // Lexically inside, and still inside once symbolic links are followed.
-  if (joined.empty() || !Inside(joined, root) || !Inside(RealOrSelf(joined), root)) {
+  if (joined.empty() || !IsInsideFolder(joined, root) ||
+      !IsInsideFolder(RealOrSelf(joined), root)) {
     return Status(StatusCode::PERMISSION_DENIED,
                   absl::StrCat(field, ": '", path, "' is outside the daemon's data directory"));
   }
@@ -80,8 +78,9 @@ Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   }
   if (!spec->data().path().empty()) {
     const std::string p = Normalize(RealOrSelf(spec->data().path()));
-    bool allowed = Inside(p, RealOrSelf(registry_->data_dir()));
-    for (const std::string& root : options_.dataset_roots) allowed = allowed || Inside(p, root);
+    bool allowed = IsInsideFolder(p, RealOrSelf(registry_->data_dir()));
+    for (const std::string& root : options_.dataset_roots)
+      allowed = allowed || IsInsideFolder(p, root);
     if (!allowed) {
       return Status(StatusCode::PERMISSION_DENIED,
                     absl::StrCat("data.path: '", spec->data().path(),

@@ -37,8 +37,7 @@ ABSL_FLAG(std::string, data_dir, "",
           "~/.local/share/topiary)");
 ABSL_FLAG(std::string, gpus, "",
           "GPU ordinals to use, e.g. 0,1 (default: every GPU found; \"none\": the CPU)");
-ABSL_FLAG(int, max_running, 1,
-          "experiments running at once without a GPU; with GPUs, one per GPU");
+ABSL_FLAG(int, max_running, 1, "experiments running at once without a GPU; with GPUs, one per GPU");
 ABSL_FLAG(int, max_queued, 256, "queued experiments accepted (more: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(int, max_restarts, 3,
           "an experiment that was running when the daemon died this many times is marked "
@@ -79,10 +78,15 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// The flags' values, read once after parsing.
 struct Flags {
-  std::string listen, data_dir, gpus, token_file, tls_cert, tls_key, port_file;
-  int max_running, max_queued, max_restarts;
-  int64_t max_file_bytes;
+  std::string listen = absl::GetFlag(FLAGS_listen), data_dir = absl::GetFlag(FLAGS_data_dir),
+              gpus = absl::GetFlag(FLAGS_gpus), token_file = absl::GetFlag(FLAGS_token_file),
+              tls_cert = absl::GetFlag(FLAGS_tls_cert), tls_key = absl::GetFlag(FLAGS_tls_key),
+              port_file = absl::GetFlag(FLAGS_port_file);
+  int max_running = absl::GetFlag(FLAGS_max_running), max_queued = absl::GetFlag(FLAGS_max_queued),
+      max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  int64_t max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
 };
 
 int Main(int argc, char** argv) {
@@ -93,12 +97,7 @@ int Main(int argc, char** argv) {
     absl::PrintF("topiaryd %s\n", kTopiaryVersion);
     return 0;
   }
-  Flags f{absl::GetFlag(FLAGS_listen),       absl::GetFlag(FLAGS_data_dir),
-          absl::GetFlag(FLAGS_gpus),         absl::GetFlag(FLAGS_token_file),
-          absl::GetFlag(FLAGS_tls_cert),     absl::GetFlag(FLAGS_tls_key),
-          absl::GetFlag(FLAGS_port_file),    absl::GetFlag(FLAGS_max_running),
-          absl::GetFlag(FLAGS_max_queued),   absl::GetFlag(FLAGS_max_restarts),
-          absl::GetFlag(FLAGS_max_file_bytes)};
+  Flags f;
   if (f.max_running <= 0) return Fail("--max_running: must be > 0");
   if (f.max_queued <= 0) return Fail("--max_queued: must be > 0");
   if (f.max_restarts <= 0) return Fail("--max_restarts: must be > 0");
@@ -165,7 +164,8 @@ int Main(int argc, char** argv) {
 
   // From here on every file read is checked: inside the data directory or the dataset
   // folders once links are followed, regular, and within --max_file_bytes.
-  if (auto st = MakeDirs(f.data_dir); !st.ok()) return Fail(absl::StrCat("--data_dir: ", st.message()));
+  if (auto st = MakeDirs(f.data_dir); !st.ok())
+    return Fail(absl::StrCat("--data_dir: ", st.message()));
   ReadPolicy policy;
   policy.roots = service_options.dataset_roots;
   policy.roots.push_back(f.data_dir);

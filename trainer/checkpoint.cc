@@ -109,12 +109,6 @@ std::vector<uint8_t> MaskFromDisk(const Parameter& p, const std::vector<uint8_t>
   return out;
 }
 
-std::string ShapeText(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-  return out + "]";
-}
-
 // The mask of `p` as stored: the block grid, or the element mask in the disk layout.
 H5Dataset MaskDataset(const Parameter& p) {
   H5Dataset d;
@@ -171,38 +165,22 @@ void Expand(PendingMask* m) {
                                s.front(), s.size() == 4 ? s[1] * s[2] : 1, s.back());
 }
 
-absl::StatusOr<PendingMask> ParseMask(const std::string& file, Parameter* p, const H5Dataset& d) {
-  const std::string where = absl::StrCat(file, ": ", MaskPath(*p));
-  if (d.u8.empty()) return absl::DataLossError(where + ": not a uint8 dataset");
+// The mask of `p` read from `d`. ReadCheckpointFile has checked its type, kind, block sizes
+// and its fit to the file's kernel, and the loader the kernel's fit to the model.
+PendingMask ParseMask(Parameter* p, const H5Dataset& d) {
   PendingMask m{p, {}, {}, &d};
   const std::string kind = AttrString(d.attrs, "kind");
   if (kind == "block") {
     m.info.kind = MaskInfo::Kind::kBlock;
     m.info.block_in = static_cast<int>(AttrInt(d.attrs, "block_in"));
     m.info.block_out = static_cast<int>(AttrInt(d.attrs, "block_out"));
-    const std::vector<int>& s = p->value.shape();
-    const int out = s.front(), in = s.back();
-    if (m.info.block_in <= 0 || m.info.block_out <= 0 || d.shape.size() != 2 ||
-        d.shape[0] != (in + m.info.block_in - 1) / m.info.block_in ||
-        d.shape[1] != (out + m.info.block_out - 1) / m.info.block_out) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: block grid %s with blocks %dx%d does not fit a kernel of %d inputs and %d outputs",
-          where, ShapeText(d.shape), m.info.block_in, m.info.block_out, in, out));
-    }
     m.info.rows = static_cast<int>(d.shape[0]);
     m.info.cols = static_cast<int>(d.shape[1]);
     m.info.grid = d.u8;
-  } else if (kind == "element" || kind == "n_of_m") {
-    if (d.shape != DiskShape(*p)) {
-      return absl::DataLossError(absl::StrFormat("%s: shape %s, expected the kernel's %s", where,
-                                                 ShapeText(d.shape), ShapeText(DiskShape(*p))));
-    }
+  } else {
     m.info.kind = kind == "element" ? MaskInfo::Kind::kElement : MaskInfo::Kind::kNofM;
     m.info.n = static_cast<int>(AttrInt(d.attrs, "n"));
     m.info.m = static_cast<int>(AttrInt(d.attrs, "m"));
-  } else {
-    return absl::DataLossError(
-        absl::StrCat(where, ": unknown mask kind '", kind, "' (block, element or n_of_m)"));
   }
   return m;
 }
@@ -346,9 +324,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
     values.push_back({p, &it->second, mom});
     auto mask = doc->datasets.find(MaskPath(*p));
     if (mask != doc->datasets.end() && p->role == "kernel") {
-      auto parsed = ParseMask(path, p, mask->second);
-      if (!parsed.ok()) return parsed.status();
-      masks.push_back(std::move(*parsed));
+      masks.push_back(ParseMask(p, mask->second));
     }
   }
   // Layout conversion and mask projection in parallel, straight into the model's memory on

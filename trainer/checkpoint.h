@@ -1,7 +1,7 @@
 // The HDF5 checkpoint store (every dataset and attribute, and what a reader checks, is
-// documented in docs/checkpoint-format.md). A checkpoint holds the model's parameters (conv kernels OIHW on
-// disk, KRSC in memory), masks, the optimizer's momentum, and the position of the run, which
-// together let a run continue exactly where it stopped.
+// documented in docs/checkpoint-format.md). A checkpoint holds the model's parameters (conv kernels
+// OIHW on disk, KRSC in memory), masks, the optimizer's momentum, and the position of the run,
+// which together let a run continue exactly where it stopped.
 #ifndef TOPIARY_TRAINER_CHECKPOINT_H_
 #define TOPIARY_TRAINER_CHECKPOINT_H_
 

@@ -17,8 +17,6 @@ absl::Status Bad(const std::string& file, const std::string& where, const std::s
   return absl::DataLossError(absl::StrCat(file, ": ", where, ": ", what));
 }
 
-std::string ShapeText(const std::vector<int64_t>& s) { return "[" + absl::StrJoin(s, ", ") + "]"; }
-
 // A root or group attribute that must be an integer in [lo, hi].
 absl::Status CheckInt(const std::string& file, const std::string& group, const H5Attrs& attrs,
                       const std::string& name, int64_t lo, int64_t hi) {
@@ -103,7 +101,8 @@ absl::Status CheckMask(const std::string& file, const std::string& path, const H
       }
     }
   } else {
-    return Bad(file, path, absl::StrCat("unknown mask kind '", kind, "' (block, element or n_of_m)"));
+    return Bad(file, path,
+               absl::StrCat("unknown mask kind '", kind, "' (block, element or n_of_m)"));
   }
   return absl::OkStatus();
 }
@@ -115,8 +114,8 @@ absl::Status CheckValues(const std::string& file, const std::string& path, const
   std::atomic<int64_t> first_bad{n};
   kernels::ParallelFor(n, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e && i < first_bad.load(std::memory_order_relaxed); ++i) {
-      const bool ok = binary ? d.u8[i] <= 1
-                             : std::isfinite(d.f32[i]) && (!non_negative || d.f32[i] >= 0.0f);
+      const bool ok =
+          binary ? d.u8[i] <= 1 : std::isfinite(d.f32[i]) && (!non_negative || d.f32[i] >= 0.0f);
       if (!ok) {
         int64_t cur = first_bad.load();
         while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
@@ -128,8 +127,9 @@ absl::Status CheckValues(const std::string& file, const std::string& path, const
   const int64_t i = first_bad.load();
   if (i == n) return absl::OkStatus();
   if (binary) {
-    return Bad(file, path, absl::StrCat("mask value ", int{d.u8[i]}, " at element ", i,
-                                        " (masks hold 0 or 1)"));
+    return Bad(
+        file, path,
+        absl::StrCat("mask value ", int{d.u8[i]}, " at element ", i, " (masks hold 0 or 1)"));
   }
   return Bad(file, path,
              absl::StrCat("value ", d.f32[i], " at element ", i,
@@ -137,6 +137,10 @@ absl::Status CheckValues(const std::string& file, const std::string& path, const
 }
 
 }  // namespace
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return "[" + absl::StrJoin(shape, ", ") + "]";
+}
 
 int64_t MetadataChecksum(const H5Document& doc) {
   const std::string text = MetadataText(doc, kMetadataChecksumAttr);
@@ -170,9 +174,10 @@ absl::Status ValidateCheckpointDocument(const std::string& file, const H5Documen
     }
     if (d.f32.empty()) return Bad(file, path, "must be float32");
     if (!KnownRole(role, d.shape.size())) {
-      return Bad(file, path,
-                 absl::StrCat("unexpected role or rank ", d.shape.size(),
-                              " (kernel: 2 or 4; bias, gamma, beta, running_mean, running_var: 1)"));
+      return Bad(
+          file, path,
+          absl::StrCat("unexpected role or rank ", d.shape.size(),
+                       " (kernel: 2 or 4; bias, gamma, beta, running_mean, running_var: 1)"));
     }
     if (momentum) {
       auto value = doc.datasets.find(layer_dir + "/" + role);

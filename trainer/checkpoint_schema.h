@@ -6,7 +6,9 @@
 #ifndef TOPIARY_TRAINER_CHECKPOINT_SCHEMA_H_
 #define TOPIARY_TRAINER_CHECKPOINT_SCHEMA_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "trainer/hdf5_file.h"
@@ -14,6 +16,9 @@
 namespace topiary {
 
 inline constexpr char kMetadataChecksumAttr[] = "metadata_crc32c";
+
+// "[8, 1, 3, 3]": shapes in messages.
+std::string ShapeText(const std::vector<int64_t>& shape);
 
 // CRC-32C of MetadataText(doc, kMetadataChecksumAttr), stored as that root attribute.
 int64_t MetadataChecksum(const H5Document& doc);

@@ -199,8 +199,6 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
     test_files = {"test_batch.bin"};
   }
   for (auto [files, set] : {std::pair{&train_files, &ds.train}, std::pair{&test_files, &ds.test}}) {
-    set->h = set->w = 32;
-    set->c = 3;
     for (const auto& f : *files) {
       const std::string path = dir + "/" + f;
       auto data = ReadFile(path);

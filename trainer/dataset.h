@@ -30,7 +30,6 @@ struct Dataset {
   ImageSet train, test;
 };
 
-
 // Loads what spec.data names (train_limit / test_limit applied). REQUIRES: a spec with
 // defaults filled in (see spec.h).
 absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t seed);

@@ -10,11 +10,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 
 namespace topiary {
 
@@ -53,8 +53,8 @@ bool IsDirectory(const std::string& path) {
 
 namespace {
 
-std::mutex& PolicyLock() {
-  static std::mutex* m = new std::mutex;
+absl::Mutex& PolicyLock() {
+  static absl::Mutex* m = new absl::Mutex;
   return *m;
 }
 ReadPolicy& Policy() {
@@ -62,11 +62,17 @@ ReadPolicy& Policy() {
   return *p;
 }
 
-bool Inside(const std::string& path, const std::string& root) {
-  return path == root || root == "/" || path.rfind(root + "/", 0) == 0;
+// The size limit of one read: the policy's, lowered by `max_bytes` when that is non-zero.
+uint64_t EffectiveLimit(uint64_t max_bytes) {
+  const uint64_t policy = GetReadPolicy().max_file_bytes;
+  return max_bytes == 0 ? policy : std::min(max_bytes, policy);
 }
 
 }  // namespace
+
+bool IsInsideFolder(const std::string& path, const std::string& root) {
+  return path == root || root == "/" || path.rfind(root + "/", 0) == 0;
+}
 
 void SetReadPolicy(ReadPolicy policy) {
   for (std::string& root : policy.roots) {
@@ -74,12 +80,12 @@ void SetReadPolicy(ReadPolicy policy) {
     const std::filesystem::path canonical = std::filesystem::weakly_canonical(root, ec);
     if (!ec) root = canonical.string();
   }
-  std::lock_guard<std::mutex> lock(PolicyLock());
+  absl::MutexLock lock(&PolicyLock());
   Policy() = std::move(policy);
 }
 
 ReadPolicy GetReadPolicy() {
-  std::lock_guard<std::mutex> lock(PolicyLock());
+  absl::MutexLock lock(&PolicyLock());
   return Policy();
 }
 
@@ -96,8 +102,7 @@ std::string HumanBytes(uint64_t bytes) {
 
 absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_t max_bytes) {
   const ReadPolicy policy = GetReadPolicy();
-  const uint64_t limit =
-      max_bytes == 0 ? policy.max_file_bytes : std::min(max_bytes, policy.max_file_bytes);
+  const uint64_t limit = EffectiveLimit(max_bytes);
   std::error_code ec;
   const std::filesystem::path real = std::filesystem::canonical(path, ec);
   if (ec) {
@@ -109,11 +114,11 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
   const std::string resolved = real.string();
   if (!policy.roots.empty()) {
     bool inside = false;
-    for (const std::string& root : policy.roots) inside = inside || Inside(resolved, root);
+    for (const std::string& root : policy.roots) inside = inside || IsInsideFolder(resolved, root);
     if (!inside) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          path, ": resolves to a file outside the folders this process may read (",
-          absl::StrJoin(policy.roots, ", "), ")"));
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, ": resolves to a file outside the folders this process may read (",
+                       absl::StrJoin(policy.roots, ", "), ")"));
     }
   }
   struct stat st;
@@ -166,11 +171,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {
   auto raw = ReadFile(path, max_bytes);
   if (!raw.ok()) return raw.status();
-  const ReadPolicy policy = GetReadPolicy();
-  return InflateMaybeGzip(std::move(*raw),
-                          max_bytes == 0 ? policy.max_file_bytes
-                                         : std::min(max_bytes, policy.max_file_bytes),
-                          path);
+  return InflateMaybeGzip(std::move(*raw), EffectiveLimit(max_bytes), path);
 }
 
 absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
@@ -202,9 +203,9 @@ absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
     const size_t produced = sizeof(buf) - zs.avail_out;
     if (out.size() + produced > limit) {
       inflateEnd(&zs);
-      return absl::ResourceExhaustedError(absl::StrCat(name, ": inflates to more than the limit of ",
-                                                       HumanBytes(limit), " (",
-                                                       HumanBytes(raw.size()), " compressed)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name, ": inflates to more than the limit of ", HumanBytes(limit), " (",
+                       HumanBytes(raw.size()), " compressed)"));
     }
     out.append(buf, produced);
   } while (rc != Z_STREAM_END);

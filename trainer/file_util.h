@@ -30,6 +30,9 @@ struct ReadPolicy {
 void SetReadPolicy(ReadPolicy policy);
 ReadPolicy GetReadPolicy();
 
+// True when the canonical `path` is `root` or lies under it (both canonical).
+bool IsInsideFolder(const std::string& path, const std::string& root);
+
 // Specs and other small text files stop here.
 inline constexpr uint64_t kMaxSpecBytes = uint64_t{1} << 20;
 

@@ -10,12 +10,12 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "trainer/file_util.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/parallel.h"
+#include "trainer/file_util.h"
 
 namespace topiary {
 namespace {
@@ -384,20 +384,20 @@ absl::Status ReadDataset(hid_t ds, const std::string& path, H5Dataset* out,
   Handle space(H5Dget_space(ds));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank <= 0 || rank > kMaxRank) {
-    return absl::DataLossError(absl::StrCat(path, ": rank ", rank, ", not an array of 1 to ",
-                                            kMaxRank, " dimensions"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": rank ", rank, ", not an array of 1 to ", kMaxRank, " dimensions"));
   }
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   Handle type(H5Dget_type(ds));
   const H5T_class_t cls = H5Tget_class(type.get());
-  const bool is_float = cls == H5T_FLOAT && H5Tget_size(type.get()) == 4 &&
-                        H5Tget_order(type.get()) == H5T_ORDER_LE;
+  const bool is_float =
+      cls == H5T_FLOAT && H5Tget_size(type.get()) == 4 && H5Tget_order(type.get()) == H5T_ORDER_LE;
   const bool is_u8 =
       cls == H5T_INTEGER && H5Tget_size(type.get()) == 1 && H5Tget_sign(type.get()) == H5T_SGN_NONE;
   if (!is_float && !is_u8) {
-    return absl::DataLossError(absl::StrCat(path, ": element type of class ",
-                                            static_cast<int>(cls), " and ", H5Tget_size(type.get()),
+    return absl::DataLossError(absl::StrCat(path, ": element type of class ", static_cast<int>(cls),
+                                            " and ", H5Tget_size(type.get()),
                                             " bytes; only float32 and uint8 are read"));
   }
   if (auto st = CheckDatasetDeclaration(ds, dims, is_u8, budget); !st.ok()) {
@@ -502,6 +502,14 @@ absl::StatusOr<hid_t> OpenForReading(const std::string& path, uint64_t* size) {
   return file;
 }
 
+absl::Status ReadRootAttrs(hid_t file, const std::string& path, H5Attrs* out) {
+  Handle root(H5Gopen2(file, "/", H5P_DEFAULT));
+  if (auto st = ReadAttrs(root.get(), out); !st.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
@@ -518,12 +526,7 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
     std::vector<PendingCheck> checks;
     uint64_t budget;
   } ctx{&doc, absl::OkStatus(), {}, file_size};
-  {
-    Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
-    if (auto st = ReadAttrs(root.get(), &doc.groups["/"]); !st.ok()) {
-      return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
-    }
-  }
+  if (auto st = ReadRootAttrs(file.get(), path, &doc.groups["/"]); !st.ok()) return st;
   const herr_t rc = H5Lvisit(
       file.get(), H5_INDEX_NAME, H5_ITER_INC,
       [](hid_t root, const char* name, const H5L_info_t* info, void* p) -> herr_t {
@@ -531,9 +534,9 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
         const std::string full = absl::StrCat("/", name);
         // Soft and external links could lead anywhere, another file included: never followed.
         if (info->type != H5L_TYPE_HARD) {
-          c->status = absl::PermissionDeniedError(absl::StrCat(
-              full, ": a ", info->type == H5L_TYPE_EXTERNAL ? "external" : "soft",
-              " link (links are never followed)"));
+          c->status = absl::PermissionDeniedError(
+              absl::StrCat(full, ": a ", info->type == H5L_TYPE_EXTERNAL ? "external" : "soft",
+                           " link (links are never followed)"));
           return -1;
         }
         Handle obj(H5Oopen(root, name, H5P_DEFAULT));
@@ -546,8 +549,8 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
           if (type == H5I_GROUP) {
             c->status = ReadAttrs(obj.get(), &c->doc->groups[full]);
           } else if (type == H5I_DATASET) {
-            c->status = ReadDataset(obj.get(), full, &c->doc->datasets[full], &c->checks,
-                                    &c->budget);
+            c->status =
+                ReadDataset(obj.get(), full, &c->doc->datasets[full], &c->checks, &c->budget);
           }
         } catch (const std::exception& e) {
           c->status = absl::ResourceExhaustedError(absl::StrCat("cannot read: ", e.what()));
@@ -591,11 +594,8 @@ absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
   auto opened = OpenForReading(path, &file_size);
   if (!opened.ok()) return opened.status();
   Handle file(*opened);
-  Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
   H5Attrs attrs;
-  if (auto st = ReadAttrs(root.get(), &attrs); !st.ok()) {
-    return absl::DataLossError(absl::StrCat(path, ": /: ", st.message()));
-  }
+  if (auto st = ReadRootAttrs(file.get(), path, &attrs); !st.ok()) return st;
   return attrs;
 }
 

@@ -24,7 +24,6 @@ namespace topiary {
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float width,
                                                   Shape4 input, int classes, Device* device);
 
-
 }  // namespace topiary
 
 #endif  // TOPIARY_TRAINER_MODEL_ZOO_H_

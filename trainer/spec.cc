@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "trainer/catalog.h"
 #include "trainer/file_util.h"
+#include "trainer/utf8.h"
 
 namespace topiary {
 namespace {
@@ -49,36 +50,19 @@ bool Finite(double v) { return std::isfinite(v); }
 // Names and paths are printed in tables and logs and stored as JSON: valid UTF-8 (proto3
 // strings must be; the text-format parser does not check), no control characters.
 bool PlainText(const std::string& s) {
-  if (s.size() > kMaxText) return false;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
+  if (s.size() > kMaxText || !IsValidUtf8(s)) return false;
+  for (unsigned char c : s) {
     if (c < 0x20 || c == 0x7f) return false;
-    const size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-                                                       : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    const uint32_t min = n == 1 ? 0 : n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n;
   }
   return true;
 }
 
-template <typename Enum>
-absl::Status CheckEnum(bool (*valid)(int), Enum value, const std::string& field) {
-  CHECK_RULE(valid(static_cast<int>(value)), field,
-             absl::StrCat("unknown value ", static_cast<int>(value)));
-  return absl::OkStatus();
-}
+// Proto3 enums are open: a number no enumerator names parses fine and must be refused here.
+#define CHECK_ENUM(valid, value, field) \
+  CHECK_RULE(valid(value), field, absl::StrCat("unknown value ", static_cast<int>(value)))
 
 absl::Status ValidateData(const DataSpec& d) {
-  if (auto st = CheckEnum(DataSpec::Dataset_IsValid, d.dataset(), "data.dataset"); !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(DataSpec::Dataset_IsValid, d.dataset(), "data.dataset");
   CHECK_RULE(PlainText(d.path()), "data.path",
              "must be valid UTF-8 of at most 4096 bytes, without control characters");
   CHECK_RULE(d.batch_size() >= 0, "data.batch_size", "must be > 0");
@@ -124,21 +108,14 @@ absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
              absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
   CHECK_RULE(t.eval_every_epochs() >= 0 && t.eval_every_epochs() <= kMaxEpochs,
              "train.eval_every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
-  if (auto st = CheckEnum(topiary::v1::TrainSpec::Precision_IsValid, t.precision(),
-                          "train.precision");
-      !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(topiary::v1::TrainSpec::Precision_IsValid, t.precision(), "train.precision");
   CHECK_RULE(t.label_smoothing() >= 0 && t.label_smoothing() < 1, "train.label_smoothing",
              "must be in [0, 1)");
   const auto& o = t.optimizer();
   CHECK_RULE(Finite(o.lr()) && o.lr() >= 0 && o.lr() <= 1000, "train.optimizer.lr",
              "must be a finite number in (0, 1000]");
-  if (auto st = CheckEnum(topiary::v1::OptimizerSpec::WeightDecayMode_IsValid,
-                          o.weight_decay_mode(), "train.optimizer.weight_decay_mode");
-      !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(topiary::v1::OptimizerSpec::WeightDecayMode_IsValid, o.weight_decay_mode(),
+             "train.optimizer.weight_decay_mode");
   CHECK_RULE(!o.has_momentum() || (o.momentum() >= 0 && o.momentum() < 1),
              "train.optimizer.momentum", "must be in [0, 1)");
   CHECK_RULE(!o.nesterov() || !o.has_momentum() || o.momentum() > 0, "train.optimizer.nesterov",
@@ -146,10 +123,7 @@ absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
   CHECK_RULE(!o.has_weight_decay() || (o.weight_decay() >= 0 && o.weight_decay() <= 1),
              "train.optimizer.weight_decay", "must be in [0, 1]");
   const auto& s = t.lr_schedule();
-  if (auto st = CheckEnum(topiary::v1::LrSchedule::Kind_IsValid, s.kind(), "train.lr_schedule.kind");
-      !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(topiary::v1::LrSchedule::Kind_IsValid, s.kind(), "train.lr_schedule.kind");
   CHECK_RULE(s.milestones_size() <= kMaxListEntries, "train.lr_schedule.milestones",
              "at most 1000 entries");
   for (int i = 0; i < s.milestones_size(); ++i) {
@@ -161,21 +135,14 @@ absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
              "must be in (0, 1]");
   CHECK_RULE(Finite(s.min_lr()) && s.min_lr() >= 0, "train.lr_schedule.min_lr",
              "must be a finite number >= 0");
-  CHECK_RULE(Finite(s.warmup_epochs()) && s.warmup_epochs() >= 0 &&
-                 s.warmup_epochs() <= kMaxEpochs,
+  CHECK_RULE(Finite(s.warmup_epochs()) && s.warmup_epochs() >= 0 && s.warmup_epochs() <= kMaxEpochs,
              "train.lr_schedule.warmup_epochs", "must be a finite number in [0, 10000]");
   return absl::OkStatus();
 }
 
 absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
-  if (auto st = CheckEnum(topiary::v1::PruningSpec::Method_IsValid, p.method(), "pruning.method");
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = CheckEnum(topiary::v1::PruningSpec::Score_IsValid, p.score(), "pruning.score");
-      !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(topiary::v1::PruningSpec::Method_IsValid, p.method(), "pruning.method");
+  CHECK_ENUM(topiary::v1::PruningSpec::Score_IsValid, p.score(), "pruning.score");
   CHECK_RULE(p.block_in() >= 0 && p.block_in() <= 1024, "pruning.block_in", "must be in [1, 1024]");
   CHECK_RULE(p.block_out() >= 0 && p.block_out() <= 1024, "pruning.block_out",
              "must be in [1, 1024]");
@@ -260,8 +227,9 @@ absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
 }
 
 absl::Status ValidateSpec(const ExperimentSpec& spec) {
-  CHECK_RULE(PlainText(spec.name()) && spec.name().size() <= 256, "name",
-             "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs)");
+  CHECK_RULE(
+      PlainText(spec.name()) && spec.name().size() <= 256, "name",
+      "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs)");
   CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
              "must be valid UTF-8 of at most 4096 bytes, without control characters");
   const auto names = ModelNames();
@@ -277,21 +245,14 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   if (spec.has_pruning()) {
     if (auto st = ValidatePruning(spec.pruning()); !st.ok()) return st;
   }
-  CHECK_RULE(spec.checkpoints().every_epochs() >= 0 &&
-                 spec.checkpoints().every_epochs() <= kMaxEpochs,
-             "checkpoints.every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(
+      spec.checkpoints().every_epochs() >= 0 && spec.checkpoints().every_epochs() <= kMaxEpochs,
+      "checkpoints.every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
   CHECK_RULE(spec.checkpoints().keep_last() >= 0 && spec.checkpoints().keep_last() <= 1000000,
              "checkpoints.keep_last", "must be in [0, 1000000]");
   const auto& dev = spec.device();
-  if (auto st = CheckEnum(topiary::v1::DeviceSpec::Kind_IsValid, dev.kind(), "device.kind");
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = CheckEnum(topiary::v1::DeviceSpec::CudaGraphs_IsValid, dev.cuda_graphs(),
-                          "device.cuda_graphs");
-      !st.ok()) {
-    return st;
-  }
+  CHECK_ENUM(topiary::v1::DeviceSpec::Kind_IsValid, dev.kind(), "device.kind");
+  CHECK_ENUM(topiary::v1::DeviceSpec::CudaGraphs_IsValid, dev.cuda_graphs(), "device.cuda_graphs");
   CHECK_RULE(dev.threads() >= 0 && dev.threads() <= kMaxThreads, "device.threads",
              absl::StrCat("must be in [0, ", kMaxThreads, "] (0: all cores)"));
   CHECK_RULE(dev.gpus_size() <= 64, "device.gpus", "at most 64 ordinals");
@@ -304,6 +265,7 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   return absl::OkStatus();
 }
 
+#undef CHECK_ENUM
 #undef CHECK_RULE
 
 ExperimentSpec WithDefaults(ExperimentSpec s) {

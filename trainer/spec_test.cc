@@ -80,8 +80,9 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
   EXPECT_EQ(Error(WithTrain("") + "device { threads: 100000 }"),
             "device.threads: must be in [0, 1024] (0: all cores)");
   EXPECT_EQ(Error(WithTrain("") + "device { kind: 5 }"), "device.kind: unknown value 5");
-  EXPECT_EQ(Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { train_size: 2147483647 } }"),
-            "data.synthetic.train_size: must be in [1, 10000000]");
+  EXPECT_EQ(
+      Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { train_size: 2147483647 } }"),
+      "data.synthetic.train_size: must be in [1, 10000000]");
   EXPECT_EQ(Error(WithTrain("") + "pruning { max_rounds: 1000000 }"),
             "pruning.max_rounds: must be in [0, 1000]");
   EXPECT_EQ(Error(WithTrain("") + "pruning { finetune_lr: inf }"),

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "pruning/checkpoint_report.h"
-#include "tests/tools/hostile_files.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_schema.h"
 #include "trainer/file_util.h"
@@ -32,7 +31,9 @@ class Bytes {
   Bytes(const uint8_t* data, size_t size) : data_(data), size_(size) {}
   bool empty() const { return pos_ >= size_; }
   uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  uint32_t U32() { return Byte() | Byte() << 8 | Byte() << 16 | static_cast<uint32_t>(Byte()) << 24; }
+  uint32_t U32() {
+    return Byte() | Byte() << 8 | Byte() << 16 | static_cast<uint32_t>(Byte()) << 24;
+  }
   size_t Pick(size_t n) { return n == 0 ? 0 : U32() % n; }
   std::string Text() {
     std::string s;
@@ -71,11 +72,10 @@ struct World {
   }
 };
 
-const char* const kAttrNames[] = {"round",  "epoch",       "phase_epoch", "epoch_step",
-                                  "global_step", "format_version", "layer_order", "metrics",
-                                  "spec",   "model_arch",  "kind",        "block_in",
-                                  "block_out", "n",        "m",           "seed",
-                                  "next_epoch", "metadata_crc32c"};
+const char* const kAttrNames[] = {
+    "round",       "epoch",   "phase_epoch", "epoch_step", "global_step", "format_version",
+    "layer_order", "metrics", "spec",        "model_arch", "kind",        "block_in",
+    "block_out",   "n",       "m",           "seed",       "next_epoch",  "metadata_crc32c"};
 
 H5Dataset* PickDataset(H5Document* doc, Bytes* in) {
   if (doc->datasets.empty()) return nullptr;
@@ -86,10 +86,14 @@ H5Dataset* PickDataset(H5Document* doc, Bytes* in) {
 
 topiary::H5Attr RandomAttr(Bytes* in) {
   switch (in->Byte() % 4) {
-    case 0: return static_cast<int64_t>(static_cast<int32_t>(in->U32()));
-    case 1: return static_cast<int64_t>(in->Byte()) - 8;
-    case 2: return static_cast<double>(static_cast<int32_t>(in->U32())) / 7.0;
-    default: return in->Text();
+    case 0:
+      return static_cast<int64_t>(static_cast<int32_t>(in->U32()));
+    case 1:
+      return static_cast<int64_t>(in->Byte()) - 8;
+    case 2:
+      return static_cast<double>(static_cast<int32_t>(in->U32())) / 7.0;
+    default:
+      return in->Text();
   }
 }
 
@@ -106,7 +110,10 @@ void Mutate(H5Document* doc, Bytes* in) {
             n *= s;
           }
           if (n > (1u << 20)) break;
-          if (d->u8.empty()) d->f32.resize(n, 0.5f); else d->u8.resize(n, 1);
+          if (d->u8.empty())
+            d->f32.resize(n, 0.5f);
+          else
+            d->u8.resize(n, 1);
         }
         break;
       case 1:  // the other element type
@@ -123,7 +130,10 @@ void Mutate(H5Document* doc, Bytes* in) {
         const float specials[] = {NAN, INFINITY, -INFINITY, -1.0f, 1e30f, 0.0f};
         const size_t n = d->u8.empty() ? d->f32.size() : d->u8.size();
         const size_t i = in->Pick(n);
-        if (d->u8.empty()) d->f32[i] = specials[in->Byte() % 6]; else d->u8[i] = in->Byte();
+        if (d->u8.empty())
+          d->f32[i] = specials[in->Byte() % 6];
+        else
+          d->u8[i] = in->Byte();
         break;
       }
       case 3:  // a missing dataset
@@ -162,12 +172,18 @@ void Mutate(H5Document* doc, Bytes* in) {
         }
         break;
       case 7: {  // a stray or duplicate dataset
-        const char* paths[] = {"/layers/conv1/mask", "/layers/fc/mask", "/elsewhere/x",
-                               "/layers/fc/kernel2", "/optimizer/momentum/fc/bias",
+        const char* paths[] = {"/layers/conv1/mask",
+                               "/layers/fc/mask",
+                               "/elsewhere/x",
+                               "/layers/fc/kernel2",
+                               "/optimizer/momentum/fc/bias",
                                "/layers/conv1/running_var"};
         H5Dataset extra;
         extra.shape = {1 + in->Byte() % 16};
-        if (in->Byte() & 1) extra.u8.assign(extra.shape[0], in->Byte()); else extra.f32.assign(extra.shape[0], -0.5f);
+        if (in->Byte() & 1)
+          extra.u8.assign(extra.shape[0], in->Byte());
+        else
+          extra.f32.assign(extra.shape[0], -0.5f);
         doc->datasets[paths[in->Pick(6)]] = extra;
         break;
       }
@@ -191,8 +207,8 @@ void RawEdit(const std::string& path, Bytes* in) {
     const hid_t space = H5Screate_simple(1, &n, nullptr);
     const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_external(dcpl, "/etc/hostname", 0, n * 4);
-    const hid_t ds = H5Dcreate2(f, "/layers/fc/extstore", H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                                dcpl, H5P_DEFAULT);
+    const hid_t ds =
+        H5Dcreate2(f, "/layers/fc/extstore", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (ds >= 0) H5Dclose(ds);
     H5Pclose(dcpl);
     H5Sclose(space);

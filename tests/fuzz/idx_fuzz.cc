@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* body = reinterpret_cast<const char*>(data) + 2;
   constexpr uint64_t kLimit = uint64_t{64} << 20;
   auto images = topiary::InflateMaybeGzip(std::string(body, split), kLimit, "images");
-  auto labels = topiary::InflateMaybeGzip(std::string(body + split, size - 2 - split), kLimit,
-                                          "labels");
+  auto labels =
+      topiary::InflateMaybeGzip(std::string(body + split, size - 2 - split), kLimit, "labels");
   if (!images.ok() || !labels.ok()) return 0;
   auto set = topiary::ParseIdxPair(std::move(*images), *labels, "images", "labels", 10);
   if (set.ok() && set->pixels.size() != set->labels.size() * set->image_bytes()) __builtin_trap();

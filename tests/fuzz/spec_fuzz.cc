@@ -1,9 +1,9 @@
 // libFuzzer harness: the spec parser (text format and JSON), validation, defaults, printing.
+#include <google/protobuf/util/json_util.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "trainer/spec.h"
 

@@ -106,9 +106,8 @@ std::vector<HostileCheckpoint> WriteHostileCheckpoints(const std::string& good,
     Replace(f, "/layers/fc/mask", H5T_STD_U8LE, {1000000, 1000000}, dcpl);
     H5Pclose(dcpl);
   });
-  raw("unwritten.h5", "unwritten or damaged", [](hid_t f) {
-    Replace(f, "/layers/fc/bias", H5T_IEEE_F32LE, {10}, H5P_DEFAULT);
-  });
+  raw("unwritten.h5", "unwritten or damaged",
+      [](hid_t f) { Replace(f, "/layers/fc/bias", H5T_IEEE_F32LE, {10}, H5P_DEFAULT); });
   raw("external_link.h5", "external link (links are never followed)", [&](hid_t f) {
     H5Ldelete(f, "/layers/fc/bias", H5P_DEFAULT);
     H5Lcreate_external(outside.c_str(), "/layers/fc/bias", f, "/layers/fc/bias", H5P_DEFAULT,
@@ -134,9 +133,8 @@ std::vector<HostileCheckpoint> WriteHostileCheckpoints(const std::string& good,
   });
   edited("nan.h5", "/layers/stem.conv/kernel: value nan at element 5 (must be finite)",
          [](H5Document* d) { d->datasets.at("/layers/stem.conv/kernel").f32[5] = std::nanf(""); });
-  edited("inf_momentum.h5", "/optimizer/momentum/fc/kernel: value inf", [](H5Document* d) {
-    d->datasets.at("/optimizer/momentum/fc/kernel").f32[0] = INFINITY;
-  });
+  edited("inf_momentum.h5", "/optimizer/momentum/fc/kernel: value inf",
+         [](H5Document* d) { d->datasets.at("/optimizer/momentum/fc/kernel").f32[0] = INFINITY; });
   edited("negative_var.h5", "running_var: value -1 at element 0 (must be finite and >= 0)",
          [](H5Document* d) {
            d->datasets.at("/layers/stage1.block0.bn1/running_var").f32[0] = -1.0f;
