@@ -16,9 +16,9 @@
 #include "clients/report_print.h"
 #include "clients/text.h"
 #include "topiary/v1/service.grpc.pb.h"
-#include "trainer/events.h"
-#include "trainer/file_util.h"
-#include "trainer/spec.h"
+#include "trainer/run/events.h"
+#include "trainer/spec/spec.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {

@@ -1,7 +1,7 @@
 #include "clients/text.h"
 
 #include "absl/strings/str_format.h"
-#include "trainer/utf8.h"
+#include "trainer/util/utf8.h"
 
 namespace topiary {
 

@@ -19,11 +19,11 @@
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
-#include "trainer/device.h"
-#include "trainer/events.h"
-#include "trainer/model_zoo.h"
-#include "trainer/runner.h"
-#include "trainer/spec.h"
+#include "trainer/core/device.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/run/events.h"
+#include "trainer/run/runner.h"
+#include "trainer/spec/spec.h"
 
 namespace topiary {
 namespace {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "trainer/masks.h"
-#include "trainer/random.h"
+#include "trainer/core/random.h"
+#include "trainer/nn/masks.h"
 
 namespace topiary::pruning {
 namespace {

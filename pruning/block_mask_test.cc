@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "pruning/glob.h"
-#include "trainer/random.h"
+#include "trainer/core/random.h"
 
 namespace topiary::pruning {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "pruning/glob.h"
-#include "trainer/checkpoint.h"
+#include "trainer/store/checkpoint.h"
 
 namespace topiary::pruning {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/random.h"
+#include "trainer/core/random.h"
 
 namespace topiary::pruning {
 namespace {

@@ -10,9 +10,9 @@
 #include "gtest/gtest.h"
 #include "pruning/checkpoint_report.h"
 #include "tests/tools/hostile_files.h"
-#include "trainer/checkpoint.h"
-#include "trainer/file_util.h"
-#include "trainer/model_zoo.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {

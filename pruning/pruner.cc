@@ -9,7 +9,7 @@
 #include "pruning/block_mask.h"
 #include "pruning/element_mask.h"
 #include "pruning/glob.h"
-#include "trainer/masks.h"
+#include "trainer/nn/masks.h"
 
 namespace topiary::pruning {
 namespace {

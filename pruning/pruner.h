@@ -13,13 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "topiary/v1/experiment.pb.h"
-#include "trainer/model.h"
-#include "trainer/pruner.h"
+#include "trainer/nn/model.h"
+#include "trainer/run/pruner.h"
 
 namespace topiary::pruning {
 
 // Errors name the field: an override matching no layer, no eligible layer at all.
-// `spec` has its defaults filled in (trainer/spec.h WithDefaults).
+// `spec` has its defaults filled in (trainer/spec/spec.h WithDefaults).
 absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const topiary::v1::PruningSpec& spec,
                                                    Model* model, uint64_t seed);
 

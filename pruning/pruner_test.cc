@@ -5,8 +5,8 @@
 #include "gtest/gtest.h"
 #include "pruning/block_mask.h"
 #include "pruning/element_mask.h"
-#include "trainer/masks.h"
-#include "trainer/model_zoo.h"
+#include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
 
 namespace topiary::pruning {
 namespace {

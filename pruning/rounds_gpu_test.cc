@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "pruning/rounds_test_util.h"
-#include "trainer/device.h"
-#include "trainer/runner_test_util.h"
+#include "trainer/core/device.h"
+#include "trainer/run/runner_test_util.h"
 
 namespace topiary {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "pruning/rounds_test_util.h"
-#include "trainer/runner_test_util.h"
+#include "trainer/run/runner_test_util.h"
 
 namespace topiary {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "pruning/pruner.h"
-#include "trainer/checkpoint.h"
-#include "trainer/runner.h"
+#include "trainer/run/runner.h"
+#include "trainer/store/checkpoint.h"
 
 namespace topiary::testing {
 

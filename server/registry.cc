@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "trainer/events.h"
-#include "trainer/file_util.h"
+#include "trainer/run/events.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary::server {
 namespace {

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "topiary/v1/service.pb.h"
-#include "trainer/runner.h"
+#include "trainer/run/runner.h"
 
 namespace topiary::server {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "pruning/pruner.h"
 #include "server/tensorboard.h"
-#include "trainer/runner.h"
+#include "trainer/run/runner.h"
 
 namespace topiary::server {
 

@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
-#include "trainer/checkpoint.h"
-#include "trainer/file_util.h"
-#include "trainer/hdf5_file.h"
-#include "trainer/spec.h"
+#include "trainer/spec/spec.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/store/hdf5_file.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary::server {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "tensorboard/event.pb.h"
-#include "trainer/crc32c.h"
+#include "trainer/util/crc32c.h"
 
 namespace topiary::server {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "topiary/v1/events.pb.h"
-#include "trainer/crc32c.h"
+#include "trainer/util/crc32c.h"
 
 namespace topiary::server {
 
-// TFRecord's masking of a CRC-32C (trainer/crc32c.h).
+// TFRecord's masking of a CRC-32C (trainer/util/crc32c.h).
 uint32_t MaskCrc(uint32_t crc);
 
 class TensorBoardWriter {

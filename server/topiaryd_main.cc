@@ -26,8 +26,8 @@
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "server/service.h"
-#include "trainer/device.h"
-#include "trainer/file_util.h"
+#include "trainer/core/device.h"
+#include "trainer/util/file_util.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7077",
           "address to serve on (port 0 picks a free one); a non-loopback address needs "

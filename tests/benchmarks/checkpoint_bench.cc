@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "trainer/checkpoint.h"
-#include "trainer/masks.h"
-#include "trainer/model_zoo.h"
+#include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/store/checkpoint.h"
 
 namespace topiary {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_format.h"
 #include "topiary/v1/service.grpc.pb.h"
-#include "trainer/spec.h"
+#include "trainer/spec/spec.h"
 
 namespace topiary {
 namespace {

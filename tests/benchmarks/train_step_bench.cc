@@ -16,9 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kernels/status_macros.h"
-#include "trainer/model_zoo.h"
-#include "trainer/optimizer.h"
-#include "trainer/step_runner.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/run/step_runner.h"
 
 namespace topiary {
 namespace {

@@ -14,11 +14,11 @@
 #include <string>
 
 #include "pruning/checkpoint_report.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_schema.h"
-#include "trainer/file_util.h"
-#include "trainer/masks.h"
-#include "trainer/model_zoo.h"
+#include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_schema.h"
+#include "trainer/util/file_util.h"
 
 namespace {
 

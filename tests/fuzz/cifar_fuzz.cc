@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/dataset.h"
-#include "trainer/file_util.h"
+#include "trainer/data/dataset.h"
+#include "trainer/util/file_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

@@ -4,10 +4,10 @@
 #include <fstream>
 #include <iterator>
 
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_schema.h"
-#include "trainer/masks.h"
-#include "trainer/model_zoo.h"
+#include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_schema.h"
 
 namespace topiary::testing {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/hdf5_file.h"
+#include "trainer/store/hdf5_file.h"
 
 namespace topiary::testing {
 

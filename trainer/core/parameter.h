@@ -1,0 +1,54 @@
+// Parameter: one named tensor of a layer with its gradient, optimizer state and optional
+// mask. Masks are applied by projection (the optimizer zeroes masked weights and momentum
+// after every update), so the forward pass reads the weights directly.
+#ifndef TOPIARY_TRAINER_CORE_PARAMETER_H_
+#define TOPIARY_TRAINER_CORE_PARAMETER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "trainer/core/device.h"
+#include "trainer/core/tensor.h"
+
+namespace topiary {
+
+// How a parameter's mask was made; the element mask (Parameter::mask) is what training
+// enforces, this is what checkpoints and reports show.
+struct MaskInfo {
+  enum class Kind { kNone, kBlock, kElement, kNofM };
+  Kind kind = Kind::kNone;
+  // kBlock: the block grid, rows = input-channel blocks, columns = output-channel blocks
+  // (row-major, 1 = kept), and the block shape.
+  int block_in = 0, block_out = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> grid;
+  int n = 0, m = 0;  // kNofM
+};
+
+// "block" | "element" | "n_of_m" | "" (the names used in checkpoints).
+const char* MaskKindName(MaskInfo::Kind kind);
+
+struct Parameter {
+  std::string layer;      // e.g. "stage1.block0.conv1"
+  std::string role;       // kernel | bias | gamma | beta | running_mean | running_var
+  bool trainable = true;  // false for batch-norm running statistics
+  bool decay = false;     // weight decay applies (conv and linear kernels)
+  Tensor value;           // as stored in memory (conv kernels: [K, R, S, C])
+  Tensor grad;            // trainable only
+  Tensor momentum;        // trainable only
+  Buffer<uint8_t> mask;   // empty: dense; else 1 = kept, same layout as value
+  MaskInfo mask_info;
+  // bf16 networks only (conv and linear kernels): the copy the kernels read, cast from value
+  // before every forward pass (so it always follows the master, masks included), and the
+  // gradient they write, widened into grad after every backward pass.
+  Buffer<kernels::Bf16> value_bf16;
+  Buffer<kernels::Bf16> grad_bf16;
+
+  std::string full_name() const { return layer + "." + role; }
+  size_t size() const { return value.size(); }
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_CORE_PARAMETER_H_

@@ -1,0 +1,79 @@
+#include "trainer/data/batcher.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "trainer/core/random.h"
+
+namespace topiary {
+namespace {
+// Each epoch owns 2^40 Philox blocks of the shuffle stream: far more than it can use.
+constexpr uint64_t kEpochStride = uint64_t{1} << 40;
+}  // namespace
+
+Normalization ComputeNormalization(const ImageSet& set, float max_value, bool normalize) {
+  Normalization n;
+  n.mean.assign(set.c, 0.0f);
+  n.inv_std.assign(set.c, 1.0f);
+  if (!normalize || set.size() == 0) return n;
+  std::vector<double> sum(set.c, 0.0), sq(set.c, 0.0);
+  for (size_t i = 0; i < set.pixels.size(); ++i) {
+    const double v = set.pixels[i] / static_cast<double>(max_value);
+    sum[i % set.c] += v;
+    sq[i % set.c] += v * v;
+  }
+  const double count = static_cast<double>(set.pixels.size() / set.c);
+  for (int ch = 0; ch < set.c; ++ch) {
+    const double mean = sum[ch] / count;
+    const double var = std::max(sq[ch] / count - mean * mean, 1e-12);
+    n.mean[ch] = static_cast<float>(mean);
+    n.inv_std[ch] = static_cast<float>(1.0 / std::sqrt(var));
+  }
+  return n;
+}
+
+Batcher::Batcher(const ImageSet* set, float max_value, const Normalization& norm,
+                 topiary::v1::Augment augment, uint64_t seed)
+    : set_(set), augment_(augment), seed_(seed) {
+  const float scale = 1.0f / max_value;
+  lut_.resize(256 * set->c);
+  for (int ch = 0; ch < set->c; ++ch)
+    for (int v = 0; v < 256; ++v)
+      lut_[ch * 256 + v] = (v * scale - norm.mean[ch]) * norm.inv_std[ch];
+}
+
+std::vector<int32_t> Batcher::EpochOrder(int epoch) const {
+  std::vector<int32_t> order(set_->size());
+  std::iota(order.begin(), order.end(), 0);
+  Philox rng(seed_, RngStream::kShuffle);
+  rng.Restore(static_cast<uint64_t>(epoch) * kEpochStride, 4);
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[rng.Below(static_cast<uint32_t>(i))]);
+  }
+  return order;
+}
+
+kernels::AssembleParams Batcher::Params(int epoch, int64_t first, int count, bool augment) const {
+  kernels::AssembleParams p;
+  p.h = set_->h;
+  p.w = set_->w;
+  p.c = set_->c;
+  p.count = count;
+  p.first = first;
+  p.epoch = epoch;
+  p.augment = augment && augments();
+  p.crop_padding = augment_.crop_padding();
+  p.horizontal_flip = augment_.horizontal_flip();
+  const auto key = Philox(seed_, RngStream::kAugment).key();
+  p.key0 = key[0];
+  p.key1 = key[1];
+  return p;
+}
+
+void Batcher::Assemble(const std::vector<int32_t>& order, int epoch, int64_t first, int count,
+                       bool augment, float* x, int32_t* labels) const {
+  kernels::AssembleBatchCpu(Params(epoch, first, count, augment), set_->pixels.data(),
+                            set_->labels.data(), order.data(), lut_.data(), x, labels);
+}
+
+}  // namespace topiary

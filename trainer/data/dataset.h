@@ -1,0 +1,62 @@
+// Datasets: images held whole in memory as uint8 NHWC plus int32 labels. Loaders check
+// everything they read and name the file and the problem when something is wrong.
+#ifndef TOPIARY_TRAINER_DATA_DATASET_H_
+#define TOPIARY_TRAINER_DATA_DATASET_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "topiary/v1/experiment.pb.h"
+#include "trainer/spec/catalog.h"
+
+namespace topiary {
+
+struct ImageSet {
+  int h = 0, w = 0, c = 0;
+  std::vector<uint8_t> pixels;  // [size, h, w, c]
+  std::vector<int32_t> labels;  // [size], each in [0, classes)
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+  size_t image_bytes() const { return static_cast<size_t>(h) * w * c; }
+  // Keeps only the first n images (n <= 0 or n >= size: unchanged).
+  void Truncate(int64_t n);
+};
+
+struct Dataset {
+  std::string name;  // e.g. "fashion_mnist"
+  int classes = 0;
+  float max_value = 255.0f;  // the pixel value that means full intensity (16 for DIGITS)
+  ImageSet train, test;
+};
+
+// Loads what spec.data names (train_limit / test_limit applied). REQUIRES: a spec with
+// defaults filled in (see spec.h).
+absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t seed);
+
+// One IDX image file ([n, rows, cols] ubyte) and its label file ([n] ubyte), raw or gzipped
+// (found by content, not by name). Labels must be < classes.
+absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
+                                     int classes);
+// The parsers behind the readers, on bytes in memory (`*_name` names them in errors); the
+// fuzz harnesses (tests/fuzz/) call these.
+absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& labels,
+                                      const std::string& images_name,
+                                      const std::string& labels_name, int classes);
+absl::Status AppendCifarRecords(const std::string& data, const std::string& name, bool cifar100,
+                                ImageSet* set);
+absl::StatusOr<Dataset> ParseDigitsCsv(const std::string& text, const std::string& name);
+// The four IDX files of MNIST-format data in `dir` (train-/t10k-, -idx3-ubyte[.gz]).
+absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name);
+// CIFAR-10 ("binary version": data_batch_1..5.bin, test_batch.bin) or CIFAR-100 (train.bin,
+// test.bin; fine labels) from `dir`.
+absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100);
+// scikit-learn's digits.csv[.gz]: 1797 rows of 64 pixel values (0..16) and the label.
+// Every fifth row (index % 5 == 4) is the test set.
+absl::StatusOr<Dataset> ReadDigitsCsv(const std::string& path);
+// Seeded, learnable: a random smooth prototype per class plus Gaussian noise.
+Dataset MakeSynthetic(const topiary::v1::SyntheticSpec& spec, uint64_t seed);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_DATA_DATASET_H_

@@ -1,0 +1,88 @@
+#include "kernels/status_macros.h"
+#include "trainer/nn/init.h"
+#include "trainer/nn/layers.h"
+
+namespace topiary {
+
+kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
+  kernels::BatchNormShape s;
+  s.m = static_cast<int64_t>(batch) * in_.h * in_.w;
+  s.c = in_.c;
+  s.relu = relu_;
+  return s;
+}
+
+absl::StatusOr<Shape4> BatchNorm2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() != 1) return absl::InvalidArgumentError(name() + ": takes one input");
+  in_ = inputs[0];
+  const std::vector<int> shape = {in_.c};
+  for (auto [role, slot, trainable] :
+       {std::tuple{"gamma", &gamma_, true}, std::tuple{"beta", &beta_, true},
+        std::tuple{"running_mean", &mean_, false}, std::tuple{"running_var", &var_, false}}) {
+    auto p = AddParameter(device, role, shape, trainable, false);
+    if (!p.ok()) return p.status();
+    *slot = *p;
+  }
+  return in_;
+}
+
+void BatchNorm2d::Initialize(Philox& rng) {
+  FillConstant(gamma_, 1.0f);
+  FillConstant(beta_, 0.0f);
+  FillConstant(mean_, 0.0f);
+  FillConstant(var_, 1.0f);
+}
+
+absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,
+                                                    const PlanOptions& options) {
+  LayerResources r;
+  r.scratch_floats = 2 * static_cast<size_t>(in_.c);  // saved mean and inverse std
+  r.workspace_bytes =
+      (device->cuda() != nullptr ? kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch))
+                                 : kernels::BatchNormWorkspaceFloatsCpu(ShapeFor(batch))) *
+      sizeof(float);
+  return r;
+}
+
+absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
+  const kernels::BatchNormShape s = ShapeFor(io.batch);
+  float* save_mean = io.scratch;
+  float* save_inv_std = io.scratch + in_.c;
+  if (io.cuda) {
+    if (!training) {
+      return kernels::BatchNormForwardEvalCuda(io.dtype, s, io.x[0], gamma_->value.data(),
+                                               beta_->value.data(), mean_->value.data(),
+                                               var_->value.data(), io.y, *io.cuda);
+    }
+    return kernels::BatchNormForwardTrainCuda(io.dtype, s, io.x[0], gamma_->value.data(),
+                                              beta_->value.data(), mean_->value.data(),
+                                              var_->value.data(), save_mean, save_inv_std, io.y,
+                                              static_cast<float*>(io.workspace), *io.cuda);
+  }
+  if (training) {
+    kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
+                                      mean_->value.data(), var_->value.data(), save_mean,
+                                      save_inv_std, io.yf(), static_cast<float*>(io.workspace));
+  } else {
+    kernels::BatchNormForwardEvalCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
+                                     mean_->value.data(), var_->value.data(), io.yf(),
+                                     static_cast<float*>(io.workspace));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNorm2d::Backward(const LayerIo& io) {
+  const kernels::BatchNormShape s = ShapeFor(io.batch);
+  if (io.cuda) {
+    return kernels::BatchNormBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(),
+                                          io.scratch, io.scratch + in_.c, io.dx[0],
+                                          gamma_->grad.data(), beta_->grad.data(),
+                                          static_cast<float*>(io.workspace), *io.cuda);
+  }
+  kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(), io.scratch,
+                                io.scratch + in_.c, io.dxf(0), gamma_->grad.data(),
+                                beta_->grad.data(), static_cast<float*>(io.workspace));
+  return absl::OkStatus();
+}
+
+}  // namespace topiary

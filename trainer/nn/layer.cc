@@ -1,0 +1,48 @@
+#include "trainer/nn/layer.h"
+
+namespace topiary {
+
+absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string& role,
+                                               std::vector<int> shape, bool trainable, bool decay) {
+  auto p = std::make_unique<Parameter>();
+  p->layer = name_;
+  p->role = role;
+  p->trainable = trainable;
+  p->decay = decay;
+  auto value = Tensor::Create(device, shape);
+  if (!value.ok()) return value.status();
+  p->value = std::move(*value);
+  if (trainable) {
+    auto grad = Tensor::Create(device, shape);
+    if (!grad.ok()) return grad.status();
+    auto mom = Tensor::Create(device, shape);
+    if (!mom.ok()) return mom.status();
+    p->grad = std::move(*grad);
+    p->momentum = std::move(*mom);
+  }
+  params_.push_back(std::move(p));
+  return params_.back().get();
+}
+
+const void* WeightFor(const Parameter& p, kernels::DType t) {
+  return t == kernels::DType::kBf16 ? static_cast<const void*>(p.value_bf16.data())
+                                    : static_cast<const void*>(p.value.data());
+}
+
+void* WeightGradFor(const Parameter& p, kernels::DType t) {
+  return t == kernels::DType::kBf16 ? static_cast<void*>(p.grad_bf16.data())
+                                    : static_cast<void*>(p.grad.data());
+}
+
+absl::Status AddBf16Copies(Parameter* p, Device* device) {
+  if (!p->value_bf16.empty()) return absl::OkStatus();
+  auto value = Buffer<kernels::Bf16>::Create(device, p->size());
+  if (!value.ok()) return value.status();
+  auto grad = Buffer<kernels::Bf16>::Create(device, p->size());
+  if (!grad.ok()) return grad.status();
+  p->value_bf16 = std::move(*value);
+  p->grad_bf16 = std::move(*grad);
+  return absl::OkStatus();
+}
+
+}  // namespace topiary

@@ -1,0 +1,128 @@
+// Layer: forward and backward of one operation, written by hand (no general autograd).
+//
+// A layer holds its configuration and parameters only; everything that depends on the batch
+// (activations, gradients, saved statistics, workspaces) belongs to the Network that plans
+// it, so one set of layers serves a training network and an evaluation network with
+// different batch sizes. Conv2d is the extension point for other forward and weight-gradient
+// modes (approximate, block-sparse, sampled).
+#ifndef TOPIARY_TRAINER_NN_LAYER_H_
+#define TOPIARY_TRAINER_NN_LAYER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "trainer/core/device.h"
+#include "trainer/core/parameter.h"
+#include "trainer/core/random.h"
+
+namespace topiary {
+
+// Shape of an activation: NHWC. Vectors (after Flatten, Linear) are [N, 1, 1, C].
+struct Shape4 {
+  int n = 0, h = 0, w = 0, c = 0;
+  size_t count() const { return static_cast<size_t>(n) * h * w * c; }
+  size_t per_image() const { return static_cast<size_t>(h) * w * c; }
+  bool operator==(const Shape4& o) const { return n == o.n && h == o.h && w == o.w && c == o.c; }
+};
+
+// Per-network state of a layer beyond its buffers (e.g. a convolution's cuDNN plan).
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+};
+
+// How a network is planned.
+struct PlanOptions {
+  // fp32, tf32 (convolutions may use TF32 tensor cores) or bf16 (bf16 activations and weight
+  // copies, GPU only); see kernels/dtype.h.
+  kernels::Precision precision = kernels::Precision::kFp32;
+  size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
+  bool deterministic = false;                // only algorithms that give the same bits on every run
+};
+
+// What a layer needs in a network planned for a batch size.
+struct LayerResources {
+  size_t scratch_floats = 0;   // kept from forward to backward
+  size_t workspace_bytes = 0;  // free between calls (one workspace serves every layer)
+  std::unique_ptr<LayerState> state;
+};
+
+// Pointers a layer reads and writes in one pass, all sized for `batch` images, on the
+// network's device. Activations and their gradients are of type `dtype` (fp32, or bf16 in a
+// bf16 network on a GPU); scratch is fp32.
+struct LayerIo {
+  int batch = 0;
+  kernels::DType dtype = kernels::DType::kF32;
+  std::vector<const void*> x;   // inputs
+  void* y = nullptr;            // output
+  std::vector<void*> dx;        // input gradients (overwritten); null where none is needed
+  const void* dy = nullptr;     // output gradient
+  float* scratch = nullptr;     // LayerResources::scratch_floats, kept forward to backward
+  void* workspace = nullptr;    // LayerResources::workspace_bytes, free between calls
+  LayerState* state = nullptr;  // LayerResources::state
+  const kernels::CudaContext* cuda = nullptr;  // the stream and handles; null on the CPU
+
+  // fp32 views for the CPU kernels (CPU networks are always fp32).
+  const float* xf(size_t i) const { return static_cast<const float*>(x[i]); }
+  float* yf() const { return static_cast<float*>(y); }
+  float* dxf(size_t i) const { return static_cast<float*>(dx[i]); }
+  const float* dyf() const { return static_cast<const float*>(dy); }
+};
+
+// What the kernels of a network of element type `t` read and write for a weight: the fp32
+// master, or the bf16 copy (see Parameter::value_bf16).
+const void* WeightFor(const Parameter& p, kernels::DType t);
+void* WeightGradFor(const Parameter& p, kernels::DType t);
+// Gives p its bf16 copies (once; later calls do nothing).
+absl::Status AddBf16Copies(Parameter* p, Device* device);
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* type() const = 0;
+
+  // Called once, when the layer joins a model: checks the input shapes (n = 1), creates the
+  // parameters on `device` and returns the output shape for one image. Errors name the layer.
+  virtual absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) = 0;
+  // Fills the parameters with their initial values.
+  virtual void Initialize(Philox& rng) {}
+
+  // Called once per planned network: what the layer needs for `batch` images on `device`.
+  virtual absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                                 const PlanOptions& options) {
+    return LayerResources{};
+  }
+
+  // training: batch statistics in batch norm (and whatever else differs from inference).
+  // On a GPU the work is enqueued on io.cuda->stream; errors are launch errors.
+  virtual absl::Status Forward(const LayerIo& io, bool training) = 0;
+  // REQUIRES: the Forward of the same batch ran with training = true.
+  virtual absl::Status Backward(const LayerIo& io) = 0;
+
+  std::vector<Parameter*> parameters() {
+    std::vector<Parameter*> out;
+    for (auto& p : params_) out.push_back(p.get());
+    return out;
+  }
+
+ protected:
+  // Creates a parameter (with gradient and momentum when trainable).
+  absl::StatusOr<Parameter*> AddParameter(Device* device, const std::string& role,
+                                          std::vector<int> shape, bool trainable, bool decay);
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_NN_LAYER_H_

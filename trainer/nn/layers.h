@@ -1,0 +1,157 @@
+// The layers of the model zoo. Each one's forward and backward call the kernels of
+// kernels/ for the device the network runs on.
+#ifndef TOPIARY_TRAINER_NN_LAYERS_H_
+#define TOPIARY_TRAINER_NN_LAYERS_H_
+
+#include "kernels/batch_norm.h"
+#include "kernels/conv.h"
+#include "kernels/pooling.h"
+#include "trainer/nn/layer.h"
+
+namespace topiary {
+
+// 2-D convolution, groups = 1, filters [K, R, S, C] (parameter "kernel"), optional bias.
+// Initialization: Kaiming normal, fan-out mode (torchvision's ResNet choice); bias uniform
+// in +-1/sqrt(fan_in) (PyTorch's default).
+class Conv2d : public Layer {
+ public:
+  struct Config {
+    int out_channels = 0;
+    int kernel_h = 3, kernel_w = 3;
+    int stride = 1;
+    int pad = 0;
+    bool bias = false;
+  };
+  Conv2d(std::string name, const Config& config) : Layer(std::move(name)), config_(config) {}
+  const char* type() const override { return "conv2d"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Initialize(Philox& rng) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+  Parameter* kernel() const { return kernel_; }
+  kernels::ConvShape ShapeFor(int batch) const;
+
+ private:
+  Config config_;
+  Shape4 in_;
+  Parameter* kernel_ = nullptr;
+  Parameter* bias_ = nullptr;
+};
+
+// Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's
+// semantics: momentum 0.1, eps 1e-5. With relu, fused with the ReLU that follows it.
+class BatchNorm2d : public Layer {
+ public:
+  explicit BatchNorm2d(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
+  const char* type() const override { return "batch_norm"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Initialize(Philox& rng) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  kernels::BatchNormShape ShapeFor(int batch) const;
+  bool relu_;
+  Shape4 in_;
+  Parameter *gamma_ = nullptr, *beta_ = nullptr, *mean_ = nullptr, *var_ = nullptr;
+};
+
+// Fully connected: weight [out, in] ("kernel"), bias [out]. Inputs must be vectors (after
+// Flatten or global pooling). PyTorch's default initialization (uniform +-1/sqrt(in)).
+class Linear : public Layer {
+ public:
+  Linear(std::string name, int out_features) : Layer(std::move(name)), out_(out_features) {}
+  const char* type() const override { return "linear"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Initialize(Philox& rng) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  int in_ = 0, out_ = 0;
+  Parameter* kernel_ = nullptr;
+  Parameter* bias_ = nullptr;
+};
+
+// Max or average pooling over windows (average counts padding as zeros).
+class Pool2d : public Layer {
+ public:
+  enum class Kind { kMax, kAvg };
+  Pool2d(std::string name, Kind kind, int window, int stride, int pad)
+      : Layer(std::move(name)), kind_(kind), window_(window), stride_(stride), pad_(pad) {}
+  const char* type() const override { return kind_ == Kind::kMax ? "max_pool" : "avg_pool"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
+                                         const PlanOptions& options) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  kernels::PoolShape ShapeFor(int batch) const;
+  Kind kind_;
+  int window_, stride_, pad_;
+  Shape4 in_;
+};
+
+// [N, H, W, C] -> [N, 1, 1, C] by averaging over all pixels.
+class GlobalAvgPool : public Layer {
+ public:
+  explicit GlobalAvgPool(std::string name) : Layer(std::move(name)) {}
+  const char* type() const override { return "global_avg_pool"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  Shape4 in_;
+};
+
+class Relu : public Layer {
+ public:
+  explicit Relu(std::string name) : Layer(std::move(name)) {}
+  const char* type() const override { return "relu"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  Shape4 in_;
+};
+
+// Residual add of two inputs of the same shape; with relu, fused with the ReLU after it.
+class Add : public Layer {
+ public:
+  explicit Add(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
+  const char* type() const override { return "add"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  bool relu_;
+  Shape4 in_;
+};
+
+// [N, H, W, C] -> [N, 1, 1, H*W*C] in NHWC order.
+class Flatten : public Layer {
+ public:
+  explicit Flatten(std::string name) : Layer(std::move(name)) {}
+  const char* type() const override { return "flatten"; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+
+ private:
+  Shape4 in_;
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_NN_LAYERS_H_

@@ -1,0 +1,72 @@
+#include "trainer/nn/masks.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace topiary {
+
+const char* MaskKindName(MaskInfo::Kind kind) {
+  switch (kind) {
+    case MaskInfo::Kind::kBlock:
+      return "block";
+    case MaskInfo::Kind::kElement:
+      return "element";
+    case MaskInfo::Kind::kNofM:
+      return "n_of_m";
+    case MaskInfo::Kind::kNone:
+      break;
+  }
+  return "";
+}
+
+absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info,
+                         bool zero_masked) {
+  if (mask.size() != p->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: mask has %d entries, expected %d",
+                                                      p->full_name(), mask.size(), p->size()));
+  }
+  if (p->mask.empty()) {
+    auto buffer = Buffer<uint8_t>::Create(p->value.device(), mask.size());
+    if (!buffer.ok()) return buffer.status();
+    p->mask = std::move(*buffer);
+  }
+  p->mask.CopyFromHost(mask.data());
+  // W <- W * mask and momentum <- momentum * mask, here once; the optimizer keeps it so.
+  for (Tensor* t : {&p->value, &p->momentum}) {
+    if (t->empty() || !zero_masked) continue;
+    std::vector<float> v = t->ToHost();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!mask[i]) v[i] = 0.0f;
+    }
+    t->CopyFromHost(v.data());
+  }
+  p->mask_info = std::move(info);
+  return absl::OkStatus();
+}
+
+std::vector<uint8_t> ExpandBlockGrid(const std::vector<uint8_t>& grid, int cols, int block_in,
+                                     int block_out, int out, int taps, int in) {
+  std::vector<uint8_t> mask(static_cast<size_t>(out) * taps * in);
+  for (int k = 0; k < out; ++k) {
+    for (int t = 0; t < taps; ++t) {
+      uint8_t* row = &mask[(static_cast<size_t>(k) * taps + t) * in];
+      for (int c = 0; c < in; ++c)
+        row[c] = grid[static_cast<size_t>(c / block_in) * cols + k / block_out];
+    }
+  }
+  return mask;
+}
+
+std::vector<uint8_t> HostMask(const Parameter& p) {
+  if (p.mask.empty()) return std::vector<uint8_t>(p.size(), 1);
+  return p.mask.ToHost();
+}
+
+int64_t MaskedCount(const Parameter& p) {
+  if (p.mask.empty()) return 0;
+  const std::vector<uint8_t> m = p.mask.ToHost();
+  return static_cast<int64_t>(std::count(m.begin(), m.end(), 0));
+}
+
+}  // namespace topiary

@@ -1,0 +1,349 @@
+#include "trainer/nn/model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "kernels/elementwise.h"
+#include "kernels/loss.h"
+#include "kernels/status_macros.h"
+
+namespace topiary {
+
+Model::Model(std::string arch, Device* device, Shape4 input, int classes)
+    : arch_(std::move(arch)), device_(device), classes_(classes) {
+  input.n = 1;
+  shapes_.push_back(input);
+}
+
+int Model::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
+  if (!status_.ok()) return -1;
+  if (FindLayer(layer->name()) != nullptr) {
+    status_ = absl::InvalidArgumentError("duplicate layer name " + layer->name());
+    return -1;
+  }
+  std::vector<Shape4> in;
+  for (int v : inputs) {
+    if (v < 0 || v >= static_cast<int>(shapes_.size())) {
+      status_ = absl::InvalidArgumentError(layer->name() + ": reads an unknown value");
+      return -1;
+    }
+    in.push_back(shapes_[v]);
+  }
+  auto out = layer->Setup(in, device_);
+  if (!out.ok()) {
+    status_ = out.status();
+    return -1;
+  }
+  shapes_.push_back(*out);
+  nodes_.push_back({layer.get(), std::move(inputs), static_cast<int>(shapes_.size()) - 1});
+  layers_.push_back(std::move(layer));
+  return nodes_.back().output;
+}
+
+absl::Status Model::Finish(int output) {
+  if (!status_.ok()) return status_;
+  const Shape4& s = shapes_[output];
+  if (s.h != 1 || s.w != 1 || s.c != classes_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model output is %dx%dx%d, expected %d class logits", s.h, s.w, s.c, classes_));
+  }
+  output_ = output;
+  return absl::OkStatus();
+}
+
+void Model::Initialize(uint64_t seed) {
+  Philox rng(seed, RngStream::kInit);
+  for (auto& layer : layers_) layer->Initialize(rng);
+}
+
+std::vector<Parameter*> Model::parameters() const {
+  std::vector<Parameter*> out;
+  for (const auto& layer : layers_) {
+    for (Parameter* p : layer->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+int64_t Model::trainable_parameter_count() const {
+  int64_t n = 0;
+  for (Parameter* p : parameters()) n += p->trainable ? static_cast<int64_t>(p->size()) : 0;
+  return n;
+}
+
+Layer* Model::FindLayer(const std::string& name) const {
+  for (const auto& layer : layers_) {
+    if (layer->name() == name) return layer.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, bool training,
+                                                       const PlanOptions& options) {
+  if (model->output() < 0) return absl::FailedPreconditionError("model not finished");
+  std::unique_ptr<Network> net(new Network(model, batch, training));
+  if (auto st = net->Allocate(options); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrFormat("planning %s for batch %d on %s: %s", model->arch(), batch,
+                                        model->device()->name(), st.message()));
+  }
+  return net;
+}
+
+absl::Status Network::Allocate(const PlanOptions& options) {
+  Device* dev = model_->device();
+  const auto& shapes = model_->value_shapes();
+  const auto& nodes = model_->nodes();
+  const int num_nodes = static_cast<int>(nodes.size());
+  dtype_ = kernels::ActivationType(options.precision);
+  if (dtype_ == kernels::DType::kBf16 && dev->cuda() == nullptr) {
+    return absl::InvalidArgumentError(
+        "bf16 precision needs a GPU (the CPU backend computes in fp32 only)");
+  }
+  auto floats = [&](size_t count) -> absl::StatusOr<Buffer<float>> {
+    planned_bytes_ += count * sizeof(float);
+    return Buffer<float>::Create(dev, count);
+  };
+  // One activation (or activation gradient) of value v for the whole batch.
+  const size_t elem = kernels::SizeOf(dtype_);
+  auto activation = [&](int v) -> absl::StatusOr<Buffer<char>> {
+    const size_t bytes = shapes[v].per_image() * batch_ * elem;
+    planned_bytes_ += bytes;
+    auto b = Buffer<char>::Create(dev, bytes);
+    if (!b.ok()) {
+      return absl::Status(b.status().code(),
+                          absl::StrFormat("[%d, %d, %d, %d]: %s", batch_, shapes[v].h, shapes[v].w,
+                                          shapes[v].c, b.status().message()));
+    }
+    return b;
+  };
+
+  values_.resize(shapes.size());
+  for (size_t v = 0; v < shapes.size(); ++v) {
+    auto data = activation(static_cast<int>(v));
+    if (!data.ok()) return data.status();
+    values_[v].data = std::move(*data);
+  }
+  input_ = reinterpret_cast<float*>(values_[0].data.data());
+  if (dtype_ == kernels::DType::kBf16) {
+    auto in = floats(shapes[0].per_image() * batch_);
+    if (!in.ok()) return in.status();
+    input_f32_ = std::move(*in);
+    input_ = input_f32_.data();
+  }
+
+  // Gradients live in the backward pass from the step that writes them (the consumer's
+  // backward; the loss, for the logits) through the step that reads them (the producer's
+  // backward). Step t runs node N-1-t; the loss is step -1. A buffer is reused by a later
+  // gradient of the same size once its last reader has run (strictly before: a layer reads
+  // dy and writes dx in the same step, so those must differ).
+  std::vector<int> producer(shapes.size(), -1);
+  for (int j = 0; j < num_nodes; ++j) producer[nodes[j].output] = j;
+  struct Slot {
+    size_t count;
+    int busy_until;
+    void* data;
+  };
+  std::vector<Slot> slots;
+  auto grad_buffer = [&](int v, int write_step) -> absl::StatusOr<void*> {
+    const size_t count = shapes[v].per_image() * batch_;
+    const int read_step = num_nodes - 1 - producer[v];
+    for (Slot& s : slots) {
+      if (s.count == count && s.busy_until < write_step) {
+        s.busy_until = read_step;
+        return s.data;
+      }
+    }
+    auto t = activation(v);
+    if (!t.ok()) return t.status();
+    grad_pool_.push_back(std::move(*t));
+    slots.push_back({count, read_step, grad_pool_.back().data()});
+    return slots.back().data;
+  };
+
+  io_.resize(nodes.size());
+  if (training_) {
+    auto g = grad_buffer(model_->output(), -1);
+    if (!g.ok()) return g.status();
+    values_[model_->output()].grad = *g;
+  }
+  // Wire the inputs; gradients in backward order (last node first) so buffers recycle.
+  std::vector<int> consumers(shapes.size(), 0);
+  for (int j = 0; j < num_nodes; ++j) {
+    for (int v : nodes[j].inputs) ++consumers[v];
+  }
+  for (int j = 0; j < num_nodes; ++j) {
+    LayerIo& io = io_[j];
+    io.x.clear();
+    for (int v : nodes[j].inputs) io.x.push_back(values_[v].data.data());
+    io.dx.assign(nodes[j].inputs.size(), nullptr);
+  }
+  for (int j = num_nodes - 1; j >= 0 && training_; --j) {
+    const int step = num_nodes - 1 - j;
+    for (size_t k = 0; k < nodes[j].inputs.size(); ++k) {
+      const int v = nodes[j].inputs[k];
+      if (v == 0) continue;  // the network input needs no gradient
+      auto g = grad_buffer(v, step);
+      if (!g.ok()) return g.status();
+      // The first consumer in forward order (the last to run backward) owns the summed
+      // gradient; the others write extra buffers that are added into it.
+      Value& val = values_[v];
+      if (--consumers[v] == 0) {
+        val.grad = *g;
+      } else {
+        val.extra_grads.push_back(*g);
+      }
+      io_[j].dx[k] = *g;
+    }
+  }
+
+  size_t workspace_bytes = 0;
+  scratch_.resize(nodes.size());
+  states_.resize(nodes.size());
+  for (int j = 0; j < num_nodes; ++j) {
+    LayerIo& io = io_[j];
+    io.batch = batch_;
+    io.cuda = dev->cuda();
+    io.dtype = dtype_;
+    io.y = values_[nodes[j].output].data.data();
+    io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
+    auto res = nodes[j].layer->Prepare(batch_, dev, options);
+    if (!res.ok()) return res.status();
+    auto scratch = floats(res->scratch_floats);
+    if (!scratch.ok()) return scratch.status();
+    scratch_[j] = std::move(*scratch);
+    io.scratch = scratch_[j].data();
+    states_[j] = std::move(res->state);
+    io.state = states_[j].get();
+    workspace_bytes = std::max(workspace_bytes, res->workspace_bytes);
+  }
+  auto ws = floats((workspace_bytes + sizeof(float) - 1) / sizeof(float));
+  if (!ws.ok()) return ws.status();
+  workspace_ = std::move(*ws);
+  for (auto& io : io_) io.workspace = workspace_.data();
+
+  if (dtype_ == kernels::DType::kBf16) TOPIARY_RETURN_IF_ERROR(PlanBf16Casts());
+
+  auto labels = Buffer<int32_t>::Create(dev, batch_);
+  if (!labels.ok()) return labels.status();
+  labels_ = std::move(*labels);
+  if (dev->cuda() != nullptr) {
+    auto loss = Buffer<float>::Create(dev, batch_);
+    auto rank = Buffer<int32_t>::Create(dev, batch_);
+    auto metrics = Buffer<double>::Create(dev, 4);
+    if (!loss.ok()) return loss.status();
+    if (!rank.ok()) return rank.status();
+    if (!metrics.ok()) return metrics.status();
+    sample_loss_ = std::move(*loss);
+    rank_ = std::move(*rank);
+    metrics_ = std::move(*metrics);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Network::PlanBf16Casts() {
+  Device* dev = model_->device();
+  std::vector<kernels::CastItem> weights, grads;
+  for (Parameter* p : model_->parameters()) {
+    if (p->value_bf16.empty()) continue;
+    weights.push_back({p->value.data(), p->value_bf16.data(), static_cast<int64_t>(p->size())});
+    grads.push_back({p->grad_bf16.data(), p->grad.data(), static_cast<int64_t>(p->size())});
+  }
+  auto upload = [&](const std::vector<kernels::CastItem>& items,
+                    Buffer<kernels::CastItem>* out) -> absl::Status {
+    auto b = Buffer<kernels::CastItem>::Create(dev, items.size());
+    if (!b.ok()) return b.status();
+    *out = std::move(*b);
+    if (!items.empty()) out->CopyFromHost(items.data());
+    return absl::OkStatus();
+  };
+  TOPIARY_RETURN_IF_ERROR(upload(weights, &weight_casts_));
+  if (!training_) return absl::OkStatus();  // inference computes no gradients
+  return upload(grads, &grad_casts_);
+}
+
+absl::Status Network::Forward(bool training) {
+  const auto& nodes = model_->nodes();
+  if (dtype_ == kernels::DType::kBf16) {
+    // The masters may have changed since the last pass (an update, a load, a new mask).
+    const kernels::CudaContext& cuda = *model_->device()->cuda();
+    TOPIARY_RETURN_IF_ERROR(
+        kernels::CastCuda(kernels::DType::kF32, kernels::DType::kBf16,
+                          static_cast<int64_t>(model_->input_shape().per_image()) * batch_,
+                          input_f32_.data(), values_[0].data.data(), cuda));
+    TOPIARY_RETURN_IF_ERROR(kernels::CastManyCuda(kernels::DType::kF32, kernels::DType::kBf16,
+                                                  weight_casts_.data(),
+                                                  static_cast<int>(weight_casts_.size()), cuda));
+  }
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
+    if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Network::Loss(float label_smoothing, int count) {
+  if (count < 0) count = batch_;
+  if (training_ && count != batch_) {
+    return absl::InvalidArgumentError("a training network takes the loss of the whole batch");
+  }
+  const int classes = model_->classes();
+  const int k = std::min(5, classes);
+  Value& out = values_[model_->output()];
+  void* dlogits = training_ ? out.grad : nullptr;
+  if (const kernels::CudaContext* cuda = model_->device()->cuda()) {
+    TOPIARY_RETURN_IF_ERROR(kernels::SoftmaxCrossEntropyCuda(
+        dtype_, batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
+        sample_loss_.data(), rank_.data(), *cuda));
+    return kernels::AccumulateMetricsCuda(count, sample_loss_.data(), rank_.data(), k,
+                                          metrics_.data(), *cuda);
+  }
+  // One pass gives the loss of the first `count` rows and, on a training network (where
+  // count is the whole batch), the gradient of their mean.
+  const float* logits = reinterpret_cast<const float*>(out.data.data());
+  host_metrics_.loss_sum +=
+      count * kernels::SoftmaxCrossEntropyCpu(count, classes, logits, labels_.data(),
+                                              label_smoothing, static_cast<float*>(dlogits));
+  host_metrics_.top1 += kernels::TopKCorrectCpu(count, classes, logits, labels_.data(), 1);
+  host_metrics_.top5 += kernels::TopKCorrectCpu(count, classes, logits, labels_.data(), k);
+  host_metrics_.images += count;
+  return absl::OkStatus();
+}
+
+absl::Status Network::Backward() {
+  const auto& nodes = model_->nodes();
+  const auto& shapes = model_->value_shapes();
+  const kernels::CudaContext* cuda = model_->device()->cuda();
+  for (size_t j = nodes.size(); j-- > 0;) {
+    Value& out = values_[nodes[j].output];
+    const int64_t n = static_cast<int64_t>(shapes[nodes[j].output].per_image()) * batch_;
+    for (const void* extra : out.extra_grads) {
+      if (cuda != nullptr) {
+        TOPIARY_RETURN_IF_ERROR(kernels::AddCuda(dtype_, n, out.grad, extra, out.grad, *cuda));
+      } else {
+        float* g = static_cast<float*>(out.grad);
+        kernels::AddCpu(n, g, static_cast<const float*>(extra), g);
+      }
+    }
+    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
+    if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), true));
+  }
+  if (dtype_ == kernels::DType::kBf16) {  // the optimizer updates the fp32 masters
+    return kernels::CastManyCuda(kernels::DType::kBf16, kernels::DType::kF32, grad_casts_.data(),
+                                 static_cast<int>(grad_casts_.size()), *cuda);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Metrics> Network::TakeMetrics() {
+  Metrics m = host_metrics_;
+  host_metrics_ = Metrics{};
+  if (model_->device()->cuda() != nullptr) {
+    const std::vector<double> sums = metrics_.ToHost();  // waits for the stream
+    m = Metrics{sums[0], sums[1], sums[2], sums[3]};
+    const std::vector<double> zeros(4, 0.0);
+    metrics_.CopyFromHost(zeros.data());
+  }
+  return m;
+}
+
+}  // namespace topiary

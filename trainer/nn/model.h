@@ -1,0 +1,151 @@
+// Model: layers in topological order, the values they read and write, and the parameters.
+// Built once (by the model zoo); planned into Networks for concrete batch sizes.
+#ifndef TOPIARY_TRAINER_NN_MODEL_H_
+#define TOPIARY_TRAINER_NN_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/elementwise.h"
+#include "trainer/core/tensor.h"
+#include "trainer/nn/layer.h"
+
+namespace topiary {
+
+class Model {
+ public:
+  struct Node {
+    Layer* layer;
+    std::vector<int> inputs;  // value ids
+    int output;               // value id
+  };
+
+  // Value 0 is the input image [1, H, W, C]. Parameters are created on `device`.
+  Model(std::string arch, Device* device, Shape4 input, int classes);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Appends a layer reading `inputs` and returns its output value id. Errors (bad shapes,
+  // duplicate names) are remembered and returned by Finish(); later calls then do nothing.
+  int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // Declares the logits value. Fails when an Add failed or the output is not [classes].
+  absl::Status Finish(int output);
+
+  // Draws every parameter from the init stream of `seed` (layer by layer, in order).
+  void Initialize(uint64_t seed);
+
+  const std::string& arch() const { return arch_; }
+  Device* device() const { return device_; }
+  const Shape4& input_shape() const { return shapes_[0]; }
+  int classes() const { return classes_; }
+  int output() const { return output_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Shape4>& value_shapes() const { return shapes_; }
+  std::vector<Parameter*> parameters() const;
+  int64_t trainable_parameter_count() const;
+  Layer* FindLayer(const std::string& name) const;
+
+ private:
+  std::string arch_;
+  Device* device_;
+  int classes_;
+  int output_ = -1;
+  absl::Status status_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Node> nodes_;
+  std::vector<Shape4> shapes_;  // per value, batch 1
+};
+
+// Running sums of the loss and accuracy over the batches since the last TakeMetrics().
+struct Metrics {
+  double loss_sum = 0, top1 = 0, top5 = 0, images = 0;
+  double loss() const { return images > 0 ? loss_sum / images : 0; }
+  double top1_rate() const { return images > 0 ? top1 / images : 0; }
+  double top5_rate() const { return images > 0 ? top5 / images : 0; }
+};
+
+// A model planned for one batch size on the model's device: every activation, gradient,
+// saved statistic, workspace and library plan is made here, once, so a training step
+// allocates nothing and, on a GPU, never waits for the host (and can be captured as a CUDA
+// graph).
+class Network {
+ public:
+  // training = false plans inference only (no gradients).
+  static absl::StatusOr<std::unique_ptr<Network>> Plan(Model* model, int batch, bool training,
+                                                       const PlanOptions& options = {});
+
+  int batch() const { return batch_; }
+  // The element type of activations and their gradients (bf16 when planned with
+  // Precision::kBf16, which needs a GPU).
+  kernels::DType dtype() const { return dtype_; }
+  // The input batch [batch, H, W, C] (fp32 whatever dtype(): a bf16 network casts it) and
+  // its labels [batch], in device memory: write them before Forward.
+  float* input() const { return input_; }
+  int32_t* labels() const { return labels_.data(); }
+
+  absl::Status Forward(bool training);
+  // Softmax cross-entropy of the logits against labels(). A training network also writes its
+  // gradient (mean over the batch), which Backward propagates into every parameter's grad.
+  // The loss and top-1/top-5 hits of the first `count` images (default: all; a training
+  // network requires all) are added to the running metrics.
+  absl::Status Loss(float label_smoothing, int count = -1);
+  // REQUIRES: a training network; Forward(true) and Loss ran for this batch.
+  absl::Status Backward();
+  // The metrics accumulated since the last call, then reset. Waits for the device.
+  absl::StatusOr<Metrics> TakeMetrics();
+
+  // Bytes of activations, gradients, scratch and workspace planned for this network.
+  size_t planned_bytes() const { return planned_bytes_; }
+
+  // For profiling: called after each layer's forward (backward = false) and backward pass
+  // with the layer's index in model().nodes(). Not for use while capturing a CUDA graph.
+  using LayerHook = std::function<absl::Status(int node, bool backward)>;
+  void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+
+ private:
+  struct Value {
+    Buffer<char> data;     // [batch, H, W, C] elements of dtype_
+    void* grad = nullptr;  // same size, from grad_pool_; training networks only
+    // Gradients from the second, third... consumer of a value; summed into grad before the
+    // producer's backward (the role of Caffe's Split layer, without a layer).
+    std::vector<void*> extra_grads;
+  };
+  Network(Model* model, int batch, bool training)
+      : model_(model), batch_(batch), training_(training) {}
+  absl::Status Allocate(const PlanOptions& options);
+  // bf16 networks: the fp32 input and the weight copies, cast for the forward pass; the
+  // weight gradients, widened for the optimizer.
+  absl::Status PlanBf16Casts();
+
+  Model* model_;
+  int batch_;
+  bool training_;
+  kernels::DType dtype_ = kernels::DType::kF32;
+  std::vector<Value> values_;
+  float* input_ = nullptr;   // values_[0], or input_f32_ in a bf16 network
+  Buffer<float> input_f32_;  // bf16 networks: the batch as written, before the cast
+  // bf16 networks: device tables of the weight casts (and, training, the gradient widenings).
+  Buffer<kernels::CastItem> weight_casts_, grad_casts_;
+  // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
+  // overlap (see Allocate): activations must all be kept, gradients need not.
+  std::vector<Buffer<char>> grad_pool_;
+  std::vector<Buffer<float>> scratch_;               // per node
+  std::vector<std::unique_ptr<LayerState>> states_;  // per node
+  Buffer<float> workspace_;                          // shared by all nodes
+  std::vector<LayerIo> io_;                          // per node, pointers fixed at plan time
+  Buffer<int32_t> labels_;
+  Buffer<float> sample_loss_;  // GPU: per-sample loss
+  Buffer<int32_t> rank_;       // GPU: per-sample rank of the label
+  Buffer<double> metrics_;     // GPU: running sums (loss, top-1, top-5, images)
+  Metrics host_metrics_;       // CPU: running sums
+  LayerHook hook_;
+  size_t planned_bytes_ = 0;
+};
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_NN_MODEL_H_

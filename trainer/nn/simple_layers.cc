@@ -1,0 +1,208 @@
+// Parameter-free layers: pooling, ReLU, residual add, flatten.
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "kernels/elementwise.h"
+#include "kernels/pooling.h"
+#include "kernels/status_macros.h"
+#include "trainer/nn/layers.h"
+
+namespace topiary {
+namespace {
+
+absl::StatusOr<Shape4> OneInput(const Layer& layer, const std::vector<Shape4>& inputs) {
+  if (inputs.size() != 1) {
+    return absl::InvalidArgumentError(layer.name() + ": takes exactly one input");
+  }
+  return inputs[0];
+}
+
+int64_t Count(const Shape4& per_image, int batch) {
+  return static_cast<int64_t>(per_image.per_image()) * batch;
+}
+
+// Copies n activation elements.
+absl::Status Copy(const LayerIo& io, int64_t n, const void* src, void* dst) {
+  const int64_t bytes = n * static_cast<int64_t>(kernels::SizeOf(io.dtype));
+  if (io.cuda) return kernels::CopyCuda(bytes, src, dst, *io.cuda);
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+kernels::PoolShape Pool2d::ShapeFor(int batch) const {
+  kernels::PoolShape s;
+  s.n = batch;
+  s.h = in_.h;
+  s.w = in_.w;
+  s.c = in_.c;
+  s.r = s.s = window_;
+  s.stride_h = s.stride_w = stride_;
+  s.pad_h = s.pad_w = pad_;
+  return s;
+}
+
+absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  auto in = OneInput(*this, inputs);
+  if (!in.ok()) return in.status();
+  in_ = *in;
+  const kernels::PoolShape s = ShapeFor(1);
+  if (auto st = kernels::CheckPoolShape(s); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s (input %dx%d)", name(), st.message(), in_.h, in_.w));
+  }
+  return Shape4{1, s.ho(), s.wo(), in_.c};
+}
+
+absl::StatusOr<LayerResources> Pool2d::Prepare(int batch, Device* device,
+                                               const PlanOptions& options) {
+  LayerResources r;
+  if (kind_ == Kind::kMax && device->cuda() != nullptr) {
+    const kernels::PoolShape s = ShapeFor(batch);
+    const size_t outputs = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.c;
+    r.scratch_floats = (outputs + sizeof(float) - 1) / sizeof(float);  // one byte per output
+  }
+  return r;
+}
+
+absl::Status Pool2d::Forward(const LayerIo& io, bool training) {
+  const kernels::PoolShape s = ShapeFor(io.batch);
+  const bool max = kind_ == Kind::kMax;
+  if (io.cuda) {
+    // The argmax bytes live in the scratch kept from forward to backward.
+    return max ? kernels::MaxPoolForwardCuda(io.dtype, s, io.x[0], io.y,
+                                             reinterpret_cast<uint8_t*>(io.scratch), *io.cuda)
+               : kernels::AvgPoolForwardCuda(io.dtype, s, io.x[0], io.y, *io.cuda);
+  }
+  if (max) {
+    kernels::MaxPoolForwardCpu(s, io.xf(0), io.yf());
+  } else {
+    kernels::AvgPoolForwardCpu(s, io.xf(0), io.yf());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Pool2d::Backward(const LayerIo& io) {
+  const kernels::PoolShape s = ShapeFor(io.batch);
+  const bool max = kind_ == Kind::kMax;
+  if (io.cuda) {
+    return max ? kernels::MaxPoolBackwardCuda(io.dtype, s,
+                                              reinterpret_cast<const uint8_t*>(io.scratch), io.dy,
+                                              io.dx[0], *io.cuda)
+               : kernels::AvgPoolBackwardCuda(io.dtype, s, io.dy, io.dx[0], *io.cuda);
+  }
+  if (max) {
+    kernels::MaxPoolBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), io.dxf(0));
+  } else {
+    kernels::AvgPoolBackwardCpu(s, io.dyf(), io.dxf(0));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape4> GlobalAvgPool::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  auto in = OneInput(*this, inputs);
+  if (!in.ok()) return in.status();
+  in_ = *in;
+  return Shape4{1, 1, 1, in_.c};
+}
+
+absl::Status GlobalAvgPool::Forward(const LayerIo& io, bool training) {
+  if (io.cuda) {
+    return kernels::GlobalAvgPoolForwardCuda(io.dtype, io.batch, in_.h * in_.w, in_.c, io.x[0],
+                                             io.y, *io.cuda);
+  }
+  kernels::GlobalAvgPoolForwardCpu(io.batch, in_.h * in_.w, in_.c, io.xf(0), io.yf());
+  return absl::OkStatus();
+}
+
+absl::Status GlobalAvgPool::Backward(const LayerIo& io) {
+  if (io.cuda) {
+    return kernels::GlobalAvgPoolBackwardCuda(io.dtype, io.batch, in_.h * in_.w, in_.c, io.dy,
+                                              io.dx[0], *io.cuda);
+  }
+  kernels::GlobalAvgPoolBackwardCpu(io.batch, in_.h * in_.w, in_.c, io.dyf(), io.dxf(0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  auto in = OneInput(*this, inputs);
+  if (!in.ok()) return in.status();
+  in_ = *in;
+  return in_;
+}
+
+absl::Status Relu::Forward(const LayerIo& io, bool training) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) return kernels::ReluForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
+  kernels::ReluForwardCpu(n, io.xf(0), io.yf());
+  return absl::OkStatus();
+}
+
+absl::Status Relu::Backward(const LayerIo& io) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) return kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
+  kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() != 2 || !(inputs[0] == inputs[1])) {
+    return absl::InvalidArgumentError(name() + ": add needs two inputs of the same shape");
+  }
+  in_ = inputs[0];
+  return in_;
+}
+
+absl::Status Add::Forward(const LayerIo& io, bool training) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) {
+    return relu_ ? kernels::AddReluCuda(io.dtype, n, io.x[0], io.x[1], io.y, *io.cuda)
+                 : kernels::AddCuda(io.dtype, n, io.x[0], io.x[1], io.y, *io.cuda);
+  }
+  if (relu_) {
+    kernels::AddReluCpu(n, io.xf(0), io.xf(1), io.yf());
+  } else {
+    kernels::AddCpu(n, io.xf(0), io.xf(1), io.yf());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Add::Backward(const LayerIo& io) {
+  const int64_t n = Count(in_, io.batch);
+  if (relu_ && io.dx[0] != nullptr && io.dx[1] != nullptr) {
+    if (io.cuda) {
+      return kernels::AddReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], io.dx[1], *io.cuda);
+    }
+    kernels::AddReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0), io.dxf(1));
+    return absl::OkStatus();
+  }
+  for (void* dx : io.dx) {
+    if (dx == nullptr) continue;
+    if (!relu_) {
+      TOPIARY_RETURN_IF_ERROR(Copy(io, n, io.dy, dx));
+    } else if (io.cuda) {
+      TOPIARY_RETURN_IF_ERROR(kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, dx, *io.cuda));
+    } else {
+      kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), static_cast<float*>(dx));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape4> Flatten::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  auto in = OneInput(*this, inputs);
+  if (!in.ok()) return in.status();
+  in_ = *in;
+  return Shape4{1, 1, 1, static_cast<int>(in_.per_image())};
+}
+
+absl::Status Flatten::Forward(const LayerIo& io, bool training) {
+  return Copy(io, Count(in_, io.batch), io.x[0], io.y);
+}
+
+absl::Status Flatten::Backward(const LayerIo& io) {
+  return Copy(io, Count(in_, io.batch), io.dy, io.dx[0]);
+}
+
+}  // namespace topiary

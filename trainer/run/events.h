@@ -1,0 +1,20 @@
+// Run events as flat JSON lines: {"event": "progress", "seq": 3, "time_s": 1.5, ...fields}.
+#ifndef TOPIARY_TRAINER_RUN_EVENTS_H_
+#define TOPIARY_TRAINER_RUN_EVENTS_H_
+
+#include <google/protobuf/message.h>
+
+#include <string>
+
+#include "topiary/v1/events.pb.h"
+
+namespace topiary {
+
+// One message as JSON with proto field names and every field printed (zeros included).
+std::string MessageToJson(const google::protobuf::Message& message);
+// The event flattened into one line (no trailing newline).
+std::string EventToJsonLine(const topiary::v1::Event& event);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_RUN_EVENTS_H_

@@ -1,0 +1,661 @@
+#include "trainer/run/runner.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
+#include "trainer/data/dataset.h"
+#include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/run/device_batches.h"
+#include "trainer/run/events.h"
+#include "trainer/run/step_runner.h"
+#include "trainer/spec/spec.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/util/file_util.h"
+
+namespace topiary {
+namespace {
+
+kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
+  switch (p) {
+    case topiary::v1::TrainSpec::TF32:
+      return kernels::Precision::kTf32;
+    case topiary::v1::TrainSpec::BF16:
+      return kernels::Precision::kBf16;
+    default:
+      return kernels::Precision::kFp32;
+  }
+}
+
+using topiary::v1::CheckpointMetrics;
+using topiary::v1::Event;
+using topiary::v1::ExperimentSpec;
+using topiary::v1::LayerSparsity;
+using topiary::v1::RoundSummary;
+using topiary::v1::RunSummary;
+using Clock = std::chrono::steady_clock;
+
+// Numbers events and hands them to the callback and the events file.
+class EventSink {
+ public:
+  EventSink(const RunOptions& options, Clock::time_point start) : options_(options), start_(start) {
+    if (!options.out_dir.empty() && options.write_event_log) {
+      file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
+    }
+  }
+  Event New() {
+    Event e;
+    e.set_seq(++seq_);
+    e.set_time_s(std::chrono::duration<double>(Clock::now() - start_).count());
+    return e;
+  }
+  double progress_interval_s() const { return options_.progress_interval_s; }
+  void Emit(const Event& e) {
+    if (file_.is_open()) file_ << EventToJsonLine(e) << "\n" << std::flush;
+    if (options_.on_event) options_.on_event(e);
+  }
+
+ private:
+  const RunOptions& options_;
+  Clock::time_point start_;
+  std::ofstream file_;
+  uint32_t seq_ = 0;
+};
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// One experiment from setup to the end of its last round. Position in the run (round,
+// epochs, steps) is kept here and in checkpoints, so a resumed run continues exactly.
+class ExperimentRun {
+ public:
+  ExperimentRun(const ExperimentSpec& spec, const RunOptions& options, EventSink& sink,
+                RunSummary* summary)
+      : spec_(spec), options_(options), sink_(sink), summary_(summary) {}
+
+  absl::Status Setup();
+  absl::Status Execute();
+  // Why Execute ended early (kNone: it did not).
+  RunControl::Stop stopped() const { return stopped_; }
+
+ private:
+  // Trains `epochs` epochs of the phase `phase`, starting at its epoch phase_epoch_, with
+  // `lr_table` giving the learning rate of every step of the phase.
+  absl::Status TrainPhase(const std::string& phase, int epochs, const std::vector<float>& lr_table);
+  absl::StatusOr<EvalResult> EvaluateTest();
+  // Mean |dW| of every prunable kernel over a few training batches (GRAD_L2 scores). Batch
+  // norm running statistics are restored afterwards, so the model is as it was.
+  absl::StatusOr<GradientStats> GradientStatistics();
+  // Sparsity of every conv and linear kernel; `reports` adds the step's targets and flags.
+  RoundSummary SparsityRow(int round, const std::vector<LayerPruneReport>* reports) const;
+  absl::Status Checkpoint(const std::string& name, bool periodic);
+  // One round: prune step with `pruner` (unless finishing a resumed round), fine-tuning,
+  // evaluation, checkpoint, and the round's event.
+  absl::Status Round(bool prune, Pruner* pruner = nullptr);
+  std::vector<float> LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
+                             int epochs) const;
+
+  // Stops the run at the current step when the control asks: pause writes pause.h5 there.
+  // Returns an error (ABORTED) that unwinds Execute when it stops.
+  absl::Status CheckStop(int step_in_epoch);
+
+  ExperimentSpec spec_;  // a copy: manual rounds may change the pruning fields
+  const RunOptions& options_;
+  EventSink& sink_;
+  RunSummary* summary_;
+
+  std::unique_ptr<Device> device_;
+  std::optional<Dataset> data_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Network> train_net_, eval_net_;
+  std::optional<Batcher> train_batcher_, test_batcher_;
+  std::optional<SgdOptimizer> optimizer_;
+  std::optional<DeviceBatches> train_data_, test_data_;
+  int batch_ = 0;
+  int steps_per_epoch_ = 0;
+
+  // Position of the run.
+  int round_ = 0;
+  int epoch_ = 0;        // training epochs completed, all phases
+  int phase_epoch_ = 0;  // epochs completed in the current phase
+  int epoch_step_ = 0;   // steps completed in the epoch under way (resuming a paused run)
+  RunControl::Stop stopped_ = RunControl::Stop::kNone;
+  int64_t global_step_ = 0;
+  bool dense_done_ = false;
+  std::string parent_;
+  CheckpointMetrics metrics_;
+  std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
+  double train_seconds_ = 0;
+  int64_t images_trained_ = 0;
+  std::optional<EvalResult> last_eval_;  // the last evaluation of the current phase
+};
+
+absl::Status ExperimentRun::Setup() {
+  if (spec_.has_pruning() && !options_.make_pruner) {
+    return absl::InternalError("pruning: this program was built without a pruning policy");
+  }
+  auto device = CreateDevice(spec_.device());
+  if (!device.ok()) return device.status();
+  device_ = std::move(*device);
+  summary_->set_device(device_->name());
+  if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device_->cuda() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train.precision: BF16 needs a GPU, and this run's device is %s; use FP32 on the CPU",
+        device_->name()));
+  }
+
+  auto data = LoadDataset(spec_.data(), spec_.seed());
+  if (!data.ok()) return data.status();
+  data_.emplace(std::move(*data));
+  batch_ = spec_.data().batch_size();
+  if (data_->train.size() < batch_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data.batch_size: %d exceeds the %d training images", batch_, data_->train.size()));
+  }
+  if (data_->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
+
+  const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
+  auto model =
+      BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes, device_.get());
+  if (!model.ok()) return model.status();
+  model_ = std::move(*model);
+  model_->Initialize(spec_.seed());
+  PlanOptions plan_options;
+  plan_options.precision = PrecisionOf(spec_.train().precision());
+  plan_options.deterministic = spec_.device().deterministic();
+  auto train_net = Network::Plan(model_.get(), batch_, true, plan_options);
+  if (!train_net.ok()) return train_net.status();
+  train_net_ = std::move(*train_net);
+  auto eval_net = Network::Plan(model_.get(), spec_.data().eval_batch_size(), false, plan_options);
+  if (!eval_net.ok()) return eval_net.status();
+  eval_net_ = std::move(*eval_net);
+
+  const Normalization norm =
+      ComputeNormalization(data_->train, data_->max_value, spec_.data().normalize());
+  train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
+                         spec_.seed());
+  test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
+  optimizer_.emplace(model_->parameters(), spec_.train().optimizer(), device_.get());
+  steps_per_epoch_ = static_cast<int>(data_->train.size() / batch_);
+  auto train_data = DeviceBatches::Create(&*train_batcher_, device_.get());
+  if (!train_data.ok()) return train_data.status();
+  train_data_.emplace(std::move(*train_data));
+  auto test_data = DeviceBatches::Create(&*test_batcher_, device_.get());
+  if (!test_data.ok()) return test_data.status();
+  test_data_.emplace(std::move(*test_data));
+  std::vector<int32_t> identity(data_->test.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+  TOPIARY_RETURN_IF_ERROR(test_data_->SetOrder(identity));
+
+  // A checkpoint to start from: resume (everything) or init (weights and masks only).
+  const std::string& from =
+      options_.resume_from.empty() ? spec_.init_from_checkpoint() : options_.resume_from;
+  if (!from.empty()) {
+    const bool resume = !options_.resume_from.empty();
+    auto state = LoadCheckpoint(from, model_.get(), /*with_optimizer=*/resume);
+    if (!state.ok()) {
+      return absl::Status(
+          state.status().code(),
+          absl::StrCat(resume ? "--resume: " : "init_from_checkpoint: ", state.status().message()));
+    }
+    dense_done_ = true;  // init_from_checkpoint skips the dense phase
+    if (resume) {
+      round_ = state->round;
+      epoch_ = state->epoch;
+      phase_epoch_ = state->phase_epoch;
+      epoch_step_ = state->epoch_step;
+      global_step_ = state->global_step - state->epoch_step;  // at the start of the epoch
+      parent_ = state->parent;
+      if (!state->metrics_json.empty()) {
+        (void)google::protobuf::util::JsonStringToMessage(state->metrics_json, &metrics_);
+      }
+      dense_done_ = round_ > 0 || phase_epoch_ >= spec_.train().epochs();
+    } else {
+      parent_ = from;
+    }
+  }
+
+  Event e = sink_.New();
+  auto* s = e.mutable_started();
+  s->set_name(spec_.name());
+  s->set_model_arch(spec_.model().arch());
+  s->set_device(device_->name());
+  s->set_dataset(data_->name);
+  s->set_train_images(static_cast<int32_t>(data_->train.size()));
+  s->set_test_images(static_cast<int32_t>(data_->test.size()));
+  s->set_parameters(static_cast<int32_t>(model_->trainable_parameter_count()));
+  s->set_epochs(spec_.train().epochs());
+  s->set_batch_size(batch_);
+  s->set_phase(!options_.resume_from.empty()
+                   ? absl::StrFormat("resumed at round %d, epoch %d", round_, epoch_)
+               : !spec_.init_from_checkpoint().empty() ? "from checkpoint"
+                                                       : "dense");
+  sink_.Emit(e);
+  return absl::OkStatus();
+}
+
+std::vector<float> ExperimentRun::LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
+                                          int epochs) const {
+  // Evaluated at the end of each step so that a warm-up never uses a rate of exactly zero.
+  std::vector<float> table(static_cast<size_t>(epochs) * steps_per_epoch_);
+  for (size_t t = 0; t < table.size(); ++t) {
+    table[t] =
+        static_cast<float>(LearningRate(schedule, base_lr, (t + 1.0) / steps_per_epoch_, epochs));
+  }
+  return table;
+}
+
+absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
+                                       const std::vector<float>& lr_table) {
+  auto clock = TrainingClock::Create(device_.get(), lr_table);
+  if (!clock.ok()) return clock.status();
+  Network& net = *train_net_;
+  const float smoothing = spec_.train().label_smoothing();
+  const bool augment = train_batcher_->augments();
+  // One training step, enqueued; everything that varies per step is read from the clock.
+  auto step_fn = [&]() -> absl::Status {
+    TOPIARY_RETURN_IF_ERROR(clock->Tick(batch_));
+    TOPIARY_RETURN_IF_ERROR(
+        train_data_->Assemble(clock->clock(), 0, 0, batch_, augment, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(true));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(smoothing));
+    TOPIARY_RETURN_IF_ERROR(net.Backward());
+    return optimizer_->Step(clock->clock());
+  };
+  // On a GPU the step is captured as a CUDA graph after one eager step and replayed. Each
+  // phase captures anew: a prune step may have added mask buffers.
+  StepRunner steps(device_.get(), step_fn,
+                   spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF,
+                   /*eager_steps=*/1);
+  const double phase_start_seconds = train_seconds_;
+  last_eval_.reset();
+  for (; phase_epoch_ < epochs; ++phase_epoch_) {
+    const int epoch = phase_epoch_;
+    const Clock::time_point epoch_start = Clock::now();
+    TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+    const int first_step = epoch_step_;  // non-zero once, when resuming a paused run
+    epoch_step_ = 0;
+    TOPIARY_RETURN_IF_ERROR(
+        clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
+    Metrics epoch_metrics;
+    Clock::time_point last_progress = Clock::now();
+    for (int step = first_step; step < steps_per_epoch_; ++step) {
+      TOPIARY_RETURN_IF_ERROR(CheckStop(step));
+      TOPIARY_RETURN_IF_ERROR(steps.Run());
+      const bool last = step + 1 == steps_per_epoch_;
+      if (!last && Seconds(last_progress) < sink_.progress_interval_s()) continue;
+      // Reading the metrics waits for the device: only at progress intervals.
+      auto window = net.TakeMetrics();
+      if (!window.ok()) return window.status();
+      epoch_metrics.loss_sum += window->loss_sum;
+      epoch_metrics.top1 += window->top1;
+      epoch_metrics.images += window->images;
+      if (!std::isfinite(window->loss_sum)) {
+        return absl::InternalError(absl::StrFormat(
+            "training diverged: loss is %f in %s, epoch %d, step %d (lower the learning rate)",
+            window->loss(), phase, epoch + 1, step + 1));
+      }
+      const double elapsed = train_seconds_ - phase_start_seconds + Seconds(epoch_start);
+      const int64_t phase_step = static_cast<int64_t>(epoch) * steps_per_epoch_ + step;
+      const int64_t done = (phase_step + 1) * batch_;
+      const int64_t total = static_cast<int64_t>(epochs) * steps_per_epoch_ * batch_;
+      Event e = sink_.New();
+      auto* p = e.mutable_progress();
+      p->set_phase(phase);
+      p->set_epoch(epoch + 1);
+      p->set_epochs(epochs);
+      p->set_step(static_cast<int32_t>(global_step_ + step + 1));
+      p->set_images_done((step + 1) * batch_);
+      p->set_images_total(steps_per_epoch_ * batch_);
+      p->set_loss(window->loss());
+      p->set_top1(window->top1_rate());
+      p->set_lr(clock->lr(phase_step));
+      p->set_images_per_s(done / std::max(elapsed, 1e-9));
+      p->set_eta_s(elapsed / done * (total - done));
+      sink_.Emit(e);
+      last_progress = Clock::now();
+    }
+    const double epoch_seconds = Seconds(epoch_start);
+    train_seconds_ += epoch_seconds;
+    images_trained_ += static_cast<int64_t>(steps_per_epoch_ - first_step) * batch_;
+    global_step_ += steps_per_epoch_;
+    ++epoch_;
+
+    Event e = sink_.New();
+    auto* es = e.mutable_epoch();
+    es->set_phase(phase);
+    es->set_epoch(epoch + 1);
+    es->set_train_loss(epoch_metrics.loss());
+    es->set_train_top1(epoch_metrics.top1_rate());
+    es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
+    es->set_seconds(epoch_seconds);
+    es->set_images_per_s((steps_per_epoch_ - first_step) * batch_ / epoch_seconds);
+    const bool last_epoch = epoch + 1 == epochs;
+    if (last_epoch || (epoch + 1) % spec_.train().eval_every_epochs() == 0) {
+      auto r = EvaluateTest();
+      if (!r.ok()) return r.status();
+      es->set_evaluated(true);
+      es->set_test_loss(r->loss);
+      es->set_test_top1(r->top1);
+      es->set_test_top5(r->top5);
+    }
+    sink_.Emit(e);
+    const int every = spec_.checkpoints().every_epochs();
+    if (every > 0 && epoch_ % every == 0 && !last_epoch) {
+      phase_epoch_ = epoch + 1;  // the position a resume continues from
+      TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("epoch-%04d.h5", epoch_), true));
+      phase_epoch_ = epoch;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
+  auto r = Evaluate(*eval_net_, *test_data_, data_->test.size());
+  if (!r.ok()) return r.status();
+  summary_->set_test_loss(r->loss);
+  summary_->set_test_top1(r->top1);
+  summary_->set_test_top5(r->top5);
+  metrics_.set_test_loss(r->loss);
+  metrics_.set_test_top1(r->top1);
+  last_eval_ = *r;
+  return r;
+}
+
+absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
+  constexpr int kBatches = 8;
+  std::vector<Parameter*> kernels, running;
+  for (Parameter* p : model_->parameters()) {
+    if (p->role == "kernel") kernels.push_back(p);
+    if (!p->trainable) running.push_back(p);
+  }
+  std::vector<std::vector<float>> saved;
+  for (Parameter* p : running) saved.push_back(p->value.ToHost());
+  GradientStats stats;
+  for (Parameter* p : kernels) stats[p->full_name()].assign(p->size(), 0.0f);
+  Network& net = *train_net_;
+  TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+  for (int b = 0; b < kBatches && (b + 1) * batch_ <= static_cast<int>(data_->train.size()); ++b) {
+    TOPIARY_RETURN_IF_ERROR(train_data_->Assemble(nullptr, epoch_, static_cast<int64_t>(b) * batch_,
+                                                  batch_, false, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(true));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f));
+    TOPIARY_RETURN_IF_ERROR(net.Backward());
+    for (Parameter* p : kernels) {
+      const std::vector<float> g = p->grad.ToHost();
+      std::vector<float>& acc = stats[p->full_name()];
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += std::fabs(g[i]) / kBatches;
+    }
+  }
+  TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());
+  for (size_t i = 0; i < running.size(); ++i) running[i]->value.CopyFromHost(saved[i].data());
+  return stats;
+}
+
+RoundSummary ExperimentRun::SparsityRow(int round,
+                                        const std::vector<LayerPruneReport>* reports) const {
+  RoundSummary row;
+  row.set_round(round);
+  int64_t total = 0, zeros = 0;
+  for (const Model::Node& node : model_->nodes()) {
+    for (Parameter* p : node.layer->parameters()) {
+      if (p->role != "kernel") continue;
+      const int64_t masked = MaskedCount(*p);
+      total += static_cast<int64_t>(p->size());
+      zeros += masked;
+      if (p->mask_info.kind == MaskInfo::Kind::kNone) continue;
+      LayerSparsity* l = row.add_layers();
+      l->set_layer(p->layer);
+      l->set_mask_kind(MaskKindName(p->mask_info.kind));
+      l->set_sparsity(static_cast<double>(masked) / p->size());
+      if (p->mask_info.kind == MaskInfo::Kind::kBlock) {
+        l->set_units(static_cast<int64_t>(p->mask_info.grid.size()));
+        l->set_zero_units(std::count(p->mask_info.grid.begin(), p->mask_info.grid.end(), 0));
+      } else {
+        l->set_units(static_cast<int64_t>(p->size()));
+        l->set_zero_units(masked);
+      }
+    }
+  }
+  if (reports != nullptr) {
+    for (const LayerPruneReport& r : *reports) {
+      for (LayerSparsity& l : *row.mutable_layers()) {
+        if (l.layer() != r.layer) continue;
+        l.set_target_units(r.target_zeros);
+        if (r.requested_zeros > r.target_zeros) l.set_requested_units(r.requested_zeros);
+        l.set_fallback(r.fallback);
+        l.set_zero_units_before(r.zeros_before);
+      }
+      row.set_layers_pruned(row.layers_pruned() + 1);
+      row.set_layers_at_target(row.layers_at_target() + (r.reached ? 1 : 0));
+    }
+  }
+  row.set_sparsity(total > 0 ? static_cast<double>(zeros) / total : 0);
+  return row;
+}
+
+absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
+  if (options_.out_dir.empty()) return absl::OkStatus();
+  const std::string dir = options_.out_dir + "/checkpoints";
+  TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string path = dir + "/" + name;
+  CheckpointState state;
+  state.experiment_id = spec_.name();
+  state.parent = parent_;
+  state.spec_text = SpecToText(spec_);
+  state.round = round_;
+  state.epoch = epoch_;
+  state.phase_epoch = phase_epoch_;
+  state.epoch_step = epoch_step_;
+  state.global_step = global_step_ + epoch_step_;
+  state.seed = spec_.seed();
+  metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
+  state.metrics_json = MessageToJson(metrics_);
+  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *model_, state));
+  summary_->set_checkpoint(path);
+  Event e = sink_.New();
+  auto* c = e.mutable_checkpoint();
+  c->set_path(path);
+  c->set_round(round_);
+  c->set_epoch(epoch_);
+  sink_.Emit(e);
+  if (periodic) {
+    periodic_.push_back(path);
+    const int keep = spec_.checkpoints().keep_last();
+    while (keep > 0 && static_cast<int>(periodic_.size()) > keep) {
+      std::remove(periodic_.front().c_str());
+      periodic_.erase(periodic_.begin());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentRun::CheckStop(int step_in_epoch) {
+  if (options_.control == nullptr) return absl::OkStatus();
+  const RunControl::Stop stop = options_.control->ShouldStop();
+  if (stop == RunControl::Stop::kNone) return absl::OkStatus();
+  stopped_ = stop;
+  if (stop == RunControl::Stop::kPause) {
+    epoch_step_ = step_in_epoch;
+    TOPIARY_RETURN_IF_ERROR(Checkpoint("pause.h5", false));
+  }
+  return absl::AbortedError(stop == RunControl::Stop::kPause ? "paused" : "cancelled");
+}
+
+absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
+  const auto& pr = spec_.pruning();
+  topiary::v1::LrSchedule cosine;
+  cosine.set_kind(topiary::v1::LrSchedule::COSINE);
+  const std::vector<float> finetune_lr = LrTable(cosine, pr.finetune_lr(), pr.finetune_epochs());
+  const Clock::time_point start = Clock::now();
+  std::vector<LayerPruneReport> reports;
+  if (prune) {
+    ++round_;
+    GradientStats grads;
+    if (pruner->needs_gradients()) {
+      auto g = GradientStatistics();
+      if (!g.ok()) return g.status();
+      grads = std::move(*g);
+    }
+    auto step = pruner->Step(round_, pruner->needs_gradients() ? &grads : nullptr);
+    if (!step.ok()) return step.status();
+    reports = std::move(*step);
+    phase_epoch_ = 0;
+  }
+  TOPIARY_RETURN_IF_ERROR(
+      TrainPhase(absl::StrCat("round ", round_), spec_.pruning().finetune_epochs(), finetune_lr));
+  auto r = last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
+  if (!r.ok()) return r.status();
+  RoundSummary* row = metrics_.add_rounds();
+  *row = SparsityRow(round_, prune ? &reports : nullptr);
+  row->set_test_top1(r->top1);
+  row->set_test_loss(r->loss);
+  row->set_seconds(Seconds(start));
+  TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", round_), false));
+  row = metrics_.mutable_rounds(metrics_.rounds_size() - 1);
+  row->set_checkpoint(summary_->checkpoint());
+  Event e = sink_.New();
+  *e.mutable_round() = *row;
+  sink_.Emit(e);
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentRun::Execute() {
+  const Clock::time_point start = Clock::now();
+  if (!dense_done_) {
+    const auto& t = spec_.train();
+    TOPIARY_RETURN_IF_ERROR(
+        TrainPhase("dense", t.epochs(), LrTable(t.lr_schedule(), t.optimizer().lr(), t.epochs())));
+  }
+  if (round_ == 0 && metrics_.rounds_size() == 0) {
+    // The dense model (trained here, or loaded by init_from_checkpoint): round 0.
+    auto r = last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
+    if (!r.ok()) return r.status();
+    metrics_.set_dense_top1(r->top1);
+    RoundSummary row = SparsityRow(0, nullptr);
+    row.set_test_top1(r->top1);
+    row.set_test_loss(r->loss);
+    row.set_seconds(Seconds(start));
+    Event e = sink_.New();
+    *e.mutable_round() = row;
+    phase_epoch_ = spec_.train().epochs();
+    *metrics_.add_rounds() = row;
+    if (spec_.init_from_checkpoint().empty()) {
+      TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
+      metrics_.mutable_rounds(0)->set_checkpoint(summary_->checkpoint());
+    }
+    *e.mutable_round() = metrics_.rounds(0);
+    if (spec_.has_pruning()) sink_.Emit(e);
+  }
+  if (spec_.has_pruning()) {
+    // A resumed run may have stopped inside a round's fine-tuning: finish that round first.
+    if (round_ > 0 && metrics_.rounds_size() <= round_) {
+      TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/false));
+    }
+    while (true) {
+      // The pruner keeps no state of its own: made anew, it follows spec changes.
+      auto pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+      if (!pruner.ok()) return pruner.status();
+      if (round_ >= spec_.pruning().max_rounds() || (*pruner)->finished()) break;
+      if (spec_.pruning().manual_rounds() && options_.control != nullptr) {
+        const RunControl::Stop stop =
+            options_.control->WaitForRound(round_, spec_.mutable_pruning());
+        if (stop != RunControl::Stop::kNone) {
+          stopped_ = stop;  // the last round's checkpoint is where a resume continues
+          return absl::AbortedError("stopped while waiting for a round");
+        }
+        pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+        if (!pruner.ok()) return pruner.status();
+      }
+      TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner->get()));
+    }
+  }
+  summary_->set_epochs(epoch_);
+  summary_->set_dense_top1(metrics_.dense_top1());
+  summary_->set_sparsity(SparsityRow(round_, nullptr).sparsity());
+  *summary_->mutable_rounds() = metrics_.rounds();
+  summary_->set_train_images_per_s(train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images) {
+  const int batch = net.batch();
+  TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());  // start from zero
+  for (int64_t first = 0; first < images; first += batch) {
+    const int count = static_cast<int>(std::min<int64_t>(batch, images - first));
+    // Rows past `count` keep the previous batch's images: inference treats each image on
+    // its own, so they cannot affect the real ones, and they are not counted.
+    TOPIARY_RETURN_IF_ERROR(
+        data.Assemble(nullptr, 0, first, count, false, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(false));
+    TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f, count));
+  }
+  auto m = net.TakeMetrics();
+  if (!m.ok()) return m.status();
+  EvalResult r;
+  r.images = static_cast<int64_t>(m->images);
+  r.loss = m->loss();
+  r.top1 = m->top1_rate();
+  r.top5 = m->top5_rate();
+  return r;
+}
+
+RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& options) {
+  const Clock::time_point start = Clock::now();
+  RunSummary summary;
+  summary.set_out_dir(options.out_dir);
+  absl::Status status = ValidateSpec(raw_spec);
+  const ExperimentSpec spec = WithDefaults(raw_spec);
+  if (status.ok() && !options.out_dir.empty()) {
+    status = MakeDirs(options.out_dir);
+    if (!status.ok())
+      status = absl::PermissionDeniedError(absl::StrCat("--out: ", status.message()));
+    if (status.ok())
+      status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
+  }
+  EventSink sink(options, start);
+  if (status.ok()) {
+    ExperimentRun run(spec, options, sink, &summary);
+    // Nothing below throws by design; a failed allocation in a library (std::bad_alloc)
+    // still must not take a daemon down with it, so it becomes the run's error.
+    try {
+      status = run.Setup();
+      if (status.ok()) status = run.Execute();
+    } catch (const std::exception& e) {
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("the run stopped on an exception (", e.what(),
+                       "): probably out of host memory for this model, batch or dataset"));
+    }
+    if (run.stopped() != RunControl::Stop::kNone) {
+      summary.set_state(run.stopped() == RunControl::Stop::kPause ? "PAUSED" : "CANCELLED");
+      status = absl::OkStatus();
+    }
+  }
+  if (summary.state().empty()) summary.set_state(status.ok() ? "SUCCEEDED" : "FAILED");
+  if (!status.ok()) summary.set_error(std::string(status.message()));
+  summary.set_seconds(Seconds(start));
+  Event e = sink.New();
+  *e.mutable_summary() = summary;
+  sink.Emit(e);
+  if (!options.out_dir.empty() && IsDirectory(options.out_dir)) {
+    (void)WriteFileAtomic(options.out_dir + "/summary.json", MessageToJson(summary) + "\n");
+  }
+  return summary;
+}
+
+}  // namespace topiary

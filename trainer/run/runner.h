@@ -1,0 +1,77 @@
+// The experiment runner: turns an ExperimentSpec into a run (data, model, optimizer, the
+// training loop and evaluation) and reports it as a stream of events.
+//
+// Deterministic on the CPU: the same spec and seed give a bit-identical loss trajectory
+// (every random draw comes from a Philox stream of the seed; BLAS sums in a fixed order).
+#ifndef TOPIARY_TRAINER_RUN_RUNNER_H_
+#define TOPIARY_TRAINER_RUN_RUNNER_H_
+
+#include <functional>
+#include <string>
+
+#include "topiary/v1/events.pb.h"
+#include "topiary/v1/experiment.pb.h"
+#include "trainer/data/batcher.h"
+#include "trainer/nn/model.h"
+#include "trainer/run/device_batches.h"
+#include "trainer/run/pruner.h"
+
+namespace topiary {
+
+// Lets a caller (the daemon) stop a run at a step boundary and drive manual rounds. Called
+// on the training thread.
+class RunControl {
+ public:
+  enum class Stop { kNone, kPause, kCancel };
+  virtual ~RunControl() = default;
+  // Polled between training steps; must be cheap. kPause: the run writes pause.h5 at this
+  // step and ends with state PAUSED (resume from that checkpoint); kCancel: it ends with
+  // state CANCELLED.
+  virtual Stop ShouldStop() = 0;
+  // With pruning.manual_rounds, called after each round (and after the dense phase) before
+  // the next prune step; blocks until the client advances. It may change `next` (target,
+  // step_fraction, finetune_epochs) for the rounds that follow.
+  virtual Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) = 0;
+};
+
+struct RunOptions {
+  // When set: spec.textproto (with defaults), events.jsonl and summary.json are written here.
+  std::string out_dir;
+  // Receives every event as it happens (on the training thread).
+  std::function<void(const topiary::v1::Event&)> on_event;
+  // Minimum seconds between progress events (0: one per step).
+  double progress_interval_s = 0.5;
+  // Makes the pruning policy when the spec has a pruning block (pruning/pruner.h's
+  // MakePruner; the trainer does not depend on pruning/). Required for such specs.
+  PrunerFactory make_pruner;
+  // Continue the run from this checkpoint of the same spec: parameters, masks, momentum
+  // and position are restored, and the run goes on exactly as if it had not stopped.
+  std::string resume_from;
+  // Optional: pause, cancel and manual rounds.
+  RunControl* control = nullptr;
+  // Write events.jsonl in out_dir (the daemon keeps its own event log instead).
+  bool write_event_log = true;
+};
+
+// Checkpoints go to <out_dir>/checkpoints/: dense.h5 at the end of dense training,
+// round-NNN.h5 at the end of every round, epoch-NNNN.h5 every checkpoints.every_epochs
+// training epochs (the newest checkpoints.keep_last of these are kept).
+
+// Runs `spec` (validated here; defaults filled in). Never throws; the summary's state is
+// SUCCEEDED, FAILED (with the error text), PAUSED or CANCELLED, and it is also delivered as
+// the last event.
+topiary::v1::RunSummary RunExperiment(const topiary::v1::ExperimentSpec& spec,
+                                      const RunOptions& options);
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
+  int64_t images = 0;
+};
+
+// Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
+// of net.batch(); the last partial batch counts only its real images.
+absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_RUN_RUNNER_H_

@@ -1,0 +1,127 @@
+// The runner on a GPU. Tagged gpu: skips, saying why, where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "trainer/core/device.h"
+#include "trainer/nn/model_zoo.h"
+#include "trainer/run/runner.h"
+#include "trainer/run/runner_test_util.h"
+#include "trainer/spec/spec.h"
+
+namespace topiary {
+namespace {
+
+using testing::Parse;
+using testing::RunAndTrace;
+using testing::Trace;
+
+constexpr char kSynthetic[] = R"(
+  seed: 11
+  model { arch: "resnet20" width: 0.5 }
+  data { dataset: SYNTHETIC batch_size: 32
+         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 } }
+  train { epochs: 3 optimizer { lr: 0.05 } lr_schedule { kind: COSINE warmup_epochs: 0.5 } }
+  device { kind: CUDA deterministic: true }
+)";
+
+class RunnerGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (ListGpus(&why).empty()) GTEST_SKIP() << "no usable GPU: " << why;
+  }
+};
+
+TEST_F(RunnerGpu, LearnsAndIsDeterministic) {
+  const auto spec = Parse(kSynthetic);
+  const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
+  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  EXPECT_NE(a.summary.device().find("cuda:0"), std::string::npos) << a.summary.device();
+  EXPECT_GT(a.summary.test_top1(), 0.9);
+  ASSERT_EQ(a.losses.size(), 60u);
+  EXPECT_EQ(a.losses, b.losses);  // deterministic kernels and algorithms: bit-identical
+}
+
+TEST_F(RunnerGpu, GraphReplayEqualsEagerLaunches) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_data()->mutable_augment()->set_crop_padding(1);
+  spec.mutable_data()->mutable_augment()->set_horizontal_flip(true);
+  const Trace graphs = RunAndTrace(spec);
+  spec.mutable_device()->set_cuda_graphs(topiary::v1::DeviceSpec::GRAPHS_OFF);
+  const Trace eager = RunAndTrace(spec);
+  ASSERT_EQ(graphs.summary.state(), "SUCCEEDED") << graphs.summary.error();
+  ASSERT_EQ(eager.summary.state(), "SUCCEEDED") << eager.summary.error();
+  EXPECT_EQ(graphs.losses, eager.losses);
+  EXPECT_EQ(graphs.summary.test_loss(), eager.summary.test_loss());
+}
+
+TEST_F(RunnerGpu, FirstStepMatchesCpu) {
+  // Same initialization, same first batch: the first step's loss agrees to float rounding.
+  auto spec = Parse(kSynthetic);
+  spec.mutable_train()->set_epochs(1);
+  const Trace gpu = RunAndTrace(spec);
+  spec.mutable_device()->set_kind(topiary::v1::DeviceSpec::CPU);
+  const Trace cpu = RunAndTrace(spec);
+  ASSERT_FALSE(gpu.losses.empty());
+  ASSERT_FALSE(cpu.losses.empty());
+  EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 1e-4 * std::abs(cpu.losses[0]));
+  // Later steps drift apart only by rounding; after an epoch both have learned alike.
+  EXPECT_NEAR(gpu.losses.back(), cpu.losses.back(), 0.05 * std::abs(cpu.losses.back()) + 0.02);
+}
+
+TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
+  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  EXPECT_GT(a.summary.test_top1(), 0.9);
+  ASSERT_EQ(a.losses.size(), 60u);
+  EXPECT_EQ(a.losses, b.losses);
+  // The first step sees the same weights and batch as fp32, rounded to bf16: close losses.
+  const Trace fp32 = RunAndTrace(Parse(kSynthetic));
+  EXPECT_NEAR(a.losses[0], fp32.losses[0], 0.02 * std::abs(fp32.losses[0]));
+  EXPECT_NE(a.losses, fp32.losses);  // and yet a different computation
+
+  topiary::v1::DeviceSpec ds;
+  ds.set_kind(topiary::v1::DeviceSpec::CUDA);
+  auto dev = CreateDevice(ds);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto model = BuildModel("resnet20", 1.0f, {1, 32, 32, 3}, 10, dev->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  PlanOptions bf16;
+  bf16.precision = kernels::Precision::kBf16;
+  auto n32 = Network::Plan(model->get(), 128, true);
+  auto n16 = Network::Plan(model->get(), 128, true, bf16);
+  ASSERT_TRUE(n32.ok()) << n32.status();
+  ASSERT_TRUE(n16.ok()) << n16.status();
+  EXPECT_EQ((*n16)->dtype(), kernels::DType::kBf16);
+  EXPECT_LT((*n16)->planned_bytes(), 0.6 * (*n32)->planned_bytes());
+}
+
+TEST_F(RunnerGpu, ClearErrorsForMemoryAndDevice) {
+  {
+    topiary::v1::DeviceSpec ds;
+    ds.set_kind(topiary::v1::DeviceSpec::CUDA);
+    auto dev = CreateDevice(ds);
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    auto model = BuildModel("resnet18", 1.0f, {1, 224, 224, 3}, 10, dev->get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto net = Network::Plan(model->get(), 100000, true);
+    ASSERT_FALSE(net.ok());
+    const std::string msg(net.status().message());
+    EXPECT_EQ(net.status().code(), absl::StatusCode::kResourceExhausted) << msg;
+    EXPECT_NE(msg.find("planning resnet18 for batch 100000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("out of GPU memory"), std::string::npos) << msg;
+  }
+  // The process survives and the GPU is usable again.
+  const auto ok = RunAndTrace(Parse(kSynthetic)).summary;
+  EXPECT_EQ(ok.state(), "SUCCEEDED") << ok.error();
+  auto bad = Parse(kSynthetic);
+  bad.mutable_device()->add_gpus(64);
+  const auto s = RunAndTrace(bad).summary;
+  EXPECT_NE(s.error().find("device.gpus: GPU 64 requested"), std::string::npos) << s.error();
+}
+
+}  // namespace
+}  // namespace topiary

@@ -1,0 +1,87 @@
+#include "trainer/run/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "trainer/run/runner_test_util.h"
+#include "trainer/spec/spec.h"
+
+namespace topiary {
+namespace {
+
+using testing::Parse;
+using testing::RunAndTrace;
+using testing::Trace;
+
+constexpr char kSynthetic[] = R"(
+  seed: 11
+  model { arch: "resnet20" width: 0.5 }
+  data { dataset: SYNTHETIC batch_size: 32
+         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 }
+         augment { crop_padding: 1 horizontal_flip: true } }
+  train { epochs: 3 optimizer { lr: 0.05 } lr_schedule { kind: COSINE warmup_epochs: 0.5 } }
+  device { kind: CPU threads: 2 }
+)";
+
+TEST(Runner, SameSpecAndSeedGiveBitIdenticalLosses) {
+  const auto spec = Parse(kSynthetic);
+  const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
+  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  ASSERT_EQ(a.losses.size(), 60u);  // 3 epochs x 20 steps
+  EXPECT_EQ(a.losses, b.losses);    // exact equality, not a tolerance
+  auto other = spec;
+  other.set_seed(12);
+  EXPECT_NE(RunAndTrace(other).losses, a.losses);
+}
+
+TEST(Runner, LearnsSyntheticClasses) {
+  // Without augmentation: the random-blob prototypes are not flip- or shift-invariant, so
+  // flips can make one class look like another.
+  auto spec = Parse(kSynthetic);
+  spec.mutable_data()->clear_augment();
+  const Trace t = RunAndTrace(spec);
+  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  EXPECT_GT(t.summary.test_top1(), 0.9) << "synthetic prototypes are easy to separate";
+  EXPECT_LT(t.losses.back(), t.losses.front());
+  EXPECT_EQ(t.summary.epochs(), 3);
+  EXPECT_GT(t.summary.train_images_per_s(), 0);
+}
+
+TEST(Runner, LenetLearnsFashionMnistSubset) {
+  const Trace t = RunAndTrace(Parse(R"(
+    seed: 3 model { arch: "lenet5" }
+    data { batch_size: 64 train_limit: 6000 test_limit: 2000 }
+    train { epochs: 2 optimizer { lr: 0.05 nesterov: true } }
+    device { kind: CPU })"));
+  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  EXPECT_GT(t.summary.test_top1(), 0.75);
+  EXPECT_GT(t.summary.test_top5(), t.summary.test_top1());
+}
+
+TEST(Runner, FailuresAreReportedNotThrown) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_data()->set_batch_size(10000);
+  auto s = RunAndTrace(spec).summary;
+  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_EQ(s.error(), "data.batch_size: 10000 exceeds the 640 training images");
+  spec = Parse(kSynthetic);
+  spec.mutable_device()->set_kind(topiary::v1::DeviceSpec::CUDA);
+  s = RunAndTrace(spec).summary;
+  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_NE(s.error().find("device.kind: CUDA"), std::string::npos) << s.error();
+  spec = Parse(kSynthetic);
+  spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  s = RunAndTrace(spec).summary;
+  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_NE(s.error().find("train.precision: BF16 needs a GPU"), std::string::npos) << s.error();
+  spec = Parse(kSynthetic);
+  spec.mutable_train()->mutable_optimizer()->set_lr(1000.0f);  // the largest lr validation allows
+  spec.mutable_train()->mutable_optimizer()->set_weight_decay(1.0f);
+  s = RunAndTrace(spec).summary;
+  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_NE(s.error().find("diverged"), std::string::npos) << s.error();
+}
+
+}  // namespace
+}  // namespace topiary

@@ -1,0 +1,39 @@
+// Helpers for runner tests: parse a spec, run it, and keep the loss of every step.
+#ifndef TOPIARY_TRAINER_RUN_RUNNER_TEST_UTIL_H_
+#define TOPIARY_TRAINER_RUN_RUNNER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "trainer/run/runner.h"
+#include "trainer/spec/spec.h"
+
+namespace topiary::testing {
+
+inline topiary::v1::ExperimentSpec Parse(const std::string& text) {
+  auto spec = ParseSpec(text, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : topiary::v1::ExperimentSpec();
+}
+
+struct Trace {
+  std::vector<double> losses;  // one per optimizer step
+  topiary::v1::RunSummary summary;
+};
+
+inline Trace RunAndTrace(const topiary::v1::ExperimentSpec& spec) {
+  Trace t;
+  RunOptions opt;
+  opt.progress_interval_s = 0;  // one progress event per step: the whole loss trajectory
+  opt.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_progress()) t.losses.push_back(e.progress().loss());
+  };
+  t.summary = RunExperiment(spec, opt);
+  return t;
+}
+
+}  // namespace topiary::testing
+
+#endif  // TOPIARY_TRAINER_RUN_RUNNER_TEST_UTIL_H_

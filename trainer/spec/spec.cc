@@ -1,0 +1,317 @@
+#include "trainer/spec/spec.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "trainer/spec/catalog.h"
+#include "trainer/util/file_util.h"
+#include "trainer/util/utf8.h"
+
+namespace topiary {
+namespace {
+
+using topiary::v1::DataSpec;
+using topiary::v1::ExperimentSpec;
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty())
+      first = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  std::string first;
+};
+
+absl::Status Invalid(const std::string& field, const std::string& rule) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", rule));
+}
+
+#define CHECK_RULE(cond, field, rule) \
+  if (!(cond)) return Invalid(field, rule)
+
+// Bounds on counts: far beyond any sensible experiment, small enough that nothing sized by
+// them (schedules, tables, threads) can exhaust a machine.
+constexpr int kMaxEpochs = 10000;
+constexpr int kMaxRounds = 1000;
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxListEntries = 1000;  // milestones, overrides, gpus
+constexpr size_t kMaxText = 4096;      // names, paths, patterns
+
+bool Finite(double v) { return std::isfinite(v); }
+
+// Names and paths are printed in tables and logs and stored as JSON: valid UTF-8 (proto3
+// strings must be; the text-format parser does not check), no control characters.
+bool PlainText(const std::string& s) {
+  if (s.size() > kMaxText || !IsValidUtf8(s)) return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+// Proto3 enums are open: a number no enumerator names parses fine and must be refused here.
+#define CHECK_ENUM(valid, value, field) \
+  CHECK_RULE(valid(value), field, absl::StrCat("unknown value ", static_cast<int>(value)))
+
+absl::Status ValidateData(const DataSpec& d) {
+  CHECK_ENUM(DataSpec::Dataset_IsValid, d.dataset(), "data.dataset");
+  CHECK_RULE(PlainText(d.path()), "data.path",
+             "must be valid UTF-8 of at most 4096 bytes, without control characters");
+  CHECK_RULE(d.batch_size() >= 0, "data.batch_size", "must be > 0");
+  CHECK_RULE(d.batch_size() <= 65536, "data.batch_size", "must be <= 65536");
+  CHECK_RULE(d.eval_batch_size() >= 0, "data.eval_batch_size", "must be > 0");
+  CHECK_RULE(d.eval_batch_size() <= 65536, "data.eval_batch_size", "must be <= 65536");
+  CHECK_RULE(d.train_limit() >= 0, "data.train_limit", "must be >= 0 (0: all)");
+  CHECK_RULE(d.test_limit() >= 0, "data.test_limit", "must be >= 0 (0: all)");
+  CHECK_RULE(d.augment().crop_padding() >= 0 && d.augment().crop_padding() <= 64,
+             "data.augment.crop_padding", "must be in [0, 64]");
+  const bool needs_path = d.dataset() == DataSpec::MNIST || d.dataset() == DataSpec::CIFAR10 ||
+                          d.dataset() == DataSpec::CIFAR100 || d.dataset() == DataSpec::DIGITS;
+  CHECK_RULE(!needs_path || !d.path().empty(), "data.path",
+             "required for " + DataSpec::Dataset_Name(d.dataset()));
+  if (d.has_synthetic()) {
+    CHECK_RULE(d.dataset() == DataSpec::SYNTHETIC, "data.synthetic",
+               "only allowed with dataset: SYNTHETIC");
+    const auto& s = d.synthetic();
+    CHECK_RULE(s.height() >= 0 && s.height() <= 512, "data.synthetic.height",
+               "must be in [1, 512]");
+    CHECK_RULE(s.width() >= 0 && s.width() <= 512, "data.synthetic.width", "must be in [1, 512]");
+    CHECK_RULE(s.channels() >= 0 && s.channels() <= 16, "data.synthetic.channels",
+               "must be in [1, 16]");
+    CHECK_RULE(s.classes() == 0 || (s.classes() >= 2 && s.classes() <= 1000),
+               "data.synthetic.classes", "must be in [2, 1000]");
+    CHECK_RULE(s.train_size() >= 0 && s.train_size() <= 10000000, "data.synthetic.train_size",
+               "must be in [1, 10000000]");
+    CHECK_RULE(s.test_size() >= 0 && s.test_size() <= 10000000, "data.synthetic.test_size",
+               "must be in [1, 10000000]");
+    CHECK_RULE(s.noise() >= 0 && s.noise() <= 100, "data.synthetic.noise", "must be in [0, 100]");
+    // Synthetic images are generated in memory as bytes: keep them within 8 GiB.
+    const double bytes = (static_cast<double>(s.train_size()) + s.test_size()) *
+                         std::max(1, s.height()) * std::max(1, s.width()) *
+                         std::max(1, s.channels());
+    CHECK_RULE(bytes <= 8.0 * (1ull << 30), "data.synthetic.train_size",
+               "train_size + test_size images of this shape need more than 8 GiB");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTrain(const topiary::v1::TrainSpec& t) {
+  CHECK_RULE(t.epochs() >= 0 && t.epochs() <= kMaxEpochs, "train.epochs",
+             absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(t.eval_every_epochs() >= 0 && t.eval_every_epochs() <= kMaxEpochs,
+             "train.eval_every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_ENUM(topiary::v1::TrainSpec::Precision_IsValid, t.precision(), "train.precision");
+  CHECK_RULE(t.label_smoothing() >= 0 && t.label_smoothing() < 1, "train.label_smoothing",
+             "must be in [0, 1)");
+  const auto& o = t.optimizer();
+  CHECK_RULE(Finite(o.lr()) && o.lr() >= 0 && o.lr() <= 1000, "train.optimizer.lr",
+             "must be a finite number in (0, 1000]");
+  CHECK_ENUM(topiary::v1::OptimizerSpec::WeightDecayMode_IsValid, o.weight_decay_mode(),
+             "train.optimizer.weight_decay_mode");
+  CHECK_RULE(!o.has_momentum() || (o.momentum() >= 0 && o.momentum() < 1),
+             "train.optimizer.momentum", "must be in [0, 1)");
+  CHECK_RULE(!o.nesterov() || !o.has_momentum() || o.momentum() > 0, "train.optimizer.nesterov",
+             "needs momentum > 0");
+  CHECK_RULE(!o.has_weight_decay() || (o.weight_decay() >= 0 && o.weight_decay() <= 1),
+             "train.optimizer.weight_decay", "must be in [0, 1]");
+  const auto& s = t.lr_schedule();
+  CHECK_ENUM(topiary::v1::LrSchedule::Kind_IsValid, s.kind(), "train.lr_schedule.kind");
+  CHECK_RULE(s.milestones_size() <= kMaxListEntries, "train.lr_schedule.milestones",
+             "at most 1000 entries");
+  for (int i = 0; i < s.milestones_size(); ++i) {
+    CHECK_RULE(s.milestones(i) > 0 && s.milestones(i) <= kMaxEpochs &&
+                   (i == 0 || s.milestones(i) > s.milestones(i - 1)),
+               "train.lr_schedule.milestones", "must be positive and strictly increasing");
+  }
+  CHECK_RULE(!s.has_gamma() || (s.gamma() > 0 && s.gamma() <= 1), "train.lr_schedule.gamma",
+             "must be in (0, 1]");
+  CHECK_RULE(Finite(s.min_lr()) && s.min_lr() >= 0, "train.lr_schedule.min_lr",
+             "must be a finite number >= 0");
+  CHECK_RULE(Finite(s.warmup_epochs()) && s.warmup_epochs() >= 0 && s.warmup_epochs() <= kMaxEpochs,
+             "train.lr_schedule.warmup_epochs", "must be a finite number in [0, 10000]");
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
+  CHECK_ENUM(topiary::v1::PruningSpec::Method_IsValid, p.method(), "pruning.method");
+  CHECK_ENUM(topiary::v1::PruningSpec::Score_IsValid, p.score(), "pruning.score");
+  CHECK_RULE(p.block_in() >= 0 && p.block_in() <= 1024, "pruning.block_in", "must be in [1, 1024]");
+  CHECK_RULE(p.block_out() >= 0 && p.block_out() <= 1024, "pruning.block_out",
+             "must be in [1, 1024]");
+  CHECK_RULE(p.target() >= 0 && p.target() < 1, "pruning.target", "must be in (0, 1)");
+  CHECK_RULE(p.step_fraction() >= 0 && p.step_fraction() <= 1, "pruning.step_fraction",
+             "must be in (0, 1]");
+  CHECK_RULE(p.finetune_epochs() >= 0 && p.finetune_epochs() <= kMaxEpochs,
+             "pruning.finetune_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(p.max_rounds() >= 0 && p.max_rounds() <= kMaxRounds, "pruning.max_rounds",
+             absl::StrCat("must be in [0, ", kMaxRounds, "]"));
+  CHECK_RULE(!p.has_finetune_lr() ||
+                 (Finite(p.finetune_lr()) && p.finetune_lr() > 0 && p.finetune_lr() <= 1000),
+             "pruning.finetune_lr", "must be a finite number in (0, 1000]");
+  CHECK_RULE(p.overrides_size() <= kMaxListEntries, "pruning.overrides", "at most 1000 entries");
+  CHECK_RULE(p.n() >= 0 && p.m() >= 0 && p.m() <= 64, "pruning.m", "must be in [1, 64]");
+  if (p.method() == topiary::v1::PruningSpec::N_OF_M) {
+    const int n = p.n() ? p.n() : 2, m = p.m() ? p.m() : 4;
+    CHECK_RULE(n < m, "pruning.n", "must be < pruning.m");
+  }
+  CHECK_RULE(!p.global() || p.method() == topiary::v1::PruningSpec::MAGNITUDE, "pruning.global",
+             "only applies to method: MAGNITUDE");
+  for (int i = 0; i < p.overrides_size(); ++i) {
+    const auto& o = p.overrides(i);
+    const std::string f = absl::StrCat("pruning.overrides[", i, "]");
+    CHECK_RULE(!o.layer().empty(), f + ".layer", "must name a layer pattern");
+    CHECK_RULE(PlainText(o.layer()), f + ".layer",
+               "must be valid UTF-8 of at most 4096 bytes, without control characters");
+    CHECK_RULE(!o.has_target() || (o.target() > 0 && o.target() < 1), f + ".target",
+               "must be in (0, 1)");
+    CHECK_RULE(!o.has_target() || !p.global(), f + ".target",
+               "not allowed with pruning.global (one threshold serves every layer); use exclude");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::string& source) {
+  if (text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": a spec of ", text.size(), " bytes; the limit is ", kMaxSpecBytes));
+  }
+  ExperimentSpec spec;
+  const absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
+  if (!trimmed.empty() && trimmed.front() == '{') {
+    google::protobuf::util::JsonParseOptions opts;
+    opts.ignore_unknown_fields = false;
+    const auto st = google::protobuf::util::JsonStringToMessage(text, &spec, opts);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": invalid JSON spec: ", std::string(st.message())));
+    }
+    return spec;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid spec: ", errors.first));
+  }
+  return spec;
+}
+
+absl::StatusOr<ExperimentSpec> LoadSpecFile(const std::string& path) {
+  auto text = ReadFile(path, kMaxSpecBytes);
+  if (!text.ok()) return text.status();
+  auto spec = ParseSpec(*text, path);
+  if (!spec.ok()) return spec.status();
+  if (spec->name().empty()) {
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    base = base.substr(0, base.find('.'));
+    spec->set_name(base);
+  }
+  return spec;
+}
+
+absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
+  auto spec = LoadSpecFile(path);
+  if (!spec.ok()) return spec.status();
+  if (auto st = ValidateSpec(*spec); !st.ok()) return st;
+  return spec;
+}
+
+absl::Status ValidateSpec(const ExperimentSpec& spec) {
+  CHECK_RULE(
+      PlainText(spec.name()) && spec.name().size() <= 256, "name",
+      "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs)");
+  CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
+             "must be valid UTF-8 of at most 4096 bytes, without control characters");
+  const auto names = ModelNames();
+  CHECK_RULE(!spec.model().arch().empty(), "model.arch",
+             "required; one of " + absl::StrJoin(names, ", "));
+  CHECK_RULE(
+      std::find(names.begin(), names.end(), spec.model().arch()) != names.end(), "model.arch",
+      "unknown architecture '" + spec.model().arch() + "'; one of " + absl::StrJoin(names, ", "));
+  CHECK_RULE(spec.model().width() >= 0 && spec.model().width() <= 16, "model.width",
+             "must be in (0, 16]");
+  if (auto st = ValidateData(spec.data()); !st.ok()) return st;
+  if (auto st = ValidateTrain(spec.train()); !st.ok()) return st;
+  if (spec.has_pruning()) {
+    if (auto st = ValidatePruning(spec.pruning()); !st.ok()) return st;
+  }
+  CHECK_RULE(
+      spec.checkpoints().every_epochs() >= 0 && spec.checkpoints().every_epochs() <= kMaxEpochs,
+      "checkpoints.every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  CHECK_RULE(spec.checkpoints().keep_last() >= 0 && spec.checkpoints().keep_last() <= 1000000,
+             "checkpoints.keep_last", "must be in [0, 1000000]");
+  const auto& dev = spec.device();
+  CHECK_ENUM(topiary::v1::DeviceSpec::Kind_IsValid, dev.kind(), "device.kind");
+  CHECK_ENUM(topiary::v1::DeviceSpec::CudaGraphs_IsValid, dev.cuda_graphs(), "device.cuda_graphs");
+  CHECK_RULE(dev.threads() >= 0 && dev.threads() <= kMaxThreads, "device.threads",
+             absl::StrCat("must be in [0, ", kMaxThreads, "] (0: all cores)"));
+  CHECK_RULE(dev.gpus_size() <= 64, "device.gpus", "at most 64 ordinals");
+  for (int g : dev.gpus()) {
+    CHECK_RULE(g >= 0 && g < 64, "device.gpus", "ordinals must be in [0, 64)");
+  }
+  CHECK_RULE(
+      spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() || spec.has_pruning(),
+      "train.epochs", "must be > 0 unless pruning or init_from_checkpoint is set");
+  return absl::OkStatus();
+}
+
+#undef CHECK_ENUM
+#undef CHECK_RULE
+
+ExperimentSpec WithDefaults(ExperimentSpec s) {
+  if (s.model().width() == 0) s.mutable_model()->set_width(1.0f);
+  auto* d = s.mutable_data();
+  if (d->dataset() == DataSpec::DATASET_UNSPECIFIED) d->set_dataset(DataSpec::FASHION_MNIST);
+  if (d->dataset() == DataSpec::FASHION_MNIST && d->path().empty()) d->set_path(kFashionMnistDir);
+  if (d->batch_size() == 0) d->set_batch_size(128);
+  if (d->eval_batch_size() == 0) d->set_eval_batch_size(d->batch_size());
+  if (!d->has_normalize()) d->set_normalize(true);
+  if (d->dataset() == DataSpec::SYNTHETIC) {
+    auto* y = d->mutable_synthetic();
+    if (y->height() == 0) y->set_height(16);
+    if (y->width() == 0) y->set_width(16);
+    if (y->channels() == 0) y->set_channels(1);
+    if (y->classes() == 0) y->set_classes(10);
+    if (y->train_size() == 0) y->set_train_size(2048);
+    if (y->test_size() == 0) y->set_test_size(512);
+    if (y->noise() == 0) y->set_noise(0.5f);
+  }
+  auto* t = s.mutable_train();
+  if (t->eval_every_epochs() == 0) t->set_eval_every_epochs(1);
+  auto* o = t->mutable_optimizer();
+  if (o->lr() == 0) o->set_lr(0.1f);
+  if (!o->has_momentum()) o->set_momentum(0.9f);
+  if (!o->has_weight_decay()) o->set_weight_decay(5e-4f);
+  if (!t->lr_schedule().has_gamma()) t->mutable_lr_schedule()->set_gamma(0.1f);
+  if (s.has_pruning()) {
+    auto* p = s.mutable_pruning();
+    if (p->block_in() == 0) p->set_block_in(8);
+    if (p->block_out() == 0) p->set_block_out(8);
+    if (p->target() == 0) p->set_target(0.5f);
+    if (p->step_fraction() == 0) p->set_step_fraction(0.2f);
+    if (p->finetune_epochs() == 0) p->set_finetune_epochs(3);
+    if (p->max_rounds() == 0) p->set_max_rounds(20);
+    if (p->n() == 0) p->set_n(2);
+    if (p->m() == 0) p->set_m(4);
+    if (!p->has_finetune_lr()) p->set_finetune_lr(o->lr() / 10);
+  }
+  return s;
+}
+
+std::string SpecToText(const ExperimentSpec& spec) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(spec, &out);
+  return out;
+}
+
+}  // namespace topiary

@@ -1,0 +1,34 @@
+// ExperimentSpec I/O and validation. Specs are protobuf text format or JSON; unknown fields
+// are errors. Validation names the field and the rule ("data.batch_size: must be > 0").
+#ifndef TOPIARY_TRAINER_SPEC_SPEC_H_
+#define TOPIARY_TRAINER_SPEC_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "topiary/v1/experiment.pb.h"
+
+namespace topiary {
+
+// Parses `text` as JSON when it starts with '{', otherwise as text format. `source` names
+// the origin in errors (a file name).
+absl::StatusOr<topiary::v1::ExperimentSpec> ParseSpec(const std::string& text,
+                                                      const std::string& source);
+// Reads and parses a spec file; the name defaults to the file's base name.
+absl::StatusOr<topiary::v1::ExperimentSpec> LoadSpecFile(const std::string& path);
+
+// Checks every field's rule; returns the first violation as INVALID_ARGUMENT.
+absl::Status ValidateSpec(const topiary::v1::ExperimentSpec& spec);
+
+// LoadSpecFile, then ValidateSpec: a spec that is ready to run, or the first problem.
+absl::StatusOr<topiary::v1::ExperimentSpec> LoadValidSpec(const std::string& path);
+
+// The spec with every unset field given its documented default (experiment.proto).
+topiary::v1::ExperimentSpec WithDefaults(topiary::v1::ExperimentSpec spec);
+
+// Text format of a spec, for reports and provenance.
+std::string SpecToText(const topiary::v1::ExperimentSpec& spec);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_SPEC_SPEC_H_

@@ -1,0 +1,179 @@
+#include "trainer/spec/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/core/random.h"
+#include "trainer/optim/lr_schedule.h"
+
+namespace topiary {
+namespace {
+
+std::string Error(const std::string& text) {
+  auto spec = ParseSpec(text, "test.textproto");
+  if (!spec.ok()) return std::string(spec.status().message());
+  auto st = ValidateSpec(*spec);
+  return st.ok() ? "" : std::string(st.message());
+}
+
+constexpr char kBase[] = "model { arch: 'lenet5' } ";
+// kBase plus a train block: train { epochs: 1 <inner> }
+std::string WithTrain(const std::string& inner) {
+  return std::string(kBase) + "train { epochs: 1 " + inner + " }";
+}
+
+TEST(Spec, TextAndJsonGiveTheSameSpec) {
+  auto a = ParseSpec("name: 'x' seed: 3 model { arch: 'resnet20' } data { batch_size: 32 }", "a");
+  auto b = ParseSpec(R"({"name": "x", "seed": "3", "model": {"arch": "resnet20"},
+                         "data": {"batch_size": 32}})",
+                     "b");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->SerializeAsString(), b->SerializeAsString());
+}
+
+TEST(Spec, UnknownFieldsAreErrors) {
+  EXPECT_NE(Error("model { arch: 'lenet5' depth: 3 }").find("depth"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"arch": "lenet5"}, "bogus": 1})").find("bogus"), std::string::npos);
+  EXPECT_NE(Error("model { arch: 'lenet5' }\n  lr: 0.1").find("line 2"), std::string::npos);
+}
+
+TEST(Spec, ValidationNamesTheField) {
+  EXPECT_EQ(Error(WithTrain("")), "");
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: -1 }"), "data.batch_size: must be > 0");
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: 100000 }"),
+            "data.batch_size: must be <= 65536");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { height: 512 width: 512 "
+                                  "channels: 16 train_size: 10000 } }"),
+            "data.synthetic.train_size: train_size + test_size images of this shape need more "
+            "than 8 GiB");
+  EXPECT_NE(Error("train { epochs: 1 }").find("model.arch: required"), std::string::npos);
+  EXPECT_NE(Error("model { arch: 'vgg99' } train { epochs: 1 }").find("model.arch: unknown"),
+            std::string::npos);
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: CIFAR10 }"), "data.path: required for CIFAR10");
+  EXPECT_EQ(Error(WithTrain("optimizer { momentum: 1.5 }")),
+            "train.optimizer.momentum: must be in [0, 1)");
+  EXPECT_EQ(Error(WithTrain("lr_schedule { kind: MULTISTEP milestones: [5, 3] }")),
+            "train.lr_schedule.milestones: must be positive and strictly increasing");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { target: 1.5 }"), "pruning.target: must be in (0, 1)");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { method: N_OF_M n: 4 m: 4 }"),
+            "pruning.n: must be < pruning.m");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { overrides { target: 0.3 } }"),
+            "pruning.overrides[0].layer: must name a layer pattern");
+  EXPECT_EQ(Error(WithTrain("") + "data { synthetic { height: 4 } }"),
+            "data.synthetic: only allowed with dataset: SYNTHETIC");
+  EXPECT_EQ(Error("model { arch: 'lenet5' }"),
+            "train.epochs: must be > 0 unless pruning or init_from_checkpoint is set");
+}
+
+// Each of these passed validation and then ran wild (memory, NaN losses, threads).
+TEST(Spec, HostileValuesAreBoundedAndNamed) {
+  EXPECT_EQ(Error(std::string(kBase) + "train { epochs: 100000000 }"),
+            "train.epochs: must be in [0, 10000]");
+  EXPECT_EQ(Error(WithTrain("optimizer { lr: inf }")),
+            "train.optimizer.lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error(WithTrain("optimizer { lr: nan }")),
+            "train.optimizer.lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error(WithTrain("lr_schedule { warmup_epochs: inf }")),
+            "train.lr_schedule.warmup_epochs: must be a finite number in [0, 10000]");
+  EXPECT_EQ(Error(WithTrain("") + "data { dataset: 99 }"), "data.dataset: unknown value 99");
+  EXPECT_EQ(Error(WithTrain("precision: 7")), "train.precision: unknown value 7");
+  EXPECT_EQ(Error(WithTrain("") + "device { threads: 100000 }"),
+            "device.threads: must be in [0, 1024] (0: all cores)");
+  EXPECT_EQ(Error(WithTrain("") + "device { kind: 5 }"), "device.kind: unknown value 5");
+  EXPECT_EQ(
+      Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { train_size: 2147483647 } }"),
+      "data.synthetic.train_size: must be in [1, 10000000]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { max_rounds: 1000000 }"),
+            "pruning.max_rounds: must be in [0, 1000]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { finetune_lr: inf }"),
+            "pruning.finetune_lr: must be a finite number in (0, 1000]");
+  EXPECT_EQ(Error("name: 'two\\nlines' " + WithTrain("")),
+            "name: must be valid UTF-8 of at most 256 bytes, without control characters "
+            "(newlines, tabs)");
+  // Found by spec_fuzz: the text-format parser accepts bytes that are not UTF-8.
+  EXPECT_EQ(Error("name: 'caf\\351' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
+  EXPECT_EQ(Error(WithTrain("") + "data { path: '/a\\300\\200' }").substr(0, 30),
+            "data.path: must be valid UTF-8");
+  EXPECT_EQ(Error("name: 'caf\\303\\251' " + WithTrain("")), "");
+  EXPECT_NE(Error(std::string(2 << 20, ' ') + WithTrain("")).find("the limit is 1048576"),
+            std::string::npos);
+}
+
+TEST(Spec, OnlyRegularFilesOfBoundedSizeAreRead) {
+  auto dev = LoadSpecFile("/dev/zero");
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.status().message().find("not a regular file"), std::string::npos) << dev.status();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto dir = LoadSpecFile(tmp ? tmp : "/tmp");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a folder, not a file"), std::string::npos)
+      << dir.status();
+}
+
+TEST(Spec, DefaultsFilledIn) {
+  auto spec = ParseSpec(WithTrain(""), "x");
+  ASSERT_TRUE(spec.ok());
+  const auto full = WithDefaults(*spec);
+  EXPECT_EQ(full.data().dataset(), topiary::v1::DataSpec::FASHION_MNIST);
+  EXPECT_EQ(full.data().path(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(full.data().batch_size(), 128);
+  EXPECT_EQ(full.data().eval_batch_size(), 128);
+  EXPECT_FLOAT_EQ(full.train().optimizer().lr(), 0.1f);
+  EXPECT_FLOAT_EQ(full.train().optimizer().momentum(), 0.9f);
+  // An explicit zero momentum is kept (presence, not value, decides).
+  auto zero = ParseSpec(WithTrain("optimizer { momentum: 0 }"), "x");
+  EXPECT_FLOAT_EQ(WithDefaults(*zero).train().optimizer().momentum(), 0.0f);
+}
+
+TEST(LrSchedule, Shapes) {
+  topiary::v1::LrSchedule s;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 0.1, 3.5, 10), 0.1);
+  s.set_kind(topiary::v1::LrSchedule::MULTISTEP);
+  s.add_milestones(2);
+  s.add_milestones(4);
+  s.set_gamma(0.1f);
+  EXPECT_NEAR(LearningRate(s, 1.0, 1.9, 10), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 1.0, 2.0, 10), 0.1, 1e-7);
+  EXPECT_NEAR(LearningRate(s, 1.0, 4.5, 10), 0.01, 1e-7);
+  s.set_kind(topiary::v1::LrSchedule::COSINE);
+  s.set_min_lr(0.0f);
+  EXPECT_NEAR(LearningRate(s, 1.0, 0.0, 10), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 1.0, 5.0, 10), 0.5, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 1.0, 10.0, 10), 0.0, 1e-12);
+  s.set_warmup_epochs(2.0f);
+  EXPECT_NEAR(LearningRate(s, 1.0, 1.0, 10), 0.5 * (0.5 * (1 + std::cos(M_PI * 0.1))), 1e-7);
+}
+
+TEST(Philox, KnownAnswersOfRandom123) {
+  // Test vectors of Random123's kat_vectors for philox4x32_10.
+  EXPECT_EQ(Philox4x32({0, 0, 0, 0}, {0, 0}),
+            (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(Philox4x32({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}),
+            (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+}
+
+TEST(Philox, StreamsDifferAndRestoreResumesExactly) {
+  Philox a(5, RngStream::kShuffle), b(5, RngStream::kAugment);
+  EXPECT_NE(a.NextU32(), b.NextU32());
+  Philox c(9, RngStream::kInit);
+  for (int i = 0; i < 7; ++i) c.NextU32();
+  const uint64_t counter = c.counter();
+  const int index = c.index();
+  std::vector<uint32_t> next;
+  for (int i = 0; i < 10; ++i) next.push_back(c.NextU32());
+  Philox d(9, RngStream::kInit);
+  d.Restore(counter, index);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(d.NextU32(), next[i]);
+  // Normal draws have roughly unit variance.
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const double v = d.Normal();
+    sum += v;
+    sq += v * v;
+  }
+  EXPECT_NEAR(sum / 20000, 0.0, 0.03);
+  EXPECT_NEAR(sq / 20000, 1.0, 0.05);
+}
+
+}  // namespace
+}  // namespace topiary

@@ -1,0 +1,378 @@
+#include "trainer/store/checkpoint.h"
+
+#include <cstring>
+#include <ctime>
+#include <memory>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/parallel.h"
+#include "kernels/status_macros.h"
+#include "trainer/nn/masks.h"
+#include "trainer/store/checkpoint_schema.h"
+#include "trainer/util/file_util.h"
+
+namespace topiary {
+namespace {
+
+std::string LayerPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/", p.role); }
+std::string MaskPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/mask"); }
+std::string MomentumPath(const Parameter& p) {
+  return absl::StrCat("/optimizer/momentum/", p.layer, "/", p.role);
+}
+
+// Conv kernels are [K, R, S, C] in memory and [K, C, R, S] (OIHW) on disk; everything else
+// has the same layout in both.
+bool IsConvKernel(const Parameter& p) { return p.value.shape().size() == 4; }
+
+std::vector<int64_t> DiskShape(const Parameter& p) {
+  const std::vector<int>& s = p.value.shape();
+  if (IsConvKernel(p)) return {s[0], s[3], s[1], s[2]};
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+// Copies a conv kernel between the memory layout [K, R, S, C] (`krsc` is that shape) and
+// the disk layout [K, C, R, S], in the direction `to_oihw` says.
+template <typename T>
+void Permute(const std::vector<int>& krsc, const T* src, T* dst, bool to_oihw) {
+  const int k = krsc[0], r = krsc[1], q = krsc[2], c = krsc[3];
+  for (int o = 0; o < k; ++o)
+    for (int y = 0; y < r; ++y)
+      for (int x = 0; x < q; ++x)
+        for (int i = 0; i < c; ++i) {
+          const size_t mem = ((static_cast<size_t>(o) * r + y) * q + x) * c + i;
+          const size_t disk = ((static_cast<size_t>(o) * c + i) * r + y) * q + x;
+          if (to_oihw) {
+            dst[disk] = src[mem];
+          } else {
+            dst[mem] = src[disk];
+          }
+        }
+}
+
+// The disk-layout copy of `n` values of p laid out as in memory.
+FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
+  FloatArray out(n);
+  if (IsConvKernel(p)) {
+    Permute(p.value.shape(), mem, out.data(), /*to_oihw=*/true);
+  } else {
+    std::memcpy(out.data(), mem, n * sizeof(float));
+  }
+  return out;
+}
+
+std::vector<uint8_t> MaskToDisk(const Parameter& p, const std::vector<uint8_t>& mem) {
+  if (!IsConvKernel(p)) return mem;
+  std::vector<uint8_t> out(mem.size());
+  Permute(p.value.shape(), mem.data(), out.data(), /*to_oihw=*/true);
+  return out;
+}
+
+// Host memory holding a tensor's values: the tensor itself on the CPU device, else a copy.
+class HostValues {
+ public:
+  explicit HostValues(const Tensor& t) {
+    if (t.device()->kind() == DeviceKind::kCpu) {
+      ptr_ = t.data();
+    } else {
+      copy_ = t.ToHost();
+      ptr_ = copy_.data();
+    }
+  }
+  const float* data() const { return ptr_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* ptr_ = nullptr;
+};
+
+// Writes the memory layout of a dataset read from disk into `dst`, zeroing masked entries.
+void FromDisk(const Parameter& p, const FloatArray& disk, const uint8_t* mask, float* dst) {
+  if (IsConvKernel(p)) {
+    Permute(p.value.shape(), disk.data(), dst, /*to_oihw=*/false);
+  } else {
+    std::memcpy(dst, disk.data(), disk.size() * sizeof(float));
+  }
+  if (mask != nullptr) {
+    for (size_t i = 0; i < disk.size(); ++i) {
+      if (!mask[i]) dst[i] = 0.0f;
+    }
+  }
+}
+
+std::vector<uint8_t> MaskFromDisk(const Parameter& p, const std::vector<uint8_t>& disk) {
+  if (!IsConvKernel(p)) return disk;
+  std::vector<uint8_t> out(disk.size());
+  Permute(p.value.shape(), disk.data(), out.data(), /*to_oihw=*/false);
+  return out;
+}
+
+// The mask of `p` as stored: the block grid, or the element mask in the disk layout.
+H5Dataset MaskDataset(const Parameter& p) {
+  H5Dataset d;
+  const MaskInfo& info = p.mask_info;
+  d.attrs["kind"] = std::string(MaskKindName(info.kind));
+  if (info.kind == MaskInfo::Kind::kBlock) {
+    d.shape = {info.rows, info.cols};
+    d.u8 = info.grid;
+    d.attrs["block_in"] = int64_t{info.block_in};
+    d.attrs["block_out"] = int64_t{info.block_out};
+  } else {
+    d.shape = DiskShape(p);
+    d.u8 = MaskToDisk(p, HostMask(p));
+    if (info.kind == MaskInfo::Kind::kNofM) {
+      d.attrs["n"] = int64_t{info.n};
+      d.attrs["m"] = int64_t{info.m};
+    }
+  }
+  return d;
+}
+
+// A checked mask; `element` (memory layout) is filled by Expand().
+struct PendingMask {
+  Parameter* param;
+  std::vector<uint8_t> element;
+  MaskInfo info;
+  const H5Dataset* disk;
+};
+
+// Runs work(i) for every job on the CPU threads: largest first, dealt round-robin, so that
+// a few large layers do not all land on one thread.
+void ParallelBySize(const std::vector<size_t>& sizes, absl::FunctionRef<void(size_t)> work) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  const int64_t threads = std::max(1, kernels::CpuThreads());
+  kernels::ParallelFor(threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (size_t k = static_cast<size_t>(t); k < order.size(); k += threads) work(order[k]);
+    }
+  });
+}
+
+// The element mask of a checked block or element mask, in memory layout.
+void Expand(PendingMask* m) {
+  const Parameter& p = *m->param;
+  if (m->info.kind != MaskInfo::Kind::kBlock) {
+    m->element = MaskFromDisk(p, m->disk->u8);
+    return;
+  }
+  const std::vector<int>& s = p.value.shape();
+  m->element = ExpandBlockGrid(m->info.grid, m->info.cols, m->info.block_in, m->info.block_out,
+                               s.front(), s.size() == 4 ? s[1] * s[2] : 1, s.back());
+}
+
+// The mask of `p` read from `d`. ReadCheckpointFile has checked its type, kind, block sizes
+// and its fit to the file's kernel, and the loader the kernel's fit to the model.
+PendingMask ParseMask(Parameter* p, const H5Dataset& d) {
+  PendingMask m{p, {}, {}, &d};
+  const std::string kind = AttrString(d.attrs, "kind");
+  if (kind == "block") {
+    m.info.kind = MaskInfo::Kind::kBlock;
+    m.info.block_in = static_cast<int>(AttrInt(d.attrs, "block_in"));
+    m.info.block_out = static_cast<int>(AttrInt(d.attrs, "block_out"));
+    m.info.rows = static_cast<int>(d.shape[0]);
+    m.info.cols = static_cast<int>(d.shape[1]);
+    m.info.grid = d.u8;
+  } else {
+    m.info.kind = kind == "element" ? MaskInfo::Kind::kElement : MaskInfo::Kind::kNofM;
+    m.info.n = static_cast<int>(AttrInt(d.attrs, "n"));
+    m.info.m = static_cast<int>(AttrInt(d.attrs, "m"));
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state) {
+  state.created_at = NowIso8601();
+  state.model_arch = model.arch();
+  H5Document doc;
+  H5Attrs& root = doc.groups["/"];
+  root["format"] = std::string(kCheckpointFormat);
+  root["format_version"] = kCheckpointFormatVersion;
+  root["experiment_id"] = state.experiment_id;
+  root["round"] = int64_t{state.round};
+  root["epoch"] = int64_t{state.epoch};
+  root["phase_epoch"] = int64_t{state.phase_epoch};
+  root["epoch_step"] = int64_t{state.epoch_step};
+  root["global_step"] = state.global_step;
+  root["model_arch"] = state.model_arch;
+  root["spec"] = state.spec_text;
+  root["parent"] = state.parent;
+  root["created_at"] = state.created_at;
+  root["metrics"] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
+  doc.groups["/optimizer"]["algorithm"] = std::string("sgd");
+  doc.groups["/optimizer"]["global_step"] = state.global_step;
+  H5Attrs& rng = doc.groups["/rng"];
+  rng["generator"] = std::string("philox4x32-10");
+  rng["seed"] = static_cast<int64_t>(state.seed);
+  rng["streams"] = std::string("init=1 shuffle=2 augment=3 data=4 prune=5");
+  // Every draw is keyed by (seed, stream) and counted by (epoch, step, image): the next
+  // epoch is the whole generator state.
+  rng["next_epoch"] = int64_t{state.epoch};
+  std::vector<std::string> order;  // datasets are listed by name; this keeps model order
+  for (const Model::Node& node : model.nodes()) order.push_back(node.layer->name());
+  root["layer_order"] = absl::StrJoin(order, ",");
+  // Copies from the device one by one, layout conversions in parallel (they dominate the
+  // time outside HDF5 for large models).
+  struct Job {
+    const Parameter* param;
+    const Tensor* tensor;
+    H5Dataset* dataset;
+  };
+  std::vector<Job> jobs;
+  for (const Parameter* p : model.parameters()) {
+    jobs.push_back({p, &p->value, &doc.datasets[LayerPath(*p)]});
+    if (p->trainable && !p->momentum.empty()) {
+      jobs.push_back({p, &p->momentum, &doc.datasets[MomentumPath(*p)]});
+    }
+    if (p->mask_info.kind != MaskInfo::Kind::kNone) doc.datasets[MaskPath(*p)] = MaskDataset(*p);
+  }
+  // On a GPU the copies to the host come first, one by one on the device's stream.
+  std::vector<std::unique_ptr<HostValues>> host(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) host[i] = std::make_unique<HostValues>(*jobs[i].tensor);
+  std::vector<size_t> sizes;
+  for (const Job& j : jobs) sizes.push_back(j.param->size());
+  ParallelBySize(sizes, [&](size_t i) {
+    jobs[i].dataset->shape = DiskShape(*jobs[i].param);
+    jobs[i].dataset->f32 = ToDisk(*jobs[i].param, host[i]->data(), jobs[i].param->size());
+  });
+  root[kMetadataChecksumAttr] = MetadataChecksum(doc);
+  return WriteH5File(path, doc);
+}
+
+absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
+  auto doc = ReadH5File(path);
+  if (!doc.ok()) return doc.status();
+  const H5Attrs& root = doc->groups["/"];
+  if (AttrString(root, "format") != kCheckpointFormat) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a Topiary checkpoint (the root attribute format is not '",
+                     kCheckpointFormat, "')"));
+  }
+  const int64_t version = AttrInt(root, "format_version", -1);
+  if (version != kCheckpointFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: checkpoint format_version %d; this build reads version %d%s", path, version,
+        kCheckpointFormatVersion,
+        version == 1 ? " (version 1 has no metadata checksum; docs/checkpoint-format.md shows how "
+                       "to add one)"
+                     : ""));
+  }
+  if (auto st = ValidateCheckpointDocument(path, *doc); !st.ok()) return st;
+  return doc;
+}
+
+CheckpointState CheckpointStateOf(const H5Document& doc) {
+  const H5Attrs& root = doc.groups.at("/");
+  CheckpointState s;
+  s.experiment_id = AttrString(root, "experiment_id");
+  s.parent = AttrString(root, "parent");
+  s.spec_text = AttrString(root, "spec");
+  s.model_arch = AttrString(root, "model_arch");
+  s.created_at = AttrString(root, "created_at");
+  s.metrics_json = AttrString(root, "metrics");
+  s.round = static_cast<int>(AttrInt(root, "round"));
+  s.epoch = static_cast<int>(AttrInt(root, "epoch"));
+  s.phase_epoch = static_cast<int>(AttrInt(root, "phase_epoch"));
+  s.epoch_step = static_cast<int>(AttrInt(root, "epoch_step"));
+  s.global_step = AttrInt(root, "global_step");
+  auto rng = doc.groups.find("/rng");
+  if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, "seed"));
+  return s;
+}
+
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
+                                               bool with_optimizer) {
+  auto doc = ReadCheckpointFile(path);
+  if (!doc.ok()) return doc.status();
+  const CheckpointState state = CheckpointStateOf(*doc);
+  if (state.model_arch != model->arch()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
+  }
+  // Check everything first; change nothing until all of it fits.
+  struct Pending {
+    Parameter* param;
+    const H5Dataset* value;
+    const H5Dataset* momentum;
+  };
+  std::vector<Pending> values;
+  std::vector<PendingMask> masks;
+  for (Parameter* p : model->parameters()) {
+    const std::string where = absl::StrCat(path, ": ", LayerPath(*p));
+    auto it = doc->datasets.find(LayerPath(*p));
+    if (it == doc->datasets.end()) return absl::DataLossError(where + ": missing");
+    if (it->second.shape != DiskShape(*p) || it->second.f32.size() != p->size()) {
+      return absl::DataLossError(absl::StrFormat("%s: shape %s, the model has %s", where,
+                                                 ShapeText(it->second.shape),
+                                                 ShapeText(DiskShape(*p))));
+    }
+    const H5Dataset* mom = nullptr;
+    if (with_optimizer && p->trainable) {
+      auto m = doc->datasets.find(MomentumPath(*p));
+      if (m == doc->datasets.end() || m->second.f32.size() != p->size()) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": ", MomentumPath(*p), ": missing or of the wrong size"));
+      }
+      mom = &m->second;
+    }
+    values.push_back({p, &it->second, mom});
+    auto mask = doc->datasets.find(MaskPath(*p));
+    if (mask != doc->datasets.end() && p->role == "kernel") {
+      masks.push_back(ParseMask(p, mask->second));
+    }
+  }
+  // Layout conversion and mask projection in parallel, straight into the model's memory on
+  // the CPU device, else into host buffers copied to the device afterwards.
+  struct Job {
+    Tensor* tensor;
+    const Parameter* param;
+    const H5Dataset* disk;  // null: zeros (momentum not loaded)
+    const uint8_t* mask;
+    std::vector<float> staging;
+  };
+  std::vector<size_t> mask_sizes;
+  for (const PendingMask& m : masks) mask_sizes.push_back(m.param->size());
+  ParallelBySize(mask_sizes, [&](size_t i) { Expand(&masks[i]); });
+  std::vector<Job> jobs;
+  for (const Pending& v : values) {
+    const uint8_t* mask = nullptr;
+    for (const PendingMask& m : masks) {
+      if (m.param == v.param) mask = m.element.data();
+    }
+    // Masked entries are zero in a valid file; projecting here makes it so for any file.
+    jobs.push_back({&v.param->value, v.param, v.value, mask, {}});
+    if (v.param->trainable) jobs.push_back({&v.param->momentum, v.param, v.momentum, mask, {}});
+  }
+  const bool on_cpu = model->device()->kind() == DeviceKind::kCpu;
+  std::vector<size_t> sizes;
+  for (const Job& j : jobs) sizes.push_back(j.tensor->size());
+  ParallelBySize(sizes, [&](size_t i) {
+    Job& j = jobs[i];
+    float* dst = j.tensor->data();
+    if (!on_cpu) {
+      j.staging.resize(j.tensor->size());
+      dst = j.staging.data();
+    }
+    if (j.disk != nullptr) {
+      FromDisk(*j.param, j.disk->f32, j.mask, dst);
+    } else {
+      std::fill(dst, dst + j.tensor->size(), 0.0f);
+    }
+  });
+  if (!on_cpu) {
+    for (Job& j : jobs) j.tensor->CopyFromHost(j.staging.data());
+  }
+  for (PendingMask& m : masks) {
+    TOPIARY_RETURN_IF_ERROR(
+        InstallMask(m.param, m.element, std::move(m.info), /*zero_masked=*/false));
+  }
+  return state;
+}
+
+}  // namespace topiary

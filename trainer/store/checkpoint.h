@@ -1,0 +1,54 @@
+// The HDF5 checkpoint store (every dataset and attribute, and what a reader checks, is
+// documented in docs/checkpoint-format.md). A checkpoint holds the model's parameters (conv kernels
+// OIHW on disk, KRSC in memory), masks, the optimizer's momentum, and the position of the run,
+// which together let a run continue exactly where it stopped.
+#ifndef TOPIARY_TRAINER_STORE_CHECKPOINT_H_
+#define TOPIARY_TRAINER_STORE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "trainer/nn/model.h"
+#include "trainer/store/hdf5_file.h"
+
+namespace topiary {
+
+// Version 2 added the metadata checksum (root attribute metadata_crc32c).
+inline constexpr int64_t kCheckpointFormatVersion = 2;
+inline constexpr char kCheckpointFormat[] = "topiary-checkpoint";
+
+// Where a run stood when the checkpoint was written, and its provenance.
+struct CheckpointState {
+  std::string experiment_id;
+  std::string parent;     // the checkpoint this experiment started from, if any
+  std::string spec_text;  // the experiment's spec (text format, defaults filled in)
+  std::string model_arch;
+  std::string created_at;    // ISO 8601, UTC (set by SaveCheckpoint)
+  std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
+  int round = 0;             // prune steps applied so far
+  int epoch = 0;             // training epochs completed (dense and fine-tuning)
+  int phase_epoch = 0;       // epochs completed in the current phase
+  int epoch_step =
+      0;  // steps completed in the epoch under way (a paused run) (dense, or this round)
+  int64_t global_step = 0;  // optimizer steps completed
+  uint64_t seed = 0;        // the experiment's seed (every random stream derives from it)
+};
+
+// Writes the model (values, masks, momentum) and `state` to `path`, atomically.
+absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state);
+
+// Reads `path` and checks that it is a Topiary checkpoint of a supported version. Errors
+// name the file and the problem (missing, not HDF5, truncated, checksum, foreign, version).
+absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path);
+CheckpointState CheckpointStateOf(const H5Document& doc);
+
+// Loads `path` into `model`: every parameter and mask, and the momentum when
+// `with_optimizer`. The file is read and checked against the model completely (names,
+// shapes, mask sizes) before anything is changed, so a failed load leaves the model as it was.
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
+                                               bool with_optimizer);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_STORE_CHECKPOINT_H_

@@ -1,0 +1,193 @@
+#include "trainer/store/checkpoint_schema.h"
+
+#include <atomic>
+#include <climits>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/parallel.h"
+#include "trainer/util/crc32c.h"
+
+namespace topiary {
+namespace {
+
+absl::Status Bad(const std::string& file, const std::string& where, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(file, ": ", where, ": ", what));
+}
+
+// A root or group attribute that must be an integer in [lo, hi].
+absl::Status CheckInt(const std::string& file, const std::string& group, const H5Attrs& attrs,
+                      const std::string& name, int64_t lo, int64_t hi) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return Bad(file, group + "@" + name, "missing");
+  const auto* v = std::get_if<int64_t>(&it->second);
+  if (v == nullptr) return Bad(file, group + "@" + name, "not an integer");
+  if (*v < lo || *v > hi) {
+    return Bad(file, group + "@" + name, absl::StrCat(*v, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckString(const std::string& file, const std::string& group, const H5Attrs& attrs,
+                         const std::string& name) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return Bad(file, group + "@" + name, "missing");
+  if (!std::holds_alternative<std::string>(it->second)) {
+    return Bad(file, group + "@" + name, "not a string");
+  }
+  return absl::OkStatus();
+}
+
+constexpr int64_t kMaxInt32 = 2147483647;
+
+absl::Status CheckRoot(const std::string& file, const H5Document& doc) {
+  const H5Attrs& root = doc.groups.at("/");
+  for (const char* name : {"round", "epoch", "phase_epoch", "epoch_step"}) {
+    if (auto st = CheckInt(file, "/", root, name, 0, kMaxInt32); !st.ok()) return st;
+  }
+  if (auto st = CheckInt(file, "/", root, "global_step", 0, int64_t{1} << 62); !st.ok()) return st;
+  for (const char* name :
+       {"experiment_id", "model_arch", "spec", "parent", "created_at", "metrics", "layer_order"}) {
+    if (auto st = CheckString(file, "/", root, name); !st.ok()) return st;
+  }
+  auto rng = doc.groups.find("/rng");
+  if (rng == doc.groups.end()) {
+    return Bad(file, "/rng", "missing (the generator state a resumed run continues from)");
+  }
+  if (auto st = CheckInt(file, "/rng", rng->second, "seed", INT64_MIN, INT64_MAX); !st.ok()) {
+    return st;
+  }
+  return CheckInt(file, "/rng", rng->second, "next_epoch", 0, kMaxInt32);
+}
+
+// Roles of the datasets under /layers/<layer>/ and the ranks they may have.
+bool KnownRole(const std::string& role, size_t rank) {
+  if (role == "kernel") return rank == 2 || rank == 4;
+  return (role == "bias" || role == "gamma" || role == "beta" || role == "running_mean" ||
+          role == "running_var") &&
+         rank == 1;
+}
+
+absl::Status CheckMask(const std::string& file, const std::string& path, const H5Dataset& mask,
+                       const H5Dataset& kernel) {
+  if (mask.u8.empty()) return Bad(file, path, "a mask must be uint8");
+  const std::string kind = AttrString(mask.attrs, "kind");
+  if (kind == "block") {
+    for (const char* name : {"block_in", "block_out"}) {
+      if (auto st = CheckInt(file, path, mask.attrs, name, 1, 1024); !st.ok()) return st;
+    }
+    const int64_t bi = AttrInt(mask.attrs, "block_in"), bo = AttrInt(mask.attrs, "block_out");
+    const int64_t k = kernel.shape[0], c = kernel.shape[1];
+    const std::vector<int64_t> want = {(c + bi - 1) / bi, (k + bo - 1) / bo};
+    if (mask.shape != want) {
+      return Bad(file, path,
+                 absl::StrCat("block grid ", ShapeText(mask.shape), " with blocks ", bi, "x", bo,
+                              " does not fit the kernel ", ShapeText(kernel.shape), " (expected ",
+                              ShapeText(want), ")"));
+    }
+  } else if (kind == "element" || kind == "n_of_m") {
+    if (mask.shape != kernel.shape) {
+      return Bad(file, path,
+                 absl::StrCat("shape ", ShapeText(mask.shape), ", expected the kernel's ",
+                              ShapeText(kernel.shape)));
+    }
+    if (kind == "n_of_m") {
+      if (auto st = CheckInt(file, path, mask.attrs, "m", 2, 64); !st.ok()) return st;
+      if (auto st = CheckInt(file, path, mask.attrs, "n", 1, AttrInt(mask.attrs, "m") - 1);
+          !st.ok()) {
+        return st;
+      }
+    }
+  } else {
+    return Bad(file, path,
+               absl::StrCat("unknown mask kind '", kind, "' (block, element or n_of_m)"));
+  }
+  return absl::OkStatus();
+}
+
+// The first value that breaks the rule, or OK. Large arrays are scanned in parallel.
+absl::Status CheckValues(const std::string& file, const std::string& path, const H5Dataset& d,
+                         bool non_negative, bool binary) {
+  const int64_t n = static_cast<int64_t>(binary ? d.u8.size() : d.f32.size());
+  std::atomic<int64_t> first_bad{n};
+  kernels::ParallelFor(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e && i < first_bad.load(std::memory_order_relaxed); ++i) {
+      const bool ok =
+          binary ? d.u8[i] <= 1 : std::isfinite(d.f32[i]) && (!non_negative || d.f32[i] >= 0.0f);
+      if (!ok) {
+        int64_t cur = first_bad.load();
+        while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
+        }
+        break;
+      }
+    }
+  });
+  const int64_t i = first_bad.load();
+  if (i == n) return absl::OkStatus();
+  if (binary) {
+    return Bad(
+        file, path,
+        absl::StrCat("mask value ", int{d.u8[i]}, " at element ", i, " (masks hold 0 or 1)"));
+  }
+  return Bad(file, path,
+             absl::StrCat("value ", d.f32[i], " at element ", i,
+                          non_negative ? " (must be finite and >= 0)" : " (must be finite)"));
+}
+
+}  // namespace
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return "[" + absl::StrJoin(shape, ", ") + "]";
+}
+
+int64_t MetadataChecksum(const H5Document& doc) {
+  const std::string text = MetadataText(doc, kMetadataChecksumAttr);
+  return static_cast<int64_t>(Crc32c(text.data(), text.size()));
+}
+
+absl::Status ValidateCheckpointDocument(const std::string& file, const H5Document& doc) {
+  const H5Attrs& root = doc.groups.at("/");
+  auto stored = root.find(kMetadataChecksumAttr);
+  if (stored == root.end() || !std::holds_alternative<int64_t>(stored->second)) {
+    return Bad(file, std::string("/@") + kMetadataChecksumAttr, "missing");
+  }
+  if (std::get<int64_t>(stored->second) != MetadataChecksum(doc)) {
+    return Bad(file, "metadata",
+               "checksum mismatch: an attribute, shape or name was changed or damaged");
+  }
+  if (auto st = CheckRoot(file, doc); !st.ok()) return st;
+  for (const auto& [path, d] : doc.datasets) {
+    const std::vector<std::string> parts = absl::StrSplit(path, '/');  // "", top, ...
+    const bool layer = parts.size() == 4 && parts[1] == "layers";
+    const bool momentum = parts.size() == 5 && parts[1] == "optimizer" && parts[2] == "momentum";
+    if (!layer && !momentum) return Bad(file, path, "not a dataset a checkpoint holds");
+    const std::string& role = parts.back();
+    const std::string layer_dir = absl::StrCat("/layers/", parts[parts.size() - 2]);
+    if (layer && role == "mask") {
+      auto kernel = doc.datasets.find(layer_dir + "/kernel");
+      if (kernel == doc.datasets.end()) return Bad(file, path, "a mask without a kernel");
+      if (auto st = CheckMask(file, path, d, kernel->second); !st.ok()) return st;
+      if (auto st = CheckValues(file, path, d, false, true); !st.ok()) return st;
+      continue;
+    }
+    if (d.f32.empty()) return Bad(file, path, "must be float32");
+    if (!KnownRole(role, d.shape.size())) {
+      return Bad(
+          file, path,
+          absl::StrCat("unexpected role or rank ", d.shape.size(),
+                       " (kernel: 2 or 4; bias, gamma, beta, running_mean, running_var: 1)"));
+    }
+    if (momentum) {
+      auto value = doc.datasets.find(layer_dir + "/" + role);
+      if (value == doc.datasets.end() || value->second.shape != d.shape) {
+        return Bad(file, path, "momentum without a parameter of the same shape");
+      }
+    }
+    if (auto st = CheckValues(file, path, d, role == "running_var", false); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace topiary

@@ -1,0 +1,241 @@
+#include "trainer/util/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+
+namespace topiary {
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0 &&
+          errno != EEXIST) {
+        return absl::PermissionDeniedError(absl::StrCat("cannot create folder ", partial));
+      }
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return absl::OkStatus();
+}
+
+std::string NowIso8601() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+namespace {
+
+absl::Mutex& PolicyLock() {
+  static absl::Mutex* m = new absl::Mutex;
+  return *m;
+}
+ReadPolicy& Policy() {
+  static ReadPolicy* p = new ReadPolicy;
+  return *p;
+}
+
+// The size limit of one read: the policy's, lowered by `max_bytes` when that is non-zero.
+uint64_t EffectiveLimit(uint64_t max_bytes) {
+  const uint64_t policy = GetReadPolicy().max_file_bytes;
+  return max_bytes == 0 ? policy : std::min(max_bytes, policy);
+}
+
+}  // namespace
+
+bool IsInsideFolder(const std::string& path, const std::string& root) {
+  return path == root || root == "/" || path.rfind(root + "/", 0) == 0;
+}
+
+void SetReadPolicy(ReadPolicy policy) {
+  for (std::string& root : policy.roots) {
+    std::error_code ec;
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(root, ec);
+    if (!ec) root = canonical.string();
+  }
+  absl::MutexLock lock(&PolicyLock());
+  Policy() = std::move(policy);
+}
+
+ReadPolicy GetReadPolicy() {
+  absl::MutexLock lock(&PolicyLock());
+  return Policy();
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " bytes") : absl::StrFormat("%.3g %s", v, units[u]);
+}
+
+absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_t max_bytes) {
+  const ReadPolicy policy = GetReadPolicy();
+  const uint64_t limit = EffectiveLimit(max_bytes);
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(path, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot resolve: ", ec.message()));
+  }
+  const std::string resolved = real.string();
+  if (!policy.roots.empty()) {
+    bool inside = false;
+    for (const std::string& root : policy.roots) inside = inside || IsInsideFolder(resolved, root);
+    if (!inside) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, ": resolves to a file outside the folders this process may read (",
+                       absl::StrJoin(policy.roots, ", "), ")"));
+    }
+  }
+  struct stat st;
+  if (::stat(resolved.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, not a file"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a device, pipe or socket is never read)"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": ", HumanBytes(st.st_size),
+                                                     ", over the limit of ", HumanBytes(limit)));
+  }
+  return resolved;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  auto resolved = ResolveReadableFile(path, max_bytes);
+  if (!resolved.ok()) return resolved.status();
+  const int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped since it was resolved
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
+    }
+    if (n == 0) break;  // shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {
+  auto raw = ReadFile(path, max_bytes);
+  if (!raw.ok()) return raw.status();
+  return InflateMaybeGzip(std::move(*raw), EffectiveLimit(max_bytes), path);
+}
+
+absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
+                                             const std::string& name) {
+  if (raw.size() < 2 || static_cast<uint8_t>(raw[0]) != 0x1f ||
+      static_cast<uint8_t>(raw[1]) != 0x8b) {
+    return raw;
+  }
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) return absl::InternalError("zlib init failed");
+  zs.next_in = reinterpret_cast<Bytef*>(raw.data());
+  zs.avail_in = static_cast<uInt>(std::min<size_t>(raw.size(), UINT32_MAX));
+  std::string out;
+  char buf[1 << 16];
+  int rc;
+  do {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof(buf);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if ((rc == Z_BUF_ERROR || rc == Z_OK) && zs.avail_in == 0 && zs.avail_out != 0) {
+      inflateEnd(&zs);
+      return absl::DataLossError(absl::StrCat(name, ": truncated gzip file"));
+    }
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&zs);
+      return absl::DataLossError(
+          absl::StrCat(name, ": corrupt gzip data (", zs.msg ? zs.msg : "inflate failed", ")"));
+    }
+    const size_t produced = sizeof(buf) - zs.avail_out;
+    if (out.size() + produced > limit) {
+      inflateEnd(&zs);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name, ": inflates to more than the limit of ", HumanBytes(limit), " (",
+                       HumanBytes(raw.size()), " compressed)"));
+    }
+    out.append(buf, produced);
+  } while (rc != Z_STREAM_END);
+  inflateEnd(&zs);
+  return out;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(tmp, ": write failed: ", std::strerror(errno)));
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return absl::DataLossError(absl::StrCat(tmp, ": fsync/close failed: ", std::strerror(errno)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace topiary

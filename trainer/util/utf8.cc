@@ -1,0 +1,44 @@
+#include "trainer/util/utf8.h"
+
+#include <cstdint>
+
+namespace topiary {
+
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const unsigned char c = s[i];
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t min;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2;
+    min = 0x80;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3;
+    min = 0x800;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  uint32_t cp = c & (0x7f >> n);
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char d = s[i + k];
+    if ((d & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (d & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+bool IsValidUtf8(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace topiary
