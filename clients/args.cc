@@ -1,6 +1,33 @@
 #include "clients/args.h"
 
-#include <set>
+#include <algorithm>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+ABSL_FLAG(std::string, out, "",
+          "run: write the run's files (spec, events, summary, checkpoints) here");
+ABSL_FLAG(std::string, resume, "", "run: continue an interrupted run from this checkpoint");
+ABSL_FLAG(std::string, file, "", "inspect: a local checkpoint file (no daemon)");
+ABSL_FLAG(std::string, layer, "", "inspect: a heat map of the one layer matching this glob");
+ABSL_FLAG(std::string, server, "",
+          "topiaryd's address (default $TOPIARY_SERVER or 127.0.0.1:7077)");
+ABSL_FLAG(std::string, token_file, "",
+          "a file holding the bearer token (default $TOPIARY_TOKEN_FILE)");
+ABSL_FLAG(std::string, tls_ca, "", "connect with TLS, trusting this CA certificate (PEM)");
+ABSL_FLAG(std::string, state, "", "list: only experiments in this state (e.g. RUNNING)");
+ABSL_FLAG(std::string, name, "", "fork: the new experiment's name");
+ABSL_FLAG(std::optional<uint32_t>, from, std::nullopt,
+          "watch: start at this event sequence number");
+ABSL_FLAG(std::optional<double>, target, std::nullopt, "round: the sparsity target for this round");
+ABSL_FLAG(std::optional<double>, step, std::nullopt, "round: the step fraction for this round");
+ABSL_FLAG(std::optional<int>, epochs, std::nullopt, "round: fine-tuning epochs for this round");
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "fork: override a spec field, field=value (repeatable)");
+ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
+ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 
 namespace topiary {
 
@@ -28,58 +55,94 @@ int ExitCodeForStatus(int code) {
   }
 }
 
+namespace {
+// The CLI's own flags: those defined in this file (the registry also holds Abseil's).
+bool IsCliFlag(const absl::CommandLineFlag& f) { return f.Filename() == __FILE__; }
+
+}  // namespace
+
 bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
-  static const std::set<std::string> kValued = {"out",        "resume", "file",  "layer", "server",
-                                                "token_file", "tls_ca", "state", "from",  "target",
-                                                "step",       "epochs", "name",  "set"};
   for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+    const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       a->command = "help";
       return true;
     }
-    if (arg == "--json" || arg == "--watch") {
-      (arg == "--json" ? a->json : a->watch) = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) == 0) {
-      std::string name = arg.substr(2), value;
-      const size_t eq = name.find('=');
-      const bool inline_value = eq != std::string::npos;
-      if (inline_value) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      }
-      if (!kValued.count(name)) {
+    if (arg.rfind("--", 0) != 0) {
+      if (arg.size() > 1 && arg[0] == '-') {
         *error = "unknown flag " + arg;
         return false;
       }
-      if (!inline_value) {
-        if (++i >= argc) {
-          *error = "--" + name + " needs a value";
-          return false;
-        }
-        value = argv[i];
-      }
-      if (name == "set") {
-        a->sets.push_back(value);
+      if (a->command.empty()) {
+        a->command = arg;
       } else {
-        a->flags[name] = value;
+        a->positional.push_back(arg);
       }
       continue;
     }
-    if (arg.rfind("-", 0) == 0 && arg.size() > 1) {
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr || !IsCliFlag(*flag)) {
       *error = "unknown flag " + arg;
       return false;
     }
-    if (a->command.empty()) {
-      a->command = arg;
-    } else {
-      a->positional.push_back(arg);
+    if (!inline_value) {
+      if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (++i < argc) {
+        value = argv[i];
+      } else {
+        *error = "--" + name + " needs a value";
+        return false;
+      }
+    }
+    // --set repeats and its values may hold commas, so it is collected here rather than
+    // parsed as a comma-separated list.
+    if (name == "set") {
+      a->sets.push_back(value);
+      continue;
+    }
+    std::string why;
+    if (!flag->ParseFrom(value, &why)) {
+      *error = absl::StrCat("--", name, ": ", why);
+      return false;
     }
   }
   if (a->command.empty()) a->command = "help";
+  absl::SetFlag(&FLAGS_set, a->sets);
+  a->out = absl::GetFlag(FLAGS_out);
+  a->resume = absl::GetFlag(FLAGS_resume);
+  a->file = absl::GetFlag(FLAGS_file);
+  a->layer = absl::GetFlag(FLAGS_layer);
+  a->server = absl::GetFlag(FLAGS_server);
+  a->token_file = absl::GetFlag(FLAGS_token_file);
+  a->tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  a->state = absl::GetFlag(FLAGS_state);
+  a->name = absl::GetFlag(FLAGS_name);
+  a->from = absl::GetFlag(FLAGS_from);
+  a->target = absl::GetFlag(FLAGS_target);
+  a->step = absl::GetFlag(FLAGS_step);
+  a->epochs = absl::GetFlag(FLAGS_epochs);
+  a->json = absl::GetFlag(FLAGS_json);
+  a->watch = absl::GetFlag(FLAGS_watch);
   return true;
+}
+
+std::string FlagsHelp() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsCliFlag(*flag)) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(), [](auto* x, auto* y) { return x->Name() < y->Name(); });
+  std::string out;
+  for (const auto* f : flags) absl::StrAppendFormat(&out, "  --%-11s %s\n", f->Name(), f->Help());
+  return out;
 }
 
 }  // namespace topiary

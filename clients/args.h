@@ -1,9 +1,10 @@
-// The topiary command line: a command, positional arguments, and --flags (with a value,
-// repeated, or boolean). Shared by the local and remote commands.
+// The topiary command line: a command, positional arguments and Abseil flags (with a value,
+// boolean, or --set, which repeats). Shared by the local and remote commands.
 #ifndef TOPIARY_CLIENTS_ARGS_H_
 #define TOPIARY_CLIENTS_ARGS_H_
 
-#include <map>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,22 +27,25 @@ constexpr int kExitResourceLimit = 8;  // queue full, request too large
 // PERMISSION_DENIED 7, RESOURCE_EXHAUSTED 8, anything else 1; OK is 0.
 int ExitCodeForStatus(int code);
 
+// The parsed command line. Flags are Abseil flags (defined in args.cc, listed by
+// `topiary --help`); an empty string or nullopt means the flag was not given.
 struct Args {
   std::string command;
-  std::vector<std::string> positional;       // after the command
-  std::map<std::string, std::string> flags;  // --name value (last one wins)
-  std::vector<std::string> sets;             // every --set
+  std::vector<std::string> positional;  // after the command
+  std::vector<std::string> sets;        // every --set field=value, in order
+  std::string out, resume, file, layer, server, token_file, tls_ca, state, name;
+  std::optional<uint32_t> from;
+  std::optional<double> target, step;
+  std::optional<int> epochs;
   bool json = false, watch = false;
-
-  std::string flag(const std::string& name, const std::string& fallback = "") const {
-    auto it = flags.find(name);
-    return it == flags.end() ? fallback : it->second;
-  }
-  bool has(const std::string& name) const { return flags.count(name) > 0; }
 };
 
-// False (with `error`) on an unknown flag or a flag without its value.
+// False (with `error`) on an unknown flag, a flag without its value or a value of the
+// wrong type. Call once per process: the flags are global.
 bool ParseArgs(int argc, char** argv, Args* args, std::string* error);
+
+// One line per flag ("--name  help"), from the flag registry, for `topiary --help`.
+std::string FlagsHelp();
 
 }  // namespace topiary
 

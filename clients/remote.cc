@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,7 +26,7 @@ using topiary::v1::Experiment;
 using topiary::v1::Topiary;
 
 std::string ServerAddress(const Args& a) {
-  if (a.has("server")) return a.flag("server");
+  if (!a.server.empty()) return a.server;
   const char* env = std::getenv("TOPIARY_SERVER");
   return env && *env ? env : "127.0.0.1:7077";
 }
@@ -37,14 +36,14 @@ class Connection {
  public:
   explicit Connection(const Args& a) : address_(ServerAddress(a)) {
     std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-    if (a.has("tls_ca")) {
+    if (!a.tls_ca.empty()) {
       grpc::SslCredentialsOptions ssl;
-      auto ca = ReadFile(a.flag("tls_ca"));
+      auto ca = ReadFile(a.tls_ca);
       if (ca.ok()) ssl.pem_root_certs = *ca;
       creds = grpc::SslCredentials(ssl);
     }
     stub_ = Topiary::NewStub(grpc::CreateChannel(address_, creds));
-    std::string token_file = a.flag("token_file");
+    std::string token_file = a.token_file;
     if (token_file.empty() && std::getenv("TOPIARY_TOKEN_FILE")) {
       token_file = std::getenv("TOPIARY_TOKEN_FILE");
     }
@@ -217,9 +216,9 @@ int RunRemoteCommand(const Args& a) {
   }
   if (cmd == "list") {
     topiary::v1::ListExperimentsRequest req;
-    if (a.has("state")) {
+    if (!a.state.empty()) {
       topiary::v1::ExperimentState s;
-      if (!topiary::v1::ExperimentState_Parse(a.flag("state"), &s)) {
+      if (!topiary::v1::ExperimentState_Parse(a.state, &s)) {
         absl::FPrintF(stderr,
                       "topiary: --state: one of QUEUED, RUNNING, PAUSED, "
                       "WAITING_FOR_ROUND, SUCCEEDED, FAILED, CANCELLED\n");
@@ -246,12 +245,7 @@ int RunRemoteCommand(const Args& a) {
   }
   if (cmd == "watch") {
     if (!NeedsId(a, "watch")) return kExitUsage;
-    uint32_t from = 0;
-    if (a.has("from") && !absl::SimpleAtoi(a.flag("from"), &from)) {
-      absl::FPrintF(stderr, "topiary: --from needs a sequence number\n");
-      return kExitUsage;
-    }
-    return Watch(a, c, a.positional[0], from);
+    return Watch(a, c, a.positional[0], a.from.value_or(0));
   }
   if (cmd == "get" || cmd == "pause" || cmd == "resume" || cmd == "cancel") {
     if (!NeedsId(a, cmd.c_str())) return kExitUsage;
@@ -274,20 +268,9 @@ int RunRemoteCommand(const Args& a) {
     if (!NeedsId(a, "round")) return kExitUsage;
     topiary::v1::AdvanceRoundRequest req;
     req.set_id(a.positional[0]);
-    float f;
-    int n;
-    if (a.has("target")) {
-      if (!absl::SimpleAtof(a.flag("target"), &f)) return kExitUsage;
-      req.set_target(f);
-    }
-    if (a.has("step")) {
-      if (!absl::SimpleAtof(a.flag("step"), &f)) return kExitUsage;
-      req.set_step_fraction(f);
-    }
-    if (a.has("epochs")) {
-      if (!absl::SimpleAtoi(a.flag("epochs"), &n)) return kExitUsage;
-      req.set_finetune_epochs(n);
-    }
+    if (a.target) req.set_target(static_cast<float>(*a.target));
+    if (a.step) req.set_step_fraction(static_cast<float>(*a.step));
+    if (a.epochs) req.set_finetune_epochs(*a.epochs);
     Experiment e;
     auto ctx = c.Context();
     st = c.stub().AdvanceRound(ctx.get(), req, &e);
@@ -302,7 +285,7 @@ int RunRemoteCommand(const Args& a) {
     topiary::v1::ForkExperimentRequest req;
     req.set_checkpoint(a.positional[0]);
     for (const std::string& s : a.sets) req.add_set(s);
-    req.set_name(a.flag("name"));
+    req.set_name(a.name);
     Experiment e;
     auto ctx = c.Context();
     st = c.stub().ForkExperiment(ctx.get(), req, &e);
@@ -338,7 +321,7 @@ int RunRemoteCommand(const Args& a) {
     }
     topiary::v1::InspectCheckpointRequest req;
     req.set_path(a.positional[0]);
-    req.set_layer(a.flag("layer"));
+    req.set_layer(a.layer);
     topiary::v1::CheckpointReport report;
     auto ctx = c.Context();
     st = c.stub().InspectCheckpoint(ctx.get(), req, &report);

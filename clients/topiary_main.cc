@@ -95,8 +95,8 @@ int Run(const Args& a) {
   }
   ProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);
   RunOptions options;
-  options.out_dir = a.flag("out");
-  options.resume_from = a.flag("resume");
+  options.out_dir = a.out;
+  options.resume_from = a.resume;
   options.make_pruner = pruning::MakePruner;
   options.on_event = [&](const topiary::v1::Event& e) {
     if (a.json) {
@@ -134,7 +134,7 @@ int Validate(const Args& a) {
 }
 
 int Inspect(const Args& a) {
-  const auto report = pruning::InspectCheckpoint(a.flag("file"), a.flag("layer"));
+  const auto report = pruning::InspectCheckpoint(a.file, a.layer);
   if (!report.ok()) {
     if (a.json) {
       absl::PrintF("{\"error\":%s}\n", JsonString(report.status().message()));
@@ -186,18 +186,18 @@ int main(int argc, char** argv) {
   Args args;
   std::string error;
   if (!ParseArgs(argc, argv, &args, &error)) {
-    absl::FPrintF(stderr, "topiary: %s\n\n%s", error, kUsage);
+    absl::FPrintF(stderr, "topiary: %s (see topiary --help)\n", error);
     return kExitUsage;
   }
   const std::string& c = args.command;
   if (c == "help") {
-    absl::PrintF("%s", kUsage);
+    absl::PrintF("%s\nFlags:\n%s", kUsage, FlagsHelp());
     return kExitOk;
   }
   if (c == "run") return Run(args);
   if (c == "validate") return Validate(args);
   if (c == "info") return Info(args);
-  if (c == "inspect" && args.has("file")) return Inspect(args);
+  if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);
   return kExitUsage;

@@ -20,6 +20,14 @@ check "--help exits 0 and lists every command" \
 check "run without SPEC is a usage error (2)" test "$rc" -eq 2
 "$TOPIARY" run "$SPEC" --bogus >/dev/null 2>&1; rc=$?
 check "unknown flag is a usage error (2)" test "$rc" -eq 2
+"$TOPIARY" round x --target abc 2>"$tmp/flag.err"; rc=$?
+check "a flag value of the wrong type is a usage error (2) naming the flag" \
+  bash -c '[[ $1 -eq 2 ]] && grep -q "^topiary: --target: " "$0"' "$tmp/flag.err" "$rc"
+"$TOPIARY" watch x --from 2>"$tmp/flag.err"; rc=$?
+check "a flag without its value is a usage error (2)" \
+  bash -c '[[ $1 -eq 2 ]] && grep -q -- "--from needs a value" "$0"' "$tmp/flag.err" "$rc"
+check "--help lists every flag with its help" \
+  bash -c 'for f in out resume file layer server token_file tls_ca state name from target step epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
 
 printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
 err=$("$TOPIARY" run "$tmp/bad.textproto" 2>&1); rc=$?
