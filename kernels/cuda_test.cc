@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/approx_conv.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
@@ -467,6 +469,77 @@ TEST_F(CudaKernels, ConvMatchesCpu) {
       EXPECT_LT(Rel(gw.Host(), rgw), tol);
       EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
     }
+  }
+}
+
+// The approximate convolution: the same codes, parameters and integer sums as the CPU
+// reference, so every output is bit-identical, for random tables, the awkward shapes, every
+// channel tiling (K up to 16, 32, 64 and beyond) and constant tensors.
+TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
+  ASSERT_TRUE(ApproxConvPrepareCuda().ok());
+  struct Case {
+    ConvShape s;
+    float x_const;  // NaN: random input; else a constant input
+  };
+  const float kRandom = std::nanf("");
+  const Case cases[] = {
+      {MakeConv(2, 7, 7, 5, 6, 3, 3, 1, 1), kRandom},
+      {MakeConv(3, 9, 11, 3, 7, 3, 3, 2, 1), kRandom},
+      {MakeConv(2, 5, 5, 8, 4, 1, 1, 1, 0), kRandom},
+      {MakeConv(1, 6, 6, 3, 5, 1, 1, 2, 0), kRandom},
+      {MakeConv(1, 8, 8, 3, 20, 5, 5, 1, 2), kRandom},
+      {MakeConv(2, 4, 4, 3, 33, 4, 4, 1, 0), kRandom},
+      {MakeConv(2, 3, 3, 2, 3, 5, 5, 1, 1), kRandom},
+      {MakeConv(5, 16, 16, 16, 16, 3, 3, 1, 1), kRandom},
+      {MakeConv(3, 16, 16, 32, 64, 3, 3, 2, 1), kRandom},
+      {MakeConv(2, 8, 8, 17, 100, 3, 3, 1, 1), kRandom},
+      {MakeConv(2, 6, 6, 4, 8, 3, 3, 1, 1), 0.0f},
+      {MakeConv(2, 6, 6, 4, 8, 3, 3, 1, 1), -0.8f},
+  };
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    const ConvShape& s = c.s;
+    SCOPED_TRACE(::testing::Message()
+                 << "N" << s.n << " " << s.h << "x" << s.w << "x" << s.c << " K" << s.k << " "
+                 << s.r << "x" << s.s << " stride " << s.stride_h << " pad " << s.pad_h);
+    const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
+    const size_t wn = static_cast<size_t>(s.k) * s.patch();
+    const size_t yn = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k;
+    std::vector<float> x = RandomFloats(xn, seed++, -1.0f, 2.5f);
+    if (!std::isnan(c.x_const)) x.assign(xn, c.x_const);
+    const auto w = RandomFloats(wn, seed++, -0.6f, 0.5f);
+    const auto bias = RandomFloats(s.k, seed++);
+    std::mt19937 gen(seed++);
+    std::vector<uint16_t> table(kMultiplierEntries);
+    for (auto& v : table) v = static_cast<uint16_t>(gen());
+
+    float lo, hi;
+    MinMaxCpu(x.data(), xn, &lo, &hi);
+    const QuantParams qa = ChooseQuantParams(lo, hi);
+    MinMaxCpu(w.data(), wn, &lo, &hi);
+    const QuantParams qw = ChooseQuantParams(lo, hi);
+    std::vector<uint8_t> a(xn), wc(wn);
+    std::vector<float> xq(xn), wq(wn), y(yn);
+    QuantizeCpu(x.data(), xn, qa, a.data(), xq.data());
+    QuantizeCpu(w.data(), wn, qw, wc.data(), wq.data());
+    ApproxConv2dForwardCpu(s, a.data(), wc.data(), table.data(), qa, qw, bias.data(), y.data());
+
+    Dev<float> dx(x), dw(w), db(bias), dy(yn), dxq(xn), dwq(wn);
+    Dev<uint16_t> dt(table);
+    Dev<QuantParams> dp(2);
+    Dev<unsigned char> ws(ApproxConvWorkspaceBytes(s));
+    ASSERT_TRUE(ApproxConv2dForwardCuda(s, dx.get(), dw.get(), db.get(), dt.get(), dy.get(),
+                                        dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_)
+                    .ok());
+    Sync();
+    const auto params = dp.Host();
+    EXPECT_EQ(params[0].scale, qa.scale);
+    EXPECT_EQ(params[0].zero_point, qa.zero_point);
+    EXPECT_EQ(params[1].scale, qw.scale);
+    EXPECT_EQ(params[1].zero_point, qw.zero_point);
+    EXPECT_EQ(dxq.Host(), xq);
+    EXPECT_EQ(dwq.Host(), wq);
+    EXPECT_EQ(dy.Host(), y);
   }
 }
 

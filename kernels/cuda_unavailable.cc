@@ -2,6 +2,7 @@
 // configured). No CUDA device can be created in such a build, so these are unreachable from
 // the trainer; they exist so that callers need no preprocessor conditions, and each says
 // plainly why it cannot run.
+#include "kernels/approx_conv.h"
 #include "kernels/augment.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
@@ -138,6 +139,14 @@ absl::Status ConvCudaPlan::BackwardData(const void*, const void*, void*, void*,
 }
 absl::Status ConvCudaPlan::BackwardFilter(const void*, const void*, void*, float*, void*,
                                           const CudaContext&) const {
+  return NoCuda();
+}
+
+size_t ApproxConvWorkspaceBytes(const ConvShape&) { return 0; }
+absl::Status ApproxConvPrepareCuda() { return NoCuda(); }
+absl::Status ApproxConv2dForwardCuda(const ConvShape&, const float*, const float*, const float*,
+                                     const uint16_t*, float*, float*, float*, QuantParams*, void*,
+                                     const CudaContext&) {
   return NoCuda();
 }
 

@@ -246,12 +246,11 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
   std::vector<std::string> names;
   for (const Model::Node& node : model->nodes()) {
     Layer* layer = node.layer;
-    const std::string type = layer->type();
-    if (type != "conv2d" && type != "linear") continue;
+    if (layer->kind() != LayerKind::kConv2d && layer->kind() != LayerKind::kLinear) continue;
     names.push_back(layer->name());
     Parameter* kernel = nullptr;
     for (Parameter* p : layer->parameters()) {
-      if (p->role == "kernel") kernel = p;
+      if (p->role == ParamRole::kKernel) kernel = p;
     }
     if (kernel == nullptr) continue;
     Target t;
@@ -273,7 +272,7 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
     bool eligible = true;
     if (spec.method() == PruningSpec::BLOCK) {
       const BlockGrid g = BlockGrid::Dense(t.in, t.out, spec.block_in(), spec.block_out());
-      eligible = type == "conv2d" && g.rows > 1 && g.cols > 1;
+      eligible = layer->kind() == LayerKind::kConv2d && g.rows > 1 && g.cols > 1;
     } else if (spec.method() == PruningSpec::N_OF_M) {
       eligible = t.in % spec.m() == 0;
     }

@@ -36,7 +36,7 @@ struct Fixture {
     Layer* l = model->FindLayer(layer);
     EXPECT_NE(l, nullptr) << layer;
     for (Parameter* p : l ? l->parameters() : std::vector<Parameter*>{}) {
-      if (p->role == "kernel") return p;
+      if (p->role == ParamRole::kKernel) return p;
     }
     ADD_FAILURE() << "no kernel in " << layer;
     static Parameter none;

@@ -102,7 +102,7 @@ int Main(int argc, char** argv) {
     for (float& x : m) x *= 0.5f;
     p->momentum.CopyFromHost(m.data());
     payload += p->size() * 4;
-    if (p->role == "kernel") {
+    if (p->role == ParamRole::kKernel) {
       std::vector<uint8_t> mask(p->size());
       for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i % 4) < 2;
       MaskInfo info;

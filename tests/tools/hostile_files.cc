@@ -44,7 +44,7 @@ void WriteGoodCheckpoint(const std::string& path) {
   std::unique_ptr<Model> model = *BuildModel("resnet20", 1.0f, {1, 28, 28, 1}, 10, device.get());
   model->Initialize(3);
   for (Parameter* p : model->parameters()) {
-    if (p->layer == "fc" && p->role == "kernel") {
+    if (p->layer == "fc" && p->role == ParamRole::kKernel) {
       MaskInfo info;
       info.kind = MaskInfo::Kind::kElement;
       std::vector<uint8_t> mask(p->size(), 1);

@@ -5,9 +5,11 @@
 #define TOPIARY_TRAINER_CORE_PARAMETER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
 #include "trainer/core/device.h"
 #include "trainer/core/tensor.h"
@@ -29,9 +31,18 @@ struct MaskInfo {
 // "block" | "element" | "n_of_m" | "" (the names used in checkpoints).
 const char* MaskKindName(MaskInfo::Kind kind);
 
+// What a parameter is to its layer. An enum, not a string, so that code which must treat
+// every kernel (pruning, masks, checkpoints, approximation) cannot miss one by a typo.
+enum class ParamRole { kKernel, kBias, kGamma, kBeta, kRunningMean, kRunningVar };
+
+// The names used in checkpoints and reports: kernel, bias, gamma, beta, running_mean,
+// running_var; nullopt for any other name.
+const char* ParamRoleName(ParamRole role);
+std::optional<ParamRole> ParamRoleFromName(absl::string_view name);
+
 struct Parameter {
-  std::string layer;      // e.g. "stage1.block0.conv1"
-  std::string role;       // kernel | bias | gamma | beta | running_mean | running_var
+  std::string layer;  // e.g. "stage1.block0.conv1"
+  ParamRole role = ParamRole::kKernel;
   bool trainable = true;  // false for batch-norm running statistics
   bool decay = false;     // weight decay applies (conv and linear kernels)
   Tensor value;           // as stored in memory (conv kernels: [K, R, S, C])
@@ -45,7 +56,7 @@ struct Parameter {
   Buffer<kernels::Bf16> value_bf16;
   Buffer<kernels::Bf16> grad_bf16;
 
-  std::string full_name() const { return layer + "." + role; }
+  std::string full_name() const { return layer + "." + ParamRoleName(role); }
   size_t size() const { return value.size(); }
 };
 

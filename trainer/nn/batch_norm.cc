@@ -17,8 +17,9 @@ absl::StatusOr<Shape4> BatchNorm2d::Setup(const std::vector<Shape4>& inputs, Dev
   in_ = inputs[0];
   const std::vector<int> shape = {in_.c};
   for (auto [role, slot, trainable] :
-       {std::tuple{"gamma", &gamma_, true}, std::tuple{"beta", &beta_, true},
-        std::tuple{"running_mean", &mean_, false}, std::tuple{"running_var", &var_, false}}) {
+       {std::tuple{ParamRole::kGamma, &gamma_, true}, std::tuple{ParamRole::kBeta, &beta_, true},
+        std::tuple{ParamRole::kRunningMean, &mean_, false},
+        std::tuple{ParamRole::kRunningVar, &var_, false}}) {
     auto p = AddParameter(device, role, shape, trainable, false);
     if (!p.ok()) return p.status();
     *slot = *p;

@@ -41,11 +41,11 @@ absl::StatusOr<Shape4> Conv2d::Setup(const std::vector<Shape4>& inputs, Device* 
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %s (input %dx%dx%d)", name(), st.message(), in_.h, in_.w, in_.c));
   }
-  auto k = AddParameter(device, "kernel", {s.k, s.r, s.s, s.c}, true, true);
+  auto k = AddParameter(device, ParamRole::kKernel, {s.k, s.r, s.s, s.c}, true, true);
   if (!k.ok()) return k.status();
   kernel_ = *k;
   if (config_.bias) {
-    auto b = AddParameter(device, "bias", {s.k}, true, false);
+    auto b = AddParameter(device, ParamRole::kBias, {s.k}, true, false);
     if (!b.ok()) return b.status();
     bias_ = *b;
   }

@@ -2,7 +2,31 @@
 
 namespace topiary {
 
-absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, const std::string& role,
+const char* LayerKindName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kConv2d:
+      return "conv2d";
+    case LayerKind::kBatchNorm:
+      return "batch_norm";
+    case LayerKind::kLinear:
+      return "linear";
+    case LayerKind::kMaxPool:
+      return "max_pool";
+    case LayerKind::kAvgPool:
+      return "avg_pool";
+    case LayerKind::kGlobalAvgPool:
+      return "global_avg_pool";
+    case LayerKind::kRelu:
+      return "relu";
+    case LayerKind::kAdd:
+      return "add";
+    case LayerKind::kFlatten:
+      return "flatten";
+  }
+  return "";
+}
+
+absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, ParamRole role,
                                                std::vector<int> shape, bool trainable, bool decay) {
   auto p = std::make_unique<Parameter>();
   p->layer = name_;

@@ -79,6 +79,22 @@ void* WeightGradFor(const Parameter& p, kernels::DType t);
 // Gives p its bf16 copies (once; later calls do nothing).
 absl::Status AddBf16Copies(Parameter* p, Device* device);
 
+// What a layer computes. An enum, not a string, so that code which must treat every
+// convolution (pruning, approximation, reports) cannot miss one by a typo.
+enum class LayerKind {
+  kConv2d,
+  kBatchNorm,
+  kLinear,
+  kMaxPool,
+  kAvgPool,
+  kGlobalAvgPool,
+  kRelu,
+  kAdd,
+  kFlatten
+};
+// "conv2d", "batch_norm", "linear", "max_pool", ... (for reports and benchmarks).
+const char* LayerKindName(LayerKind kind);
+
 class Layer {
  public:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -87,7 +103,8 @@ class Layer {
   Layer& operator=(const Layer&) = delete;
 
   const std::string& name() const { return name_; }
-  virtual const char* type() const = 0;
+  virtual LayerKind kind() const = 0;
+  const char* type() const { return LayerKindName(kind()); }
 
   // Called once, when the layer joins a model: checks the input shapes (n = 1), creates the
   // parameters on `device` and returns the output shape for one image. Errors name the layer.
@@ -115,8 +132,8 @@ class Layer {
 
  protected:
   // Creates a parameter (with gradient and momentum when trainable).
-  absl::StatusOr<Parameter*> AddParameter(Device* device, const std::string& role,
-                                          std::vector<int> shape, bool trainable, bool decay);
+  absl::StatusOr<Parameter*> AddParameter(Device* device, ParamRole role, std::vector<int> shape,
+                                          bool trainable, bool decay);
 
  private:
   std::string name_;

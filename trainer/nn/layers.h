@@ -23,7 +23,7 @@ class Conv2d : public Layer {
     bool bias = false;
   };
   Conv2d(std::string name, const Config& config) : Layer(std::move(name)), config_(config) {}
-  const char* type() const override { return "conv2d"; }
+  LayerKind kind() const override { return LayerKind::kConv2d; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
@@ -46,7 +46,7 @@ class Conv2d : public Layer {
 class BatchNorm2d : public Layer {
  public:
   explicit BatchNorm2d(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
-  const char* type() const override { return "batch_norm"; }
+  LayerKind kind() const override { return LayerKind::kBatchNorm; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
@@ -66,7 +66,7 @@ class BatchNorm2d : public Layer {
 class Linear : public Layer {
  public:
   Linear(std::string name, int out_features) : Layer(std::move(name)), out_(out_features) {}
-  const char* type() const override { return "linear"; }
+  LayerKind kind() const override { return LayerKind::kLinear; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
@@ -86,7 +86,9 @@ class Pool2d : public Layer {
   enum class Kind { kMax, kAvg };
   Pool2d(std::string name, Kind kind, int window, int stride, int pad)
       : Layer(std::move(name)), kind_(kind), window_(window), stride_(stride), pad_(pad) {}
-  const char* type() const override { return kind_ == Kind::kMax ? "max_pool" : "avg_pool"; }
+  LayerKind kind() const override {
+    return kind_ == Kind::kMax ? LayerKind::kMaxPool : LayerKind::kAvgPool;
+  }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
                                          const PlanOptions& options) override;
@@ -104,7 +106,7 @@ class Pool2d : public Layer {
 class GlobalAvgPool : public Layer {
  public:
   explicit GlobalAvgPool(std::string name) : Layer(std::move(name)) {}
-  const char* type() const override { return "global_avg_pool"; }
+  LayerKind kind() const override { return LayerKind::kGlobalAvgPool; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
@@ -116,7 +118,7 @@ class GlobalAvgPool : public Layer {
 class Relu : public Layer {
  public:
   explicit Relu(std::string name) : Layer(std::move(name)) {}
-  const char* type() const override { return "relu"; }
+  LayerKind kind() const override { return LayerKind::kRelu; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
@@ -129,7 +131,7 @@ class Relu : public Layer {
 class Add : public Layer {
  public:
   explicit Add(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
-  const char* type() const override { return "add"; }
+  LayerKind kind() const override { return LayerKind::kAdd; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
@@ -143,7 +145,7 @@ class Add : public Layer {
 class Flatten : public Layer {
  public:
   explicit Flatten(std::string name) : Layer(std::move(name)) {}
-  const char* type() const override { return "flatten"; }
+  LayerKind kind() const override { return LayerKind::kFlatten; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;

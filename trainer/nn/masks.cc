@@ -6,20 +6,6 @@
 
 namespace topiary {
 
-const char* MaskKindName(MaskInfo::Kind kind) {
-  switch (kind) {
-    case MaskInfo::Kind::kBlock:
-      return "block";
-    case MaskInfo::Kind::kElement:
-      return "element";
-    case MaskInfo::Kind::kNofM:
-      return "n_of_m";
-    case MaskInfo::Kind::kNone:
-      break;
-  }
-  return "";
-}
-
 absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info,
                          bool zero_masked) {
   if (mask.size() != p->size()) {

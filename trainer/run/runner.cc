@@ -379,7 +379,7 @@ absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
   constexpr int kBatches = 8;
   std::vector<Parameter*> kernels, running;
   for (Parameter* p : model_->parameters()) {
-    if (p->role == "kernel") kernels.push_back(p);
+    if (p->role == ParamRole::kKernel) kernels.push_back(p);
     if (!p->trainable) running.push_back(p);
   }
   std::vector<std::vector<float>> saved;
@@ -412,7 +412,7 @@ RoundSummary ExperimentRun::SparsityRow(int round,
   int64_t total = 0, zeros = 0;
   for (const Model::Node& node : model_->nodes()) {
     for (Parameter* p : node.layer->parameters()) {
-      if (p->role != "kernel") continue;
+      if (p->role != ParamRole::kKernel) continue;
       const int64_t masked = MaskedCount(*p);
       total += static_cast<int64_t>(p->size());
       zeros += masked;

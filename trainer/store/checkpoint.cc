@@ -17,10 +17,12 @@
 namespace topiary {
 namespace {
 
-std::string LayerPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/", p.role); }
+std::string LayerPath(const Parameter& p) {
+  return absl::StrCat("/layers/", p.layer, "/", ParamRoleName(p.role));
+}
 std::string MaskPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/mask"); }
 std::string MomentumPath(const Parameter& p) {
-  return absl::StrCat("/optimizer/momentum/", p.layer, "/", p.role);
+  return absl::StrCat("/optimizer/momentum/", p.layer, "/", ParamRoleName(p.role));
 }
 
 // Conv kernels are [K, R, S, C] in memory and [K, C, R, S] (OIHW) on disk; everything else
@@ -323,7 +325,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
     }
     values.push_back({p, &it->second, mom});
     auto mask = doc->datasets.find(MaskPath(*p));
-    if (mask != doc->datasets.end() && p->role == "kernel") {
+    if (mask != doc->datasets.end() && p->role == ParamRole::kKernel) {
       masks.push_back(ParseMask(p, mask->second));
     }
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kernels/parallel.h"
+#include "trainer/core/parameter.h"
 #include "trainer/util/crc32c.h"
 
 namespace topiary {
@@ -64,10 +65,9 @@ absl::Status CheckRoot(const std::string& file, const H5Document& doc) {
 
 // Roles of the datasets under /layers/<layer>/ and the ranks they may have.
 bool KnownRole(const std::string& role, size_t rank) {
-  if (role == "kernel") return rank == 2 || rank == 4;
-  return (role == "bias" || role == "gamma" || role == "beta" || role == "running_mean" ||
-          role == "running_var") &&
-         rank == 1;
+  const std::optional<ParamRole> r = ParamRoleFromName(role);
+  if (!r) return false;
+  return *r == ParamRole::kKernel ? rank == 2 || rank == 4 : rank == 1;
 }
 
 absl::Status CheckMask(const std::string& file, const std::string& path, const H5Dataset& mask,

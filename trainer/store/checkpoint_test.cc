@@ -38,7 +38,7 @@ struct Fixture {
   }
   Parameter* Param(const std::string& layer, const std::string& role) {
     for (Parameter* p : model->FindLayer(layer)->parameters()) {
-      if (p->role == role) return p;
+      if (ParamRoleName(p->role) == role) return p;
     }
     return nullptr;
   }

@@ -1,0 +1,121 @@
+// Approximate convolution: every multiplication of an 8x8-bit quantized convolution goes
+// through a multiplier table T of 65,536 uint16 entries, T[(a << 8) | w] ~ a * w, with `a` the
+// activation code and `w` the weight code (the order matters: approximate multipliers are
+// not symmetric). The method of TFApprox (Vaverka et al., DATE 2020), with exact integer
+// accumulation:
+//
+//   1. Ranges: min and max over the whole input batch and over the whole filter.
+//   2. Asymmetric uint8 quantization with TensorFlow's nudged zero point (ChooseQuantParams):
+//      scale = (max - min) / 255, zp = clamp(round(-min / scale), 0, 255), and the code of x
+//      is floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale.
+//      The fake-quantized value of a code q is (q - zp) * scale, so 0 is exact: padding and
+//      pruned weights are exactly 0 in the fake-quantized operands.
+//   3. For each output, over its patch of P = R*S*C positions (padding positions carry the
+//      activation code zp_a, the code of 0, and go through the table like any other):
+//        acc = sum T[a_p, w_p] - zp_w * sum a_p - zp_a * sum w_p + P * zp_a * zp_w
+//      in integers (the table sum in int32, exact for P <= 32768), and
+//        y = (s_a * s_w) * acc + bias.
+//      This is the float formula y = s_a s_w sum T + o_w sum xq + o_a sum wq - P o_a o_w with
+//      xq, wq the fake-quantized operands, rearranged so that every sum is an integer. With
+//      the exact table T[a, w] = a * w it equals the exact convolution of the fake-quantized
+//      operands up to float rounding.
+//
+// The CPU functions are the reference; the CUDA ones (approx_conv_cuda.cu) compute the same
+// integers and apply the same float operations, so their outputs are bit-identical.
+#ifndef TOPIARY_KERNELS_APPROX_CONV_H_
+#define TOPIARY_KERNELS_APPROX_CONV_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/conv.h"
+#include "kernels/host_device.h"
+
+namespace topiary::kernels {
+
+constexpr int kMultiplierEntries = 65536;  // 256 activation codes x 256 weight codes
+// The longest patch whose table sum cannot overflow int32 (65535 * 32768 < 2^31).
+constexpr int kMaxApproxPatch = 32768;
+
+// Quantization of one tensor; the fake-quantized value of code q is (q - zero_point) * scale.
+struct QuantParams {
+  float scale = 1.0f;
+  int32_t zero_point = 0;
+};
+
+// TensorFlow's nudged asymmetric uint8 parameters for [min, max] (narrow range off). A
+// constant tensor (max == min, where the formula would divide by zero) gets the range
+// [min(v, 0), max(v, 0)] so that both v and 0 are representable; v == 0 gets scale 1.
+TOPIARY_HD inline QuantParams ChooseQuantParams(float min, float max) {
+  if (!(max > min)) {
+    const float v = max;
+    if (v == 0.0f || !(v == v)) return QuantParams{};
+    min = v < 0.0f ? v : 0.0f;
+    max = v > 0.0f ? v : 0.0f;
+  }
+  QuantParams q;
+  q.scale = (max - min) / 255.0f;
+  float zp = roundf(-min / q.scale);
+  zp = zp < 0.0f ? 0.0f : (zp > 255.0f ? 255.0f : zp);
+  q.zero_point = static_cast<int32_t>(zp);
+  return q;
+}
+
+// floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale (NaN gives 0),
+// evaluated as floor(x / scale + zp + 0.5): no multiply feeds an add, so no compiler can fuse
+// one into an FMA on one backend and not the other, and codes stay identical on both.
+TOPIARY_HD inline uint8_t QuantizeCode(float x, const QuantParams& q) {
+  const float t = floorf(x / q.scale + static_cast<float>(q.zero_point) + 0.5f);
+  if (!(t > 0.0f)) return 0;
+  return t >= 255.0f ? 255 : static_cast<uint8_t>(t);
+}
+
+TOPIARY_HD inline float DequantizeCode(int code, const QuantParams& q) {
+  return static_cast<float>(code - q.zero_point) * q.scale;
+}
+
+// y = (s_a * s_w) * acc + bias as one fused multiply-add (one rounding) on both backends.
+TOPIARY_HD inline float ApproxOutput(int64_t acc, float scale_aw, float bias) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(static_cast<float>(acc), scale_aw, bias);
+#else
+  return std::fma(static_cast<float>(acc), scale_aw, bias);
+#endif
+}
+
+// OK for any valid conv shape whose patch is at most kMaxApproxPatch and whose input has
+// fewer than 2^31 elements; otherwise names the problem.
+absl::Status CheckApproxConvShape(const ConvShape& shape);
+
+// min and max of x[0..n) (n > 0).
+void MinMaxCpu(const float* x, int64_t n, float* min, float* max);
+// codes[i] = QuantizeCode(x[i], q); and, when fake is not null, fake[i] = its dequantized value.
+void QuantizeCpu(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, float* fake);
+
+// y[N, Ho, Wo, K] from activation codes [N, H, W, C] and weight codes [K, R, S, C] through
+// `table` (T[(a << 8) | w]); bias may be null.
+// REQUIRES: CheckApproxConvShape(shape).ok().
+void ApproxConv2dForwardCpu(const ConvShape& shape, const uint8_t* a_codes, const uint8_t* w_codes,
+                            const uint16_t* table, const QuantParams& qa, const QuantParams& qw,
+                            const float* bias, float* y);
+
+// The whole forward pass on the GPU without a host round trip (so a training step stays one
+// CUDA graph): ranges, parameters, codes and the table convolution. `table` is in device
+// memory. When xq is not null it receives the fake-quantized input (for the straight-through
+// backward pass); wq always receives the fake-quantized filter. `params` (device, 2 entries:
+// activation, weight) receives the quantization parameters used.
+// REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds ApproxConvWorkspaceBytes(shape).
+size_t ApproxConvWorkspaceBytes(const ConvShape& shape);
+// Allows the kernels the shared memory the table needs, on the current device. Call before
+// the first forward pass and outside stream capture (e.g. when a network is planned).
+absl::Status ApproxConvPrepareCuda();
+absl::Status ApproxConv2dForwardCuda(const ConvShape& shape, const float* x, const float* w,
+                                     const float* bias, const uint16_t* table, float* y, float* xq,
+                                     float* wq, QuantParams* params, void* workspace,
+                                     const CudaContext& cuda);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_APPROX_CONV_H_

@@ -1,0 +1,225 @@
+// The approximate convolution against float64 references on random inputs: with the exact
+// table it must equal fake quantization followed by the exact convolution; with a random
+// table it must equal the float formula of the method, padding positions included.
+#include "kernels/approx_conv.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/test_util.h"
+
+namespace topiary::kernels {
+namespace {
+
+using testing::MakeConv;
+using testing::RandomFloats;
+using testing::RelError;
+
+std::vector<uint16_t> ExactTable() {
+  std::vector<uint16_t> t(kMultiplierEntries);
+  for (int a = 0; a < 256; ++a) {
+    for (int w = 0; w < 256; ++w) t[(a << 8) | w] = static_cast<uint16_t>(a * w);
+  }
+  return t;
+}
+
+std::vector<uint16_t> RandomTable(uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(0, 65535);
+  std::vector<uint16_t> t(kMultiplierEntries);
+  for (auto& v : t) v = static_cast<uint16_t>(dist(gen));
+  return t;
+}
+
+struct Quantized {
+  QuantParams qa, qw;
+  std::vector<uint8_t> a, w;
+  std::vector<float> xq, wq;
+};
+
+Quantized Quantize(const std::vector<float>& x, const std::vector<float>& w) {
+  Quantized q;
+  float lo, hi;
+  MinMaxCpu(x.data(), x.size(), &lo, &hi);
+  q.qa = ChooseQuantParams(lo, hi);
+  MinMaxCpu(w.data(), w.size(), &lo, &hi);
+  q.qw = ChooseQuantParams(lo, hi);
+  q.a.resize(x.size());
+  q.xq.resize(x.size());
+  q.w.resize(w.size());
+  q.wq.resize(w.size());
+  QuantizeCpu(x.data(), x.size(), q.qa, q.a.data(), q.xq.data());
+  QuantizeCpu(w.data(), w.size(), q.qw, q.w.data(), q.wq.data());
+  return q;
+}
+
+// y = s_a s_w sum T[a_p, w_p] + o_w sum xq_p + o_a sum wq_p - P o_a o_w + bias in float64,
+// straight from the method's definition (offset o = -zp * scale; padding: code zp_a, xq 0).
+std::vector<double> FormulaReference(const ConvShape& s, const Quantized& q,
+                                     const std::vector<uint16_t>& table,
+                                     const std::vector<float>& bias) {
+  const double sa = q.qa.scale, sw = q.qw.scale;
+  const double oa = -q.qa.zero_point * sa, ow = -q.qw.zero_point * sw;
+  const int ho = s.ho(), wo = s.wo(), patch = s.patch();
+  std::vector<double> y(static_cast<size_t>(s.n) * ho * wo * s.k);
+  for (int n = 0; n < s.n; ++n)
+    for (int oh = 0; oh < ho; ++oh)
+      for (int ow_ = 0; ow_ < wo; ++ow_)
+        for (int k = 0; k < s.k; ++k) {
+          double t_sum = 0, x_sum = 0, w_sum = 0;
+          for (int r = 0; r < s.r; ++r)
+            for (int c2 = 0; c2 < s.s; ++c2)
+              for (int c = 0; c < s.c; ++c) {
+                const int ih = oh * s.stride_h - s.pad_h + r, iw = ow_ * s.stride_w - s.pad_w + c2;
+                const bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+                const size_t xi = ((static_cast<size_t>(n) * s.h + ih) * s.w + iw) * s.c + c;
+                const size_t wi = ((static_cast<size_t>(k) * s.r + r) * s.s + c2) * s.c + c;
+                const int a = inside ? q.a[xi] : q.qa.zero_point;
+                t_sum += table[(a << 8) | q.w[wi]];
+                x_sum += inside ? q.xq[xi] : 0.0;
+                w_sum += q.wq[wi];
+              }
+          y[((static_cast<size_t>(n) * ho + oh) * wo + ow_) * s.k + k] =
+              sa * sw * t_sum + ow * x_sum + oa * w_sum - patch * oa * ow + bias[k];
+        }
+  return y;
+}
+
+// The exact convolution of the fake-quantized operands, in float64.
+std::vector<double> FakeQuantConvReference(const ConvShape& s, const Quantized& q,
+                                           const std::vector<float>& bias) {
+  const int ho = s.ho(), wo = s.wo();
+  std::vector<double> y(static_cast<size_t>(s.n) * ho * wo * s.k);
+  for (int n = 0; n < s.n; ++n)
+    for (int oh = 0; oh < ho; ++oh)
+      for (int ow = 0; ow < wo; ++ow)
+        for (int k = 0; k < s.k; ++k) {
+          double acc = bias[k];
+          for (int r = 0; r < s.r; ++r)
+            for (int c2 = 0; c2 < s.s; ++c2) {
+              const int ih = oh * s.stride_h - s.pad_h + r, iw = ow * s.stride_w - s.pad_w + c2;
+              if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+              for (int c = 0; c < s.c; ++c) {
+                acc += static_cast<double>(
+                           q.xq[((static_cast<size_t>(n) * s.h + ih) * s.w + iw) * s.c + c]) *
+                       q.wq[((static_cast<size_t>(k) * s.r + r) * s.s + c2) * s.c + c];
+              }
+            }
+          y[((static_cast<size_t>(n) * ho + oh) * wo + ow) * s.k + k] = acc;
+        }
+  return y;
+}
+
+struct Case {
+  const char* what;
+  ConvShape shape;
+};
+
+// The awkward shapes: odd sizes, stride 2, 1x1, batch 1, a filter covering the whole input,
+// more padding than a ResNet uses, a single channel.
+std::vector<Case> Cases() {
+  return {
+      {"3x3 pad 1", MakeConv(2, 7, 7, 5, 6, 3, 3, 1, 1)},
+      {"3x3 stride 2 odd", MakeConv(3, 9, 11, 3, 7, 3, 3, 2, 1)},
+      {"1x1", MakeConv(2, 5, 5, 8, 4, 1, 1, 1, 0)},
+      {"1x1 stride 2", MakeConv(1, 6, 6, 3, 5, 1, 1, 2, 0)},
+      {"batch 1 5x5 pad 2", MakeConv(1, 8, 8, 3, 4, 5, 5, 1, 2)},
+      {"filter covers input", MakeConv(2, 4, 4, 3, 5, 4, 4, 1, 0)},
+      {"filter covers padded input", MakeConv(2, 3, 3, 2, 3, 5, 5, 1, 1)},
+      {"1 channel 7x3", MakeConv(2, 10, 6, 1, 3, 7, 3, 1, 3)},
+  };
+}
+
+std::vector<float> ApproxForward(const ConvShape& s, const Quantized& q,
+                                 const std::vector<uint16_t>& table,
+                                 const std::vector<float>& bias) {
+  std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
+  ApproxConv2dForwardCpu(s, q.a.data(), q.w.data(), table.data(), q.qa, q.qw, bias.data(),
+                         y.data());
+  return y;
+}
+
+TEST(ApproxConv, ExactTableEqualsFakeQuantizedExactConv) {
+  const auto table = ExactTable();
+  uint32_t seed = 1;
+  for (const Case& c : Cases()) {
+    const ConvShape& s = c.shape;
+    const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.5f, 2.0f);
+    const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.7f, 0.4f);
+    const auto bias = RandomFloats(s.k, seed++);
+    const Quantized q = Quantize(x, w);
+    EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FakeQuantConvReference(s, q, bias)), 1e-5)
+        << c.what;
+  }
+}
+
+TEST(ApproxConv, RandomTableEqualsTheFormulaWithPaddingThroughTheTable) {
+  uint32_t seed = 100;
+  for (const Case& c : Cases()) {
+    const ConvShape& s = c.shape;
+    const auto table = RandomTable(seed++);
+    const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.0f, 3.0f);
+    const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.5f, 0.5f);
+    const auto bias = RandomFloats(s.k, seed++);
+    const Quantized q = Quantize(x, w);
+    EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FormulaReference(s, q, table, bias)), 1e-5)
+        << c.what;
+  }
+}
+
+TEST(ApproxConv, ConstantTensorsAndAllPositiveRanges) {
+  const auto table = ExactTable();
+  const ConvShape s = MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1);
+  const std::vector<float> bias(s.k, 0.25f);
+  for (float xv : {0.0f, 0.7f, -1.3f}) {
+    for (float wv : {0.0f, 0.2f, -0.4f}) {
+      const std::vector<float> x(static_cast<size_t>(s.n) * s.h * s.w * s.c, xv);
+      const std::vector<float> w(static_cast<size_t>(s.k) * s.patch(), wv);
+      const Quantized q = Quantize(x, w);
+      EXPECT_FLOAT_EQ(q.xq[0], xv);
+      EXPECT_FLOAT_EQ(q.wq[0], wv);
+      EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FakeQuantConvReference(s, q, bias)),
+                1e-5)
+          << "x = " << xv << ", w = " << wv;
+    }
+  }
+}
+
+TEST(ApproxConv, QuantizationNudgesZeroOntoACode) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+  for (int i = 0; i < 2000; ++i) {
+    float lo = d(gen), hi = d(gen);
+    if (lo > hi) std::swap(lo, hi);
+    const QuantParams q = ChooseQuantParams(lo, hi);
+    ASSERT_GE(q.zero_point, 0);
+    ASSERT_LE(q.zero_point, 255);
+    EXPECT_EQ(DequantizeCode(QuantizeCode(0.0f, q), q), 0.0f) << lo << " " << hi;
+    if (lo <= 0.0f && hi >= 0.0f) {
+      // Inside a range that holds 0, codes are within half a step of the value.
+      const float x = lo + (hi - lo) * (i % 97) / 96.0f;
+      EXPECT_LE(std::abs(DequantizeCode(QuantizeCode(x, q), q) - x), 0.5f * q.scale * 1.001f);
+    }
+  }
+  // The values TensorFlow's FakeQuantWithMinMaxArgs gives for [-1, 2]: scale 3/255, zero
+  // point round(255/3) = 85.
+  const QuantParams q = ChooseQuantParams(-1.0f, 2.0f);
+  EXPECT_FLOAT_EQ(q.scale, 3.0f / 255.0f);
+  EXPECT_EQ(q.zero_point, 85);
+  EXPECT_EQ(QuantizeCode(-5.0f, q), 0);
+  EXPECT_EQ(QuantizeCode(5.0f, q), 255);
+  EXPECT_EQ(QuantizeCode(std::nanf(""), q), 0);
+}
+
+TEST(ApproxConv, RefusesPatchesThatCouldOverflow) {
+  EXPECT_TRUE(CheckApproxConvShape(MakeConv(1, 8, 8, 3640, 1, 3, 3, 1, 1)).ok());
+  const absl::Status st = CheckApproxConvShape(MakeConv(1, 8, 8, 4096, 1, 3, 3, 1, 1));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("36864"), absl::string_view::npos) << st;
+}
+
+}  // namespace
+}  // namespace topiary::kernels

@@ -1,0 +1,142 @@
+// Approximate-convolution throughput on the GPU: the whole forward pass (ranges, codes and
+// the table convolution) on resnet20's 3x3 layer shapes, beside the exact cuDNN convolution
+// of the same shape (fp32, as Topiary plans it). Prints one JSON line per shape with
+// table-MAC/s (N * Ho * Wo * K * R * S * C per second). approx_conv_pytorch.py measures
+// PyTorch's LUT emulation and cuDNN on the same shapes; docs/PERFORMANCE.md has results.
+//   approx_conv_bench [--batch 512] [--iters 20]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "kernels/approx_conv.h"
+#include "kernels/conv.h"
+#include "kernels/cuda_context.h"
+
+namespace topiary::kernels {
+namespace {
+
+#define CHECK_OK(expr)                                                             \
+  do {                                                                             \
+    const absl::Status st_ = (expr);                                               \
+    if (!st_.ok()) {                                                               \
+      absl::FPrintF(stderr, "approx_conv_bench: %s: %s\n", #expr, st_.ToString()); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+void* DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_OK(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
+  return p;
+}
+
+void FillRandom(float* dev, size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> h(n);
+  for (auto& v : h) v = d(gen);
+  CHECK_OK(CudaStatus(cudaMemcpy(dev, h.data(), n * 4, cudaMemcpyHostToDevice), "copy"));
+}
+
+// Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
+template <typename F>
+double TimeMs(const CudaContext& cuda, int iters, F f) {
+  for (int i = 0; i < 2; ++i) f();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda.stream);
+  for (int i = 0; i < iters; ++i) f();
+  cudaEventRecord(stop, cuda.stream);
+  CHECK_OK(CudaStatus(cudaEventSynchronize(stop), "timing"));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+int Main(int argc, char** argv) {
+  int batch = 512, iters = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--batch")) (void)absl::SimpleAtoi(argv[i + 1], &batch);
+    if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
+  }
+  CudaContext cuda;
+  CHECK_OK(CudaStatus(cudaStreamCreate(&cuda.stream), "stream"));
+  CHECK_OK(CudnnStatus(cudnnCreate(&cuda.cudnn), "cudnn"));
+  CHECK_OK(CudnnStatus(cudnnSetStream(cuda.cudnn, cuda.stream), "cudnn stream"));
+  cudaDeviceGetAttribute(&cuda.sm_count, cudaDevAttrMultiProcessorCount, 0);
+  CHECK_OK(ApproxConvPrepareCuda());
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+
+  // resnet20 (CIFAR, 32x32): the 3x3 convolutions of its three stages.
+  struct Layer {
+    const char* name;
+    int hw, c, k, stride;
+  };
+  const Layer layers[] = {{"stage1 3x3 16->16", 32, 16, 16, 1},
+                          {"stage2 3x3 16->32 s2", 32, 16, 32, 2},
+                          {"stage2 3x3 32->32", 16, 32, 32, 1},
+                          {"stage3 3x3 32->64 s2", 16, 32, 64, 2},
+                          {"stage3 3x3 64->64", 8, 64, 64, 1}};
+  std::mt19937 gen(1);
+  std::vector<uint16_t> table(kMultiplierEntries);
+  for (auto& v : table) v = static_cast<uint16_t>(gen());
+  auto* d_table = static_cast<uint16_t*>(DeviceAlloc(table.size() * 2));
+  cudaMemcpy(d_table, table.data(), table.size() * 2, cudaMemcpyHostToDevice);
+  auto* d_params = static_cast<QuantParams*>(DeviceAlloc(2 * sizeof(QuantParams)));
+  for (const Layer& l : layers) {
+    ConvShape s;
+    s.n = batch;
+    s.h = s.w = l.hw;
+    s.c = l.c;
+    s.k = l.k;
+    s.r = s.s = 3;
+    s.stride_h = s.stride_w = l.stride;
+    s.pad_h = s.pad_w = 1;
+    const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
+    const size_t wn = static_cast<size_t>(s.k) * s.patch();
+    const size_t yn = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k;
+    auto* x = static_cast<float*>(DeviceAlloc(xn * 4));
+    auto* w = static_cast<float*>(DeviceAlloc(wn * 4));
+    auto* y = static_cast<float*>(DeviceAlloc(yn * 4));
+    auto* wq = static_cast<float*>(DeviceAlloc(wn * 4));
+    FillRandom(x, xn, 2);
+    FillRandom(w, wn, 3);
+    void* ws = DeviceAlloc(ApproxConvWorkspaceBytes(s));
+    const double approx_ms = TimeMs(cuda, iters, [&] {
+      CHECK_OK(
+          ApproxConv2dForwardCuda(s, x, w, nullptr, d_table, y, nullptr, wq, d_params, ws, cuda));
+    });
+    auto plan = ConvCudaPlan::Create(s, Precision::kFp32, size_t{1} << 30, false, cuda);
+    CHECK_OK(plan.status());
+    void* cws = DeviceAlloc((*plan)->workspace_bytes());
+    const double exact_ms =
+        TimeMs(cuda, iters, [&] { CHECK_OK((*plan)->Forward(x, w, nullptr, y, cws, cuda)); });
+    const double macs = static_cast<double>(yn) * s.patch();
+    absl::PrintF(
+        "{\"impl\":\"topiary\",\"gpu\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"approx_ms\":%.4f,"
+        "\"table_macs_per_s\":%.4g,\"cudnn_fp32_ms\":%.4f,\"approx_over_cudnn\":%.2f}\n",
+        prop.name, l.name, batch, approx_ms, macs / (approx_ms * 1e-3), exact_ms,
+        approx_ms / exact_ms);
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y),
+                    static_cast<void*>(wq), ws, cws}) {
+      cudaFree(p);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace topiary::kernels
+
+int main(int argc, char** argv) { return topiary::kernels::Main(argc, argv); }
