@@ -4,10 +4,11 @@
 //
 // The table convolution is an implicit GEMM over (pixels x output channels), reduced over the
 // patch in chunks of kChunk positions. Each thread holds kTm pixels x kTk channels of int32
-// sums; a chunk's activation codes sit in shared memory pre-shifted (a << 8), so a product is
-// one OR and one shared-memory load. Table lookups at data-dependent addresses cause bank
-// conflicts that nothing can avoid (a table row spans every bank), and they bound the speed.
-// Blocks are persistent (one per SM, looping over tiles), so the table is loaded once per SM.
+// sums; a chunk's activation codes sit in shared memory as table row offsets (Swizzled below),
+// so a product is one XOR and one shared-memory load. Table lookups at data-dependent addresses
+// cause bank conflicts that nothing can avoid (a table row spans every bank), and they bound the
+// speed. Blocks are persistent (one per SM, looping over tiles), so the table is loaded once per
+// SM.
 #include <climits>
 
 #include "kernels/approx_conv.h"
@@ -17,9 +18,19 @@
 namespace topiary::kernels {
 namespace {
 
-constexpr int kTm = 8;      // pixels per thread
-constexpr int kTk = 4;      // output channels per thread
-constexpr int kChunk = 16;  // patch positions per shared-memory stage
+constexpr int kConvThreads = 512;  // threads of a table-convolution block (one per SM)
+constexpr int kTm = 8;             // pixels per thread
+constexpr int kTk = 4;             // output channels per thread
+constexpr int kChunk = 16;         // patch positions per shared-memory stage
+
+// The table in shared memory is swizzled: entry (a, w) lives at (a << 8) | (w ^ ((a & 31) << 1)).
+// Unswizzled, a 4-byte bank word holds T[a][2i], T[a][2i+1], so the bank of a lookup depends
+// on w alone, and the lanes of a warp that share a weight code (a whole group of pixels) all
+// hit one bank. Swizzled, the bank depends on a too. An activation code is kept as
+// Swizzled(a), and the lookup index is Swizzled(a) ^ w.
+__device__ __forceinline__ uint16_t Swizzled(unsigned a) {
+  return static_cast<uint16_t>((a << 8) | ((a & 31u) << 1));
+}
 
 // Floats as order-preserving ints, so atomicMin/atomicMax on int give float min/max.
 __device__ __forceinline__ int OrderedInt(float f) {
@@ -87,10 +98,10 @@ __global__ void WeightSumKernel(const uint8_t* __restrict__ w_codes, int patch,
 template <int kTileK>
 struct TableConvSmem {
   static constexpr int kThreadsK = kTileK / kTk;
-  static constexpr int kThreadsM = kThreads / kThreadsK;
+  static constexpr int kThreadsM = kConvThreads / kThreadsK;
   static constexpr int kTileM = kThreadsM * kTm;
   uint16_t table[kMultiplierEntries];
-  uint16_t a[kChunk][kTileM];  // activation codes << 8
+  uint16_t a[kChunk][kTileM];  // Swizzled(activation code)
   uint16_t w[kChunk][kTileK];  // weight codes
   int pix_base[kTileM];        // offset of the pixel's image in the codes, or -1 past the end
   int pix_h0[kTileM], pix_w0[kTileM];
@@ -98,7 +109,7 @@ struct TableConvSmem {
 };
 
 template <int kTileK>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kConvThreads, 1)
     TableConvKernel(ConvShape sh, const uint8_t* __restrict__ a_codes,
                     const uint8_t* __restrict__ w_codes, const int32_t* __restrict__ w_sum,
                     const uint16_t* __restrict__ table, const QuantParams* __restrict__ params,
@@ -108,12 +119,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
-  // The table, once per block (blocks are persistent), in 16-byte pieces.
-  for (int i = threadIdx.x; i < kMultiplierEntries / 8; i += kThreads) {
-    reinterpret_cast<uint4*>(sm.table)[i] = reinterpret_cast<const uint4*>(table)[i];
+  // The table, once per block (blocks are persistent), swizzled.
+  for (int i = threadIdx.x; i < kMultiplierEntries; i += kConvThreads) {
+    sm.table[Swizzled(i >> 8) ^ (i & 255)] = table[i];
   }
   const QuantParams qa = params[0], qw = params[1];
-  const uint16_t pad_code = static_cast<uint16_t>(qa.zero_point << 8);
+  const uint16_t pad_code = Swizzled(qa.zero_point);
+  const unsigned pad_word = 0x01010101u * static_cast<unsigned>(qa.zero_point);  // 4 pad codes
+  // Whole chunks of 16 channels at one filter tap (the codes buffer is 256-byte aligned).
+  const bool vector_loads = sh.c % kChunk == 0;
   const float scale_aw = qa.scale * qw.scale;
   const int ho = sh.ho(), wo = sh.wo(), patch = sh.patch();
   const int64_t pixels = static_cast<int64_t>(sh.n) * ho * wo;
@@ -126,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t m_base = (tile / tiles_k) * kTileM;
     const int k_base = static_cast<int>(tile % tiles_k) * kTileK;
     __syncthreads();  // the previous tile is done with the pixel table (and the table is in)
-    for (int i = threadIdx.x; i < kTileM; i += kThreads) {
+    for (int i = threadIdx.x; i < kTileM; i += kConvThreads) {
       const int64_t m = m_base + i;
       if (m < pixels) {
         const int n = static_cast<int>(m / (ho * wo));
@@ -140,35 +154,67 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     int32_t acc[kTm][kTk] = {};
     int32_t a_sum[kTm] = {};
+    // Vector path: the next chunk's codes are fetched into registers while the current one
+    // is being multiplied, so global-memory latency hides behind the table lookups.
+    constexpr int kPix = (kTileM + kConvThreads - 1) / kConvThreads;
+    uint4 next[kPix];
+    auto fetch = [&](int p0) {
+      const int rs = p0 / sh.c, c0 = p0 % sh.c, r = rs / sh.s, q = rs % sh.s;
+#pragma unroll
+      for (int u = 0; u < kPix; ++u) {
+        const int m = threadIdx.x + u * kConvThreads;
+        next[u] = make_uint4(pad_word, pad_word, pad_word, pad_word);
+        if (m >= kTileM || sm.pix_base[m] < 0) continue;
+        const int ih = sm.pix_h0[m] + r, iw = sm.pix_w0[m] + q;
+        if (ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) {
+          next[u] = *reinterpret_cast<const uint4*>(a_codes + sm.pix_base[m] +
+                                                    (ih * sh.w + iw) * sh.c + c0);
+        }
+      }
+    };
+    __syncthreads();  // the pixel table is complete
+    if (vector_loads) fetch(0);
     for (int p0 = 0; p0 < patch; p0 += kChunk) {
       __syncthreads();  // the previous chunk's operands are consumed
-      if (threadIdx.x < kChunk) {
-        const int p = p0 + threadIdx.x;
-        const int rs = p / sh.c;
-        sm.chunk_c[threadIdx.x] = p % sh.c;
-        sm.chunk_r[threadIdx.x] = rs / sh.s;
-        sm.chunk_s[threadIdx.x] = p < patch ? rs % sh.s : -1;  // -1: past the patch
-      }
-      __syncthreads();
-      for (int i = threadIdx.x; i < kChunk * kTileM; i += kThreads) {
-        const int j = i / kTileM, m = i % kTileM;
-        uint16_t code = 0;  // past the patch or the pixels: contributes nothing (fixed below)
-        if (sm.chunk_s[j] >= 0 && sm.pix_base[m] >= 0) {
-          const int ih = sm.pix_h0[m] + sm.chunk_r[j], iw = sm.pix_w0[m] + sm.chunk_s[j];
-          code = pad_code;
-          if (ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) {
-            code = static_cast<uint16_t>(
-                a_codes[sm.pix_base[m] + (ih * sh.w + iw) * sh.c + sm.chunk_c[j]] << 8);
-          }
+      if (vector_loads) {
+        // A chunk is one filter tap and 16 consecutive channels of each pixel.
+#pragma unroll
+        for (int u = 0; u < kPix; ++u) {
+          const int m = threadIdx.x + u * kConvThreads;
+          if (m >= kTileM) continue;
+          const uint8_t* b = reinterpret_cast<const uint8_t*>(&next[u]);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) sm.a[j][m] = Swizzled(b[j]);
         }
-        sm.a[j][m] = code;
+      } else {
+        if (threadIdx.x < kChunk) {
+          const int p = p0 + threadIdx.x;
+          const int rs = p / sh.c;
+          sm.chunk_c[threadIdx.x] = p % sh.c;
+          sm.chunk_r[threadIdx.x] = rs / sh.s;
+          sm.chunk_s[threadIdx.x] = p < patch ? rs % sh.s : -1;  // -1: past the patch
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < kChunk * kTileM; i += kConvThreads) {
+          const int j = i / kTileM, m = i % kTileM;
+          uint16_t code = 0;  // past the patch or the pixels: never summed or stored
+          if (sm.chunk_s[j] >= 0 && sm.pix_base[m] >= 0) {
+            const int ih = sm.pix_h0[m] + sm.chunk_r[j], iw = sm.pix_w0[m] + sm.chunk_s[j];
+            code = pad_code;
+            if (ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) {
+              code = Swizzled(a_codes[sm.pix_base[m] + (ih * sh.w + iw) * sh.c + sm.chunk_c[j]]);
+            }
+          }
+          sm.a[j][m] = code;
+        }
       }
-      for (int i = threadIdx.x; i < kChunk * kTileK; i += kThreads) {
+      for (int i = threadIdx.x; i < kChunk * kTileK; i += kConvThreads) {
         const int j = i / kTileK, kk = i % kTileK;
         const int k = k_base + kk, p = p0 + j;
         sm.w[j][kk] = k < sh.k && p < patch ? w_codes[static_cast<int64_t>(k) * patch + p] : 0;
       }
       __syncthreads();
+      if (vector_loads && p0 + kChunk < patch) fetch(p0 + kChunk);
       const int steps = min(kChunk, patch - p0);
       for (int j = 0; j < steps; ++j) {
         uint16_t a[kTm], w[kTk];
@@ -178,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kTm; ++i) {
           a_sum[i] += a[i] >> 8;
 #pragma unroll
-          for (int t = 0; t < kTk; ++t) acc[i][t] += sm.table[a[i] | w[t]];
+          for (int t = 0; t < kTk; ++t) acc[i][t] += sm.table[a[i] ^ w[t]];
         }
       }
     }
@@ -209,8 +255,8 @@ absl::Status LaunchTableConv(const ConvShape& sh, const uint8_t* a_codes, const 
   const int64_t tiles =
       ((pixels + Smem::kTileM - 1) / Smem::kTileM) * ((sh.k + kTileK - 1) / kTileK);
   const int blocks = static_cast<int>(std::min<int64_t>(tiles, std::max(cuda.sm_count, 1)));
-  TableConvKernel<kTileK><<<blocks, kThreads, bytes, cuda.stream>>>(sh, a_codes, w_codes, w_sum,
-                                                                    table, params, bias, y);
+  TableConvKernel<kTileK><<<blocks, kConvThreads, bytes, cuda.stream>>>(sh, a_codes, w_codes, w_sum,
+                                                                        table, params, bias, y);
   return LaunchStatus("approximate convolution");
 }
 
