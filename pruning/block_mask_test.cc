@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pruning/glob.h"
+#include "trainer/util/glob.h"
 #include "trainer/core/random.h"
 
 namespace topiary::pruning {

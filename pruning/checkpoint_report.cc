@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "pruning/glob.h"
+#include "trainer/util/glob.h"
 #include "trainer/store/checkpoint.h"
 
 namespace topiary::pruning {

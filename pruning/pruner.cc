@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "pruning/block_mask.h"
 #include "pruning/element_mask.h"
-#include "pruning/glob.h"
+#include "trainer/util/glob.h"
 #include "trainer/nn/masks.h"
 
 namespace topiary::pruning {

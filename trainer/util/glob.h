@@ -1,11 +1,11 @@
 // Layer-name patterns of the spec: '*' matches any run of characters (dots included), '?'
 // one character; everything else matches itself.
-#ifndef TOPIARY_PRUNING_GLOB_H_
-#define TOPIARY_PRUNING_GLOB_H_
+#ifndef TOPIARY_TRAINER_UTIL_GLOB_H_
+#define TOPIARY_TRAINER_UTIL_GLOB_H_
 
 #include <string_view>
 
-namespace topiary::pruning {
+namespace topiary {
 
 inline bool GlobMatch(std::string_view pattern, std::string_view name) {
   size_t p = 0, n = 0, star = std::string_view::npos, resume = 0;
@@ -27,6 +27,6 @@ inline bool GlobMatch(std::string_view pattern, std::string_view name) {
   return p == pattern.size();
 }
 
-}  // namespace topiary::pruning
+}  // namespace topiary
 
-#endif  // TOPIARY_PRUNING_GLOB_H_
+#endif  // TOPIARY_TRAINER_UTIL_GLOB_H_
