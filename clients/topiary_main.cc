@@ -19,6 +19,7 @@
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
+#include "trainer/approx/multiplier.h"
 #include "trainer/core/device.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/events.h"
@@ -49,6 +50,12 @@ Local commands (no daemon needed):
       statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
   topiary info [--json]
       Version, build (CUDA or CPU-only), GPUs found, models; and the daemon, if one answers.
+  topiary multipliers [NAME|FILE.bin ...] [--json]
+      Error metrics of 8x8-bit multipliers over all 2^16 operand pairs (MAE, WCE and their %,
+      EP%, MRE%, MSE), the table's SHA-256, and power and area where the table is a known
+      EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K;
+      FILE.bin: a 131,072-byte table (e.g. data/multipliers/evoapprox8b/mul8u_L40.bin).
+      Without arguments, a sample of the generated families.
 
 Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7077;
 --token_file FILE or $TOPIARY_TOKEN_FILE for a bearer token; --tls_ca FILE for TLS):
@@ -178,6 +185,60 @@ int Info(const Args& a) {
   return kExitOk;
 }
 
+std::string OptionalNumber(const std::optional<KnownCircuit>& k, double KnownCircuit::*field,
+                           const char* fmt) {
+  if (!k) return "";
+  return absl::StrFormat(fmt, (*k).*field);
+}
+
+int Multipliers(const Args& a) {
+  std::vector<std::string> names = a.positional;
+  if (names.empty()) {
+    names = {"exact", "trunc:2", "trunc:4", "bam:6", "bam:8", "mitchell", "drum:4", "drum:6"};
+  }
+  std::vector<Multiplier> loaded;
+  for (const std::string& name : names) {
+    auto m = LoadMultiplier(name);
+    if (!m.ok()) {
+      if (a.json) {
+        absl::PrintF("{\"error\":%s}\n", JsonString(m.status().message()));
+      } else {
+        absl::FPrintF(stderr, "topiary: %s\n", m.status().message());
+      }
+      return ExitCodeForStatus(static_cast<int>(m.status().code()));
+    }
+    loaded.push_back(std::move(*m));
+  }
+  std::vector<std::string> json;
+  if (!a.json) {
+    absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
+                 "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
+  }
+  for (const Multiplier& mult : loaded) {
+    const Multiplier* m = &mult;
+    const MultiplierMetrics x = ComputeMetrics(m->table);
+    if (a.json) {
+      const std::string power = OptionalNumber(m->known, &KnownCircuit::power_mw, "%g");
+      const std::string area = OptionalNumber(m->known, &KnownCircuit::area_um2, "%g");
+      json.push_back(absl::StrFormat(
+          R"({"name":%s,"source":%s,"sha256":"%s","mae":%.6g,"mae_pct":%.6g,"wce":%.6g,)"
+          R"("wce_pct":%.6g,"ep_pct":%.6g,"mre_pct":%.6g,"mse":%.6g,"power_mw":%s,)"
+          R"("area_um2":%s,"known_circuit":%s})",
+          JsonString(m->name), JsonString(m->source), m->sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
+          x.ep_pct, x.mre_pct, x.mse, power.empty() ? "null" : power, area.empty() ? "null" : area,
+          m->known ? JsonString(m->known->name) : "null"));
+      continue;
+    }
+    absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
+                 OneLine(m->name), m->sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
+                 x.ep_pct, x.mre_pct, x.mse,
+                 OptionalNumber(m->known, &KnownCircuit::power_mw, "%.3f"),
+                 OptionalNumber(m->known, &KnownCircuit::area_um2, "%.1f"));
+  }
+  if (a.json) absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
+  return kExitOk;
+}
+
 }  // namespace
 }  // namespace topiary
 
@@ -197,6 +258,7 @@ int main(int argc, char** argv) {
   if (c == "run") return Run(args);
   if (c == "validate") return Validate(args);
   if (c == "info") return Info(args);
+  if (c == "multipliers") return Multipliers(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);

@@ -26,6 +26,30 @@ check "a flag value of the wrong type is a usage error (2) naming the flag" \
 "$TOPIARY" watch x --from 2>"$tmp/flag.err"; rc=$?
 check "a flag without its value is a usage error (2)" \
   bash -c '[[ $1 -eq 2 ]] && grep -q -- "--from needs a value" "$0"' "$tmp/flag.err" "$rc"
+# Multipliers: the published L40 figures, a held-out table, and a wrong-size file.
+l40=data/multipliers/evoapprox8b/mul8u_L40.bin
+"$TOPIARY" multipliers --json "$l40" exact > "$tmp/mult.json"; rc=$?
+check "multipliers --json: mul8u_L40's published MAE, WCE, EP, MRE, power and area; exact is mul8u_1JFF" \
+  python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+l40, exact = rows
+assert round(l40["mae"]) == 1011 and l40["wce"] == 9124, l40
+assert abs(l40["ep_pct"] - 74.91) < 0.005 and abs(l40["mre_pct"] - 7.46) < 0.005, l40
+assert l40["power_mw"] == 0.189 and l40["area_um2"] == 437.4 and len(l40["sha256"]) == 64, l40
+assert exact["mae"] == 0 and exact["known_circuit"] == "mul8u_1JFF", exact
+' "$tmp/mult.json"
+head -c 131072 /dev/urandom > "$tmp/held_out.bin"
+"$TOPIARY" multipliers "$tmp/held_out.bin" > "$tmp/held.out"; rc=$?
+check "a held-out 131,072-byte table works (exit 0, metrics printed)" \
+  bash -c '[[ $1 -eq 0 ]] && grep -q "^held_out " "$0"' "$tmp/held.out" "$rc"
+head -c 1000 /dev/urandom > "$tmp/short.bin"
+"$TOPIARY" multipliers "$tmp/short.bin" 2> "$tmp/short.err"; rc=$?
+check "a wrong-size table is refused (exit 3) naming the file and the size" \
+  bash -c '[[ $1 -eq 3 ]] && grep -q "short.bin: must be exactly 131072 bytes" "$0"' "$tmp/short.err" "$rc"
+"$TOPIARY" multipliers drum:12 2> "$tmp/drum.err"; rc=$?
+check "a bad family parameter is refused (exit 3) naming it" \
+  bash -c '[[ $1 -eq 3 ]] && grep -q "drum:12" "$0"' "$tmp/drum.err" "$rc"
 check "--help lists every flag with its help" \
   bash -c 'for f in out resume file layer server token_file tls_ca state name from target step epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
 
