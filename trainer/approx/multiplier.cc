@@ -136,47 +136,57 @@ std::string TableBytes(const std::vector<uint16_t>& t) {
   return bytes;
 }
 
+// The content hash, and the published circuit with that content if there is one.
+void Identify(const std::string& bytes, Multiplier* m) {
+  m->sha256 = Sha256Hex(bytes.data(), bytes.size());
+  for (const KnownCircuit& k : kKnown) {
+    if (m->sha256 == k.sha256) m->known = k;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> MultiplierFamilies() {
   return {"exact", "trunc:T", "trunc_a:T", "trunc_w:T", "bam:V", "mitchell", "drum:K"};
 }
 
+absl::StatusOr<Multiplier> MultiplierFromBytes(const std::string& bytes, const std::string& path) {
+  if (bytes.size() != kMultiplierFileBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "multiplier file %s: must be exactly 131072 bytes (65,536 little-endian uint16), got %d "
+        "bytes",
+        path, bytes.size()));
+  }
+  Multiplier m;
+  m.source = path;
+  m.name = std::filesystem::path(path).stem().string();
+  m.table.resize(65536);
+  for (size_t i = 0; i < m.table.size(); ++i) {
+    m.table[i] = static_cast<uint16_t>(static_cast<unsigned char>(bytes[2 * i]) |
+                                       static_cast<unsigned char>(bytes[2 * i + 1]) << 8);
+  }
+  Identify(bytes, &m);
+  return m;
+}
+
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name) {
+  if (absl::EndsWith(name, ".bin")) {
+    // One byte more than a table: a larger file is refused for its size, not read whole.
+    auto raw = ReadFile(name, kMultiplierFileBytes + 1);
+    if (raw.ok()) return MultiplierFromBytes(*raw, name);
+    if (raw.status().code() == absl::StatusCode::kResourceExhausted) {
+      return MultiplierFromBytes(std::string(kMultiplierFileBytes + 1, '\0'), name);
+    }
+    return absl::Status(raw.status().code(),
+                        absl::StrCat("multiplier file ", name, ": ", raw.status().message()));
+  }
+  auto table = GenerateFamily(name);
+  if (!table.ok()) return table.status();
   Multiplier m;
   m.name = name;
-  std::string bytes;
-  if (absl::EndsWith(name, ".bin")) {
-    auto raw = ReadFile(name, kMultiplierFileBytes + 1);
-    if (!raw.ok() && raw.status().code() != absl::StatusCode::kResourceExhausted) {
-      return absl::Status(raw.status().code(),
-                          absl::StrCat("multiplier file ", name, ": ", raw.status().message()));
-    }
-    if (!raw.ok() || raw->size() != kMultiplierFileBytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "multiplier file %s: must be exactly 131072 bytes (65,536 little-endian uint16), "
-          "got %s",
-          name, raw.ok() ? absl::StrCat(raw->size(), " bytes") : "more"));
-    }
-    bytes = std::move(*raw);
-    m.source = name;
-    m.name = std::filesystem::path(name).stem().string();
-    m.table.resize(65536);
-    for (size_t i = 0; i < m.table.size(); ++i) {
-      m.table[i] = static_cast<uint16_t>(static_cast<unsigned char>(bytes[2 * i]) |
-                                         static_cast<unsigned char>(bytes[2 * i + 1]) << 8);
-    }
-  } else {
-    auto table = GenerateFamily(name);
-    if (!table.ok()) return table.status();
-    m.table = std::move(*table);
-    m.source = "generated";
-    bytes = TableBytes(m.table);
-  }
-  m.sha256 = Sha256Hex(bytes.data(), bytes.size());
-  for (const KnownCircuit& k : kKnown) {
-    if (m.sha256 == k.sha256) m.known = k;
-  }
+  m.source = "generated";
+  m.table = std::move(*table);
+  Identify(TableBytes(m.table), &m);
   return m;
 }
 

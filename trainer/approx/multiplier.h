@@ -52,6 +52,9 @@ struct MultiplierMetrics {
 // size) or the read policy's (NOT_FOUND, PERMISSION_DENIED, ...).
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name);
 
+// A table file's contents, read from `path` (named in errors; its stem becomes the name).
+absl::StatusOr<Multiplier> MultiplierFromBytes(const std::string& bytes, const std::string& path);
+
 // The generated families, for help texts.
 std::vector<std::string> MultiplierFamilies();
 
