@@ -24,6 +24,7 @@ ABSL_FLAG(std::optional<uint32_t>, from, std::nullopt,
 ABSL_FLAG(std::optional<double>, target, std::nullopt, "round: the sparsity target for this round");
 ABSL_FLAG(std::optional<double>, step, std::nullopt, "round: the step fraction for this round");
 ABSL_FLAG(std::optional<int>, epochs, std::nullopt, "round: fine-tuning epochs for this round");
+// Registered for the help text and the lookup; its values are collected by ParseArgs (Args::sets).
 ABSL_FLAG(std::vector<std::string>, set, {},
           "fork: override a spec field, field=value (repeatable)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
@@ -115,7 +116,6 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
     }
   }
   if (a->command.empty()) a->command = "help";
-  absl::SetFlag(&FLAGS_set, a->sets);
   a->out = absl::GetFlag(FLAGS_out);
   a->resume = absl::GetFlag(FLAGS_resume);
   a->file = absl::GetFlag(FLAGS_file);

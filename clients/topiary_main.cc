@@ -140,16 +140,19 @@ int Validate(const Args& a) {
   return kExitOk;
 }
 
+// Reports a local command's failure (as {"error": ...} with --json) and returns its exit code.
+int Fail(const Args& a, const absl::Status& st) {
+  if (a.json) {
+    absl::PrintF("{\"error\":%s}\n", JsonString(st.message()));
+  } else {
+    absl::FPrintF(stderr, "topiary: %s\n", st.message());
+  }
+  return ExitCodeForStatus(static_cast<int>(st.code()));
+}
+
 int Inspect(const Args& a) {
   const auto report = pruning::InspectCheckpoint(a.file, a.layer);
-  if (!report.ok()) {
-    if (a.json) {
-      absl::PrintF("{\"error\":%s}\n", JsonString(report.status().message()));
-    } else {
-      absl::FPrintF(stderr, "topiary: %s\n", report.status().message());
-    }
-    return ExitCodeForStatus(static_cast<int>(report.status().code()));
-  }
+  if (!report.ok()) return Fail(a, report.status());
   if (a.json) {
     absl::PrintF("%s\n", MessageToJson(*report));
   } else {
@@ -185,28 +188,15 @@ int Info(const Args& a) {
   return kExitOk;
 }
 
-std::string OptionalNumber(const std::optional<KnownCircuit>& k, double KnownCircuit::*field,
-                           const char* fmt) {
-  if (!k) return "";
-  return absl::StrFormat(fmt, (*k).*field);
-}
-
 int Multipliers(const Args& a) {
   std::vector<std::string> names = a.positional;
   if (names.empty()) {
     names = {"exact", "trunc:2", "trunc:4", "bam:6", "bam:8", "mitchell", "drum:4", "drum:6"};
   }
-  std::vector<Multiplier> loaded;
+  std::vector<Multiplier> loaded;  // all of them first: an error prints no partial table
   for (const std::string& name : names) {
     auto m = LoadMultiplier(name);
-    if (!m.ok()) {
-      if (a.json) {
-        absl::PrintF("{\"error\":%s}\n", JsonString(m.status().message()));
-      } else {
-        absl::FPrintF(stderr, "topiary: %s\n", m.status().message());
-      }
-      return ExitCodeForStatus(static_cast<int>(m.status().code()));
-    }
+    if (!m.ok()) return Fail(a, m.status());
     loaded.push_back(std::move(*m));
   }
   std::vector<std::string> json;
@@ -214,26 +204,23 @@ int Multipliers(const Args& a) {
     absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
                  "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
   }
-  for (const Multiplier& mult : loaded) {
-    const Multiplier* m = &mult;
-    const MultiplierMetrics x = ComputeMetrics(m->table);
+  for (const Multiplier& m : loaded) {
+    const MultiplierMetrics x = ComputeMetrics(m.table);
+    const std::optional<KnownCircuit>& k = m.known;
     if (a.json) {
-      const std::string power = OptionalNumber(m->known, &KnownCircuit::power_mw, "%g");
-      const std::string area = OptionalNumber(m->known, &KnownCircuit::area_um2, "%g");
       json.push_back(absl::StrFormat(
           R"({"name":%s,"source":%s,"sha256":"%s","mae":%.6g,"mae_pct":%.6g,"wce":%.6g,)"
           R"("wce_pct":%.6g,"ep_pct":%.6g,"mre_pct":%.6g,"mse":%.6g,"power_mw":%s,)"
           R"("area_um2":%s,"known_circuit":%s})",
-          JsonString(m->name), JsonString(m->source), m->sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
-          x.ep_pct, x.mre_pct, x.mse, power.empty() ? "null" : power, area.empty() ? "null" : area,
-          m->known ? JsonString(m->known->name) : "null"));
-      continue;
+          JsonString(m.name), JsonString(m.source), m.sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
+          x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%g", k->power_mw) : "null",
+          k ? absl::StrFormat("%g", k->area_um2) : "null", k ? JsonString(k->name) : "null"));
+    } else {
+      absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
+                   OneLine(m.name), m.sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
+                   x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%.3f", k->power_mw) : "",
+                   k ? absl::StrFormat("%.1f", k->area_um2) : "");
     }
-    absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
-                 OneLine(m->name), m->sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
-                 x.ep_pct, x.mre_pct, x.mse,
-                 OptionalNumber(m->known, &KnownCircuit::power_mw, "%.3f"),
-                 OptionalNumber(m->known, &KnownCircuit::area_um2, "%.1f"));
   }
   if (a.json) absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
   return kExitOk;

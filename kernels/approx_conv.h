@@ -20,8 +20,8 @@
 //      the exact table T[a, w] = a * w it equals the exact convolution of the fake-quantized
 //      operands up to float rounding.
 //
-// The CPU functions are the reference; the CUDA ones (approx_conv_cuda.cu) compute the same
-// integers and apply the same float operations, so their outputs are bit-identical.
+// The CPU version is the reference; the CUDA one (approx_conv_cuda.cu) computes the same
+// integers and applies the same float operations, so their outputs are bit-identical.
 #ifndef TOPIARY_KERNELS_APPROX_CONV_H_
 #define TOPIARY_KERNELS_APPROX_CONV_H_
 
@@ -89,24 +89,47 @@ TOPIARY_HD inline float ApproxOutput(int64_t acc, float scale_aw, float bias) {
 // fewer than 2^31 elements; otherwise names the problem.
 absl::Status CheckApproxConvShape(const ConvShape& shape);
 
-// min and max of x[0..n) (n > 0).
-void MinMaxCpu(const float* x, int64_t n, float* min, float* max);
-// codes[i] = QuantizeCode(x[i], q); and, when fake is not null, fake[i] = its dequantized value.
-void QuantizeCpu(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, float* fake);
+// Where the forward pass keeps its intermediates in the caller's workspace: four range
+// words (GPU), the activation and weight codes, the per-channel weight-code sums, and (CPU)
+// one patch buffer per thread. One layout for both backends; Bytes() is the size to plan.
+struct ApproxConvWorkspace {
+  int32_t* ranges = nullptr;  // ordered-int min, max of x; min, max of w
+  uint8_t* a_codes = nullptr;
+  uint8_t* w_codes = nullptr;
+  int32_t* w_sum = nullptr;
+  uint8_t* patches = nullptr;  // patch_buffers x R*S*C codes
+  size_t bytes = 0;
 
-// y[N, Ho, Wo, K] from activation codes [N, H, W, C] and weight codes [K, R, S, C] through
-// `table` (T[(a << 8) | w]); bias may be null.
-// REQUIRES: CheckApproxConvShape(shape).ok().
-void ApproxConv2dForwardCpu(const ConvShape& shape, const uint8_t* a_codes, const uint8_t* w_codes,
-                            const uint16_t* table, const QuantParams& qa, const QuantParams& qw,
-                            const float* bias, float* y);
+  // base may be null to compute the size only.
+  ApproxConvWorkspace(const ConvShape& s, void* base, int patch_buffers) {
+    auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+    auto* b = static_cast<unsigned char*>(base);
+    auto at = [&](size_t size) {
+      unsigned char* p = b ? b + bytes : nullptr;
+      bytes += up(size);
+      return p;
+    };
+    ranges = reinterpret_cast<int32_t*>(at(4 * sizeof(int32_t)));
+    a_codes = at(static_cast<size_t>(s.n) * s.h * s.w * s.c);
+    w_codes = at(static_cast<size_t>(s.k) * s.patch());
+    w_sum = reinterpret_cast<int32_t*>(at(s.k * sizeof(int32_t)));
+    patches = at(static_cast<size_t>(patch_buffers) * s.patch());
+  }
+};
 
-// The whole forward pass on the GPU without a host round trip (so a training step stays one
-// CUDA graph): ranges, parameters, codes and the table convolution. `table` is in device
-// memory. When xq is not null it receives the fake-quantized input (for the straight-through
-// backward pass); wq always receives the fake-quantized filter. `params` (device, 2 entries:
-// activation, weight) receives the quantization parameters used.
-// REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds ApproxConvWorkspaceBytes(shape).
+// The whole forward pass: ranges, quantization parameters, codes and the table convolution,
+// y[N, Ho, Wo, K] = approx_conv(x, w) (+ bias when not null). When xq is not null it receives
+// the fake-quantized input (for the straight-through backward pass); wq always receives the
+// fake-quantized filter; params[0] and params[1] receive the activation's and the weight's
+// quantization parameters. The CPU and CUDA versions give bit-identical results.
+// REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds the Workspace bytes below.
+size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape);  // depends on CpuThreads()
+void ApproxConv2dForwardCpu(const ConvShape& shape, const float* x, const float* w,
+                            const float* bias, const uint16_t* table, float* y, float* xq,
+                            float* wq, QuantParams* params, void* workspace);
+
+// On the GPU without a host round trip (a training step stays one CUDA graph). `table`,
+// `params` and every buffer are in device memory.
 size_t ApproxConvWorkspaceBytes(const ConvShape& shape);
 // Allows the kernels the shared memory the table needs, on the current device. Call before
 // the first forward pass and outside stream capture (e.g. when a network is planned).

@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "kernels/approx_conv.h"
@@ -22,20 +21,24 @@ absl::Status CheckApproxConvShape(const ConvShape& s) {
   return absl::OkStatus();
 }
 
-void MinMaxCpu(const float* x, int64_t n, float* min, float* max) {
+namespace {
+
+QuantParams RangeParams(const float* x, int64_t n) {
   const int threads = CpuThreads();
-  std::vector<float> lo(threads, x[0]), hi(threads, x[0]);
+  float lo[kMaxCpuThreads], hi[kMaxCpuThreads];  // on the stack: the pass allocates nothing
+  std::fill(lo, lo + threads, x[0]);
+  std::fill(hi, hi + threads, x[0]);
   ParallelFor(n, [&](int64_t begin, int64_t end, int t) {
     for (int64_t i = begin; i < end; ++i) {
       lo[t] = std::min(lo[t], x[i]);
       hi[t] = std::max(hi[t], x[i]);
     }
   });
-  *min = *std::min_element(lo.begin(), lo.end());
-  *max = *std::max_element(hi.begin(), hi.end());
+  return ChooseQuantParams(*std::min_element(lo, lo + threads),
+                           *std::max_element(hi, hi + threads));
 }
 
-void QuantizeCpu(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, float* fake) {
+void Quantize(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, float* fake) {
   ParallelFor(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       codes[i] = QuantizeCode(x[i], q);
@@ -44,20 +47,31 @@ void QuantizeCpu(const float* x, int64_t n, const QuantParams& q, uint8_t* codes
   });
 }
 
-void ApproxConv2dForwardCpu(const ConvShape& s, const uint8_t* a_codes, const uint8_t* w_codes,
-                            const uint16_t* table, const QuantParams& qa, const QuantParams& qw,
-                            const float* bias, float* y) {
+}  // namespace
+
+size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
+  return ApproxConvWorkspace(shape, nullptr, CpuThreads()).bytes;
+}
+
+void ApproxConv2dForwardCpu(const ConvShape& s, const float* x, const float* w, const float* bias,
+                            const uint16_t* table, float* y, float* xq, float* wq,
+                            QuantParams* params, void* workspace) {
+  const ApproxConvWorkspace ws(s, workspace, CpuThreads());
+  const int64_t x_count = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   const int ho = s.ho(), wo = s.wo(), patch = s.patch();
+  const QuantParams qa = params[0] = RangeParams(x, x_count);
+  const QuantParams qw = params[1] = RangeParams(w, static_cast<int64_t>(s.k) * patch);
+  Quantize(x, x_count, qa, ws.a_codes, xq);
+  Quantize(w, static_cast<int64_t>(s.k) * patch, qw, ws.w_codes, wq);
+  for (int k = 0; k < s.k; ++k) {
+    ws.w_sum[k] = 0;
+    for (int p = 0; p < patch; ++p) ws.w_sum[k] += ws.w_codes[static_cast<int64_t>(k) * patch + p];
+  }
   const int32_t zp_a = qa.zero_point, zp_w = qw.zero_point;
   const float scale_aw = qa.scale * qw.scale;
-  // Per output channel: the sum of its weight codes over the patch.
-  std::vector<int32_t> w_sum(s.k, 0);
-  for (int k = 0; k < s.k; ++k) {
-    for (int p = 0; p < patch; ++p) w_sum[k] += w_codes[static_cast<int64_t>(k) * patch + p];
-  }
   const int64_t pixels = static_cast<int64_t>(s.n) * ho * wo;
-  ParallelFor(pixels, [&](int64_t begin, int64_t end, int) {
-    std::vector<uint8_t> a(patch);  // this pixel's receptive field, padding as zp_a
+  ParallelFor(pixels, [&](int64_t begin, int64_t end, int t) {
+    uint8_t* a = ws.patches + static_cast<int64_t>(t) * patch;  // padding as zp_a
     for (int64_t pix = begin; pix < end; ++pix) {
       const int n = static_cast<int>(pix / (ho * wo));
       const int oh = static_cast<int>(pix / wo % ho), ow = static_cast<int>(pix % wo);
@@ -66,8 +80,8 @@ void ApproxConv2dForwardCpu(const ConvShape& s, const uint8_t* a_codes, const ui
         for (int q = 0; q < s.s; ++q) {
           const int ih = oh * s.stride_h - s.pad_h + r, iw = ow * s.stride_w - s.pad_w + q;
           const bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
-          const uint8_t* src = a_codes + ((static_cast<int64_t>(n) * s.h + ih) * s.w + iw) * s.c;
-          uint8_t* dst = a.data() + (r * s.s + q) * s.c;
+          const uint8_t* src = ws.a_codes + ((static_cast<int64_t>(n) * s.h + ih) * s.w + iw) * s.c;
+          uint8_t* dst = a + (r * s.s + q) * s.c;
           for (int c = 0; c < s.c; ++c) {
             dst[c] = inside ? src[c] : static_cast<uint8_t>(zp_a);
             a_sum += dst[c];
@@ -76,11 +90,11 @@ void ApproxConv2dForwardCpu(const ConvShape& s, const uint8_t* a_codes, const ui
       }
       float* out = y + pix * s.k;
       for (int k = 0; k < s.k; ++k) {
-        const uint8_t* w = w_codes + static_cast<int64_t>(k) * patch;
+        const uint8_t* wk = ws.w_codes + static_cast<int64_t>(k) * patch;
         int32_t t_sum = 0;
-        for (int p = 0; p < patch; ++p) t_sum += table[(a[p] << 8) | w[p]];
+        for (int p = 0; p < patch; ++p) t_sum += table[(a[p] << 8) | wk[p]];
         const int64_t acc = static_cast<int64_t>(t_sum) - static_cast<int64_t>(zp_w) * a_sum -
-                            static_cast<int64_t>(zp_a) * w_sum[k] +
+                            static_cast<int64_t>(zp_a) * ws.w_sum[k] +
                             static_cast<int64_t>(patch) * zp_a * zp_w;
         out[k] = ApproxOutput(acc, scale_aw, bias ? bias[k] : 0.0f);
       }

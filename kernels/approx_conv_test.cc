@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -34,25 +36,36 @@ std::vector<uint16_t> RandomTable(uint32_t seed) {
   return t;
 }
 
+// The forward pass's outputs, and the codes it must have used: those of its own parameters,
+// which must be the method's for the inputs' ranges.
 struct Quantized {
   QuantParams qa, qw;
   std::vector<uint8_t> a, w;
-  std::vector<float> xq, wq;
+  std::vector<float> xq, wq, y;
 };
 
-Quantized Quantize(const std::vector<float>& x, const std::vector<float>& w) {
+Quantized Forward(const ConvShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                  const std::vector<uint16_t>& table, const std::vector<float>& bias) {
   Quantized q;
-  float lo, hi;
-  MinMaxCpu(x.data(), x.size(), &lo, &hi);
-  q.qa = ChooseQuantParams(lo, hi);
-  MinMaxCpu(w.data(), w.size(), &lo, &hi);
-  q.qw = ChooseQuantParams(lo, hi);
-  q.a.resize(x.size());
   q.xq.resize(x.size());
-  q.w.resize(w.size());
   q.wq.resize(w.size());
-  QuantizeCpu(x.data(), x.size(), q.qa, q.a.data(), q.xq.data());
-  QuantizeCpu(w.data(), w.size(), q.qw, q.w.data(), q.wq.data());
+  q.y.resize(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
+  QuantParams params[2];
+  std::vector<unsigned char> workspace(ApproxConvWorkspaceBytesCpu(s));
+  ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), q.y.data(), q.xq.data(),
+                         q.wq.data(), params, workspace.data());
+  q.qa = params[0];
+  q.qw = params[1];
+  for (auto [v, p, codes, fake] : {std::tuple{&x, &q.qa, &q.a, &q.xq}, {&w, &q.qw, &q.w, &q.wq}}) {
+    const auto [lo, hi] = std::minmax_element(v->begin(), v->end());
+    const QuantParams expected = ChooseQuantParams(*lo, *hi);
+    EXPECT_EQ(p->scale, expected.scale);
+    EXPECT_EQ(p->zero_point, expected.zero_point);
+    for (size_t i = 0; i < v->size(); ++i) {
+      codes->push_back(QuantizeCode((*v)[i], *p));
+      EXPECT_EQ((*fake)[i], DequantizeCode(codes->back(), *p)) << i;
+    }
+  }
   return q;
 }
 
@@ -133,15 +146,6 @@ std::vector<Case> Cases() {
   };
 }
 
-std::vector<float> ApproxForward(const ConvShape& s, const Quantized& q,
-                                 const std::vector<uint16_t>& table,
-                                 const std::vector<float>& bias) {
-  std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
-  ApproxConv2dForwardCpu(s, q.a.data(), q.w.data(), table.data(), q.qa, q.qw, bias.data(),
-                         y.data());
-  return y;
-}
-
 TEST(ApproxConv, ExactTableEqualsFakeQuantizedExactConv) {
   const auto table = ExactTable();
   uint32_t seed = 1;
@@ -150,9 +154,8 @@ TEST(ApproxConv, ExactTableEqualsFakeQuantizedExactConv) {
     const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.5f, 2.0f);
     const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.7f, 0.4f);
     const auto bias = RandomFloats(s.k, seed++);
-    const Quantized q = Quantize(x, w);
-    EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FakeQuantConvReference(s, q, bias)), 1e-5)
-        << c.what;
+    const Quantized q = Forward(s, x, w, table, bias);
+    EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5) << c.what;
   }
 }
 
@@ -164,9 +167,8 @@ TEST(ApproxConv, RandomTableEqualsTheFormulaWithPaddingThroughTheTable) {
     const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.0f, 3.0f);
     const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.5f, 0.5f);
     const auto bias = RandomFloats(s.k, seed++);
-    const Quantized q = Quantize(x, w);
-    EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FormulaReference(s, q, table, bias)), 1e-5)
-        << c.what;
+    const Quantized q = Forward(s, x, w, table, bias);
+    EXPECT_LE(RelError(q.y, FormulaReference(s, q, table, bias)), 1e-5) << c.what;
   }
 }
 
@@ -178,11 +180,10 @@ TEST(ApproxConv, ConstantTensorsAndAllPositiveRanges) {
     for (float wv : {0.0f, 0.2f, -0.4f}) {
       const std::vector<float> x(static_cast<size_t>(s.n) * s.h * s.w * s.c, xv);
       const std::vector<float> w(static_cast<size_t>(s.k) * s.patch(), wv);
-      const Quantized q = Quantize(x, w);
+      const Quantized q = Forward(s, x, w, table, bias);
       EXPECT_FLOAT_EQ(q.xq[0], xv);
       EXPECT_FLOAT_EQ(q.wq[0], wv);
-      EXPECT_LE(RelError(ApproxForward(s, q, table, bias), FakeQuantConvReference(s, q, bias)),
-                1e-5)
+      EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5)
           << "x = " << xv << ", w = " << wv;
     }
   }

@@ -12,8 +12,10 @@
 
 namespace topiary::kernels {
 
-// Threads the CPU kernels use (0: all cores). Call before planning networks: workspace
-// sizes depend on it.
+// Threads the CPU kernels use (0: all cores), at most kMaxCpuThreads (kernels may keep
+// per-thread partial results on the stack). Call before planning networks: workspace sizes
+// depend on it.
+constexpr int kMaxCpuThreads = 1024;
 void SetCpuThreads(int threads);
 int CpuThreads();
 

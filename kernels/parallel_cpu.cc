@@ -13,7 +13,7 @@ int g_threads = 1;
 
 void SetCpuThreads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-  g_threads = threads > 0 ? threads : 1;
+  g_threads = threads > kMaxCpuThreads ? kMaxCpuThreads : (threads > 0 ? threads : 1);
   openblas_set_num_threads(1);
 }
 

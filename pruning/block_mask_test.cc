@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/util/glob.h"
 #include "trainer/core/random.h"
+#include "trainer/util/glob.h"
 
 namespace topiary::pruning {
 namespace {

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "trainer/util/glob.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/util/glob.h"
 
 namespace topiary::pruning {
 namespace {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "pruning/block_mask.h"
 #include "pruning/element_mask.h"
-#include "trainer/util/glob.h"
 #include "trainer/nn/masks.h"
+#include "trainer/util/glob.h"
 
 namespace topiary::pruning {
 namespace {

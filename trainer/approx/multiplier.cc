@@ -136,6 +136,13 @@ std::string TableBytes(const std::vector<uint16_t>& t) {
   return bytes;
 }
 
+absl::Status WrongSize(const std::string& path, const std::string& got) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "multiplier file %s: must be exactly 131072 bytes (65,536 little-endian uint16), got %s "
+      "bytes",
+      path, got));
+}
+
 // The content hash, and the published circuit with that content if there is one.
 void Identify(const std::string& bytes, Multiplier* m) {
   m->sha256 = Sha256Hex(bytes.data(), bytes.size());
@@ -151,12 +158,7 @@ std::vector<std::string> MultiplierFamilies() {
 }
 
 absl::StatusOr<Multiplier> MultiplierFromBytes(const std::string& bytes, const std::string& path) {
-  if (bytes.size() != kMultiplierFileBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "multiplier file %s: must be exactly 131072 bytes (65,536 little-endian uint16), got %d "
-        "bytes",
-        path, bytes.size()));
-  }
+  if (bytes.size() != kMultiplierFileBytes) return WrongSize(path, absl::StrCat(bytes.size()));
   Multiplier m;
   m.source = path;
   m.name = std::filesystem::path(path).stem().string();
@@ -175,7 +177,7 @@ absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name) {
     auto raw = ReadFile(name, kMultiplierFileBytes + 1);
     if (raw.ok()) return MultiplierFromBytes(*raw, name);
     if (raw.status().code() == absl::StatusCode::kResourceExhausted) {
-      return MultiplierFromBytes(std::string(kMultiplierFileBytes + 1, '\0'), name);
+      return WrongSize(name, "more");
     }
     return absl::Status(raw.status().code(),
                         absl::StrCat("multiplier file ", name, ": ", raw.status().message()));
