@@ -85,6 +85,30 @@ TOPIARY_HD inline float ApproxOutput(int64_t acc, float scale_aw, float bias) {
 #endif
 }
 
+// Activation ranges kept across batches (the moving-average range mode): running = [min, max,
+// observed]. When `update`, the batch's range is folded in first (the first batch is taken as
+// is, later ones move the range by kRangeMomentum of the difference); once observed, the
+// activations are quantized with the running range, values outside it clamping to the end
+// codes. Unobserved, or with running == null (the per-batch reference), the batch's own
+// range is used. One function for both backends, with explicit FMAs, so both give the same bits.
+constexpr float kRangeMomentum = 0.01f;
+TOPIARY_HD inline QuantParams ActivationParams(float batch_min, float batch_max, float* running,
+                                               bool update) {
+  if (running == nullptr) return ChooseQuantParams(batch_min, batch_max);
+  if (update) {
+    if (running[2] == 0.0f) {
+      running[0] = batch_min;
+      running[1] = batch_max;
+      running[2] = 1.0f;
+    } else {
+      running[0] = fmaf(kRangeMomentum, batch_min - running[0], running[0]);
+      running[1] = fmaf(kRangeMomentum, batch_max - running[1], running[1]);
+    }
+  }
+  return running[2] == 0.0f ? ChooseQuantParams(batch_min, batch_max)
+                            : ChooseQuantParams(running[0], running[1]);
+}
+
 // OK for any valid conv shape whose patch is at most kMaxApproxPatch and whose input has
 // fewer than 2^31 elements; otherwise names the problem.
 absl::Status CheckApproxConvShape(const ConvShape& shape);
@@ -121,12 +145,15 @@ struct ApproxConvWorkspace {
 // y[N, Ho, Wo, K] = approx_conv(x, w) (+ bias when not null). When xq is not null it receives
 // the fake-quantized input (for the straight-through backward pass); wq always receives the
 // fake-quantized filter; params[0] and params[1] receive the activation's and the weight's
-// quantization parameters. The CPU and CUDA versions give bit-identical results.
+// quantization parameters. `running_range` (3 floats, null for the per-batch range) and
+// `update_range` are ActivationParams' arguments. The CPU and CUDA versions give
+// bit-identical results.
 // REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds the Workspace bytes below.
 size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape);  // depends on CpuThreads()
 void ApproxConv2dForwardCpu(const ConvShape& shape, const float* x, const float* w,
                             const float* bias, const uint16_t* table, float* y, float* xq,
-                            float* wq, QuantParams* params, void* workspace);
+                            float* wq, QuantParams* params, void* workspace,
+                            float* running_range = nullptr, bool update_range = false);
 
 // On the GPU without a host round trip (a training step stays one CUDA graph). `table`,
 // `params` and every buffer are in device memory.
@@ -137,7 +164,8 @@ absl::Status ApproxConvPrepareCuda();
 absl::Status ApproxConv2dForwardCuda(const ConvShape& shape, const float* x, const float* w,
                                      const float* bias, const uint16_t* table, float* y, float* xq,
                                      float* wq, QuantParams* params, void* workspace,
-                                     const CudaContext& cuda);
+                                     const CudaContext& cuda, float* running_range = nullptr,
+                                     bool update_range = false);
 
 }  // namespace topiary::kernels
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "kernels/approx_conv.h"
@@ -23,7 +24,8 @@ absl::Status CheckApproxConvShape(const ConvShape& s) {
 
 namespace {
 
-QuantParams RangeParams(const float* x, int64_t n) {
+// min and max of x[0..n).
+std::pair<float, float> Range(const float* x, int64_t n) {
   const int threads = CpuThreads();
   float lo[kMaxCpuThreads], hi[kMaxCpuThreads];  // on the stack: the pass allocates nothing
   std::fill(lo, lo + threads, x[0]);
@@ -34,8 +36,7 @@ QuantParams RangeParams(const float* x, int64_t n) {
       hi[t] = std::max(hi[t], x[i]);
     }
   });
-  return ChooseQuantParams(*std::min_element(lo, lo + threads),
-                           *std::max_element(hi, hi + threads));
+  return {*std::min_element(lo, lo + threads), *std::max_element(hi, hi + threads)};
 }
 
 void Quantize(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, float* fake) {
@@ -55,12 +56,15 @@ size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
 
 void ApproxConv2dForwardCpu(const ConvShape& s, const float* x, const float* w, const float* bias,
                             const uint16_t* table, float* y, float* xq, float* wq,
-                            QuantParams* params, void* workspace) {
+                            QuantParams* params, void* workspace, float* running_range,
+                            bool update_range) {
   const ApproxConvWorkspace ws(s, workspace, CpuThreads());
   const int64_t x_count = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   const int ho = s.ho(), wo = s.wo(), patch = s.patch();
-  const QuantParams qa = params[0] = RangeParams(x, x_count);
-  const QuantParams qw = params[1] = RangeParams(w, static_cast<int64_t>(s.k) * patch);
+  const auto [x_min, x_max] = Range(x, x_count);
+  const auto [w_min, w_max] = Range(w, static_cast<int64_t>(s.k) * patch);
+  const QuantParams qa = params[0] = ActivationParams(x_min, x_max, running_range, update_range);
+  const QuantParams qw = params[1] = ChooseQuantParams(w_min, w_max);
   Quantize(x, x_count, qa, ws.a_codes, xq);
   Quantize(w, static_cast<int64_t>(s.k) * patch, qw, ws.w_codes, wq);
   for (int k = 0; k < s.k; ++k) {

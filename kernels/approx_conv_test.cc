@@ -215,6 +215,51 @@ TEST(ApproxConv, QuantizationNudgesZeroOntoACode) {
   EXPECT_EQ(QuantizeCode(std::nanf(""), q), 0);
 }
 
+TEST(ApproxConv, MovingAverageRangeStartsAtTheFirstBatchAndThenFollowsIt) {
+  const ConvShape s = MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1);
+  const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), 31, -0.5f, 0.5f);
+  const auto x1 = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, 32, -1.0f, 2.0f);
+  std::vector<float> x2 = x1;
+  for (float& v : x2) v *= 3.0f;
+  const auto [lo1, hi1] = std::minmax_element(x1.begin(), x1.end());
+  const std::vector<uint16_t> table = RandomTable(33);
+  const std::vector<float> bias(s.k, 0.0f);
+  std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k), y_batch(y.size());
+  std::vector<float> xq(x1.size()), wq(w.size());
+  std::vector<unsigned char> ws(ApproxConvWorkspaceBytesCpu(s));
+  QuantParams params[2];
+  auto run = [&](const std::vector<float>& x, float* running, bool update, float* out) {
+    ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), out, xq.data(),
+                           wq.data(), params, ws.data(), running, update);
+  };
+  float running[3] = {0, 0, 0};
+  // Unobserved and not updated: the batch's own range, running untouched.
+  run(x1, running, false, y.data());
+  run(x1, nullptr, false, y_batch.data());
+  EXPECT_EQ(y, y_batch);
+  EXPECT_EQ(running[2], 0.0f);
+  // The first update takes the batch's range as is: the same output as the per-batch mode.
+  run(x1, running, true, y.data());
+  EXPECT_EQ(running[0], *lo1);
+  EXPECT_EQ(running[1], *hi1);
+  EXPECT_EQ(running[2], 1.0f);
+  EXPECT_EQ(y, y_batch);
+  // A batch three times as wide moves the range by 1% of the difference, and is quantized
+  // with the running range: its extremes clamp to the end codes.
+  run(x2, running, true, y.data());
+  EXPECT_FLOAT_EQ(running[0], *lo1 + kRangeMomentum * (3.0f * *lo1 - *lo1));
+  EXPECT_FLOAT_EQ(running[1], *hi1 + kRangeMomentum * (3.0f * *hi1 - *hi1));
+  const QuantParams expected = ChooseQuantParams(running[0], running[1]);
+  EXPECT_EQ(params[0].scale, expected.scale);
+  EXPECT_EQ(params[0].zero_point, expected.zero_point);
+  EXPECT_EQ(*std::max_element(xq.begin(), xq.end()), DequantizeCode(255, expected));
+  EXPECT_EQ(*std::min_element(xq.begin(), xq.end()), DequantizeCode(0, expected));
+  // Evaluation (no update) reads the range and leaves it alone.
+  const std::vector<float> before(running, running + 3);
+  run(x2, running, false, y.data());
+  EXPECT_EQ(std::vector<float>(running, running + 3), before);
+}
+
 TEST(ApproxConv, RefusesPatchesThatCouldOverflow) {
   EXPECT_TRUE(CheckApproxConvShape(MakeConv(1, 8, 8, 3640, 1, 3, 3, 1, 1)).ok());
   const absl::Status st = CheckApproxConvShape(MakeConv(1, 8, 8, 4096, 1, 3, 3, 1, 1));

@@ -535,6 +535,28 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
     EXPECT_EQ(dxq.Host(), xq);
     EXPECT_EQ(dwq.Host(), wq);
     EXPECT_EQ(dy.Host(), y);
+
+    // The moving-average range: two updates (the first batch, then the same batch scaled),
+    // then an evaluation, with the running range and the outputs identical to the CPU's.
+    std::vector<float> running(3, 0.0f);
+    Dev<float> drunning(running);
+    std::vector<float> x2 = x;
+    for (float& v : x2) v *= 1.7f;
+    Dev<float> dx2(x2);
+    for (auto [xs, dxs, update] :
+         {std::tuple{&x, &dx, true}, {&x2, &dx2, true}, {&x2, &dx2, false}}) {
+      ApproxConv2dForwardCpu(s, xs->data(), w.data(), bias.data(), table.data(), y.data(),
+                             xq.data(), wq.data(), cpu_params, cpu_ws.data(), running.data(),
+                             update);
+      ASSERT_TRUE(ApproxConv2dForwardCuda(s, dxs->get(), dw.get(), db.get(), dt.get(), dy.get(),
+                                          dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_,
+                                          drunning.get(), update)
+                      .ok());
+      Sync();
+      EXPECT_EQ(drunning.Host(), running);
+      EXPECT_EQ(dxq.Host(), xq);
+      EXPECT_EQ(dy.Host(), y);
+    }
   }
 }
 

@@ -146,7 +146,7 @@ size_t ApproxConvWorkspaceBytes(const ConvShape&) { return 0; }
 absl::Status ApproxConvPrepareCuda() { return NoCuda(); }
 absl::Status ApproxConv2dForwardCuda(const ConvShape&, const float*, const float*, const float*,
                                      const uint16_t*, float*, float*, float*, QuantParams*, void*,
-                                     const CudaContext&) {
+                                     const CudaContext&, float*, bool) {
   return NoCuda();
 }
 

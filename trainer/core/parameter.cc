@@ -17,9 +17,9 @@ const char* MaskKindName(MaskInfo::Kind kind) {
 }
 
 namespace {
-constexpr ParamRole kRoles[] = {ParamRole::kKernel,      ParamRole::kBias,
-                                ParamRole::kGamma,       ParamRole::kBeta,
-                                ParamRole::kRunningMean, ParamRole::kRunningVar};
+constexpr ParamRole kRoles[] = {
+    ParamRole::kKernel,      ParamRole::kBias,       ParamRole::kGamma,          ParamRole::kBeta,
+    ParamRole::kRunningMean, ParamRole::kRunningVar, ParamRole::kActivationRange};
 }  // namespace
 
 const char* ParamRoleName(ParamRole role) {
@@ -36,6 +36,8 @@ const char* ParamRoleName(ParamRole role) {
       return "running_mean";
     case ParamRole::kRunningVar:
       return "running_var";
+    case ParamRole::kActivationRange:
+      return "activation_range";
   }
   return "";
 }

@@ -33,10 +33,12 @@ const char* MaskKindName(MaskInfo::Kind kind);
 
 // What a parameter is to its layer. An enum, not a string, so that code which must treat
 // every kernel (pruning, masks, checkpoints, approximation) cannot miss one by a typo.
-enum class ParamRole { kKernel, kBias, kGamma, kBeta, kRunningMean, kRunningVar };
+// kActivationRange: an approximate convolution's moving-average activation range
+// [min, max, observed] (trainer/nn/conv_engine.h).
+enum class ParamRole { kKernel, kBias, kGamma, kBeta, kRunningMean, kRunningVar, kActivationRange };
 
 // The names used in checkpoints and reports: kernel, bias, gamma, beta, running_mean,
-// running_var; nullopt for any other name.
+// running_var, activation_range; nullopt for any other name.
 const char* ParamRoleName(ParamRole role);
 std::optional<ParamRole> ParamRoleFromName(absl::string_view name);
 

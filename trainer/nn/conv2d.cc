@@ -1,23 +1,11 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
+#include "kernels/approx_conv.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 
 namespace topiary {
-namespace {
-
-// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size.
-struct ConvState : LayerState {
-  std::unique_ptr<kernels::ConvCudaPlan> plan;
-};
-
-const kernels::ConvCudaPlan& Plan(const LayerIo& io) {
-  return *static_cast<const ConvState*>(io.state)->plan;
-}
-
-}  // namespace
 
 kernels::ConvShape Conv2d::ShapeFor(int batch) const {
   kernels::ConvShape s;
@@ -58,56 +46,39 @@ void Conv2d::Initialize(Philox& rng) {
   if (bias_ != nullptr) FillUniform(bias_, rng, 1.0f / std::sqrt(static_cast<float>(s.patch())));
 }
 
+absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {
+  if (kernel_ == nullptr) return absl::FailedPreconditionError(name() + ": not set up");
+  if (approximation_) return absl::FailedPreconditionError(name() + ": already approximate");
+  if (auto st = kernels::CheckApproxConvShape(ShapeFor(1)); !st.ok()) {
+    return absl::InvalidArgumentError(name() + ": " + std::string(st.message()));
+  }
+  Parameter* range = nullptr;
+  if (approx.moving_average) {
+    auto r = AddParameter(device, ParamRole::kActivationRange, {3}, /*trainable=*/false,
+                          /*decay=*/false);
+    if (!r.ok()) return r.status();
+    range = *r;
+    const float unobserved[3] = {0.0f, 0.0f, 0.0f};
+    range->value.CopyFromHost(unobserved);
+  }
+  auto engine = MakeApproxConvEngine(approx, range, device);
+  if (!engine.ok()) return engine.status();
+  engine_ = std::move(*engine);
+  approximation_ = std::move(approx);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LayerResources> Conv2d::Prepare(int batch, Device* device,
                                                const PlanOptions& options) {
-  LayerResources r;
-  if (device->cuda() == nullptr) {
-    r.workspace_bytes = kernels::ConvWorkspaceFloatsCpu(ShapeFor(batch)) * sizeof(float);
-    return r;
-  }
-  auto plan = kernels::ConvCudaPlan::Create(ShapeFor(batch), options.precision,
-                                            options.conv_workspace_limit, options.deterministic,
-                                            *device->cuda());
-  if (!plan.ok()) {
-    return absl::Status(plan.status().code(), name() + ": " + std::string(plan.status().message()));
-  }
-  if (options.precision == kernels::Precision::kBf16) {
-    TOPIARY_RETURN_IF_ERROR(AddBf16Copies(kernel_, device));
-  }
-  auto state = std::make_unique<ConvState>();
-  r.workspace_bytes = (*plan)->workspace_bytes();
-  state->plan = std::move(*plan);
-  r.state = std::move(state);
-  return r;
+  return engine_->Prepare(Operands(batch), device, options);
 }
 
 absl::Status Conv2d::Forward(const LayerIo& io, bool training) {
-  const float* bias = bias_ ? bias_->value.data() : nullptr;
-  if (io.cuda) {
-    return Plan(io).Forward(io.x[0], WeightFor(*kernel_, io.dtype), bias, io.y, io.workspace,
-                            *io.cuda);
-  }
-  kernels::Conv2dForwardCpu(ShapeFor(io.batch), io.xf(0), kernel_->value.data(), bias, io.yf(),
-                            static_cast<float*>(io.workspace));
-  return absl::OkStatus();
+  return engine_->Forward(Operands(io.batch), io, training);
 }
 
 absl::Status Conv2d::Backward(const LayerIo& io) {
-  float* dbias = bias_ ? bias_->grad.data() : nullptr;
-  if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(
-        io.x[0], io.dy, WeightGradFor(*kernel_, io.dtype), dbias, io.workspace, *io.cuda));
-    if (io.dx[0] == nullptr) return absl::OkStatus();
-    return Plan(io).BackwardData(io.dy, WeightFor(*kernel_, io.dtype), io.dx[0], io.workspace,
-                                 *io.cuda);
-  }
-  const kernels::ConvShape s = ShapeFor(io.batch);
-  float* ws = static_cast<float*>(io.workspace);
-  kernels::Conv2dBackwardFilterCpu(s, io.xf(0), io.dyf(), kernel_->grad.data(), dbias, ws);
-  if (io.dx[0] != nullptr) {
-    kernels::Conv2dBackwardDataCpu(s, io.dyf(), kernel_->value.data(), io.dxf(0), ws);
-  }
-  return absl::OkStatus();
+  return engine_->Backward(Operands(io.batch), io);
 }
 
 }  // namespace topiary

@@ -3,16 +3,20 @@
 #ifndef TOPIARY_TRAINER_NN_LAYERS_H_
 #define TOPIARY_TRAINER_NN_LAYERS_H_
 
+#include <optional>
+
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/pooling.h"
+#include "trainer/nn/conv_engine.h"
 #include "trainer/nn/layer.h"
 
 namespace topiary {
 
 // 2-D convolution, groups = 1, filters [K, R, S, C] (parameter "kernel"), optional bias.
 // Initialization: Kaiming normal, fan-out mode (torchvision's ResNet choice); bias uniform
-// in +-1/sqrt(fan_in) (PyTorch's default).
+// in +-1/sqrt(fan_in) (PyTorch's default). How it computes is its engine's business
+// (conv_engine.h): exact unless Approximate() was called.
 class Conv2d : public Layer {
  public:
   struct Config {
@@ -22,7 +26,8 @@ class Conv2d : public Layer {
     int pad = 0;
     bool bias = false;
   };
-  Conv2d(std::string name, const Config& config) : Layer(std::move(name)), config_(config) {}
+  Conv2d(std::string name, const Config& config)
+      : Layer(std::move(name)), config_(config), engine_(MakeExactConvEngine()) {}
   LayerKind kind() const override { return LayerKind::kConv2d; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
@@ -34,11 +39,24 @@ class Conv2d : public Layer {
   Parameter* kernel() const { return kernel_; }
   kernels::ConvShape ShapeFor(int batch) const;
 
+  // Makes the layer approximate, once, after Setup and before any network is planned. The
+  // moving-average range mode adds the parameter activation_range [min, max, observed],
+  // unobserved until the first training batch (checkpoints keep it).
+  absl::Status Approximate(ConvApproximation approx, Device* device);
+  // Null while the layer is exact.
+  const ConvApproximation* approximation() const {
+    return approximation_ ? &*approximation_ : nullptr;
+  }
+
  private:
+  ConvOperands Operands(int batch) const { return {name(), ShapeFor(batch), kernel_, bias_}; }
+
   Config config_;
   Shape4 in_;
   Parameter* kernel_ = nullptr;
   Parameter* bias_ = nullptr;
+  std::unique_ptr<ConvEngine> engine_;
+  std::optional<ConvApproximation> approximation_;
 };
 
 // Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's

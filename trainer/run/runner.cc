@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/status_macros.h"
+#include "trainer/approx/approximation.h"
 #include "trainer/data/dataset.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
@@ -173,6 +174,9 @@ absl::Status ExperimentRun::Setup() {
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
   model_->Initialize(spec_.seed());
+  if (spec_.has_approximation()) {
+    TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model_.get()));
+  }
   PlanOptions plan_options;
   plan_options.precision = PrecisionOf(spec_.train().precision());
   plan_options.deterministic = spec_.device().deterministic();

@@ -23,9 +23,9 @@ struct Trace {
   topiary::v1::RunSummary summary;
 };
 
-inline Trace RunAndTrace(const topiary::v1::ExperimentSpec& spec) {
+// Runs `spec` with `opt` (out_dir, resume_from, ...), recording every step's loss.
+inline Trace RunAndTrace(const topiary::v1::ExperimentSpec& spec, RunOptions opt = {}) {
   Trace t;
-  RunOptions opt;
   opt.progress_interval_s = 0;  // one progress event per step: the whole loss trajectory
   opt.on_event = [&](const topiary::v1::Event& e) {
     if (e.has_progress()) t.losses.push_back(e.progress().loss());

@@ -178,6 +178,27 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateApproximation(const topiary::v1::ApproximationSpec& a) {
+  CHECK_ENUM(topiary::v1::ApproximationSpec::RangeMode_IsValid, a.range(), "approximation.range");
+  CHECK_RULE(a.rules_size() > 0, "approximation.rules", "at least one rule");
+  CHECK_RULE(a.rules_size() <= kMaxListEntries, "approximation.rules", "at most 1000 entries");
+  for (int i = 0; i < a.rules_size(); ++i) {
+    const auto& r = a.rules(i);
+    const std::string f = absl::StrCat("approximation.rules[", i, "]");
+    CHECK_RULE(!r.layer().empty(), f + ".layer", "must name a layer pattern");
+    CHECK_RULE(PlainText(r.layer()), f + ".layer",
+               "must be valid UTF-8 of at most 4096 bytes, without control characters");
+    CHECK_RULE(r.exclude() || !r.multiplier().empty(), f + ".multiplier",
+               "required (a .bin table file or a family such as exact, trunc:4, drum:6) unless "
+               "exclude is set");
+    CHECK_RULE(!r.exclude() || r.multiplier().empty(), f + ".multiplier",
+               "must be empty when exclude is set");
+    CHECK_RULE(PlainText(r.multiplier()), f + ".multiplier",
+               "must be valid UTF-8 of at most 4096 bytes, without control characters");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::string& source) {
@@ -244,6 +265,12 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   if (auto st = ValidateTrain(spec.train()); !st.ok()) return st;
   if (spec.has_pruning()) {
     if (auto st = ValidatePruning(spec.pruning()); !st.ok()) return st;
+  }
+  if (spec.has_approximation()) {
+    if (auto st = ValidateApproximation(spec.approximation()); !st.ok()) return st;
+    CHECK_RULE(spec.train().precision() != topiary::v1::TrainSpec::BF16, "train.precision",
+               "BF16 cannot be combined with approximation: approximate convolutions read fp32 "
+               "activations (use FP32 or TF32)");
   }
   CHECK_RULE(
       spec.checkpoints().every_epochs() >= 0 && spec.checkpoints().every_epochs() <= kMaxEpochs,

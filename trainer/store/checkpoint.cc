@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
 #include "kernels/status_macros.h"
+#include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
@@ -20,6 +21,23 @@ namespace {
 std::string LayerPath(const Parameter& p) {
   return absl::StrCat("/layers/", p.layer, "/", ParamRoleName(p.role));
 }
+std::string LayerGroup(const std::string& layer) { return absl::StrCat("/layers/", layer); }
+
+const ConvApproximation* ApproximationOf(const Layer& layer) {
+  if (layer.kind() != LayerKind::kConv2d) return nullptr;
+  return static_cast<const Conv2d&>(layer).approximation();
+}
+
+// What a checkpoint says of an approximate layer (attributes of its group).
+H5Attrs ApproximationAttrs(const ConvApproximation& a) {
+  H5Attrs attrs;
+  attrs["multiplier"] = a.multiplier;
+  attrs["multiplier_sha256"] = a.sha256;
+  attrs["weight_tuning"] = int64_t{a.weight_tuning ? 1 : 0};
+  attrs["activation_range"] = std::string(a.moving_average ? "moving_average" : "per_batch");
+  return attrs;
+}
+
 std::string MaskPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/mask"); }
 std::string MomentumPath(const Parameter& p) {
   return absl::StrCat("/optimizer/momentum/", p.layer, "/", ParamRoleName(p.role));
@@ -217,7 +235,12 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   // epoch is the whole generator state.
   rng["next_epoch"] = int64_t{state.epoch};
   std::vector<std::string> order;  // datasets are listed by name; this keeps model order
-  for (const Model::Node& node : model.nodes()) order.push_back(node.layer->name());
+  for (const Model::Node& node : model.nodes()) {
+    order.push_back(node.layer->name());
+    if (const ConvApproximation* a = ApproximationOf(*node.layer)) {
+      doc.groups[LayerGroup(node.layer->name())] = ApproximationAttrs(*a);
+    }
+  }
   root["layer_order"] = absl::StrJoin(order, ",");
   // Copies from the device one by one, layout conversions in parallel (they dominate the
   // time outside HDF5 for large models).
@@ -297,6 +320,24 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
   }
+  // A run resumes with the multipliers it was trained with (a table file may have changed).
+  if (with_optimizer) {
+    for (const Model::Node& node : model->nodes()) {
+      const ConvApproximation* a = ApproximationOf(*node.layer);
+      auto group = doc->groups.find(LayerGroup(node.layer->name()));
+      const std::string had = group == doc->groups.end()
+                                  ? std::string()
+                                  : AttrString(group->second, "multiplier_sha256");
+      const std::string has = a ? a->sha256 : std::string();
+      if (had != has) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: layer %s was trained with multiplier %s, the run now has %s: resuming would "
+            "not continue the same run",
+            path, node.layer->name(), had.empty() ? "(exact)" : had.substr(0, 16) + "...",
+            has.empty() ? "(exact)" : has.substr(0, 16) + "..."));
+      }
+    }
+  }
   // Check everything first; change nothing until all of it fits.
   struct Pending {
     Parameter* param;
@@ -308,6 +349,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
   for (Parameter* p : model->parameters()) {
     const std::string where = absl::StrCat(path, ": ", LayerPath(*p));
     auto it = doc->datasets.find(LayerPath(*p));
+    // A checkpoint of the layer before it was approximate: the range starts unobserved.
+    if (it == doc->datasets.end() && p->role == ParamRole::kActivationRange) continue;
     if (it == doc->datasets.end()) return absl::DataLossError(where + ": missing");
     if (it->second.shape != DiskShape(*p) || it->second.f32.size() != p->size()) {
       return absl::DataLossError(absl::StrFormat("%s: shape %s, the model has %s", where,

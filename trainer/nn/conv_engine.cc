@@ -1,0 +1,177 @@
+#include "trainer/nn/conv_engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/approx_conv.h"
+#include "kernels/status_macros.h"
+
+namespace topiary {
+namespace {
+
+// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size.
+struct ConvState : LayerState {
+  std::unique_ptr<kernels::ConvCudaPlan> plan;
+};
+
+const kernels::ConvCudaPlan& Plan(const LayerIo& io) {
+  return *static_cast<const ConvState*>(io.state)->plan;
+}
+
+absl::Status Named(const std::string& layer, const absl::Status& st) {
+  return absl::Status(st.code(), absl::StrCat(layer, ": ", st.message()));
+}
+
+// The exact convolution's resources: the CPU workspace, or the cuDNN plan and its workspace.
+absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* device,
+                                            const PlanOptions& options) {
+  LayerResources r;
+  if (device->cuda() == nullptr) {
+    r.workspace_bytes = kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float);
+    return r;
+  }
+  auto plan =
+      kernels::ConvCudaPlan::Create(op.shape, options.precision, options.conv_workspace_limit,
+                                    options.deterministic, *device->cuda());
+  if (!plan.ok()) return Named(op.layer, plan.status());
+  if (options.precision == kernels::Precision::kBf16) {
+    TOPIARY_RETURN_IF_ERROR(AddBf16Copies(op.kernel, device));
+  }
+  auto state = std::make_unique<ConvState>();
+  r.workspace_bytes = (*plan)->workspace_bytes();
+  state->plan = std::move(*plan);
+  r.state = std::move(state);
+  return r;
+}
+
+// The exact gradients at input x and filter w: the filter's (and bias's) from x and dy, the
+// input's from dy and w when the layer below wants one.
+absl::Status BackwardExact(const ConvOperands& op, const LayerIo& io, const void* x,
+                           const void* w) {
+  float* dbias = op.bias ? op.bias->grad.data() : nullptr;
+  if (io.cuda) {
+    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(x, io.dy, WeightGradFor(*op.kernel, io.dtype),
+                                                    dbias, io.workspace, *io.cuda));
+    if (io.dx[0] == nullptr) return absl::OkStatus();
+    return Plan(io).BackwardData(io.dy, w, io.dx[0], io.workspace, *io.cuda);
+  }
+  float* ws = static_cast<float*>(io.workspace);
+  kernels::Conv2dBackwardFilterCpu(op.shape, static_cast<const float*>(x), io.dyf(),
+                                   op.kernel->grad.data(), dbias, ws);
+  if (io.dx[0] != nullptr) {
+    kernels::Conv2dBackwardDataCpu(op.shape, io.dyf(), static_cast<const float*>(w), io.dxf(0), ws);
+  }
+  return absl::OkStatus();
+}
+
+class ExactConvEngine : public ConvEngine {
+ public:
+  absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
+                                         const PlanOptions& options) override {
+    return PrepareExact(op, device, options);
+  }
+
+  absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) override {
+    const float* bias = op.bias ? op.bias->value.data() : nullptr;
+    if (io.cuda) {
+      return Plan(io).Forward(io.x[0], WeightFor(*op.kernel, io.dtype), bias, io.y, io.workspace,
+                              *io.cuda);
+    }
+    kernels::Conv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias, io.yf(),
+                              static_cast<float*>(io.workspace));
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(const ConvOperands& op, const LayerIo& io) override {
+    return BackwardExact(op, io, io.x[0], WeightFor(*op.kernel, io.dtype));
+  }
+};
+
+// Where the approximate forward pass leaves, in the layer's scratch, what the straight-through
+// backward pass reads: the quantization parameters (two QuantParams, 4 floats' room) and the
+// fake-quantized filter and input.
+struct ApproxScratch {
+  kernels::QuantParams* params;
+  float* wq;
+  float* xq;
+  static size_t Floats(const kernels::ConvShape& s) {
+    return 4 + static_cast<size_t>(s.k) * s.patch() + static_cast<size_t>(s.n) * s.h * s.w * s.c;
+  }
+  ApproxScratch(const kernels::ConvShape& s, float* scratch)
+      : params(reinterpret_cast<kernels::QuantParams*>(scratch)),
+        wq(scratch + 4),
+        xq(scratch + 4 + static_cast<size_t>(s.k) * s.patch()) {}
+};
+static_assert(2 * sizeof(kernels::QuantParams) <= 4 * sizeof(float));
+
+class ApproxConvEngine : public ConvEngine {
+ public:
+  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range)
+      : table_(std::move(table)), range_(range) {}
+
+  absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
+                                         const PlanOptions& options) override {
+    if (options.precision == kernels::Precision::kBf16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op.layer,
+          ": an approximate convolution reads fp32 activations; train.precision BF16 cannot be "
+          "combined with approximation (use FP32 or TF32)"));
+    }
+    if (auto st = kernels::CheckApproxConvShape(op.shape); !st.ok()) return Named(op.layer, st);
+    auto r = PrepareExact(op, device, options);  // the backward pass's plan and workspace
+    if (!r.ok()) return r.status();
+    size_t approx_bytes;
+    if (device->cuda() != nullptr) {
+      TOPIARY_RETURN_IF_ERROR(kernels::ApproxConvPrepareCuda());
+      approx_bytes = kernels::ApproxConvWorkspaceBytes(op.shape);
+    } else {
+      approx_bytes = kernels::ApproxConvWorkspaceBytesCpu(op.shape);
+    }
+    r->workspace_bytes = std::max(r->workspace_bytes, approx_bytes);
+    r->scratch_floats = ApproxScratch::Floats(op.shape);
+    return r;
+  }
+
+  absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) override {
+    const ApproxScratch saved(op.shape, io.scratch);
+    const float* bias = op.bias ? op.bias->value.data() : nullptr;
+    float* running = range_ ? range_->value.data() : nullptr;
+    float* xq = training ? saved.xq : nullptr;  // only the backward pass reads it
+    if (io.cuda) {
+      return kernels::ApproxConv2dForwardCuda(op.shape, io.xf(0), op.kernel->value.data(), bias,
+                                              table_.data(), io.yf(), xq, saved.wq, saved.params,
+                                              io.workspace, *io.cuda, running, training);
+    }
+    kernels::ApproxConv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias,
+                                    table_.data(), io.yf(), xq, saved.wq, saved.params,
+                                    io.workspace, running, training);
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(const ConvOperands& op, const LayerIo& io) override {
+    const ApproxScratch saved(op.shape, io.scratch);
+    return BackwardExact(op, io, saved.xq, saved.wq);
+  }
+
+ private:
+  Buffer<uint16_t> table_;  // on the layer's device
+  Parameter* range_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvEngine> MakeExactConvEngine() { return std::make_unique<ExactConvEngine>(); }
+
+absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvApproximation& approx,
+                                                                 Parameter* range, Device* device) {
+  if (approx.table.size() != static_cast<size_t>(kernels::kMultiplierEntries)) {
+    return absl::InvalidArgumentError(absl::StrCat("multiplier ", approx.multiplier, ": ",
+                                                   approx.table.size(), " entries, not 65536"));
+  }
+  auto table = Buffer<uint16_t>::Create(device, approx.table.size());
+  if (!table.ok()) return table.status();
+  table->CopyFromHost(approx.table.data());
+  return std::make_unique<ApproxConvEngine>(std::move(*table), range);
+}
+
+}  // namespace topiary

@@ -1,0 +1,59 @@
+// How a Conv2d computes: the seam where the exact convolution (cuDNN, or the CPU kernels)
+// and the approximate one (8x8-bit multiplier tables) plug in, and where sampled weight
+// gradients and block-sparse kernels join them. An engine belongs to one layer; whatever
+// depends on a planned batch size (plans, scratch) lives in that network's LayerResources.
+#ifndef TOPIARY_TRAINER_NN_CONV_ENGINE_H_
+#define TOPIARY_TRAINER_NN_CONV_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/conv.h"
+#include "trainer/nn/layer.h"
+
+namespace topiary {
+
+// What an engine computes with, for one call: the layer (named in errors), its shape for the
+// batch at hand, its kernel [K, R, S, C] and bias (null when it has none).
+struct ConvOperands {
+  const std::string& layer;
+  kernels::ConvShape shape;
+  Parameter* kernel;
+  Parameter* bias;
+};
+
+class ConvEngine {
+ public:
+  virtual ~ConvEngine() = default;
+  virtual absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
+                                                 const PlanOptions& options) = 0;
+  virtual absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) = 0;
+  virtual absl::Status Backward(const ConvOperands& op, const LayerIo& io) = 0;
+};
+
+// The exact convolution: cuDNN on a GPU (fp32, TF32 or bf16), the CPU kernels otherwise.
+std::unique_ptr<ConvEngine> MakeExactConvEngine();
+
+// How a layer is approximated (docs/algorithms.md §4). Made by the runner from the spec's
+// approximation rules; the layer keeps it for checkpoints and reports.
+struct ConvApproximation {
+  std::string multiplier;       // as the rule names it: a family ("trunc:4") or a .bin path
+  std::string sha256;           // of the table's contents as loaded (before weight tuning)
+  bool weight_tuning = false;   // ALWANN's weight-code remapping is folded into `table`
+  bool moving_average = false;  // activation range: moving average (else per batch)
+  std::vector<uint16_t> table;  // 65,536 entries, T[(a << 8) | w], as the kernels use it
+};
+
+// The approximate convolution: a table convolution forward, and a straight-through backward
+// pass (the exact convolution's gradients at the fake-quantized operands). `range` is the
+// layer's activation_range parameter [min, max, observed] with the moving-average mode,
+// null with the per-batch one. The table is copied to `device`. fp32 networks only.
+absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvApproximation& approx,
+                                                                 Parameter* range, Device* device);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_NN_CONV_ENGINE_H_

@@ -1,0 +1,142 @@
+// Training with approximate convolutions through the runner (CPU): the spec's rules reach
+// the layers, checkpoints record each layer's multiplier and range state, a resumed run
+// continues bit for bit, and bad rules fail naming the rule.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "trainer/run/runner_test_util.h"
+#include "trainer/store/checkpoint.h"
+
+namespace topiary {
+namespace {
+
+using testing::Parse;
+using testing::RunAndTrace;
+using testing::Trace;
+
+constexpr char kApprox[] = R"(
+  seed: 5
+  model { arch: "resnet20" width: 0.5 }
+  data { dataset: SYNTHETIC batch_size: 32
+         synthetic { height: 10 width: 10 channels: 2 classes: 4 train_size: 320 test_size: 128 } }
+  train { epochs: 2 optimizer { lr: 0.05 } }
+  checkpoints { every_epochs: 1 }
+  device { kind: CPU threads: 2 }
+  approximation {
+    rules { layer: "*" multiplier: "drum:4" }
+    rules { layer: "stem.conv" exclude: true }
+    rules { layer: "stage3.*" multiplier: "trunc:3" }
+    range: MOVING_AVERAGE
+    weight_tuning: true
+  }
+)";
+
+std::string TempDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+Trace RunTo(const topiary::v1::ExperimentSpec& spec, const std::string& out,
+            const std::string& resume = "") {
+  RunOptions opt;
+  opt.out_dir = out;
+  opt.resume_from = resume;
+  return RunAndTrace(spec, opt);
+}
+
+TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
+  const auto spec = Parse(kApprox);
+  const std::string out = TempDir("approx");
+  const Trace full = RunTo(spec, out);
+  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.losses.size(), 20u);  // 2 epochs x 10 steps
+
+  auto doc = ReadCheckpointFile(out + "/checkpoints/epoch-0001.h5");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const H5Attrs& conv = doc->groups.at("/layers/stage1.block0.conv1");
+  EXPECT_EQ(std::get<std::string>(conv.at("multiplier")), "drum:4");
+  EXPECT_EQ(std::get<std::string>(conv.at("multiplier_sha256")).size(), 64u);
+  EXPECT_EQ(std::get<std::string>(conv.at("activation_range")), "moving_average");
+  EXPECT_EQ(std::get<int64_t>(conv.at("weight_tuning")), 1);
+  EXPECT_EQ(std::get<std::string>(doc->groups.at("/layers/stage3.block2.conv2").at("multiplier")),
+            "trunc:3");
+  EXPECT_EQ(doc->groups.count("/layers/stem.conv") &&
+                doc->groups.at("/layers/stem.conv").count("multiplier"),
+            0u);  // excluded: exact
+  const H5Dataset& range = doc->datasets.at("/layers/stage1.block0.conv1/activation_range");
+  ASSERT_EQ(range.f32.size(), 3u);
+  EXPECT_LT(range.f32[0], range.f32[1]);
+  EXPECT_EQ(range.f32[2], 1.0f);  // observed
+  EXPECT_EQ(doc->datasets.count("/layers/stem.conv/activation_range"), 0u);
+
+  // Resumed after epoch 1: the second epoch's losses, bit for bit.
+  const Trace resumed = RunTo(spec, TempDir("approx_resumed"), out + "/checkpoints/epoch-0001.h5");
+  ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+  EXPECT_EQ(resumed.losses, std::vector<double>(full.losses.begin() + 10, full.losses.end()));
+  EXPECT_EQ(resumed.summary.test_top1(), full.summary.test_top1());
+
+  // Resuming with another multiplier is refused: it would not be the same run.
+  auto other = spec;
+  other.mutable_approximation()->mutable_rules(0)->set_multiplier("drum:5");
+  const Trace refused = RunTo(other, TempDir("approx_other"), out + "/checkpoints/epoch-0001.h5");
+  EXPECT_EQ(refused.summary.state(), "FAILED");
+  EXPECT_NE(refused.summary.error().find("stage1.block0.conv1 was trained with multiplier"),
+            std::string::npos)
+      << refused.summary.error();
+}
+
+TEST(ApproxRunner, ExactTableTrainsLikeFakeQuantization) {
+  // The exact table through the approximate path learns the synthetic classes like the exact
+  // convolution does: quantization to 8 bits costs little on an easy task.
+  auto spec = Parse(kApprox);
+  spec.clear_checkpoints();
+  spec.mutable_train()->set_epochs(4);
+  auto* a = spec.mutable_approximation();
+  a->clear_rules();
+  a->add_rules()->set_layer("*");
+  a->mutable_rules(0)->set_multiplier("exact");
+  a->set_range(topiary::v1::ApproximationSpec::PER_BATCH);
+  const Trace t = RunAndTrace(spec);
+  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  EXPECT_GT(t.summary.test_top1(), 0.9);
+  EXPECT_LT(t.losses.back(), t.losses.front());
+}
+
+TEST(ApproxRunner, BadRulesFailNamingTheRule) {
+  const std::string bin = TempDir("short.bin");
+  std::ofstream(bin) << std::string(1000, 'x');
+  struct Case {
+    std::string layer, multiplier, message;
+  };
+  const Case cases[] = {
+      {"*", bin, "approximation.rules[0].multiplier: multiplier file " + bin},
+      {"*", TempDir("missing.bin"), "approximation.rules[0].multiplier: "},
+      {"*", "wallace", "approximation.rules[0].multiplier: "},
+      {"*", "trunc:9", "approximation.rules[0].multiplier: "},
+      {"stage9.*", "exact", "approximation.rules[0].layer: 'stage9.*' matches no convolution"},
+  };
+  for (const Case& c : cases) {
+    auto spec = Parse(kApprox);
+    auto* a = spec.mutable_approximation();
+    a->clear_rules();
+    a->add_rules()->set_layer(c.layer);
+    a->mutable_rules(0)->set_multiplier(c.multiplier);
+    const auto s = RunAndTrace(spec).summary;
+    EXPECT_EQ(s.state(), "FAILED") << c.multiplier;
+    EXPECT_NE(s.error().find(c.message), std::string::npos) << s.error();
+  }
+  // Caught by validation before anything runs.
+  auto spec = Parse(kApprox);
+  spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  EXPECT_NE(RunAndTrace(spec).summary.error().find("train.precision: BF16 cannot be combined"),
+            std::string::npos);
+  spec = Parse(kApprox);
+  spec.mutable_approximation()->mutable_rules(0)->clear_multiplier();
+  EXPECT_NE(RunAndTrace(spec).summary.error().find("approximation.rules[0].multiplier: required"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace topiary
