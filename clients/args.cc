@@ -6,6 +6,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "clients/text.h"
 
 ABSL_FLAG(std::string, out, "",
           "run: write the run's files (spec, events, summary, checkpoints) here");
@@ -26,11 +27,22 @@ ABSL_FLAG(std::optional<double>, step, std::nullopt, "round: the step fraction f
 ABSL_FLAG(std::optional<int>, epochs, std::nullopt, "round: fine-tuning epochs for this round");
 // Registered for the help text and the lookup; its values are collected by ParseArgs (Args::sets).
 ABSL_FLAG(std::vector<std::string>, set, {},
-          "fork: override a spec field, field=value (repeatable)");
+          "fork: override a spec field, field=value; evaluate: PATTERN=MULTIPLIER (repeatable)");
+ABSL_FLAG(std::optional<double>, budget, std::nullopt,
+          "sensitivity: test top-1 points the greedy assignment may lose (default 1)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 
 namespace topiary {
+
+int Fail(const Args& a, const absl::Status& st) {
+  if (a.json) {
+    absl::PrintF("{\"error\":%s}\n", JsonString(st.message()));
+  } else {
+    absl::FPrintF(stderr, "topiary: %s\n", st.message());
+  }
+  return ExitCodeForStatus(static_cast<int>(st.code()));
+}
 
 int ExitCodeForStatus(int code) {
   switch (code) {
@@ -128,6 +140,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->from = absl::GetFlag(FLAGS_from);
   a->target = absl::GetFlag(FLAGS_target);
   a->step = absl::GetFlag(FLAGS_step);
+  a->budget = absl::GetFlag(FLAGS_budget);
   a->epochs = absl::GetFlag(FLAGS_epochs);
   a->json = absl::GetFlag(FLAGS_json);
   a->watch = absl::GetFlag(FLAGS_watch);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace topiary {
 
 // Exit codes scripts can rely on (also in `topiary --help`).
@@ -27,6 +29,11 @@ constexpr int kExitResourceLimit = 8;  // queue full, request too large
 // PERMISSION_DENIED 7, RESOURCE_EXHAUSTED 8, anything else 1; OK is 0.
 int ExitCodeForStatus(int code);
 
+struct Args;
+// Reports a local command's failure (as {"error": ...} with --json, else on stderr) and
+// returns its exit code (ExitCodeForStatus).
+int Fail(const Args& a, const absl::Status& st);
+
 // The parsed command line. Flags are Abseil flags (defined in args.cc, listed by
 // `topiary --help`); an empty string or nullopt means the flag was not given.
 struct Args {
@@ -35,7 +42,7 @@ struct Args {
   std::vector<std::string> sets;        // every --set field=value, in order
   std::string out, resume, file, layer, server, token_file, tls_ca, state, name;
   std::optional<uint32_t> from;
-  std::optional<double> target, step;
+  std::optional<double> target, step, budget;
   std::optional<int> epochs;
   bool json = false, watch = false;
 };

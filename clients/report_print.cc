@@ -51,6 +51,26 @@ std::string MaskHeatMap(const topiary::v1::LayerReport& r) {
   return r.layer() + ": dense (no mask)\n";
 }
 
+// The approximate layers of a report, one line each (nothing when all are exact).
+void PrintApproximations(const topiary::v1::CheckpointReport& r) {
+  bool header = false;
+  for (const auto& l : r.layers()) {
+    if (l.multiplier().empty()) continue;
+    if (!header) {
+      absl::PrintF("\napproximate convolutions: multiplier, table SHA-256, activation range\n");
+      header = true;
+    }
+    std::string range = l.range_mode();
+    if (l.activation_range_size() == 3) {
+      range += l.activation_range(2) != 0
+                   ? absl::StrFormat(" [%.4g, %.4g]", l.activation_range(0), l.activation_range(1))
+                   : " (not yet observed)";
+    }
+    absl::PrintF("  %-30s %-20s %.16s  %s%s\n", l.layer(), l.multiplier(), l.multiplier_sha256(),
+                 range, l.weight_tuning() ? ", weight-tuned" : "");
+  }
+}
+
 }  // namespace
 
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
@@ -85,6 +105,7 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
                  l.stats().std(), l.stats().abs_max(),
                  l.mask_consistent() ? "" : "  (masked weights not zero!)");
   }
+  PrintApproximations(r);
   if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/approx_commands.h"
 #include "clients/args.h"
 #include "clients/progress.h"
 #include "clients/remote.h"
@@ -19,7 +20,6 @@
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
-#include "trainer/approx/multiplier.h"
 #include "trainer/core/device.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/events.h"
@@ -56,6 +56,16 @@ Local commands (no daemon needed):
       EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K;
       FILE.bin: a 131,072-byte table (e.g. data/multipliers/evoapprox8b/mul8u_L40.bin).
       Without arguments, a sample of the generated families.
+  topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--json]
+      Evaluate a checkpoint on its test set (model, data and device from its spec), without
+      training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
+      (a family or a .bin file; 'none' keeps them exact); a later --set wins. Without --set,
+      the checkpoint's own approximation. --json: {"top1", "top5", "loss", "images", "rules"}.
+  topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--json]
+      For every conv layer and each multiplier, the test top-1 with only that layer
+      approximate; then a greedy assignment that minimizes the multipliers' power (summed over
+      each image's multiply-accumulates; known EvoApprox circuits only) while the top-1 stays
+      within PTS points (default 1) of the exact model, checked by evaluating it.
 
 Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7077;
 --token_file FILE or $TOPIARY_TOKEN_FILE for a bearer token; --tls_ca FILE for TLS):
@@ -140,16 +150,6 @@ int Validate(const Args& a) {
   return kExitOk;
 }
 
-// Reports a local command's failure (as {"error": ...} with --json) and returns its exit code.
-int Fail(const Args& a, const absl::Status& st) {
-  if (a.json) {
-    absl::PrintF("{\"error\":%s}\n", JsonString(st.message()));
-  } else {
-    absl::FPrintF(stderr, "topiary: %s\n", st.message());
-  }
-  return ExitCodeForStatus(static_cast<int>(st.code()));
-}
-
 int Inspect(const Args& a) {
   const auto report = pruning::InspectCheckpoint(a.file, a.layer);
   if (!report.ok()) return Fail(a, report.status());
@@ -188,44 +188,6 @@ int Info(const Args& a) {
   return kExitOk;
 }
 
-int Multipliers(const Args& a) {
-  std::vector<std::string> names = a.positional;
-  if (names.empty()) {
-    names = {"exact", "trunc:2", "trunc:4", "bam:6", "bam:8", "mitchell", "drum:4", "drum:6"};
-  }
-  std::vector<Multiplier> loaded;  // all of them first: an error prints no partial table
-  for (const std::string& name : names) {
-    auto m = LoadMultiplier(name);
-    if (!m.ok()) return Fail(a, m.status());
-    loaded.push_back(std::move(*m));
-  }
-  std::vector<std::string> json;
-  if (!a.json) {
-    absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
-                 "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
-  }
-  for (const Multiplier& m : loaded) {
-    const MultiplierMetrics x = ComputeMetrics(m.table);
-    const std::optional<KnownCircuit>& k = m.known;
-    if (a.json) {
-      json.push_back(absl::StrFormat(
-          R"({"name":%s,"source":%s,"sha256":"%s","mae":%.6g,"mae_pct":%.6g,"wce":%.6g,)"
-          R"("wce_pct":%.6g,"ep_pct":%.6g,"mre_pct":%.6g,"mse":%.6g,"power_mw":%s,)"
-          R"("area_um2":%s,"known_circuit":%s})",
-          JsonString(m.name), JsonString(m.source), m.sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
-          x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%g", k->power_mw) : "null",
-          k ? absl::StrFormat("%g", k->area_um2) : "null", k ? JsonString(k->name) : "null"));
-    } else {
-      absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
-                   OneLine(m.name), m.sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
-                   x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%.3f", k->power_mw) : "",
-                   k ? absl::StrFormat("%.1f", k->area_um2) : "");
-    }
-  }
-  if (a.json) absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
-  return kExitOk;
-}
-
 }  // namespace
 }  // namespace topiary
 
@@ -245,7 +207,9 @@ int main(int argc, char** argv) {
   if (c == "run") return Run(args);
   if (c == "validate") return Validate(args);
   if (c == "info") return Info(args);
-  if (c == "multipliers") return Multipliers(args);
+  if (c == "multipliers") return MultipliersCommand(args);
+  if (c == "evaluate") return EvaluateCommand(args);
+  if (c == "sensitivity") return SensitivityCommand(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);

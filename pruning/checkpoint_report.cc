@@ -159,6 +159,15 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
     LayerReport* r = report.add_layers();
     r->set_layer(layer);
     r->set_has_bias(doc->datasets.count(dir + "/bias") > 0);
+    if (auto g = doc->groups.find(dir); g != doc->groups.end()) {
+      r->set_multiplier(AttrString(g->second, "multiplier"));
+      r->set_multiplier_sha256(AttrString(g->second, "multiplier_sha256"));
+      r->set_range_mode(AttrString(g->second, "activation_range"));
+      r->set_weight_tuning(AttrInt(g->second, "weight_tuning") != 0);
+    }
+    if (auto range = doc->datasets.find(dir + "/activation_range"); range != doc->datasets.end()) {
+      for (float v : range->second.f32) r->add_activation_range(v);
+    }
     FillLayer(doc->datasets.at(dir + "/kernel"),
               mask == doc->datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);
   }

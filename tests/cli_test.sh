@@ -51,7 +51,7 @@ check "a wrong-size table is refused (exit 3) naming the file and the size" \
 check "a bad family parameter is refused (exit 3) naming it" \
   bash -c '[[ $1 -eq 3 ]] && grep -q "drum:12" "$0"' "$tmp/drum.err" "$rc"
 check "--help lists every flag with its help" \
-  bash -c 'for f in out resume file layer server token_file tls_ca state name from target step epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
+  bash -c 'for f in out resume file layer server token_file tls_ca state name from target step budget epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
 
 printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
 err=$("$TOPIARY" run "$tmp/bad.textproto" 2>&1); rc=$?
@@ -79,6 +79,46 @@ for f in spec.textproto events.jsonl summary.json; do
 done
 check "no progress bar when stderr is not a terminal" bash -c '! grep -q "ETA" "$0"' "$tmp/stderr"
 check "dense run writes dense.h5" test -s "$tmp/run/checkpoints/dense.h5"
+
+# Evaluation under multipliers, without training, and the per-layer sensitivity report.
+dense="$tmp/run/checkpoints/dense.h5"
+"$TOPIARY" evaluate "$dense" --json > "$tmp/eval.json"; rc=$?
+check "evaluate without --set gives the run's own test top-1" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e[\"top1\"] == float(sys.argv[2]) and e[\"images\"] == 1000 and e[\"rules\"] == [], e
+" "$0" "$2"' "$tmp/eval.json" "$rc" "$top1"
+"$TOPIARY" evaluate "$dense" --set '*=exact' --json > "$tmp/eval_exact.json"; rc1=$?
+"$TOPIARY" evaluate "$dense" --set '*=trunc:6' --set 'conv1=none' --json > "$tmp/eval_trunc.json"; rc2=$?
+check "evaluate --set: the exact table within a point; dropping 6 bits of conv2's operands costs more" \
+  python3 -c '
+import json, sys
+base, exact, trunc = (json.load(open(f)) for f in sys.argv[1:4])
+assert abs(exact["top1"] - base["top1"]) <= 0.01, (exact, base)
+assert trunc["top1"] < base["top1"] - 0.02, (trunc, base)
+assert trunc["rules"] == [{"layer": "*", "multiplier": "trunc:6"}, {"layer": "conv1", "multiplier": None}], trunc
+' "$tmp/eval.json" "$tmp/eval_exact.json" "$tmp/eval_trunc.json"
+"$TOPIARY" evaluate "$dense" --set "conv2=$tmp/short.bin" 2> "$tmp/eval_short.err"; rc=$?
+check "evaluate with a wrong-size table fails (exit 3) naming the rule and the file" \
+  bash -c '[[ $1 -eq 3 ]] && grep -q "approximation.rules\[0\].multiplier: .*short.bin: must be exactly 131072 bytes" "$0"' "$tmp/eval_short.err" "$rc"
+"$TOPIARY" evaluate "$dense" --set "conv9=exact" 2> "$tmp/eval_nomatch.err"; rc=$?
+check "evaluate with a pattern matching no convolution fails naming it" \
+  bash -c '[[ $1 -eq 3 ]] && grep -q "conv9.* matches no convolution" "$0"' "$tmp/eval_nomatch.err" "$rc"
+"$TOPIARY" sensitivity "$dense" "$l40" "$tmp/held_out.bin" --budget 2 --json > "$tmp/sens.json"; rc=$?
+check "sensitivity --json: both layers under both multipliers, a greedy assignment within budget" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [l[\"layer\"] for l in r[\"layers\"]] == [\"conv1\", \"conv2\"], r
+assert all(len(l[\"top1\"]) == 2 and l[\"macs\"] > 0 for l in r[\"layers\"]), r
+g = r[\"greedy\"]
+assert r[\"float_top1\"] - g[\"top1\"] <= 2 and g[\"unknown_power\"] == [\"held_out\"], g
+assert (g[\"relative_power\"] < 1) == (len(g[\"assignment\"]) > 0), g
+" "$0"' "$tmp/sens.json" "$rc"
+"$TOPIARY" sensitivity "$dense" "$l40" > "$tmp/sens.txt"; rc=$?
+check "sensitivity prints the layer table and the assignment" \
+  bash -c '[[ $1 -eq 0 ]] && grep -q "^conv2 " "$0" && grep -q "^greedy assignment within 1.00 points" "$0"' "$tmp/sens.txt" "$rc"
 
 # Block pruning on the CPU: rounds to 50% of 4x4 blocks, a round table, inspectable checkpoints.
 PRUNE_SPEC="$3"

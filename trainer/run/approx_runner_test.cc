@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "trainer/run/approx_eval.h"
 #include "trainer/run/runner_test_util.h"
 #include "trainer/store/checkpoint.h"
 
@@ -136,6 +137,64 @@ TEST(ApproxRunner, BadRulesFailNamingTheRule) {
   spec.mutable_approximation()->mutable_rules(0)->clear_multiplier();
   EXPECT_NE(RunAndTrace(spec).summary.error().find("approximation.rules[0].multiplier: required"),
             std::string::npos);
+}
+
+TEST(ApproxEval, EvaluatesCheckpointsUnderAssignmentsAndRanksLayers) {
+  // An exact model, trained briefly; then its checkpoint evaluated without training.
+  auto spec = Parse(kApprox);
+  spec.clear_approximation();
+  spec.clear_checkpoints();
+  spec.mutable_train()->set_epochs(3);
+  const std::string out = TempDir("eval");
+  const Trace trained = RunTo(spec, out);
+  ASSERT_EQ(trained.summary.state(), "SUCCEEDED") << trained.summary.error();
+  auto ev = CheckpointEvaluator::Open(out + "/checkpoints/dense.h5");
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  // Its own (empty) approximation: the run's own final evaluation, to the bit.
+  auto own = (*ev)->Evaluate(std::nullopt);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->top1, trained.summary.test_top1());
+  EXPECT_EQ(own->images, 128);
+  // Every conv through the exact table: 8-bit fake quantization, close to the float model.
+  topiary::v1::ApproximationSpec all;
+  all.add_rules()->set_layer("*");
+  all.mutable_rules(0)->set_multiplier("exact");
+  auto quantized = (*ev)->Evaluate(all);
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  EXPECT_NEAR(quantized->top1, own->top1, 0.05);
+  // A multiplier that drops 6 of 8 bits of both operands ruins it.
+  all.mutable_rules(0)->set_multiplier("trunc:6");
+  auto ruined = (*ev)->Evaluate(all);
+  ASSERT_TRUE(ruined.ok()) << ruined.status();
+  EXPECT_LT(ruined->top1, own->top1 - 0.2);
+
+  const std::string l40 = "data/multipliers/evoapprox8b/mul8u_L40.bin";
+  const std::string kem = "data/multipliers/evoapprox8b/mul8u_KEM.bin";
+  int calls = 0;
+  auto report = Sensitivity(**ev, {kem, l40, "drum:4"}, 100.0, [&](int, int) { ++calls; });
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->float_top1, 100.0 * own->top1);
+  ASSERT_EQ(report->rows.size(), (*ev)->conv_layers().size());
+  EXPECT_EQ(report->rows.size(), 21u);  // resnet20: 19 3x3 convs and 2 1x1 projections
+  EXPECT_EQ(report->rows[0].layer.name, "stem.conv");
+  EXPECT_EQ(report->rows[0].layer.macs, 10 * 10 * 8 * (3 * 3 * 2));  // width 0.5: 8 channels
+  for (const auto& row : report->rows) ASSERT_EQ(row.top1.size(), 3u);
+  EXPECT_EQ(report->unknown_power, std::vector<std::string>{"drum:4"});
+  // A budget of 100 points takes every saving: each layer gets L40, the least power.
+  EXPECT_EQ(report->assignment.size(), 21u);
+  for (const auto& [layer, m] : report->assignment) EXPECT_EQ(m, 1) << layer;
+  EXPECT_NEAR(report->relative_power, 0.189 / 0.391, 1e-9);
+  EXPECT_GT(calls, 1 + 21 * 3);
+  // No budget at all: nothing may change, the power stays that of the exact multiplier.
+  auto strict = Sensitivity(**ev, {l40}, -1.0);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_TRUE(strict->assignment.empty());
+  EXPECT_EQ(strict->relative_power, 1.0);
+  EXPECT_EQ(strict->assigned_top1, strict->float_top1);
+  // A bad multiplier is named.
+  auto bad = Sensitivity(**ev, {"trunc:0"}, 1.0);
+  EXPECT_NE(std::string(bad.status().message()).find("multiplier 1: "), std::string::npos)
+      << bad.status();
 }
 
 }  // namespace

@@ -1,0 +1,198 @@
+#include "clients/approx_commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "clients/text.h"
+#include "trainer/approx/multiplier.h"
+#include "trainer/run/approx_eval.h"
+
+namespace topiary {
+namespace {
+
+std::string PowerJson(const Multiplier& m) {
+  return m.known ? absl::StrFormat("%g", m.known->power_mw) : "null";
+}
+
+// --set PATTERN=MULTIPLIER (MULTIPLIER 'none': exact) as approximation rules, on the range
+// mode and weight tuning of the checkpoint's own spec.
+absl::StatusOr<topiary::v1::ApproximationSpec> RulesFromSets(
+    const std::vector<std::string>& sets, const topiary::v1::ApproximationSpec& base) {
+  topiary::v1::ApproximationSpec a;
+  a.set_range(base.range());
+  a.set_weight_tuning(base.weight_tuning());
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--set '", OneLine(s),
+                       "': expected PATTERN=MULTIPLIER (e.g. '*=mul8u_L40.bin', "
+                       "'stem.conv=none')"));
+    }
+    auto* r = a.add_rules();
+    r->set_layer(s.substr(0, eq));
+    if (s.substr(eq + 1) == "none") {
+      r->set_exclude(true);
+    } else {
+      r->set_multiplier(s.substr(eq + 1));
+    }
+  }
+  return a;
+}
+
+// "evaluating 12/127" on a terminal, redrawn in place.
+std::function<void(int, int)> TerminalProgress(const char* what) {
+  if (isatty(STDERR_FILENO) == 0) return nullptr;
+  return [what](int done, int total) {
+    absl::FPrintF(stderr, "\r%s %d/%d", what, done, total);
+    if (done == total) absl::FPrintF(stderr, "\n");
+  };
+}
+
+}  // namespace
+
+int MultipliersCommand(const Args& a) {
+  std::vector<std::string> names = a.positional;
+  if (names.empty()) {
+    names = {"exact", "trunc:2", "trunc:4", "bam:6", "bam:8", "mitchell", "drum:4", "drum:6"};
+  }
+  std::vector<Multiplier> loaded;  // all of them first: an error prints no partial table
+  for (const std::string& name : names) {
+    auto m = LoadMultiplier(name);
+    if (!m.ok()) return Fail(a, m.status());
+    loaded.push_back(std::move(*m));
+  }
+  std::vector<std::string> json;
+  if (!a.json) {
+    absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
+                 "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
+  }
+  for (const Multiplier& m : loaded) {
+    const MultiplierMetrics x = ComputeMetrics(m.table);
+    const std::optional<KnownCircuit>& k = m.known;
+    if (a.json) {
+      json.push_back(absl::StrFormat(
+          R"({"name":%s,"source":%s,"sha256":"%s","mae":%.6g,"mae_pct":%.6g,"wce":%.6g,)"
+          R"("wce_pct":%.6g,"ep_pct":%.6g,"mre_pct":%.6g,"mse":%.6g,"power_mw":%s,)"
+          R"("area_um2":%s,"known_circuit":%s})",
+          JsonString(m.name), JsonString(m.source), m.sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
+          x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%g", k->power_mw) : "null",
+          k ? absl::StrFormat("%g", k->area_um2) : "null", k ? JsonString(k->name) : "null"));
+    } else {
+      absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
+                   OneLine(m.name), m.sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
+                   x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%.3f", k->power_mw) : "",
+                   k ? absl::StrFormat("%.1f", k->area_um2) : "");
+    }
+  }
+  if (a.json) absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
+  return kExitOk;
+}
+
+int EvaluateCommand(const Args& a) {
+  if (a.positional.size() != 1)
+    return Fail(a, absl::InvalidArgumentError("evaluate needs exactly one checkpoint"));
+  auto ev = CheckpointEvaluator::Open(a.positional[0]);
+  if (!ev.ok()) return Fail(a, ev.status());
+  std::optional<topiary::v1::ApproximationSpec> rules;
+  if (!a.sets.empty()) {
+    auto r = RulesFromSets(a.sets, (*ev)->spec().approximation());
+    if (!r.ok()) return Fail(a, r.status());
+    rules = *r;
+  }
+  auto result = (*ev)->Evaluate(rules);
+  if (!result.ok()) return Fail(a, result.status());
+  const topiary::v1::ApproximationSpec& used = rules ? *rules : (*ev)->spec().approximation();
+  std::vector<std::string> rule_text;
+  for (const auto& r : used.rules()) {
+    rule_text.push_back(
+        a.json ? absl::StrFormat(R"({"layer":%s,"multiplier":%s})", JsonString(r.layer()),
+                                 r.exclude() ? "null" : JsonString(r.multiplier()))
+               : absl::StrCat(r.layer(), "=", r.exclude() ? "none" : r.multiplier()));
+  }
+  if (a.json) {
+    absl::PrintF(
+        R"({"checkpoint":%s,"device":%s,"images":%d,"top1":%.6g,"top5":%.6g,"loss":%.6g,"rules":[%s]})"
+        "\n",
+        JsonString(a.positional[0]), JsonString((*ev)->device_name()), result->images, result->top1,
+        result->top5, result->loss, absl::StrJoin(rule_text, ","));
+  } else {
+    absl::PrintF("%s on %s (%d test images)\n", a.positional[0], (*ev)->device_name(),
+                 result->images);
+    absl::PrintF("multipliers: %s\n", rule_text.empty() ? "none (every convolution exact)"
+                                                        : absl::StrJoin(rule_text, ", "));
+    absl::PrintF("test top-1 %.2f%%, top-5 %.2f%%, loss %.4f\n", 100 * result->top1,
+                 100 * result->top5, result->loss);
+  }
+  return kExitOk;
+}
+
+int SensitivityCommand(const Args& a) {
+  if (a.positional.size() < 2) {
+    return Fail(a, absl::InvalidArgumentError(
+                       "sensitivity needs a checkpoint and at least one multiplier"));
+  }
+  const double budget = a.budget.value_or(1.0);
+  if (!(budget >= 0 && budget <= 100)) {
+    return Fail(a, absl::InvalidArgumentError("--budget: must be in [0, 100] points"));
+  }
+  auto ev = CheckpointEvaluator::Open(a.positional[0]);
+  if (!ev.ok()) return Fail(a, ev.status());
+  const std::vector<std::string> names(a.positional.begin() + 1, a.positional.end());
+  auto r = Sensitivity(**ev, names, budget, TerminalProgress("evaluating"));
+  if (!r.ok()) return Fail(a, r.status());
+  if (a.json) {
+    std::vector<std::string> mults, rows, assignment;
+    for (const Multiplier& m : r->multipliers) {
+      mults.push_back(absl::StrFormat(R"({"name":%s,"sha256":"%s","power_mw":%s})",
+                                      JsonString(m.name), m.sha256, PowerJson(m)));
+    }
+    for (const auto& row : r->rows) {
+      std::vector<std::string> t;
+      for (double v : row.top1) t.push_back(absl::StrFormat("%.6g", v));
+      rows.push_back(absl::StrFormat(R"({"layer":%s,"macs":%d,"top1":[%s]})",
+                                     JsonString(row.layer.name), row.layer.macs,
+                                     absl::StrJoin(t, ",")));
+    }
+    for (const auto& [layer, m] : r->assignment) {
+      assignment.push_back(absl::StrFormat(R"({"layer":%s,"multiplier":%s})", JsonString(layer),
+                                           JsonString(names[m])));
+    }
+    absl::PrintF(
+        R"({"checkpoint":%s,"device":%s,"float_top1":%.6g,"multipliers":[%s],"layers":[%s],)"
+        R"("greedy":{"budget_pts":%g,"top1":%.6g,"relative_power":%.6g,"assignment":[%s],)"
+        R"("unknown_power":[%s]}})"
+        "\n",
+        JsonString(a.positional[0]), JsonString((*ev)->device_name()), r->float_top1,
+        absl::StrJoin(mults, ","), absl::StrJoin(rows, ","), r->budget_pts, r->assigned_top1,
+        r->relative_power, absl::StrJoin(assignment, ","),
+        absl::StrJoin(r->unknown_power, ",",
+                      [](std::string* out, const std::string& s) { out->append(JsonString(s)); }));
+    return kExitOk;
+  }
+  absl::PrintF("%s on %s: test top-1 %.2f%% with every convolution exact\n\n", a.positional[0],
+               (*ev)->device_name(), r->float_top1);
+  absl::PrintF("test top-1 (%%) with one layer approximate\n%-30s %12s", "layer", "MACs/image");
+  for (const Multiplier& m : r->multipliers) absl::PrintF(" %14.14s", OneLine(m.name));
+  absl::PrintF("\n");
+  for (const auto& row : r->rows) {
+    absl::PrintF("%-30s %12d", row.layer.name, row.layer.macs);
+    for (double v : row.top1) absl::PrintF(" %14.2f", v);
+    absl::PrintF("\n");
+  }
+  absl::PrintF(
+      "\ngreedy assignment within %.2f points: test top-1 %.2f%%, multiplier power "
+      "%.1f%% of exact\n",
+      r->budget_pts, r->assigned_top1, 100 * r->relative_power);
+  for (const auto& [layer, m] : r->assignment) absl::PrintF("  %-30s %s\n", layer, names[m]);
+  if (r->assignment.empty()) absl::PrintF("  (every layer stays exact)\n");
+  if (!r->unknown_power.empty()) {
+    absl::PrintF("not assigned (power unknown): %s\n", absl::StrJoin(r->unknown_power, ", "));
+  }
+  return kExitOk;
+}
+
+}  // namespace topiary

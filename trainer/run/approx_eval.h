@@ -1,0 +1,76 @@
+// Evaluation of a trained checkpoint with multipliers, without training: the approximate-
+// hardware designer's everyday job. A CheckpointEvaluator loads the checkpoint's data once
+// and evaluates its weights under any assignment of multipliers to conv layers; Sensitivity
+// measures each layer alone under each multiplier and picks, greedily, the assignment of
+// least multiplier power within an accuracy-loss budget.
+#ifndef TOPIARY_TRAINER_RUN_APPROX_EVAL_H_
+#define TOPIARY_TRAINER_RUN_APPROX_EVAL_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "topiary/v1/experiment.pb.h"
+#include "trainer/approx/multiplier.h"
+#include "trainer/run/runner.h"
+
+namespace topiary {
+
+struct ConvLayerInfo {
+  std::string name;
+  int64_t macs = 0;  // multiply-accumulates per image
+};
+
+class CheckpointEvaluator {
+ public:
+  // The checkpoint's own spec says which model, dataset and device; its approximation block
+  // (if the model was trained approximate) is what Evaluate(nullopt) uses.
+  static absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> Open(const std::string& checkpoint);
+  ~CheckpointEvaluator();
+
+  const topiary::v1::ExperimentSpec& spec() const;
+  const std::vector<ConvLayerInfo>& conv_layers() const;
+  std::string device_name() const;
+
+  // Test-set metrics of the checkpoint's weights with `approximation` (nullopt: the
+  // checkpoint's own; an empty ApproximationSpec: every convolution exact).
+  absl::StatusOr<EvalResult> Evaluate(
+      const std::optional<topiary::v1::ApproximationSpec>& approximation);
+
+ private:
+  struct State;
+  explicit CheckpointEvaluator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+struct SensitivityReport {
+  double float_top1 = 0;  // every convolution exact (no quantization)
+  std::vector<Multiplier> multipliers;
+  // Per conv layer (model order): top-1 with only that layer approximate, per multiplier.
+  struct Row {
+    ConvLayerInfo layer;
+    std::vector<double> top1;
+  };
+  std::vector<Row> rows;
+  // The greedy assignment: layer -> multiplier index (layers left out stay exact).
+  double budget_pts = 0;
+  std::vector<std::pair<std::string, int>> assignment;
+  double assigned_top1 = 0;
+  // Power of the multipliers summed over every multiply-accumulate of one image, relative
+  // to the exact multiplier's (1 = no saving); only multipliers of known power take part.
+  double relative_power = 1;
+  std::vector<std::string> unknown_power;  // multipliers the greedy step could not use
+};
+
+// `progress(done, total)` is called after every evaluation. The budget is in percentage
+// points of test top-1 below float_top1.
+absl::StatusOr<SensitivityReport> Sensitivity(
+    CheckpointEvaluator& evaluator, const std::vector<std::string>& multipliers, double budget_pts,
+    const std::function<void(int, int)>& progress = nullptr);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_RUN_APPROX_EVAL_H_
