@@ -116,6 +116,33 @@ g = r[\"greedy\"]
 assert r[\"float_top1\"] - g[\"top1\"] <= 2 and g[\"unknown_power\"] == [\"held_out\"], g
 assert (g[\"relative_power\"] < 1) == (len(g[\"assignment\"]) > 0), g
 " "$0"' "$tmp/sens.json" "$rc"
+# Approximation-aware fine-tuning from the dense checkpoint, and inspect's view of it.
+cat > "$tmp/approx.textproto" <<EOF
+seed: 1
+model { arch: "lenet5" }
+data { batch_size: 64 train_limit: 5000 test_limit: 1000 }
+init_from_checkpoint: "$dense"
+train { epochs: 1 optimizer { lr: 0.01 } }
+device { kind: CPU }
+approximation { rules { layer: "conv2" multiplier: "$PWD/$l40" } range: MOVING_AVERAGE }
+EOF
+"$TOPIARY" run "$tmp/approx.textproto" --json --out "$tmp/approx" > "$tmp/approx.jsonl" 2>&1; rc=$?
+check "an approximate fine-tuning run succeeds" \
+  bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/approx.jsonl" "$rc"
+approx_ckpt="$tmp/approx/checkpoints/dense.h5"
+"$TOPIARY" inspect --file "$approx_ckpt" > "$tmp/approx_inspect.txt"; rc=$?
+check "inspect lists the approximate layer with its multiplier, hash and observed range" \
+  bash -c '[[ $1 -eq 0 ]] && grep -Eq "^  conv2 .*mul8u_L40.bin +[0-9a-f]{16}  moving_average \[" "$0"' "$tmp/approx_inspect.txt" "$rc"
+"$TOPIARY" inspect --file "$approx_ckpt" --json > "$tmp/approx_inspect.json"; rc=$?
+check "inspect --json: multiplier, multiplier_sha256, range_mode and activation_range of conv2 only" \
+  python3 -c '
+import json, sys
+r = {l["layer"]: l for l in json.load(open(sys.argv[1]))["layers"]}
+c = r["conv2"]
+assert c["multiplier"].endswith("mul8u_L40.bin") and len(c["multiplier_sha256"]) == 64, c
+assert c["range_mode"] == "moving_average" and c["activation_range"][2] == 1, c
+assert r["conv1"]["multiplier"] == "" and r["conv1"]["activation_range"] == [], r["conv1"]
+' "$tmp/approx_inspect.json"
 "$TOPIARY" sensitivity "$dense" "$l40" > "$tmp/sens.txt"; rc=$?
 check "sensitivity prints the layer table and the assignment" \
   bash -c '[[ $1 -eq 0 ]] && grep -q "^conv2 " "$0" && grep -q "^greedy assignment within 1.00 points" "$0"' "$tmp/sens.txt" "$rc"

@@ -215,7 +215,9 @@ absl::Status ExperimentRun::Setup() {
           state.status().code(),
           absl::StrCat(resume ? "--resume: " : "init_from_checkpoint: ", state.status().message()));
     }
-    dense_done_ = true;  // init_from_checkpoint skips the dense phase
+    // A pruning run from a checkpoint skips the dense phase (its rounds fine-tune); without
+    // pruning, train.epochs fine-tune the loaded model (e.g. with approximation), 0 evaluates.
+    dense_done_ = spec_.has_pruning() || spec_.train().epochs() == 0;
     if (resume) {
       round_ = state->round;
       epoch_ = state->epoch;
@@ -557,7 +559,8 @@ absl::Status ExperimentRun::Execute() {
     *e.mutable_round() = row;
     phase_epoch_ = spec_.train().epochs();
     *metrics_.add_rounds() = row;
-    if (spec_.init_from_checkpoint().empty()) {
+    if (spec_.init_from_checkpoint().empty() ||
+        (!spec_.has_pruning() && spec_.train().epochs() > 0)) {
       TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
       metrics_.mutable_rounds(0)->set_checkpoint(summary_->checkpoint());
     }
