@@ -6,9 +6,12 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/report_print.h"
 #include "clients/text.h"
 #include "trainer/approx/multiplier.h"
+#include "trainer/approx/multiplier_info.h"
 #include "trainer/run/approx_eval.h"
+#include "trainer/run/events.h"
 
 namespace topiary {
 namespace {
@@ -59,36 +62,13 @@ int MultipliersCommand(const Args& a) {
   if (names.empty()) {
     names = {"exact", "trunc:2", "trunc:4", "bam:6", "bam:8", "mitchell", "drum:4", "drum:6"};
   }
-  std::vector<Multiplier> loaded;  // all of them first: an error prints no partial table
+  std::vector<topiary::v1::MultiplierInfo> rows;  // all first: an error prints no partial table
   for (const std::string& name : names) {
     auto m = LoadMultiplier(name);
     if (!m.ok()) return Fail(a, m.status());
-    loaded.push_back(std::move(*m));
+    rows.push_back(DescribeMultiplier(*m));
   }
-  std::vector<std::string> json;
-  if (!a.json) {
-    absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
-                 "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
-  }
-  for (const Multiplier& m : loaded) {
-    const MultiplierMetrics x = ComputeMetrics(m.table);
-    const std::optional<KnownCircuit>& k = m.known;
-    if (a.json) {
-      json.push_back(absl::StrFormat(
-          R"({"name":%s,"source":%s,"sha256":"%s","mae":%.6g,"mae_pct":%.6g,"wce":%.6g,)"
-          R"("wce_pct":%.6g,"ep_pct":%.6g,"mre_pct":%.6g,"mse":%.6g,"power_mw":%s,)"
-          R"("area_um2":%s,"known_circuit":%s})",
-          JsonString(m.name), JsonString(m.source), m.sha256, x.mae, x.mae_pct, x.wce, x.wce_pct,
-          x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%g", k->power_mw) : "null",
-          k ? absl::StrFormat("%g", k->area_um2) : "null", k ? JsonString(k->name) : "null"));
-    } else {
-      absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
-                   OneLine(m.name), m.sha256.substr(0, 12), x.mae, x.mae_pct, x.wce, x.wce_pct,
-                   x.ep_pct, x.mre_pct, x.mse, k ? absl::StrFormat("%.3f", k->power_mw) : "",
-                   k ? absl::StrFormat("%.1f", k->area_um2) : "");
-    }
-  }
-  if (a.json) absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
+  PrintMultipliers(a.json, rows);
   return kExitOk;
 }
 

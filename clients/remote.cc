@@ -293,6 +293,18 @@ int RunRemoteCommand(const Args& a) {
     if (!a.watch) return PrintOrJson(a, e, "forked as");
     return Watch(a, c, e.id(), 0);
   }
+  if (cmd == "multipliers") {
+    topiary::v1::ListMultipliersResponse resp;
+    auto ctx = c.Context();
+    st = c.stub().ListMultipliers(ctx.get(), topiary::v1::ListMultipliersRequest(), &resp);
+    if (!st.ok()) return Report(a, c, st);
+    PrintMultipliers(a.json, {resp.multipliers().begin(), resp.multipliers().end()});
+    if (!a.json) {
+      absl::PrintF("generated families (name them in a rule): %s\n",
+                   absl::StrJoin(resp.families(), ", "));
+    }
+    return kExitOk;
+  }
   if (cmd == "checkpoints") {
     if (!NeedsId(a, "checkpoints")) return kExitUsage;
     topiary::v1::ExperimentRef ref;

@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/text.h"
 #include "topiary/v1/events.pb.h"
+#include "trainer/run/events.h"
 
 namespace topiary {
 namespace {
@@ -108,6 +110,29 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
   PrintApproximations(r);
   if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));
+  }
+}
+
+// The table of `topiary multipliers`: one line per multiplier, or a JSON array.
+void PrintMultipliers(bool json, const std::vector<topiary::v1::MultiplierInfo>& rows) {
+  if (json) {
+    std::vector<std::string> json;
+    for (const auto& m : rows) json.push_back(MessageToJson(m));
+    absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
+    return;
+  }
+  absl::PrintF("%-14s %-12s %9s %6s %6s %6s %6s %6s %11s %7s %7s\n", "name", "sha256", "MAE",
+               "MAE%", "WCE", "WCE%", "EP%", "MRE%", "MSE", "mW", "um2");
+  for (const auto& m : rows) {
+    if (!m.error().empty()) {
+      absl::PrintF("%-14s (%s)\n", OneLine(m.name()), OneLine(m.error()));
+      continue;
+    }
+    absl::PrintF("%-14s %-12s %9.2f %6.3f %6.0f %6.3f %6.2f %6.3f %11.6g %7s %7s\n",
+                 OneLine(m.name()), m.sha256().substr(0, 12), m.mae(), m.mae_pct(), m.wce(),
+                 m.wce_pct(), m.ep_pct(), m.mre_pct(), m.mse(),
+                 m.has_power_mw() ? absl::StrFormat("%.3f", m.power_mw()) : "",
+                 m.has_area_um2() ? absl::StrFormat("%.1f", m.area_um2()) : "");
   }
 }
 

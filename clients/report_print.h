@@ -3,11 +3,18 @@
 #ifndef TOPIARY_CLIENTS_REPORT_PRINT_H_
 #define TOPIARY_CLIENTS_REPORT_PRINT_H_
 
+#include <vector>
+
 #include "topiary/v1/checkpoint.pb.h"
+#include "topiary/v1/multiplier.pb.h"
 
 namespace topiary {
 
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& report);
+
+// The table of `topiary multipliers` (local or the daemon's): one line per multiplier, or
+// with `json` a JSON array of MultiplierInfo.
+void PrintMultipliers(bool json, const std::vector<topiary::v1::MultiplierInfo>& rows);
 
 }  // namespace topiary
 

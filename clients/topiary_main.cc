@@ -55,7 +55,9 @@ Local commands (no daemon needed):
       EP%, MRE%, MSE), the table's SHA-256, and power and area where the table is a known
       EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K;
       FILE.bin: a 131,072-byte table (e.g. data/multipliers/evoapprox8b/mul8u_L40.bin).
-      Without arguments, a sample of the generated families.
+      Without arguments, a sample of the generated families. With --server ADDR, the
+      tables in the daemon's DATA_DIR/multipliers/ folder and its families (a spec's rule
+      names such a table by its stem, e.g. multiplier: "mul8u_L40").
   topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--json]
       Evaluate a checkpoint on its test set (model, data and device from its spec), without
       training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
@@ -207,7 +209,10 @@ int main(int argc, char** argv) {
   if (c == "run") return Run(args);
   if (c == "validate") return Validate(args);
   if (c == "info") return Info(args);
-  if (c == "multipliers") return MultipliersCommand(args);
+  // With --server, the daemon's library; otherwise the tables and families named here.
+  if (c == "multipliers") {
+    return args.server.empty() ? MultipliersCommand(args) : RunRemoteCommand(args);
+  }
   if (c == "evaluate") return EvaluateCommand(args);
   if (c == "sensitivity") return SensitivityCommand(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);

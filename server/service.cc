@@ -9,11 +9,14 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
+#include "trainer/approx/approximation.h"
+#include "trainer/approx/multiplier_info.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/hdf5_file.h"
@@ -67,9 +70,42 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   return Status::OK;
 }
 
+std::string TopiaryService::MultiplierFolder() const {
+  return registry_->data_dir() + "/multipliers";
+}
+
+Status TopiaryService::ResolveMultipliers(topiary::v1::ApproximationSpec* approx) const {
+  for (int i = 0; i < approx->rules_size(); ++i) {
+    auto* rule = approx->mutable_rules(i);
+    if (rule->exclude()) continue;
+    const std::string& m = rule->multiplier();
+    const bool has_dir = m.find('/') != std::string::npos;
+    std::string path;
+    if (!has_dir && !absl::EndsWith(m, ".bin")) {
+      // A family, or the stem of a table in the library.
+      const std::string candidate = MultiplierFolder() + "/" + m + ".bin";
+      if (!PathExists(candidate)) continue;
+      path = candidate;
+    } else if (!has_dir) {
+      path = MultiplierFolder() + "/" + m;
+    } else if (Status st =
+                   ResolvePath(absl::StrCat("approximation.rules[", i, "].multiplier"), m, &path);
+               !st.ok()) {
+      return st;
+    }
+    rule->set_multiplier(path);
+  }
+  // Every table read and checked now, so a bad one is refused at submission, naming the rule.
+  auto loaded = LoadRuleMultipliers(*approx);
+  return loaded.ok() ? Status::OK : ToGrpc(loaded.status());
+}
+
 Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   if (auto st = ValidateSpec(*spec); !st.ok()) return ToGrpc(st);
   *spec = WithDefaults(*spec);
+  if (spec->has_approximation()) {
+    if (Status st = ResolveMultipliers(spec->mutable_approximation()); !st.ok()) return st;
+  }
   if (!spec->init_from_checkpoint().empty()) {
     std::string abs;
     Status st = ResolvePath("init_from_checkpoint", spec->init_from_checkpoint(), &abs);
@@ -308,14 +344,28 @@ Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
                                      topiary::v1::ServerInfo* out) {
   out->set_version(kTopiaryVersion);
   for (const std::string& d : options_.devices) out->add_devices(d);
-  for (const char* c : {"pruning:BLOCK", "pruning:MAGNITUDE", "pruning:N_OF_M", "precision:FP32",
-                        "precision:TF32", "manual_rounds", "fork", "checkpoints:hdf5"}) {
+  for (const char* c :
+       {"pruning:BLOCK", "pruning:MAGNITUDE", "pruning:N_OF_M", "precision:FP32", "precision:TF32",
+        "manual_rounds", "fork", "checkpoints:hdf5", "approximation"}) {
     out->add_capabilities(c);
   }
   out->set_max_running(scheduler_->slots());
   out->set_running(scheduler_->running());
   out->set_queued(registry_->Count(topiary::v1::QUEUED));
   out->set_data_dir(registry_->data_dir());
+  return Status::OK;
+}
+
+Status TopiaryService::ListMultipliers(grpc::ServerContext* ctx,
+                                       const topiary::v1::ListMultipliersRequest*,
+                                       topiary::v1::ListMultipliersResponse* out) {
+  for (auto& info : ListMultiplierFolder(MultiplierFolder())) {
+    // Paths relative to the data directory, like every other path the daemon reports.
+    const std::string root = registry_->data_dir() + "/";
+    if (info.source().rfind(root, 0) == 0) info.set_source(info.source().substr(root.size()));
+    *out->add_multipliers() = std::move(info);
+  }
+  for (const std::string& f : MultiplierFamilies()) out->add_families(f);
   return Status::OK;
 }
 

@@ -51,6 +51,9 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   grpc::Status InspectCheckpoint(grpc::ServerContext* ctx,
                                  const topiary::v1::InspectCheckpointRequest* req,
                                  topiary::v1::CheckpointReport* out) override;
+  grpc::Status ListMultipliers(grpc::ServerContext* ctx,
+                               const topiary::v1::ListMultipliersRequest* req,
+                               topiary::v1::ListMultipliersResponse* out) override;
   grpc::Status GetServerInfo(grpc::ServerContext* ctx, const topiary::v1::GetServerInfoRequest* req,
                              topiary::v1::ServerInfo* out) override;
 
@@ -59,6 +62,12 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   grpc::Status ResolvePath(const std::string& field, const std::string& path,
                            std::string* absolute) const;
   grpc::Status CheckSpec(topiary::v1::ExperimentSpec* spec) const;
+  // The data directory's multipliers/ folder.
+  std::string MultiplierFolder() const;
+  // Rewrites each rule's multiplier to the table file it means (a bare stem or NAME.bin: in
+  // multipliers/; a path: inside the data directory) and reads every table, so that a bad
+  // one is refused at submission with the rule named.
+  grpc::Status ResolveMultipliers(topiary::v1::ApproximationSpec* approx) const;
   grpc::Status Admit(const topiary::v1::ExperimentSpec& spec, const std::string& parent,
                      topiary::v1::Experiment* out);
 

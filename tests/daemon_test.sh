@@ -43,6 +43,48 @@ check "inspect through the daemon" bash -c '[[ $1 -eq 0 && "$0" == *"\"model_arc
 "$TOPIARY" watch "$id" --from 3 --json > "$tmp/replay.jsonl"
 check "watch --from replays the persisted log after seq 3" bash -c 'head -n 1 "$0" | grep -q "\"seq\":4,"' "$tmp/replay.jsonl"
 
+# The daemon's multiplier library: DATA_DIR/multipliers/*.bin, named in rules by stem.
+mkdir -p "$tmp/data/multipliers"
+cp data/multipliers/evoapprox8b/mul8u_L40.bin "$tmp/data/multipliers/"
+head -c 1000 /dev/urandom > "$tmp/data/multipliers/short.bin"
+ln -s /etc/passwd "$tmp/data/multipliers/link.bin"
+"$TOPIARY" multipliers --server "$TOPIARY_SERVER" --json > "$tmp/mults.json"; rc=$?
+check "multipliers --server lists the library (L40 with its power; the short file with its error; no link) and the families" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+rows = {m[\"name\"]: m for m in json.load(open(sys.argv[1]))}
+assert sorted(rows) == [\"mul8u_L40\", \"short\"], rows
+assert rows[\"mul8u_L40\"][\"power_mw\"] == 0.189 and rows[\"mul8u_L40\"][\"source\"] == \"multipliers/mul8u_L40.bin\", rows
+assert \"131072\" in rows[\"short\"][\"error\"], rows
+" "$0"' "$tmp/mults.json" "$rc"
+"$TOPIARY" multipliers --server "$TOPIARY_SERVER" > "$tmp/mults.txt"
+check "multipliers --server (text) names the families" grep -q "^generated families .*drum:K" "$tmp/mults.txt"
+approx_spec() {  # approx_spec MULTIPLIER > FILE: the tiny spec with every conv approximate
+  cat "$TINY"; printf 'approximation { rules { layer: "*" multiplier: "%s" } }\n' "$1"
+}
+approx_spec short > "$tmp/approx_short.textproto"
+err=$("$TOPIARY" submit "$tmp/approx_short.textproto" 2>&1); rc=$?
+check "a wrong-size table is refused at submission (exit 3) naming the rule and the size" \
+  bash -c '[[ $1 -eq 3 && "$0" == *INVALID_ARGUMENT*"approximation.rules[0].multiplier: "*"short.bin: must be exactly 131072 bytes"* ]]' "$err" "$rc"
+approx_spec /etc/passwd > "$tmp/approx_etc.textproto"
+err=$("$TOPIARY" submit "$tmp/approx_etc.textproto" 2>&1); rc=$?
+check "a table outside the data directory is refused (exit 7) naming the rule" \
+  bash -c '[[ $1 -eq 7 && "$0" == *"approximation.rules[0].multiplier: "* ]]' "$err" "$rc"
+approx_spec link > "$tmp/approx_link.textproto"
+err=$("$TOPIARY" submit "$tmp/approx_link.textproto" 2>&1); rc=$?
+check "a library link leading out of the data directory is refused (exit 7)" test "$rc" -eq 7
+approx_spec mul8u_L40 > "$tmp/approx_l40.textproto"
+aid=$(submit "$tmp/approx_l40.textproto")
+"$TOPIARY" watch "$aid" > /dev/null 2>&1; rc=$?
+check "a run with the library's mul8u_L40 on every conv succeeds" test "$rc" -eq 0
+apath=$("$TOPIARY" checkpoints "$aid" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["path"])')
+"$TOPIARY" inspect "$apath" --json > "$tmp/approx_report.json"
+check "its checkpoint records the library table for every conv" python3 -c '
+import json, sys
+layers = [l for l in json.load(open(sys.argv[1]))["layers"] if l["layer"].startswith("conv")]
+assert len(layers) == 2 and all(l["multiplier"].endswith("/multipliers/mul8u_L40.bin") for l in layers), layers
+' "$tmp/approx_report.json"
+
 # Errors and their codes.
 printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
 err=$("$TOPIARY" submit "$tmp/bad.textproto" 2>&1); rc=$?
