@@ -8,10 +8,12 @@
 #include "absl/strings/str_join.h"
 #include "clients/report_print.h"
 #include "clients/text.h"
+#include "trainer/approx/error_png.h"
 #include "trainer/approx/multiplier.h"
 #include "trainer/approx/multiplier_info.h"
 #include "trainer/run/approx_eval.h"
 #include "trainer/run/events.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {
@@ -67,6 +69,14 @@ int MultipliersCommand(const Args& a) {
     auto m = LoadMultiplier(name);
     if (!m.ok()) return Fail(a, m.status());
     rows.push_back(DescribeMultiplier(*m));
+    if (!a.png.empty()) {
+      if (names.size() != 1) {
+        return Fail(a, absl::InvalidArgumentError("--png: name exactly one multiplier"));
+      }
+      if (auto st = WriteFileAtomic(a.png, ErrorSurfacePng(m->table)); !st.ok()) {
+        return Fail(a, st);
+      }
+    }
   }
   PrintMultipliers(a.json, rows);
   return kExitOk;

@@ -28,6 +28,7 @@ ABSL_FLAG(std::optional<int>, epochs, std::nullopt, "round: fine-tuning epochs f
 // Registered for the help text and the lookup; its values are collected by ParseArgs (Args::sets).
 ABSL_FLAG(std::vector<std::string>, set, {},
           "fork: override a spec field, field=value; evaluate: PATTERN=MULTIPLIER (repeatable)");
+ABSL_FLAG(std::string, png, "", "multipliers: write the one multiplier's error surface here (PNG)");
 ABSL_FLAG(std::optional<double>, budget, std::nullopt,
           "sensitivity: test top-1 points the greedy assignment may lose (default 1)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
@@ -141,6 +142,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->target = absl::GetFlag(FLAGS_target);
   a->step = absl::GetFlag(FLAGS_step);
   a->budget = absl::GetFlag(FLAGS_budget);
+  a->png = absl::GetFlag(FLAGS_png);
   a->epochs = absl::GetFlag(FLAGS_epochs);
   a->json = absl::GetFlag(FLAGS_json);
   a->watch = absl::GetFlag(FLAGS_watch);

@@ -40,7 +40,7 @@ struct Args {
   std::string command;
   std::vector<std::string> positional;  // after the command
   std::vector<std::string> sets;        // every --set field=value, in order
-  std::string out, resume, file, layer, server, token_file, tls_ca, state, name;
+  std::string out, resume, file, layer, server, token_file, tls_ca, state, name, png;
   std::optional<uint32_t> from;
   std::optional<double> target, step, budget;
   std::optional<int> epochs;

@@ -50,14 +50,16 @@ Local commands (no daemon needed):
       statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
   topiary info [--json]
       Version, build (CUDA or CPU-only), GPUs found, models; and the daemon, if one answers.
-  topiary multipliers [NAME|FILE.bin ...] [--json]
+  topiary multipliers [NAME|FILE.bin ...] [--json] [--png FILE]
       Error metrics of 8x8-bit multipliers over all 2^16 operand pairs (MAE, WCE and their %,
       EP%, MRE%, MSE), the table's SHA-256, and power and area where the table is a known
       EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K;
       FILE.bin: a 131,072-byte table (e.g. data/multipliers/evoapprox8b/mul8u_L40.bin).
       Without arguments, a sample of the generated families. With --server ADDR, the
       tables in the daemon's DATA_DIR/multipliers/ folder and its families (a spec's rule
-      names such a table by its stem, e.g. multiplier: "mul8u_L40").
+      names such a table by its stem, e.g. multiplier: "mul8u_L40"). --png FILE (one
+      multiplier): a 256x256 picture of its error surface, row = activation code, column =
+      weight code, red where the table is too large, blue too small, white exact.
   topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--json]
       Evaluate a checkpoint on its test set (model, data and device from its spec), without
       training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER

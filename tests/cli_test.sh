@@ -50,8 +50,35 @@ check "a wrong-size table is refused (exit 3) naming the file and the size" \
 "$TOPIARY" multipliers drum:12 2> "$tmp/drum.err"; rc=$?
 check "a bad family parameter is refused (exit 3) naming it" \
   bash -c '[[ $1 -eq 3 ]] && grep -q "drum:12" "$0"' "$tmp/drum.err" "$rc"
+"$TOPIARY" multipliers "$l40" --png "$tmp/l40.png" > /dev/null; rc1=$?
+"$TOPIARY" multipliers exact --png "$tmp/exact.png" > /dev/null; rc2=$?
+check "--png writes the error surface: 256x256 RGB; the exact table all white, L40 red and blue" \
+  bash -c '[[ $1 -eq 0 && $2 -eq 0 ]] && python3 -c "
+import struct, sys, zlib
+def pixels(path):
+    b = open(path, \"rb\").read()
+    assert b[:8] == b\"\\x89PNG\\r\\n\\x1a\\n\"
+    pos, idat = 8, b\"\"
+    while pos < len(b):
+        n, kind = struct.unpack(\">I4s\", b[pos:pos + 8])
+        data = b[pos + 8:pos + 8 + n]
+        assert struct.unpack(\">I\", b[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + data)
+        if kind == b\"IHDR\": assert struct.unpack(\">IIBB\", data[:10]) == (256, 256, 8, 2)
+        if kind == b\"IDAT\": idat += data
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    assert len(raw) == 256 * (1 + 3 * 256)
+    return [raw[r * 769 + 1:(r + 1) * 769] for r in range(256)]
+assert all(set(row) == {255} for row in pixels(sys.argv[1]))
+rows = pixels(sys.argv[2])
+px = [tuple(r[i:i + 3]) for r in rows for i in range(0, 768, 3)]
+assert any(p[0] == 255 and p[2] < 255 for p in px) and any(p[2] == 255 and p[0] < 255 for p in px)
+assert rows[0][:3] == bytes([255, 255, 255])  # a = 0, w = 0: exact
+" "$0" "$3"' "$tmp/exact.png" "$rc1" "$rc2" "$tmp/l40.png"
+"$TOPIARY" multipliers exact trunc:2 --png "$tmp/two.png" 2> "$tmp/png.err"; rc=$?
+check "--png with two multipliers is refused (exit 3)" bash -c '[[ $1 -eq 3 ]] && grep -q "exactly one" "$0"' "$tmp/png.err" "$rc"
 check "--help lists every flag with its help" \
-  bash -c 'for f in out resume file layer server token_file tls_ca state name from target step budget epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
+  bash -c 'for f in out resume file layer server token_file tls_ca state name from target step budget png epochs set json watch; do grep -q -- "^  --$f " <<<"$0" || exit 1; done' "$help"
 
 printf 'model { arch: "lenet5" }\ndata { batch_size: -4 }\ntrain { epochs: 1 }\n' > "$tmp/bad.textproto"
 err=$("$TOPIARY" run "$tmp/bad.textproto" 2>&1); rc=$?

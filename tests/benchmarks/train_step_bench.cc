@@ -3,7 +3,8 @@
 //
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
-//                    [--graphs 1] [--precision fp32|tf32|bf16]
+//                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
+// --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kernels/status_macros.h"
+#include "trainer/approx/approximation.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/step_runner.h"
@@ -26,7 +28,7 @@ namespace {
 struct Flags {
   std::vector<std::string> models = {"lenet5", "resnet20"};
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
-  std::string device = "cpu", precision = "fp32";
+  std::string device = "cpu", precision = "fp32", approx;
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
@@ -70,6 +72,19 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   auto model = BuildModel(arch, 1.0f, {1, f.hw, f.hw, f.channels}, f.classes, dev->get());
   if (!model.ok()) return model.status();
   (*model)->Initialize(1);
+  if (!f.approx.empty()) {
+    topiary::v1::ApproximationSpec a;
+    a.add_rules()->set_layer("*");
+    a.mutable_rules(0)->set_multiplier(f.approx);
+    a.add_rules()->set_layer("*shortcut.conv");  // the 1x1 projections stay exact
+    a.mutable_rules(1)->set_exclude(true);
+    bool shortcuts = false;  // a rule that matches nothing is an error
+    for (const auto& node : (*model)->nodes()) {
+      shortcuts = shortcuts || node.layer->name().find("shortcut.conv") != std::string::npos;
+    }
+    if (!shortcuts) a.mutable_rules()->RemoveLast();
+    TOPIARY_RETURN_IF_ERROR(ApplyApproximation(a, model->get()));
+  }
   PlanOptions options;
   options.precision = f.precision == "bf16"   ? kernels::Precision::kBf16
                       : f.precision == "tf32" ? kernels::Precision::kTf32
@@ -117,11 +132,12 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
-      "\"deterministic\":%s,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_mb\":%.1f,"
+      "\"deterministic\":%s,\"approx\":\"%s\",\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_"
+      "mb\":%.1f,"
       "\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
-      runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false",
+      runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
       (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
@@ -152,6 +168,8 @@ int main(int argc, char** argv) {
       f.device = v;
     else if (k == "--graphs")
       f.graphs = v != "0";
+    else if (k == "--approx")
+      f.approx = v;
     else if (k == "--precision")
       f.precision = v;
     else if (k == "--profile")

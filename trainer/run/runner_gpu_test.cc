@@ -1,6 +1,7 @@
 // The runner on a GPU. Tagged gpu: skips, saying why, where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "trainer/core/device.h"
@@ -68,6 +69,39 @@ TEST_F(RunnerGpu, FirstStepMatchesCpu) {
   EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 1e-4 * std::abs(cpu.losses[0]));
   // Later steps drift apart only by rounding; after an epoch both have learned alike.
   EXPECT_NEAR(gpu.losses.back(), cpu.losses.back(), 0.05 * std::abs(cpu.losses.back()) + 0.02);
+}
+
+TEST_F(RunnerGpu, ApproximateConvolutionsLearnDeterministicallyAndMatchTheCpu) {
+  // Every conv through a multiplier table, moving-average ranges: the run learns, repeats
+  // bit for bit, replays as a graph what it launches eagerly, and its first step (table
+  // forward, straight-through backward) agrees with the CPU's.
+  auto spec = Parse(kSynthetic);
+  auto* a = spec.mutable_approximation();
+  a->add_rules()->set_layer("*");
+  a->mutable_rules(0)->set_multiplier("drum:6");
+  a->set_range(topiary::v1::ApproximationSpec::MOVING_AVERAGE);
+  const Trace x = RunAndTrace(spec), y = RunAndTrace(spec);
+  ASSERT_EQ(x.summary.state(), "SUCCEEDED") << x.summary.error();
+  EXPECT_GT(x.summary.test_top1(), 0.9);
+  EXPECT_EQ(x.losses, y.losses);
+  auto eager = spec;
+  eager.mutable_device()->set_cuda_graphs(topiary::v1::DeviceSpec::GRAPHS_OFF);
+  EXPECT_EQ(RunAndTrace(eager).losses, x.losses);
+  auto cpu = spec;
+  cpu.mutable_device()->set_kind(topiary::v1::DeviceSpec::CPU);
+  cpu.mutable_train()->set_epochs(1);
+  const Trace c = RunAndTrace(cpu);
+  ASSERT_FALSE(c.losses.empty());
+  std::printf("first loss: GPU %.9g, CPU %.9g\n", x.losses[0], c.losses[0]);
+  // Quantization turns the backends' last-bit differences upstream (batch norm, pooling) into
+  // whole-code differences at rounding boundaries, so the agreement is looser than exact
+  // convolutions' 1e-4.
+  EXPECT_NEAR(x.losses[0], c.losses[0], 1e-2 * std::abs(c.losses[0]));
+  // BF16 is refused by validation, naming the field.
+  auto bf16 = spec;
+  bf16.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
+  EXPECT_NE(RunAndTrace(bf16).summary.error().find("train.precision: BF16 cannot be combined"),
+            std::string::npos);
 }
 
 TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {

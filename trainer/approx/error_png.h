@@ -1,0 +1,20 @@
+// A picture of a multiplier's error surface, for people who would rather look than read
+// metrics: a 256 x 256 PNG, row = activation code a (top: 0), column = weight code w (left: 0),
+// colored by the signed error T[a, w] - a * w on a diverging scale: white where exact, red
+// where the table is too large, blue where too small, full color at the table's largest
+// absolute error.
+#ifndef TOPIARY_TRAINER_APPROX_ERROR_PNG_H_
+#define TOPIARY_TRAINER_APPROX_ERROR_PNG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace topiary {
+
+// The PNG file's bytes (8-bit RGB, zlib-compressed). REQUIRES: table.size() == 65536.
+std::string ErrorSurfacePng(const std::vector<uint16_t>& table);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_APPROX_ERROR_PNG_H_
