@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "clients/report_print.h"
 #include "clients/text.h"
+#include "trainer/approx/approximation.h"
 #include "trainer/approx/error_png.h"
 #include "trainer/approx/multiplier.h"
 #include "trainer/approx/multiplier_info.h"
@@ -26,9 +27,7 @@ std::string PowerJson(const Multiplier& m) {
 // mode and weight tuning of the checkpoint's own spec.
 absl::StatusOr<topiary::v1::ApproximationSpec> RulesFromSets(
     const std::vector<std::string>& sets, const topiary::v1::ApproximationSpec& base) {
-  topiary::v1::ApproximationSpec a;
-  a.set_range(base.range());
-  a.set_weight_tuning(base.weight_tuning());
+  std::vector<std::pair<std::string, std::string>> layers;
   for (const std::string& s : sets) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
@@ -37,15 +36,10 @@ absl::StatusOr<topiary::v1::ApproximationSpec> RulesFromSets(
                        "': expected PATTERN=MULTIPLIER (e.g. '*=mul8u_L40.bin', "
                        "'stem.conv=none')"));
     }
-    auto* r = a.add_rules();
-    r->set_layer(s.substr(0, eq));
-    if (s.substr(eq + 1) == "none") {
-      r->set_exclude(true);
-    } else {
-      r->set_multiplier(s.substr(eq + 1));
-    }
+    const std::string multiplier = s.substr(eq + 1);
+    layers.emplace_back(s.substr(0, eq), multiplier == "none" ? "" : multiplier);
   }
-  return a;
+  return AssignmentRules(base, layers);
 }
 
 // "evaluating 12/127" on a terminal, redrawn in place.

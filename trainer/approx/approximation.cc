@@ -50,6 +50,24 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> MatchApproximationRules
   return out;
 }
 
+topiary::v1::ApproximationSpec AssignmentRules(
+    const topiary::v1::ApproximationSpec& base,
+    const std::vector<std::pair<std::string, std::string>>& layers) {
+  topiary::v1::ApproximationSpec a;
+  a.set_range(base.range());
+  a.set_weight_tuning(base.weight_tuning());
+  for (const auto& [layer, multiplier] : layers) {
+    auto* r = a.add_rules();
+    r->set_layer(layer);
+    if (multiplier.empty()) {
+      r->set_exclude(true);
+    } else {
+      r->set_multiplier(multiplier);
+    }
+  }
+  return a;
+}
+
 absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Model* model) {
   auto layers = MatchApproximationRules(spec, *model);
   if (!layers.ok()) return layers.status();

@@ -24,6 +24,12 @@ absl::StatusOr<std::vector<std::optional<Multiplier>>> LoadRuleMultipliers(
 absl::StatusOr<std::vector<std::pair<std::string, int>>> MatchApproximationRules(
     const topiary::v1::ApproximationSpec& spec, const Model& model);
 
+// One rule per (layer pattern, multiplier) in order (an empty multiplier keeps the matching
+// layers exact), with the range mode and weight tuning of `base`.
+topiary::v1::ApproximationSpec AssignmentRules(
+    const topiary::v1::ApproximationSpec& base,
+    const std::vector<std::pair<std::string, std::string>>& layers);
+
 // LoadRuleMultipliers and MatchApproximationRules, then Conv2d::Approximate for each matched
 // layer (weight tuning applied to the table when the spec asks). Before any network is
 // planned and before a checkpoint is loaded (the moving-average range is a parameter).

@@ -23,6 +23,13 @@ struct CheckpointEvaluator::State {
   std::optional<Batcher> batcher;
   std::optional<DeviceBatches> batches;
   std::vector<ConvLayerInfo> convs;
+
+  // A fresh model of the checkpoint's architecture (parameters not loaded).
+  absl::StatusOr<std::unique_ptr<Model>> BuildModel() const {
+    return topiary::BuildModel(spec.model().arch(), spec.model().width(),
+                               {1, data.test.h, data.test.w, data.test.c}, data.classes,
+                               device.get());
+  }
 };
 
 CheckpointEvaluator::CheckpointEvaluator(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -59,13 +66,9 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   auto batches = DeviceBatches::Create(&*s->batcher, s->device.get());
   if (!batches.ok()) return batches.status();
   s->batches.emplace(std::move(*batches));
-  std::vector<int32_t> identity(s->data.test.size());
-  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
-  TOPIARY_RETURN_IF_ERROR(s->batches->SetOrder(identity));
+  TOPIARY_RETURN_IF_ERROR(s->batches->SetSequentialOrder());
   // The conv layers and their work, from a model of the checkpoint's architecture.
-  auto model = BuildModel(s->spec.model().arch(), s->spec.model().width(),
-                          {1, s->data.test.h, s->data.test.w, s->data.test.c}, s->data.classes,
-                          s->device.get());
+  auto model = s->BuildModel();
   if (!model.ok()) return model.status();
   for (const Model::Node& node : (*model)->nodes()) {
     if (node.layer->kind() != LayerKind::kConv2d) continue;
@@ -80,9 +83,7 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
     const std::optional<ApproximationSpec>& approximation) {
   const State& s = *state_;
   const ApproximationSpec& approx = approximation ? *approximation : s.spec.approximation();
-  auto model =
-      BuildModel(s.spec.model().arch(), s.spec.model().width(),
-                 {1, s.data.test.h, s.data.test.w, s.data.test.c}, s.data.classes, s.device.get());
+  auto model = s.BuildModel();
   if (!model.ok()) return model.status();
   // Before the load: a moving-average range is a parameter the checkpoint may hold.
   if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
@@ -99,25 +100,6 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
   if (!net.ok()) return net.status();
   return topiary::Evaluate(**net, *s.batches, static_cast<int64_t>(s.data.test.size()));
 }
-
-namespace {
-
-// Rules that make exactly the layers of `assignment` approximate, with the range mode and
-// weight tuning of `base`.
-ApproximationSpec Assignment(const ApproximationSpec& base,
-                             const std::vector<std::pair<std::string, std::string>>& layers) {
-  ApproximationSpec a;
-  a.set_range(base.range());
-  a.set_weight_tuning(base.weight_tuning());
-  for (const auto& [layer, multiplier] : layers) {
-    auto* r = a.add_rules();
-    r->set_layer(layer);
-    r->set_multiplier(multiplier);
-  }
-  return a;
-}
-
-}  // namespace
 
 absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
                                               const std::vector<std::string>& multipliers,
@@ -143,7 +125,7 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
   };
   auto top1 = [&](const std::vector<std::pair<std::string, std::string>>& layers)
       -> absl::StatusOr<double> {
-    auto r = evaluator.Evaluate(Assignment(base, layers));
+    auto r = evaluator.Evaluate(AssignmentRules(base, layers));
     if (!r.ok()) return r.status();
     step();
     return 100.0 * r->top1;

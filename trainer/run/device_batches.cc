@@ -1,5 +1,7 @@
 #include "trainer/run/device_batches.h"
 
+#include <numeric>
+
 #include "kernels/augment.h"
 
 namespace topiary {
@@ -26,6 +28,12 @@ absl::StatusOr<DeviceBatches> DeviceBatches::Create(const Batcher* batcher, Devi
   b.labels_.CopyFromHost(set.labels.data());
   b.lut_.CopyFromHost(batcher->lut().data());
   return b;
+}
+
+absl::Status DeviceBatches::SetSequentialOrder() {
+  std::vector<int32_t> order(batcher_->set().size());
+  std::iota(order.begin(), order.end(), 0);
+  return SetOrder(std::move(order));
 }
 
 absl::Status DeviceBatches::SetOrder(std::vector<int32_t> order) {

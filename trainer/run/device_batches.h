@@ -21,6 +21,8 @@ class DeviceBatches {
   // The order the next batches draw from (the whole set, permuted or not). On a GPU this
   // copies it to the device and waits: once per epoch.
   absl::Status SetOrder(std::vector<int32_t> order);
+  // The whole set in its stored order (evaluation).
+  absl::Status SetSequentialOrder();
 
   // Writes `count` images into x and labels (device memory). With a clock, the position in
   // the order and the epoch are the clock's (read where it lives); otherwise first and epoch.

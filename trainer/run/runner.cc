@@ -97,6 +97,14 @@ class ExperimentRun {
   // `lr_table` giving the learning rate of every step of the phase.
   absl::Status TrainPhase(const std::string& phase, int epochs, const std::vector<float>& lr_table);
   absl::StatusOr<EvalResult> EvaluateTest();
+  // Whether this experiment trains a dense phase (and writes dense.h5 after it): always
+  // from scratch; from init_from_checkpoint, a pruning run skips it (its rounds fine-tune)
+  // and a run without pruning trains train.epochs (fine-tuning, e.g. with approximation;
+  // 0 only evaluates).
+  bool TrainsDensePhase() const {
+    return spec_.init_from_checkpoint().empty() ||
+           (!spec_.has_pruning() && spec_.train().epochs() > 0);
+  }
   // Mean |dW| of every prunable kernel over a few training batches (GRAD_L2 scores). Batch
   // norm running statistics are restored afterwards, so the model is as it was.
   absl::StatusOr<GradientStats> GradientStatistics();
@@ -200,9 +208,7 @@ absl::Status ExperimentRun::Setup() {
   auto test_data = DeviceBatches::Create(&*test_batcher_, device_.get());
   if (!test_data.ok()) return test_data.status();
   test_data_.emplace(std::move(*test_data));
-  std::vector<int32_t> identity(data_->test.size());
-  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
-  TOPIARY_RETURN_IF_ERROR(test_data_->SetOrder(identity));
+  TOPIARY_RETURN_IF_ERROR(test_data_->SetSequentialOrder());
 
   // A checkpoint to start from: resume (everything) or init (weights and masks only).
   const std::string& from =
@@ -215,9 +221,7 @@ absl::Status ExperimentRun::Setup() {
           state.status().code(),
           absl::StrCat(resume ? "--resume: " : "init_from_checkpoint: ", state.status().message()));
     }
-    // A pruning run from a checkpoint skips the dense phase (its rounds fine-tune); without
-    // pruning, train.epochs fine-tune the loaded model (e.g. with approximation), 0 evaluates.
-    dense_done_ = spec_.has_pruning() || spec_.train().epochs() == 0;
+    dense_done_ = !TrainsDensePhase();
     if (resume) {
       round_ = state->round;
       epoch_ = state->epoch;
@@ -559,8 +563,7 @@ absl::Status ExperimentRun::Execute() {
     *e.mutable_round() = row;
     phase_epoch_ = spec_.train().epochs();
     *metrics_.add_rounds() = row;
-    if (spec_.init_from_checkpoint().empty() ||
-        (!spec_.has_pruning() && spec_.train().epochs() > 0)) {
+    if (TrainsDensePhase()) {
       TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
       metrics_.mutable_rounds(0)->set_checkpoint(summary_->checkpoint());
     }
