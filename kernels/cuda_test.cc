@@ -21,6 +21,7 @@
 #include "kernels/loss.h"
 #include "kernels/parallel.h"
 #include "kernels/pooling.h"
+#include "kernels/sampled_grad.h"
 #include "kernels/sgd.h"
 #include "kernels/test_util.h"
 
@@ -556,6 +557,60 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
       EXPECT_EQ(drunning.Host(), running);
       EXPECT_EQ(dxq.Host(), xq);
       EXPECT_EQ(dy.Host(), y);
+    }
+  }
+}
+
+// Sampled weight gradients: the same selection as the CPU reference (every list length, the
+// bisection path, every position kept), a mask and a bias gradient, for both element types.
+// Keeping every position must equal the exact filter gradient.
+TEST_F(CudaKernels, SampledWeightGradMatchesCpu) {
+  uint32_t seed = 900;
+  for (const ConvShape& sh :
+       {MakeConv(2, 7, 7, 3, 5, 3, 3, 1, 1), MakeConv(1, 9, 8, 5, 4, 3, 3, 2, 1),
+        MakeConv(3, 6, 6, 4, 40, 1, 1, 1, 0), MakeConv(2, 5, 5, 17, 33, 3, 3, 2, 0),
+        MakeConv(2, 8, 8, 7, 3, 5, 5, 1, 2), MakeConv(16, 28, 28, 16, 16, 3, 3, 1, 1),
+        MakeConv(4, 14, 14, 64, 70, 3, 3, 2, 1), MakeConv(2, 7, 7, 300, 20, 3, 3, 1, 1)}) {
+    const int count = sh.ho() * sh.wo();
+    for (int top_k : {1, 3, 8, 16, 40, count}) {
+      for (DType t : kTypes) {
+        SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" +
+                     std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
+                     std::to_string(sh.r) + " top_k " + std::to_string(top_k) + " " + Name(t));
+        const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+        const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+        const size_t ny = static_cast<size_t>(sh.n) * count * sh.k;
+        const auto x = Round(RandomFloats(nx, seed++), t), g = Round(RandomFloats(ny, seed++), t);
+        std::vector<uint8_t> mask(nw);
+        std::mt19937 gen(seed++);
+        for (auto& m : mask) m = gen() % 4 != 0;
+        const WeightGradSampling sampling{top_k, top_k == 3 ? 1.0f / sh.n : 1.0f};
+        Act dx(t, x), dg(t, g), gw(t, nw);
+        Dev<uint8_t> dmask(mask), ws(SampledWeightGradWorkspaceBytes(sh, top_k));
+        Dev<float> gb(sh.k);
+        ASSERT_TRUE(SampledWeightGradCuda(t, sh, sampling, dx.get(), dg.get(), dmask.get(),
+                                          gw.get(), gb.get(), ws.get(), ctx_)
+                        .ok());
+        std::vector<unsigned char> cws(SampledWeightGradWorkspaceBytesCpu(sh, top_k));
+        std::vector<float> rgw(nw), rgb(sh.k);
+        SampledWeightGradCpu(sh, sampling, x.data(), g.data(), mask.data(), rgw.data(), rgb.data(),
+                             cws.data());
+        Sync();
+        const auto got = gw.Host();
+        EXPECT_LT(Rel(got, rgw), Tol(t, 1e-4));
+        EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
+        for (size_t e = 0; e < nw; ++e) {
+          if (!mask[e]) {
+            ASSERT_EQ(got[e], 0.0f) << e;
+          }
+        }
+        if (top_k == count) {
+          std::vector<float> exact(nw), eb(sh.k), ews(ConvWorkspaceFloatsCpu(sh) + 1);
+          Conv2dBackwardFilterCpu(sh, x.data(), g.data(), exact.data(), eb.data(), ews.data());
+          for (size_t e = 0; e < nw; ++e) exact[e] *= mask[e];
+          EXPECT_LT(Rel(got, exact), Tol(t, 1e-4));
+        }
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
+#include "kernels/sampled_grad.h"
 #include "kernels/sgd.h"
 #include "kernels/step_clock.h"
 
@@ -47,6 +48,12 @@ absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaCon
   return NoCuda();
 }
 absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
+  return NoCuda();
+}
+size_t SampledWeightGradWorkspaceBytes(const ConvShape&, int) { return 0; }
+absl::Status SampledWeightGradCuda(DType, const ConvShape&, const WeightGradSampling&, const void*,
+                                   const void*, const uint8_t*, void*, float*, void*,
+                                   const CudaContext&) {
   return NoCuda();
 }
 absl::Status SgdStepCuda(const SgdParams&, const float*, const std::vector<SgdTensor>&,
