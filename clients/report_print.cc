@@ -73,6 +73,26 @@ void PrintApproximations(const topiary::v1::CheckpointReport& r) {
   }
 }
 
+// The layers whose weight gradients the run sampled, and how many steps sampled.
+void PrintSampling(const topiary::v1::CheckpointReport& r,
+                   const topiary::v1::CheckpointMetrics& metrics) {
+  std::vector<std::string> layers;
+  std::string how;
+  for (const auto& l : r.layers()) {
+    if (l.weight_gradient() != "sampled") continue;
+    layers.push_back(l.layer());
+    how =
+        absl::StrFormat("top_k %d, %s scale", l.weight_gradient_top_k(), l.weight_gradient_scale());
+  }
+  if (layers.empty()) return;
+  absl::PrintF("\nsampled weight gradients (%s): %s\n", how, absl::StrJoin(layers, ", "));
+  if (metrics.has_gradient_sampling()) {
+    const auto& g = metrics.gradient_sampling();
+    absl::PrintF("  %s: %d steps sampled, %d exact\n", OneLine(g.policy()), g.sampled_steps(),
+                 g.exact_steps());
+  }
+}
+
 }  // namespace
 
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
@@ -108,6 +128,7 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
                  l.mask_consistent() ? "" : "  (masked weights not zero!)");
   }
   PrintApproximations(r);
+  PrintSampling(r, metrics);
   if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));
   }

@@ -164,6 +164,10 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
       r->set_multiplier_sha256(AttrString(g->second, "multiplier_sha256"));
       r->set_range_mode(AttrString(g->second, "activation_range"));
       r->set_weight_tuning(AttrInt(g->second, "weight_tuning") != 0);
+      r->set_weight_gradient(AttrString(g->second, "weight_gradient"));
+      r->set_weight_gradient_top_k(static_cast<int32_t>(
+          std::clamp<int64_t>(AttrInt(g->second, "weight_gradient_top_k"), 0, INT32_MAX)));
+      r->set_weight_gradient_scale(AttrString(g->second, "weight_gradient_scale"));
     }
     if (auto range = doc->datasets.find(dir + "/activation_range"); range != doc->datasets.end()) {
       for (float v : range->second.f32) r->add_activation_range(v);

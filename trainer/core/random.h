@@ -11,7 +11,14 @@
 namespace topiary {
 
 // One independent stream per purpose.
-enum class RngStream : uint32_t { kInit = 1, kShuffle = 2, kAugment = 3, kData = 4, kPrune = 5 };
+enum class RngStream : uint32_t {
+  kInit = 1,
+  kShuffle = 2,
+  kAugment = 3,
+  kData = 4,
+  kPrune = 5,
+  kGradientSampling = 6
+};
 
 std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/approx_conv.h"
+#include "kernels/sampled_grad.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 
@@ -65,6 +66,15 @@ absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {
   if (!engine.ok()) return engine.status();
   engine_ = std::move(*engine);
   approximation_ = std::move(approx);
+  return absl::OkStatus();
+}
+
+absl::Status Conv2d::SampleWeightGradients(GradientSampling sampling) {
+  if (kernel_ == nullptr) return absl::FailedPreconditionError(name() + ": not set up");
+  if (auto st = kernels::CheckSampledWeightGradShape(ShapeFor(1), sampling.top_k); !st.ok()) {
+    return absl::InvalidArgumentError(name() + ": " + std::string(st.message()));
+  }
+  sampling_ = sampling;
   return absl::OkStatus();
 }
 

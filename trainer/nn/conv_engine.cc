@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/approx_conv.h"
+#include "kernels/sampled_grad.h"
 #include "kernels/status_macros.h"
 
 namespace topiary {
@@ -22,12 +23,27 @@ absl::Status Named(const std::string& layer, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat(layer, ": ", st.message()));
 }
 
-// The exact convolution's resources: the CPU workspace, or the cuDNN plan and its workspace.
+// The workspace a sampled weight gradient needs (0 for a layer that never samples).
+absl::StatusOr<size_t> SampledWorkspace(const ConvOperands& op, Device* device) {
+  if (op.sampling == nullptr) return 0;
+  if (auto st = kernels::CheckSampledWeightGradShape(op.shape, op.sampling->top_k); !st.ok()) {
+    return Named(op.layer, st);
+  }
+  return device->cuda() != nullptr
+             ? kernels::SampledWeightGradWorkspaceBytes(op.shape, op.sampling->top_k)
+             : kernels::SampledWeightGradWorkspaceBytesCpu(op.shape, op.sampling->top_k);
+}
+
+// The exact convolution's resources: the CPU workspace, or the cuDNN plan and its workspace,
+// with room for a sampled weight gradient.
 absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* device,
                                             const PlanOptions& options) {
+  auto sampled = SampledWorkspace(op, device);
+  if (!sampled.ok()) return sampled.status();
   LayerResources r;
   if (device->cuda() == nullptr) {
-    r.workspace_bytes = kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float);
+    r.workspace_bytes =
+        std::max(kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float), *sampled);
     return r;
   }
   auto plan =
@@ -38,26 +54,48 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
     TOPIARY_RETURN_IF_ERROR(AddBf16Copies(op.kernel, device));
   }
   auto state = std::make_unique<ConvState>();
-  r.workspace_bytes = (*plan)->workspace_bytes();
+  r.workspace_bytes = std::max((*plan)->workspace_bytes(), *sampled);
   state->plan = std::move(*plan);
   r.state = std::move(state);
   return r;
 }
 
-// The exact gradients at input x and filter w: the filter's (and bias's) from x and dy, the
-// input's from dy and w when the layer below wants one.
+// The sampled filter (and exact bias) gradient at input x.
+absl::Status BackwardSampled(const ConvOperands& op, const LayerIo& io, const void* x) {
+  float* dbias = op.bias ? op.bias->grad.data() : nullptr;
+  const kernels::WeightGradSampling sampling{
+      op.sampling->top_k, op.sampling->reference_scale ? 1.0f / op.shape.n : 1.0f};
+  const uint8_t* mask = op.kernel->mask.empty() ? nullptr : op.kernel->mask.data();
+  if (io.cuda) {
+    return kernels::SampledWeightGradCuda(io.dtype, op.shape, sampling, x, io.dy, mask,
+                                          WeightGradFor(*op.kernel, io.dtype), dbias, io.workspace,
+                                          *io.cuda);
+  }
+  kernels::SampledWeightGradCpu(op.shape, sampling, static_cast<const float*>(x), io.dyf(), mask,
+                                op.kernel->grad.data(), dbias, io.workspace);
+  return absl::OkStatus();
+}
+
+// The gradients at input x and filter w: the filter's (and bias's) from x and dy, exact or
+// sampled, the input's from dy and w when the layer below wants one.
 absl::Status BackwardExact(const ConvOperands& op, const LayerIo& io, const void* x,
                            const void* w) {
   float* dbias = op.bias ? op.bias->grad.data() : nullptr;
+  const bool sample = op.sample && op.sampling != nullptr;
+  if (sample) TOPIARY_RETURN_IF_ERROR(BackwardSampled(op, io, x));
   if (io.cuda) {
-    TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(x, io.dy, WeightGradFor(*op.kernel, io.dtype),
-                                                    dbias, io.workspace, *io.cuda));
+    if (!sample) {
+      TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(x, io.dy, WeightGradFor(*op.kernel, io.dtype),
+                                                      dbias, io.workspace, *io.cuda));
+    }
     if (io.dx[0] == nullptr) return absl::OkStatus();
     return Plan(io).BackwardData(io.dy, w, io.dx[0], io.workspace, *io.cuda);
   }
   float* ws = static_cast<float*>(io.workspace);
-  kernels::Conv2dBackwardFilterCpu(op.shape, static_cast<const float*>(x), io.dyf(),
-                                   op.kernel->grad.data(), dbias, ws);
+  if (!sample) {
+    kernels::Conv2dBackwardFilterCpu(op.shape, static_cast<const float*>(x), io.dyf(),
+                                     op.kernel->grad.data(), dbias, ws);
+  }
   if (io.dx[0] != nullptr) {
     kernels::Conv2dBackwardDataCpu(op.shape, io.dyf(), static_cast<const float*>(w), io.dxf(0), ws);
   }

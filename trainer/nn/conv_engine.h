@@ -16,13 +16,23 @@
 
 namespace topiary {
 
+// How a layer samples its weight gradient (docs/algorithms.md §5): set by the runner from the
+// spec's gradient_sampling block. Whether a given step samples is the runner's decision.
+struct GradientSampling {
+  int top_k = 1;
+  bool reference_scale = false;  // divide by the batch size, as the reference kernel did
+};
+
 // What an engine computes with, for one call: the layer (named in errors), its shape for the
-// batch at hand, its kernel [K, R, S, C] and bias (null when it has none).
+// batch at hand, its kernel [K, R, S, C] and bias (null when it has none), and how its weight
+// gradient may be sampled (null: always exact) and whether this step samples it.
 struct ConvOperands {
   const std::string& layer;
   kernels::ConvShape shape;
   Parameter* kernel;
   Parameter* bias;
+  const GradientSampling* sampling = nullptr;
+  bool sample = false;
 };
 
 class ConvEngine {
@@ -33,6 +43,10 @@ class ConvEngine {
   virtual absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) = 0;
   virtual absl::Status Backward(const ConvOperands& op, const LayerIo& io) = 0;
 };
+
+// Every engine's backward pass computes the filter gradient exactly or, when the operands say
+// so, sampled (kernels/sampled_grad.h) at the same operands, masked entries left at zero; the
+// input gradient is always exact.
 
 // The exact convolution: cuDNN on a GPU (fp32, TF32 or bf16), the CPU kernels otherwise.
 std::unique_ptr<ConvEngine> MakeExactConvEngine();

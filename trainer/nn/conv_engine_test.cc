@@ -8,8 +8,10 @@
 #include <cmath>
 
 #include "kernels/approx_conv.h"
+#include "kernels/sampled_grad.h"
 #include "kernels/test_util.h"
 #include "trainer/nn/layers.h"
+#include "trainer/nn/masks.h"
 
 namespace topiary {
 namespace {
@@ -197,6 +199,86 @@ TEST(ApproxConvEngine, RefusesTablesOfTheWrongSizeAndPatchesThatCouldOverflow) {
   const absl::Status st2 = big.conv.Approximate(Approx(ExactTable()), big.device.get());
   EXPECT_EQ(st2.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st2.message().find("block.conv"), absl::string_view::npos) << st2;
+}
+
+// Sampled weight gradients through the engines' backward pass: the kernel's result on the
+// operands the engine differentiates at (the fake-quantized ones when approximate), the exact
+// input gradient, masked entries zero, and exact steps while sampling is off.
+std::vector<float> SampledReference(const Harness& h, const std::vector<float>& x, int top_k,
+                                    float scale, const uint8_t* mask) {
+  const ConvShape s = h.conv.ShapeFor(h.batch);
+  std::vector<float> dw(h.conv.kernel()->size());
+  std::vector<float> dbias(s.k);
+  std::vector<unsigned char> ws(kernels::SampledWeightGradWorkspaceBytesCpu(s, top_k));
+  kernels::SampledWeightGradCpu(s, kernels::WeightGradSampling{top_k, scale}, x.data(), h.dy.data(),
+                                mask, dw.data(), dbias.data(), ws.data());
+  return dw;
+}
+
+TEST(SampledConvEngine, BackwardSamplesTheFilterGradientOnlyWhileOn) {
+  uint32_t seed = 200;
+  for (const Case& c : kCases) {
+    for (bool approximate : {false, true}) {
+      Harness h(c.in, c.config, c.batch), exact(c.in, c.config, c.batch);
+      h.Setup(seed);
+      exact.Setup(seed);
+      seed += 10;
+      ASSERT_TRUE(h.conv.SampleWeightGradients(GradientSampling{2, true}).ok());
+      if (approximate) {
+        ASSERT_TRUE(h.conv.Approximate(Approx(ExactTable()), h.device.get()).ok());
+        ASSERT_TRUE(exact.conv.Approximate(Approx(ExactTable()), exact.device.get()).ok());
+      }
+      h.Plan();
+      exact.Plan();
+      ASSERT_TRUE(h.conv.Forward(h.Io(), true).ok());
+      ASSERT_TRUE(exact.conv.Forward(exact.Io(), true).ok());
+      // Off: the exact gradients, bit for bit.
+      ASSERT_TRUE(h.conv.Backward(h.Io()).ok());
+      ASSERT_TRUE(exact.conv.Backward(exact.Io()).ok());
+      EXPECT_EQ(h.conv.kernel()->grad.ToHost(), exact.conv.kernel()->grad.ToHost());
+      // On: the sampled filter gradient at the engine's operands, the same input gradient.
+      h.conv.SetSampling(true);
+      ASSERT_TRUE(h.conv.Backward(h.Io()).ok());
+      EXPECT_EQ(h.dx, exact.dx);
+      const std::vector<float> x = approximate ? FakeQuantized(h.x) : h.x;
+      const auto want = SampledReference(h, x, 2, 1.0f / c.batch, nullptr);
+      EXPECT_LE(kernels::testing::RelError(h.conv.kernel()->grad.ToHost(),
+                                           kernels::testing::ToDouble(want)),
+                1e-6);
+      EXPECT_NE(h.conv.kernel()->grad.ToHost(), exact.conv.kernel()->grad.ToHost());
+    }
+  }
+}
+
+TEST(SampledConvEngine, MaskedEntriesOfASampledGradientAreZero) {
+  Harness h({1, 6, 6, 8}, {8, 3, 3, 1, 1, false}, 3);
+  h.Setup(300);
+  ASSERT_TRUE(h.conv.SampleWeightGradients(GradientSampling{1, false}).ok());
+  std::vector<uint8_t> mask(h.conv.kernel()->size());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i / 8) % 3 != 0;
+  ASSERT_TRUE(InstallMask(h.conv.kernel(), mask, MaskInfo{}).ok());
+  h.Plan();
+  h.conv.SetSampling(true);
+  ASSERT_TRUE(h.conv.Forward(h.Io(), true).ok());
+  ASSERT_TRUE(h.conv.Backward(h.Io()).ok());
+  const auto grad = h.conv.kernel()->grad.ToHost();
+  int nonzero = 0;
+  for (size_t i = 0; i < mask.size(); ++i) {
+    if (!mask[i]) {
+      EXPECT_EQ(grad[i], 0.0f) << i;
+    }
+    nonzero += mask[i] && grad[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, 0);
+}
+
+TEST(SampledConvEngine, RefusesABadTopK) {
+  Harness h({1, 4, 4, 3}, {2, 3, 3, 1, 1, false}, 1);
+  h.Setup(5);
+  const absl::Status st = h.conv.SampleWeightGradients(GradientSampling{0, false});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("block.conv: top_k"), absl::string_view::npos) << st;
+  EXPECT_EQ(h.conv.gradient_sampling(), nullptr);
 }
 
 }  // namespace

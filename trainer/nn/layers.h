@@ -48,8 +48,18 @@ class Conv2d : public Layer {
     return approximation_ ? &*approximation_ : nullptr;
   }
 
+  // Lets the layer sample its weight gradient (before any network is planned: the workspace
+  // grows); steps sample while SetSampling(true) is in force. Errors name the layer.
+  absl::Status SampleWeightGradients(GradientSampling sampling);
+  // Null when the weight gradient is always exact.
+  const GradientSampling* gradient_sampling() const { return sampling_ ? &*sampling_ : nullptr; }
+  // Whether the following backward passes sample (no effect on a layer that never does).
+  void SetSampling(bool on) { sample_ = on; }
+
  private:
-  ConvOperands Operands(int batch) const { return {name(), ShapeFor(batch), kernel_, bias_}; }
+  ConvOperands Operands(int batch) const {
+    return {name(), ShapeFor(batch), kernel_, bias_, sampling_ ? &*sampling_ : nullptr, sample_};
+  }
 
   Config config_;
   Shape4 in_;
@@ -57,6 +67,8 @@ class Conv2d : public Layer {
   Parameter* bias_ = nullptr;
   std::unique_ptr<ConvEngine> engine_;
   std::optional<ConvApproximation> approximation_;
+  std::optional<GradientSampling> sampling_;
+  bool sample_ = false;
 };
 
 // Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's

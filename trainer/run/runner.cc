@@ -21,6 +21,7 @@
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/device_batches.h"
 #include "trainer/run/events.h"
+#include "trainer/run/gradient_sampling.h"
 #include "trainer/run/step_runner.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
@@ -145,7 +146,10 @@ class ExperimentRun {
   int64_t global_step_ = 0;
   bool dense_done_ = false;
   std::string parent_;
-  CheckpointMetrics metrics_;
+  CheckpointMetrics metrics_;  // with the gradient sampling report and its step counts
+  // Sampled weight gradients: which steps sample (absent: none), and what was applied.
+  std::optional<SamplingPolicy> sampling_;
+  topiary::v1::GradientSamplingReport sampling_applied_;
   std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
   double train_seconds_ = 0;
   int64_t images_trained_ = 0;
@@ -184,6 +188,12 @@ absl::Status ExperimentRun::Setup() {
   model_->Initialize(spec_.seed());
   if (spec_.has_approximation()) {
     TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model_.get()));
+  }
+  if (spec_.has_gradient_sampling()) {
+    auto applied = ApplyGradientSampling(spec_.gradient_sampling(), model_.get());
+    if (!applied.ok()) return applied.status();
+    sampling_applied_ = std::move(*applied);
+    sampling_.emplace(spec_.gradient_sampling(), spec_.seed());
   }
   PlanOptions plan_options;
   plan_options.precision = PrecisionOf(spec_.train().precision());
@@ -249,6 +259,10 @@ absl::Status ExperimentRun::Setup() {
   s->set_parameters(static_cast<int32_t>(model_->trainable_parameter_count()));
   s->set_epochs(spec_.train().epochs());
   s->set_batch_size(batch_);
+  if (sampling_ && !metrics_.has_gradient_sampling()) {
+    *metrics_.mutable_gradient_sampling() = sampling_applied_;
+  }
+  if (sampling_) *s->mutable_gradient_sampling() = metrics_.gradient_sampling();
   s->set_phase(!options_.resume_from.empty()
                    ? absl::StrFormat("resumed at round %d, epoch %d", round_, epoch_)
                : !spec_.init_from_checkpoint().empty() ? "from checkpoint"
@@ -286,10 +300,17 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     return optimizer_->Step(clock->clock());
   };
   // On a GPU the step is captured as a CUDA graph after one eager step and replayed. Each
-  // phase captures anew: a prune step may have added mask buffers.
-  StepRunner steps(device_.get(), step_fn,
-                   spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF,
-                   /*eager_steps=*/1);
+  // phase captures anew: a prune step may have added mask buffers. A step that samples weight
+  // gradients enqueues other kernels than an exact one: each kind has its own graph.
+  const bool graphs = spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF;
+  auto step_kind = [&](bool sample) -> std::function<absl::Status()> {
+    return [&, sample]() {
+      SetSampling(model_.get(), sample);
+      return step_fn();
+    };
+  };
+  StepRunner exact_steps(device_.get(), step_kind(false), graphs, /*eager_steps=*/1);
+  StepRunner sampled_steps(device_.get(), step_kind(true), graphs, /*eager_steps=*/1);
   const double phase_start_seconds = train_seconds_;
   last_eval_.reset();
   for (; phase_epoch_ < epochs; ++phase_epoch_) {
@@ -301,10 +322,21 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     TOPIARY_RETURN_IF_ERROR(
         clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
     Metrics epoch_metrics;
+    int sampled_in_epoch = 0;
     Clock::time_point last_progress = Clock::now();
     for (int step = first_step; step < steps_per_epoch_; ++step) {
       TOPIARY_RETURN_IF_ERROR(CheckStop(step));
-      TOPIARY_RETURN_IF_ERROR(steps.Run());
+      const bool sample = sampling_ && sampling_->Samples(epoch_, step, global_step_ + step);
+      TOPIARY_RETURN_IF_ERROR(sample ? sampled_steps.Run() : exact_steps.Run());
+      if (sampling_) {
+        auto* counts = metrics_.mutable_gradient_sampling();
+        if (sample) {
+          counts->set_sampled_steps(counts->sampled_steps() + 1);
+          ++sampled_in_epoch;
+        } else {
+          counts->set_exact_steps(counts->exact_steps() + 1);
+        }
+      }
       const bool last = step + 1 == steps_per_epoch_;
       if (!last && Seconds(last_progress) < sink_.progress_interval_s()) continue;
       // Reading the metrics waits for the device: only at progress intervals.
@@ -353,6 +385,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
     es->set_seconds(epoch_seconds);
     es->set_images_per_s((steps_per_epoch_ - first_step) * batch_ / epoch_seconds);
+    es->set_sampled_steps(sampled_in_epoch);
     const bool last_epoch = epoch + 1 == epochs;
     if (last_epoch || (epoch + 1) % spec_.train().eval_every_epochs() == 0) {
       auto r = EvaluateTest();
@@ -597,6 +630,9 @@ absl::Status ExperimentRun::Execute() {
   summary_->set_dense_top1(metrics_.dense_top1());
   summary_->set_sparsity(SparsityRow(round_, nullptr).sparsity());
   *summary_->mutable_rounds() = metrics_.rounds();
+  if (metrics_.has_gradient_sampling()) {
+    *summary_->mutable_gradient_sampling() = metrics_.gradient_sampling();
+  }
   summary_->set_train_images_per_s(train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0);
   return absl::OkStatus();
 }

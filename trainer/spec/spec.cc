@@ -199,6 +199,42 @@ absl::Status ValidateApproximation(const topiary::v1::ApproximationSpec& a) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateGlobs(const google::protobuf::RepeatedPtrField<std::string>& globs,
+                           const std::string& field) {
+  CHECK_RULE(globs.size() <= kMaxListEntries, field, "at most 1000 entries");
+  for (int i = 0; i < globs.size(); ++i) {
+    const std::string f = absl::StrCat(field, "[", i, "]");
+    CHECK_RULE(!globs[i].empty(), f, "must name a layer pattern");
+    CHECK_RULE(PlainText(globs[i]), f,
+               "must be valid UTF-8 of at most 4096 bytes, without control characters");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateGradientSampling(const topiary::v1::GradientSamplingSpec& g) {
+  using G = topiary::v1::GradientSamplingSpec;
+  if (auto st = ValidateGlobs(g.layers(), "gradient_sampling.layers"); !st.ok()) return st;
+  if (auto st = ValidateGlobs(g.exclude(), "gradient_sampling.exclude"); !st.ok()) return st;
+  CHECK_RULE(g.top_k() >= 0 && g.top_k() <= (1 << 20), "gradient_sampling.top_k",
+             "must be in [1, 1048576] (0: the default, 1)");
+  CHECK_ENUM(G::Scale_IsValid, g.scale(), "gradient_sampling.scale");
+  if (g.steps_case() == G::kProbability) {
+    CHECK_RULE(Finite(g.probability()) && g.probability() > 0 && g.probability() <= 1,
+               "gradient_sampling.probability", "must be in (0, 1]");
+  }
+  if (g.steps_case() == G::kEveryNSteps) {
+    CHECK_RULE(g.every_n_steps() >= 1 && g.every_n_steps() <= 1000000,
+               "gradient_sampling.every_n_steps", "must be in [1, 1000000]");
+  }
+  if (g.steps_case() == G::kAlternateEpochs) {
+    CHECK_RULE(g.alternate_epochs(), "gradient_sampling.alternate_epochs",
+               "set it to true or leave it out (the steps oneof)");
+  }
+  CHECK_RULE(g.warmup_epochs() >= 0 && g.warmup_epochs() <= kMaxEpochs,
+             "gradient_sampling.warmup_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::string& source) {
@@ -272,6 +308,9 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
                "BF16 cannot be combined with approximation: approximate convolutions read fp32 "
                "activations (use FP32 or TF32)");
   }
+  if (spec.has_gradient_sampling()) {
+    if (auto st = ValidateGradientSampling(spec.gradient_sampling()); !st.ok()) return st;
+  }
   CHECK_RULE(
       spec.checkpoints().every_epochs() >= 0 && spec.checkpoints().every_epochs() <= kMaxEpochs,
       "checkpoints.every_epochs", absl::StrCat("must be in [0, ", kMaxEpochs, "]"));
@@ -312,6 +351,9 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (y->train_size() == 0) y->set_train_size(2048);
     if (y->test_size() == 0) y->set_test_size(512);
     if (y->noise() == 0) y->set_noise(0.5f);
+  }
+  if (s.has_gradient_sampling() && s.gradient_sampling().top_k() == 0) {
+    s.mutable_gradient_sampling()->set_top_k(1);
   }
   auto* t = s.mutable_train();
   if (t->eval_every_epochs() == 0) t->set_eval_every_epochs(1);

@@ -99,6 +99,38 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
             std::string::npos);
 }
 
+TEST(Spec, GradientSamplingIsValidatedFieldByField) {
+  auto with = [](const std::string& block) {
+    return Error(WithTrain("") + "gradient_sampling { " + block + " }");
+  };
+  EXPECT_EQ(with(""), "");
+  EXPECT_EQ(with("layers: 'stage*' exclude: 'stem' every_other: true top_k: 4 scale: REFERENCE "
+                 "probability: 0.5 warmup_epochs: 2"),
+            "");
+  EXPECT_EQ(with("every_n_steps: 3"), "");
+  EXPECT_EQ(with("alternate_epochs: true"), "");
+  EXPECT_EQ(with("top_k: -1"),
+            "gradient_sampling.top_k: must be in [1, 1048576] (0: the default, 1)");
+  EXPECT_EQ(with("top_k: 2000000000"),
+            "gradient_sampling.top_k: must be in [1, 1048576] (0: the default, 1)");
+  EXPECT_EQ(with("scale: 9"), "gradient_sampling.scale: unknown value 9");
+  EXPECT_EQ(with("probability: 0"), "gradient_sampling.probability: must be in (0, 1]");
+  EXPECT_EQ(with("probability: nan"), "gradient_sampling.probability: must be in (0, 1]");
+  EXPECT_EQ(with("probability: 1.5"), "gradient_sampling.probability: must be in (0, 1]");
+  EXPECT_EQ(with("every_n_steps: 0"), "gradient_sampling.every_n_steps: must be in [1, 1000000]");
+  EXPECT_EQ(with("alternate_epochs: false"),
+            "gradient_sampling.alternate_epochs: set it to true or leave it out (the steps oneof)");
+  EXPECT_EQ(with("warmup_epochs: -1"), "gradient_sampling.warmup_epochs: must be in [0, 10000]");
+  EXPECT_EQ(with("layers: ''"), "gradient_sampling.layers[0]: must name a layer pattern");
+  EXPECT_EQ(with("layers: 'a' exclude: 'b\\001'").substr(0, 41),
+            "gradient_sampling.exclude[0]: must be val");
+  // The steps are a oneof: naming two is a parse error that names the second.
+  EXPECT_NE(with("probability: 0.5 every_n_steps: 2").find("every_n_steps"), std::string::npos);
+  auto spec = ParseSpec(WithTrain("") + "gradient_sampling { every_n_steps: 2 }", "x");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(WithDefaults(*spec).gradient_sampling().top_k(), 1);
+}
+
 TEST(Spec, OnlyRegularFilesOfBoundedSizeAreRead) {
   auto dev = LoadSpecFile("/dev/zero");
   ASSERT_FALSE(dev.ok());

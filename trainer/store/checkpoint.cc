@@ -28,14 +28,25 @@ const ConvApproximation* ApproximationOf(const Layer& layer) {
   return static_cast<const Conv2d&>(layer).approximation();
 }
 
+const GradientSampling* SamplingOf(const Layer& layer) {
+  if (layer.kind() != LayerKind::kConv2d) return nullptr;
+  return static_cast<const Conv2d&>(layer).gradient_sampling();
+}
+
 // What a checkpoint says of an approximate layer (attributes of its group).
-H5Attrs ApproximationAttrs(const ConvApproximation& a) {
-  H5Attrs attrs;
+void AddApproximationAttrs(const ConvApproximation& a, H5Attrs& attrs) {
   attrs["multiplier"] = a.multiplier;
   attrs["multiplier_sha256"] = a.sha256;
   attrs["weight_tuning"] = int64_t{a.weight_tuning ? 1 : 0};
   attrs["activation_range"] = std::string(a.moving_average ? "moving_average" : "per_batch");
-  return attrs;
+}
+
+// ... and of a layer whose weight gradient the run sampled (provenance only: loading ignores
+// it, as the spec decides how a run trains).
+void AddSamplingAttrs(const GradientSampling& g, H5Attrs& attrs) {
+  attrs["weight_gradient"] = std::string("sampled");
+  attrs["weight_gradient_top_k"] = int64_t{g.top_k};
+  attrs["weight_gradient_scale"] = std::string(g.reference_scale ? "reference" : "unbiased");
 }
 
 std::string MaskPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/mask"); }
@@ -230,7 +241,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   H5Attrs& rng = doc.groups["/rng"];
   rng["generator"] = std::string("philox4x32-10");
   rng["seed"] = static_cast<int64_t>(state.seed);
-  rng["streams"] = std::string("init=1 shuffle=2 augment=3 data=4 prune=5");
+  rng["streams"] = std::string("init=1 shuffle=2 augment=3 data=4 prune=5 gradient_sampling=6");
   // Every draw is keyed by (seed, stream) and counted by (epoch, step, image): the next
   // epoch is the whole generator state.
   rng["next_epoch"] = int64_t{state.epoch};
@@ -238,7 +249,10 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   for (const Model::Node& node : model.nodes()) {
     order.push_back(node.layer->name());
     if (const ConvApproximation* a = ApproximationOf(*node.layer)) {
-      doc.groups[LayerGroup(node.layer->name())] = ApproximationAttrs(*a);
+      AddApproximationAttrs(*a, doc.groups[LayerGroup(node.layer->name())]);
+    }
+    if (const GradientSampling* g = SamplingOf(*node.layer)) {
+      AddSamplingAttrs(*g, doc.groups[LayerGroup(node.layer->name())]);
     }
   }
   root["layer_order"] = absl::StrJoin(order, ",");
