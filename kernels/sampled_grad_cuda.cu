@@ -1,10 +1,11 @@
 // Sampled weight gradients on the GPU (the method: sampled_grad.h).
 //
-// 1. Selection: a block per (image, 32 output channels); its 8 warps split the output positions
-//    into contiguous chunks and each lane (one channel, so loads of dY are coalesced) keeps the
-//    sum and a sorted list of its chunk's largest |dY| in registers; the first warp merges the
-//    8 lists. Lists hold up to 16 entries; larger top_k (short of every position) takes a
-//    per-(image, channel) bisection on the magnitudes' bit patterns instead.
+// 1. Selection: a block per (image, 8 to 32 output channels); its position groups split the
+//    output positions into contiguous chunks and each thread (one channel: adjacent threads
+//    read adjacent channels, so loads of dY are coalesced) keeps the sum and a sorted list of
+//    its chunk's largest |dY| in registers; the first group merges the lists. Lists hold up to 16
+//    entries; larger top_k (short of every position) takes a per-(image, channel) bisection on the
+//    magnitudes' bit patterns instead.
 // 2. Gather: a block per (256 filter elements, output channel, group of images) sums the kept
 //    positions' input patches (threads run along C, so the loads are coalesced in NHWC).
 // 3. Reduce: the groups' partial sums in a fixed order (deterministic), scale, mask, dbias.
@@ -15,9 +16,14 @@
 namespace topiary::kernels {
 namespace {
 
-constexpr int kGroups = 8;          // warps per selection block
-constexpr int kListMax = 16;        // the longest register list
-constexpr int kGatherBlocks = 512;  // gather blocks to aim for (images are split to get there)
+constexpr int kSelectThreads = 256;
+constexpr int kListMax = 16;         // the longest register list
+constexpr int kGatherBlocks = 1024;  // gather blocks to aim for (images are split to get there)
+constexpr int kIlp = 8;              // loads in flight per thread: these kernels are latency-bound
+
+// Channels per selection block: 32 (one warp's lanes) when K allows, else 16 or 8, so that
+// narrow layers spend their threads on more position groups instead of idle lanes.
+int SelectWidth(int k) { return k >= 32 ? 32 : (k >= 16 ? 16 : 8); }
 
 // Whether (a, p) ranks before (b, q): larger magnitude, then the earlier position; q < 0 is
 // an empty slot.
@@ -25,75 +31,91 @@ __device__ __forceinline__ bool Before(float a, int p, float b, int q) {
   return q < 0 || a > b || (a == b && p < q);
 }
 
+// A block per (image, `width` output channels): 256 / width position groups each scan a
+// contiguous chunk of positions, kIlp loads at a time, keeping the sum and the kCap largest
+// |dY| in registers; the first group then merges the lists (kCap 0: sums only).
 template <typename T, int kCap>
-__global__ void SelectKernel(ConvShape s, int kk, const T* __restrict__ dy, float* sums,
+__global__ void SelectKernel(ConvShape s, int kk, int width, const T* __restrict__ dy, float* sums,
                              int32_t* positions, float* weights) {
-  __shared__ float list_v[kCap > 0 ? kCap : 1][kGroups][32];
-  __shared__ int list_p[kCap > 0 ? kCap : 1][kGroups][32];
-  __shared__ float part[kGroups][32];
-  const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
-  const int k = blockIdx.x * 32 + lane;
+  constexpr int kSlots = kCap > 0 ? kCap : 1;
+  __shared__ float list_v[kSlots][kSelectThreads];
+  __shared__ int list_p[kSlots][kSelectThreads];
+  __shared__ float part[kSelectThreads];
+  const int lane = threadIdx.x % width, g = threadIdx.x / width;
+  const int groups = kSelectThreads / width;
+  const int k = blockIdx.x * width + lane;
   const int64_t n = blockIdx.y;
   const int count = s.ho() * s.wo();
-  const int chunk = (count + kGroups - 1) / kGroups;
-  const int begin = g * chunk, end = min(count, begin + chunk);
-  float v[kCap > 0 ? kCap : 1];
-  int p_of[kCap > 0 ? kCap : 1];
+  const int chunk = (count + groups - 1) / groups;
+  const int begin = min(count, g * chunk), end = min(count, begin + chunk);
+  float v[kSlots];
+  int p_of[kSlots];
 #pragma unroll
-  for (int i = 0; i < kCap; ++i) v[i] = 0.0f, p_of[i] = -1;
+  for (int i = 0; i < kSlots; ++i) v[i] = 0.0f, p_of[i] = -1;
   float sum = 0.0f;
   if (k < s.k) {
     const T* g_in = dy + n * count * s.k + k;
-    for (int p = begin; p < end; ++p) {
-      const float x = Ld(g_in + static_cast<int64_t>(p) * s.k);
-      sum += x;
-      if constexpr (kCap > 0) {
-        if (Before(fabsf(x), p, fabsf(v[kCap - 1]), p_of[kCap - 1])) {
-          v[kCap - 1] = x;
-          p_of[kCap - 1] = p;
+    for (int p0 = begin; p0 < end; p0 += kIlp) {
+      float batch[kIlp];
 #pragma unroll
-          for (int i = kCap - 1; i > 0; --i) {
-            if (Before(fabsf(v[i]), p_of[i], fabsf(v[i - 1]), p_of[i - 1])) {
-              const float tv = v[i];
-              v[i] = v[i - 1];
-              v[i - 1] = tv;
-              const int tp = p_of[i];
-              p_of[i] = p_of[i - 1];
-              p_of[i - 1] = tp;
+      for (int u = 0; u < kIlp; ++u) {
+        batch[u] = p0 + u < end ? Ld(g_in + static_cast<int64_t>(p0 + u) * s.k) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        const int p = p0 + u;
+        if (p >= end) break;
+        const float x = batch[u];
+        sum += x;
+        if constexpr (kCap > 0) {
+          if (Before(fabsf(x), p, fabsf(v[kCap - 1]), p_of[kCap - 1])) {
+            v[kCap - 1] = x;
+            p_of[kCap - 1] = p;
+#pragma unroll
+            for (int i = kCap - 1; i > 0; --i) {
+              if (Before(fabsf(v[i]), p_of[i], fabsf(v[i - 1]), p_of[i - 1])) {
+                const float tv = v[i];
+                v[i] = v[i - 1];
+                v[i - 1] = tv;
+                const int tp = p_of[i];
+                p_of[i] = p_of[i - 1];
+                p_of[i - 1] = tp;
+              }
             }
           }
         }
       }
     }
   }
-  part[g][lane] = sum;
+  part[threadIdx.x] = sum;
 #pragma unroll
-  for (int i = 0; i < kCap; ++i) list_v[i][g][lane] = v[i], list_p[i][g][lane] = p_of[i];
+  for (int i = 0; i < kCap; ++i) list_v[i][threadIdx.x] = v[i], list_p[i][threadIdx.x] = p_of[i];
   __syncthreads();
   if (g != 0 || k >= s.k) return;
   float total = 0.0f;
-  for (int q = 0; q < kGroups; ++q) total += part[q][lane];
+  for (int q = 0; q < groups; ++q) total += part[q * width + lane];
   const int64_t nk = n * s.k + k;
   sums[nk] = total;
   if constexpr (kCap > 0) {
-    int head[kGroups];
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) head[q] = 0;
+    // The lists are sorted: take the best head kk times. Up to 32 groups are too many for
+    // head indices in registers, so a taken entry is marked in the list itself (position -2)
+    // and a group's head is its first entry not taken.
     float kept = 0.0f, kept_abs = 0.0f;
     for (int t = 0; t < kk; ++t) {
-      int best = -1;
+      int best = -1, best_p = -1, best_slot = 0;
       float best_a = 0.0f;
-      int best_p = -1;
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        if (head[q] >= kCap) continue;
-        const int p = list_p[head[q]][q][lane];
+      for (int q = 0; q < groups; ++q) {
+        const int col = q * width + lane;
+        int slot = 0;
+        while (slot < kCap && list_p[slot][col] == -2) ++slot;  // -2: taken
+        if (slot >= kCap) continue;
+        const int p = list_p[slot][col];
         if (p < 0) continue;
-        const float a = fabsf(list_v[head[q]][q][lane]);
-        if (Before(a, p, best_a, best_p)) best = q, best_a = a, best_p = p;
+        const float a = fabsf(list_v[slot][col]);
+        if (Before(a, p, best_a, best_p)) best = col, best_a = a, best_p = p, best_slot = slot;
       }
-      const float x = list_v[head[best]][best][lane];
-      ++head[best];
+      const float x = list_v[best_slot][best];
+      list_p[best_slot][best] = -2;
       kept += x;
       kept_abs += fabsf(x);
       positions[nk * kk + t] = best_p;
@@ -179,13 +201,20 @@ __global__ void GatherKernel(ConvShape s, int kk, int splits, const T* __restric
     }
     __syncthreads();
     if (e >= patch) continue;
-    const int in_round = static_cast<int>((pairs - base < kThreads ? pairs - base : kThreads));
-#pragma unroll 4
-    for (int m = 0; m < in_round; ++m) {
-      const int h = pair_h[m] + i, w = pair_w[m] + j;
-      if (h < 0 || h >= s.h || w < 0 || w >= s.w) continue;
-      acc += pair_weight[m] *
-             Ld(x + ((static_cast<int64_t>(pair_n[m]) * s.h + h) * s.w + w) * s.c + c);
+    const int in_round = static_cast<int>(pairs - base < kThreads ? pairs - base : kThreads);
+    for (int m0 = 0; m0 < in_round; m0 += kIlp) {
+      float v[kIlp], wt[kIlp];
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        const int m = m0 + u;
+        const int h = pair_h[m] + i, w = pair_w[m] + j;  // stale beyond in_round: masked
+        const bool inside = m < in_round && h >= 0 && h < s.h && w >= 0 && w < s.w;
+        wt[u] = inside ? pair_weight[m] : 0.0f;
+        v[u] = inside ? Ld(x + ((static_cast<int64_t>(pair_n[m]) * s.h + h) * s.w + w) * s.c + c)
+                      : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) acc += wt[u] * v[u];
     }
   }
   if (e < patch) partials[(static_cast<int64_t>(split) * s.k + k) * patch + e] = acc;
@@ -221,22 +250,24 @@ absl::Status Run(const ConvShape& s, const WeightGradSampling& sampling, const T
                  const CudaContext& cuda) {
   const SampledGradWorkspace ws(s, sampling.top_k, workspace, Splits(s), 0);
   const int kk = ws.kk;
-  const dim3 select_grid((s.k + 31) / 32, s.n);
+  const int width = SelectWidth(s.k);
+  const dim3 select_grid((s.k + width - 1) / width, s.n);
+  const dim3 bisect_grid((s.k + 31) / 32, s.n);
   if (ws.positions == nullptr) {
-    SelectKernel<T, 0>
-        <<<select_grid, 32 * kGroups, 0, cuda.stream>>>(s, kk, dy, ws.sums, nullptr, nullptr);
+    SelectKernel<T, 0><<<select_grid, kSelectThreads, 0, cuda.stream>>>(s, kk, width, dy, ws.sums,
+                                                                        nullptr, nullptr);
   } else if (kk == 1) {
-    SelectKernel<T, 1><<<select_grid, 32 * kGroups, 0, cuda.stream>>>(s, kk, dy, ws.sums,
-                                                                      ws.positions, ws.weights);
+    SelectKernel<T, 1><<<select_grid, kSelectThreads, 0, cuda.stream>>>(s, kk, width, dy, ws.sums,
+                                                                        ws.positions, ws.weights);
   } else if (kk <= 4) {
-    SelectKernel<T, 4><<<select_grid, 32 * kGroups, 0, cuda.stream>>>(s, kk, dy, ws.sums,
-                                                                      ws.positions, ws.weights);
+    SelectKernel<T, 4><<<select_grid, kSelectThreads, 0, cuda.stream>>>(s, kk, width, dy, ws.sums,
+                                                                        ws.positions, ws.weights);
   } else if (kk <= kListMax) {
-    SelectKernel<T, kListMax><<<select_grid, 32 * kGroups, 0, cuda.stream>>>(
-        s, kk, dy, ws.sums, ws.positions, ws.weights);
+    SelectKernel<T, kListMax><<<select_grid, kSelectThreads, 0, cuda.stream>>>(
+        s, kk, width, dy, ws.sums, ws.positions, ws.weights);
   } else {
     SelectBisectKernel<T>
-        <<<select_grid, 32, 0, cuda.stream>>>(s, kk, dy, ws.sums, ws.positions, ws.weights);
+        <<<bisect_grid, 32, 0, cuda.stream>>>(s, kk, dy, ws.sums, ws.positions, ws.weights);
   }
   const dim3 gather_grid((s.patch() + kThreads - 1) / kThreads, s.k, ws.splits);
   GatherKernel<T><<<gather_grid, kThreads, 0, cuda.stream>>>(s, kk, ws.splits, x, dy, ws.positions,

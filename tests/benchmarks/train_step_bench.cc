@@ -4,22 +4,29 @@
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
+//                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO']
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
+// --sample samples weight gradients on every timed step in the layers the block (the body of
+// a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
+// that samples a fraction f of the steps costs (1 - f) * exact + f * sampled.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/text_format.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/run/gradient_sampling.h"
 #include "trainer/run/step_runner.h"
 
 namespace topiary {
@@ -29,6 +36,7 @@ struct Flags {
   std::vector<std::string> models = {"lenet5", "resnet20"};
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
   std::string device = "cpu", precision = "fp32", approx;
+  std::optional<std::string> sample;  // a GradientSamplingSpec in text format
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
@@ -85,6 +93,16 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
     if (!shortcuts) a.mutable_rules()->RemoveLast();
     TOPIARY_RETURN_IF_ERROR(ApplyApproximation(a, model->get()));
   }
+  if (f.sample) {
+    topiary::v1::GradientSamplingSpec g;
+    if (!google::protobuf::TextFormat::ParseFromString(*f.sample, &g)) {
+      return absl::InvalidArgumentError("--sample: not a gradient_sampling block: " + *f.sample);
+    }
+    if (g.top_k() == 0) g.set_top_k(1);
+    auto applied = ApplyGradientSampling(g, model->get());
+    if (!applied.ok()) return applied.status();
+    SetSampling(model->get(), true);
+  }
   PlanOptions options;
   options.precision = f.precision == "bf16"   ? kernels::Precision::kBf16
                       : f.precision == "tf32" ? kernels::Precision::kTf32
@@ -132,14 +150,15 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
-      "\"deterministic\":%s,\"approx\":\"%s\",\"images_per_s\":%.1f,\"ms_per_step\":%.3f,\"planned_"
+      "\"deterministic\":%s,\"approx\":\"%s\",\"sample\":\"%s\",\"images_per_s\":%.1f,\"ms_per_"
+      "step\":%.3f,\"planned_"
       "mb\":%.1f,"
       "\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
-      f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
-      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      f.sample ? *f.sample : "", f.batch * f.steps / s, 1000 * s / f.steps,
+      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
 
@@ -170,6 +189,8 @@ int main(int argc, char** argv) {
       f.graphs = v != "0";
     else if (k == "--approx")
       f.approx = v;
+    else if (k == "--sample")
+      f.sample = v;
     else if (k == "--precision")
       f.precision = v;
     else if (k == "--profile")

@@ -1,0 +1,153 @@
+// Sampled weight gradients on the GPU beside cuDNN's exact backward-filter pass (the fastest
+// algorithm cuDNN measures for the shape, as Topiary plans it) on resnet20's (28x28, as the
+// Fashion-MNIST runs) and resnet50's (224x224) layer shapes, fp32 and bf16, top_k 1 and 4.
+// Prints one JSON line per case; docs/PERFORMANCE.md has results.
+//   sampled_grad_bench [--batch20 128] [--batch50 256] [--iters 20]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "kernels/conv.h"
+#include "kernels/cuda_context.h"
+#include "kernels/sampled_grad.h"
+
+namespace topiary::kernels {
+namespace {
+
+#define CHECK_OK(expr)                                                              \
+  do {                                                                              \
+    const absl::Status st_ = (expr);                                                \
+    if (!st_.ok()) {                                                                \
+      absl::FPrintF(stderr, "sampled_grad_bench: %s: %s\n", #expr, st_.ToString()); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+void* DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_OK(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
+  return p;
+}
+
+// n random elements of type t in [-1, 1] (dY gets a spread of magnitudes, as gradients do).
+void* RandomDevice(DType t, size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> f(n);
+  for (auto& v : f) v = d(gen);
+  void* p = DeviceAlloc(n * SizeOf(t));
+  if (t == DType::kF32) {
+    cudaMemcpy(p, f.data(), n * 4, cudaMemcpyHostToDevice);
+  } else {
+    std::vector<Bf16> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
+    cudaMemcpy(p, b.data(), n * 2, cudaMemcpyHostToDevice);
+  }
+  return p;
+}
+
+// Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
+template <typename F>
+double TimeMs(const CudaContext& cuda, int iters, F f) {
+  for (int i = 0; i < 2; ++i) f();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda.stream);
+  for (int i = 0; i < iters; ++i) f();
+  cudaEventRecord(stop, cuda.stream);
+  CHECK_OK(CudaStatus(cudaEventSynchronize(stop), "timing"));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+struct Layer {
+  const char* model;
+  const char* name;
+  int hw, c, k, r, stride;
+};
+
+int Main(int argc, char** argv) {
+  int batch20 = 128, batch50 = 256, iters = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--batch20")) (void)absl::SimpleAtoi(argv[i + 1], &batch20);
+    if (!std::strcmp(argv[i], "--batch50")) (void)absl::SimpleAtoi(argv[i + 1], &batch50);
+    if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
+  }
+  CudaContext cuda;
+  CHECK_OK(CudaStatus(cudaStreamCreate(&cuda.stream), "stream"));
+  CHECK_OK(CudnnStatus(cudnnCreate(&cuda.cudnn), "cudnn"));
+  CHECK_OK(CudnnStatus(cudnnSetStream(cuda.cudnn, cuda.stream), "cudnn stream"));
+  cudaDeviceGetAttribute(&cuda.sm_count, cudaDevAttrMultiProcessorCount, 0);
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+
+  const Layer layers[] = {
+      {"resnet20", "stem 3x3 1->16", 28, 1, 16, 3, 1},
+      {"resnet20", "stage1 3x3 16->16", 28, 16, 16, 3, 1},
+      {"resnet20", "stage2 3x3 16->32 s2", 28, 16, 32, 3, 2},
+      {"resnet20", "stage2 3x3 32->32", 14, 32, 32, 3, 1},
+      {"resnet20", "stage3 3x3 32->64 s2", 14, 32, 64, 3, 2},
+      {"resnet20", "stage3 3x3 64->64", 7, 64, 64, 3, 1},
+      {"resnet50", "conv1 7x7 3->64 s2", 224, 3, 64, 7, 2},
+      {"resnet50", "layer1 3x3 64->64", 56, 64, 64, 3, 1},
+      {"resnet50", "layer1 1x1 64->256", 56, 64, 256, 1, 1},
+      {"resnet50", "layer2 3x3 128->128", 28, 128, 128, 3, 1},
+      {"resnet50", "layer3 3x3 256->256", 14, 256, 256, 3, 1},
+      {"resnet50", "layer4 3x3 512->512", 7, 512, 512, 3, 1},
+  };
+  for (const Layer& l : layers) {
+    ConvShape s;
+    s.n = std::string(l.model) == "resnet20" ? batch20 : batch50;
+    s.h = s.w = l.hw;
+    s.c = l.c;
+    s.k = l.k;
+    s.r = s.s = l.r;
+    s.stride_h = s.stride_w = l.stride;
+    s.pad_h = s.pad_w = l.r / 2;
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      const DType t = p == Precision::kBf16 ? DType::kBf16 : DType::kF32;
+      const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
+      const size_t yn = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k;
+      const size_t wn = static_cast<size_t>(s.k) * s.patch();
+      void* x = RandomDevice(t, xn, 1);
+      void* dy = RandomDevice(t, yn, 2);
+      void* dw = DeviceAlloc(wn * SizeOf(t));
+      auto plan = ConvCudaPlan::Create(s, p, size_t{1} << 30, false, cuda);
+      CHECK_OK(plan.status());
+      void* cws = DeviceAlloc((*plan)->workspace_bytes());
+      const double exact_ms = TimeMs(
+          cuda, iters, [&] { CHECK_OK((*plan)->BackwardFilter(x, dy, dw, nullptr, cws, cuda)); });
+      for (int top_k : {1, 4}) {
+        void* ws = DeviceAlloc(SampledWeightGradWorkspaceBytes(s, top_k));
+        const WeightGradSampling sampling{top_k, 1.0f};
+        const double sampled_ms = TimeMs(cuda, iters, [&] {
+          CHECK_OK(SampledWeightGradCuda(t, s, sampling, x, dy, nullptr, dw, nullptr, ws, cuda));
+        });
+        absl::PrintF(
+            "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
+            "\"top_k\":%d,\"cudnn_backward_filter_ms\":%.4f,\"sampled_ms\":%.4f,"
+            "\"speedup\":%.2f}\n",
+            prop.name, l.model, l.name, s.n, PrecisionName(p), top_k, exact_ms, sampled_ms,
+            exact_ms / sampled_ms);
+        cudaFree(ws);
+      }
+      for (void* q : {x, dy, dw, cws}) cudaFree(q);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace topiary::kernels
+
+int main(int argc, char** argv) { return topiary::kernels::Main(argc, argv); }
