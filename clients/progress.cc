@@ -62,6 +62,11 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
                   s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
                   s.device());
+    if (s.has_gradient_sampling()) {
+      const auto& g = s.gradient_sampling();
+      absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
+                    g.layers_size(), g.top_k(), g.scale(), g.policy());
+    }
   } else if (e.has_progress() && tty_) {
     const auto& p = e.progress();
     const double frac =
@@ -130,6 +135,10 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     "(%.0f train img/s)\n",
                     s.state(), 100 * s.test_top1(), 100 * s.test_top5(), s.test_loss(), s.epochs(),
                     FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
+    }
+    if (s.has_gradient_sampling()) {
+      absl::FPrintF(out_, "weight gradients sampled on %d steps, exact on %d\n",
+                    s.gradient_sampling().sampled_steps(), s.gradient_sampling().exact_steps());
     }
     if (s.rounds_size() > 1) PrintRoundTable(out_, s);
     if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());

@@ -143,7 +143,8 @@ g = r[\"greedy\"]
 assert r[\"float_top1\"] - g[\"top1\"] <= 2 and g[\"unknown_power\"] == [\"held_out\"], g
 assert (g[\"relative_power\"] < 1) == (len(g[\"assignment\"]) > 0), g
 " "$0"' "$tmp/sens.json" "$rc"
-# Approximation-aware fine-tuning from the dense checkpoint, and inspect's view of it.
+# Approximation-aware fine-tuning from the dense checkpoint, with sampled weight gradients on
+# every other step, and inspect's view of it.
 cat > "$tmp/approx.textproto" <<EOF
 seed: 1
 model { arch: "lenet5" }
@@ -152,6 +153,7 @@ init_from_checkpoint: "$dense"
 train { epochs: 1 optimizer { lr: 0.01 } }
 device { kind: CPU }
 approximation { rules { layer: "conv2" multiplier: "$PWD/$l40" } range: MOVING_AVERAGE }
+gradient_sampling { layers: "conv*" top_k: 2 every_n_steps: 2 }
 EOF
 "$TOPIARY" run "$tmp/approx.textproto" --json --out "$tmp/approx" > "$tmp/approx.jsonl" 2>&1; rc=$?
 check "an approximate fine-tuning run succeeds" \
@@ -160,6 +162,11 @@ approx_ckpt="$tmp/approx/checkpoints/dense.h5"
 "$TOPIARY" inspect --file "$approx_ckpt" > "$tmp/approx_inspect.txt"; rc=$?
 check "inspect lists the approximate layer with its multiplier, hash and observed range" \
   bash -c '[[ $1 -eq 0 ]] && grep -Eq "^  conv2 .*mul8u_L40.bin +[0-9a-f]{16}  moving_average \[" "$0"' "$tmp/approx_inspect.txt" "$rc"
+check "inspect lists the sampled layers and the steps that sampled (78 steps, every other)" \
+  bash -c 'grep -q "^sampled weight gradients (top_k 2, unbiased scale): conv1, conv2$" "$0" &&
+           grep -q "^  every 2 steps: 39 steps sampled, 39 exact$" "$0"' "$tmp/approx_inspect.txt"
+check "the summary event reports the sampled layers and step counts" \
+  bash -c 'tail -n 1 "$0" | grep -q "\"gradient_sampling\":{\"layers\":\[\"conv1\",\"conv2\"\],\"top_k\":2,\"scale\":\"unbiased\",\"policy\":\"every 2 steps\",\"sampled_steps\":\"39\",\"exact_steps\":\"39\"}"' "$tmp/approx.jsonl"
 "$TOPIARY" inspect --file "$approx_ckpt" --json > "$tmp/approx_inspect.json"; rc=$?
 check "inspect --json: multiplier, multiplier_sha256, range_mode and activation_range of conv2 only" \
   python3 -c '
