@@ -18,24 +18,13 @@
 #include "kernels/approx_conv.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
+#include "tests/benchmarks/gpu_bench_util.h"
 
 namespace topiary::kernels {
 namespace {
 
-#define CHECK_OK(expr)                                                             \
-  do {                                                                             \
-    const absl::Status st_ = (expr);                                               \
-    if (!st_.ok()) {                                                               \
-      absl::FPrintF(stderr, "approx_conv_bench: %s: %s\n", #expr, st_.ToString()); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-void* DeviceAlloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_OK(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
-  return p;
-}
+using bench::DeviceAlloc;
+using bench::TimeMs;
 
 void FillRandom(float* dev, size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -45,25 +34,8 @@ void FillRandom(float* dev, size_t n, uint32_t seed) {
   CHECK_OK(CudaStatus(cudaMemcpy(dev, h.data(), n * 4, cudaMemcpyHostToDevice), "copy"));
 }
 
-// Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
-template <typename F>
-double TimeMs(const CudaContext& cuda, int iters, F f) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, cuda.stream);
-  for (int i = 0; i < iters; ++i) f();
-  cudaEventRecord(stop, cuda.stream);
-  CHECK_OK(CudaStatus(cudaEventSynchronize(stop), "timing"));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / iters;
-}
-
 int Main(int argc, char** argv) {
+  bench::program = "approx_conv_bench";
   int batch = 512, iters = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--batch")) (void)absl::SimpleAtoi(argv[i + 1], &batch);

@@ -16,26 +16,15 @@
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
 #include "kernels/sampled_grad.h"
+#include "tests/benchmarks/gpu_bench_util.h"
 
 namespace topiary::kernels {
 namespace {
 
-#define CHECK_OK(expr)                                                              \
-  do {                                                                              \
-    const absl::Status st_ = (expr);                                                \
-    if (!st_.ok()) {                                                                \
-      absl::FPrintF(stderr, "sampled_grad_bench: %s: %s\n", #expr, st_.ToString()); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
+using bench::DeviceAlloc;
+using bench::TimeMs;
 
-void* DeviceAlloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_OK(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
-  return p;
-}
-
-// n random elements of type t in [-1, 1] (dY gets a spread of magnitudes, as gradients do).
+// n standard-normal elements of type t (dY gets a spread of magnitudes, as gradients do).
 void* RandomDevice(DType t, size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> d;
@@ -52,24 +41,6 @@ void* RandomDevice(DType t, size_t n, uint32_t seed) {
   return p;
 }
 
-// Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
-template <typename F>
-double TimeMs(const CudaContext& cuda, int iters, F f) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, cuda.stream);
-  for (int i = 0; i < iters; ++i) f();
-  cudaEventRecord(stop, cuda.stream);
-  CHECK_OK(CudaStatus(cudaEventSynchronize(stop), "timing"));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / iters;
-}
-
 struct Layer {
   const char* model;
   const char* name;
@@ -77,6 +48,7 @@ struct Layer {
 };
 
 int Main(int argc, char** argv) {
+  bench::program = "sampled_grad_bench";
   int batch20 = 128, batch50 = 256, iters = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--batch20")) (void)absl::SimpleAtoi(argv[i + 1], &batch20);

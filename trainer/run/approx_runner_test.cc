@@ -16,6 +16,7 @@ namespace {
 
 using testing::Parse;
 using testing::RunAndTrace;
+using testing::TempDir;
 using testing::Trace;
 
 constexpr char kApprox[] = R"(
@@ -34,10 +35,6 @@ constexpr char kApprox[] = R"(
     weight_tuning: true
   }
 )";
-
-std::string TempDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 Trace RunTo(const topiary::v1::ExperimentSpec& spec, const std::string& out,
             const std::string& resume = "") {

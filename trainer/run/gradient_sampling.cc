@@ -89,8 +89,7 @@ absl::StatusOr<topiary::v1::GradientSamplingReport> ApplyGradientSampling(
 
 void SetSampling(Model* model, bool on) {
   for (const Model::Node& node : model->nodes()) {
-    if (node.layer->kind() == LayerKind::kConv2d)
-      static_cast<Conv2d*>(node.layer)->SetSampling(on);
+    if (node.layer->kind() == LayerKind::kConv2d) static_cast<Conv2d*>(node.layer)->SetSampling(on);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ inline topiary::v1::ExperimentSpec Parse(const std::string& text) {
   auto spec = ParseSpec(text, "test");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.ok() ? *spec : topiary::v1::ExperimentSpec();
+}
+
+// A path under the test's temporary folder.
+inline std::string TempDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
 struct Trace {

@@ -16,6 +16,7 @@ namespace topiary {
 namespace {
 
 using testing::Parse;
+using testing::TempDir;
 
 constexpr char kBase[] = R"(
   seed: 11
@@ -48,10 +49,6 @@ Recorded Train(const std::string& extra, const std::string& out = "",
   };
   r.summary = RunExperiment(Parse(std::string(kBase) + extra), opt);
   return r;
-}
-
-std::string TempDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
 double Mean(const std::vector<double>& v, size_t begin, size_t end) {
