@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/block_sparse_conv.h"
 #include "kernels/conv.h"
 #include "kernels/pooling.h"
 
@@ -91,6 +92,27 @@ inline double Dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
+}
+
+// A block grid for a shape: random (each block kept with probability 1/2), every block kept,
+// or one block kept per row (row i keeps column i mod cols).
+enum class GridPattern { kRandom, kAll, kOnePerRow };
+inline BlockGrid MakeBlockGrid(const ConvShape& s, int bi, int bo, GridPattern pattern,
+                               uint32_t seed) {
+  BlockGrid g;
+  g.block_in = bi;
+  g.block_out = bo;
+  g.rows = (s.c + bi - 1) / bi;
+  g.cols = (s.k + bo - 1) / bo;
+  std::mt19937 gen(seed);
+  for (int row = 0; row < g.rows; ++row) {
+    for (int col = 0; col < g.cols; ++col) {
+      g.kept.push_back(pattern == GridPattern::kRandom ? gen() % 2
+                       : pattern == GridPattern::kAll  ? 1
+                                                       : col == row % g.cols);
+    }
+  }
+  return g;
 }
 
 }  // namespace topiary::kernels::testing

@@ -8,9 +8,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/conv.h"
 #include "kernels/cuda_context.h"
+#include "kernels/dtype.h"
 
 namespace topiary::kernels::bench {
 
@@ -32,6 +37,53 @@ inline void* DeviceAlloc(size_t bytes) {
   CHECK_OK(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
   return p;
 }
+
+// n standard-normal elements of type t (dY gets a spread of magnitudes, as gradients do).
+inline void* RandomDevice(DType t, size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> f(n);
+  for (auto& v : f) v = d(gen);
+  void* p = DeviceAlloc(n * SizeOf(t));
+  if (t == DType::kF32) {
+    cudaMemcpy(p, f.data(), n * 4, cudaMemcpyHostToDevice);
+  } else {
+    std::vector<Bf16> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
+    cudaMemcpy(p, b.data(), n * 2, cudaMemcpyHostToDevice);
+  }
+  return p;
+}
+
+// A stream with a cuDNN handle bound to it, and the SM count.
+inline CudaContext MakeContext() {
+  CudaContext cuda;
+  CHECK_OK(CudaStatus(cudaStreamCreate(&cuda.stream), "stream"));
+  CHECK_OK(CudnnStatus(cudnnCreate(&cuda.cudnn), "cudnn"));
+  CHECK_OK(CudnnStatus(cudnnSetStream(cuda.cudnn, cuda.stream), "cudnn stream"));
+  cudaDeviceGetAttribute(&cuda.sm_count, cudaDevAttrMultiProcessorCount, 0);
+  return cuda;
+}
+
+// A convolution layer of a zoo model: square input of side hw, square filter r, "same"
+// padding.
+struct ConvLayer {
+  const char* model;
+  const char* name;
+  int hw, c, k, r, stride;
+
+  ConvShape Shape(int batch) const {
+    ConvShape s;
+    s.n = batch;
+    s.h = s.w = hw;
+    s.c = c;
+    s.k = k;
+    s.r = s.s = r;
+    s.stride_h = s.stride_w = stride;
+    s.pad_h = s.pad_w = r / 2;
+    return s;
+  }
+};
 
 // Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
 template <typename F>

@@ -22,30 +22,8 @@ namespace topiary::kernels {
 namespace {
 
 using bench::DeviceAlloc;
+using bench::RandomDevice;
 using bench::TimeMs;
-
-// n standard-normal elements of type t (dY gets a spread of magnitudes, as gradients do).
-void* RandomDevice(DType t, size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> f(n);
-  for (auto& v : f) v = d(gen);
-  void* p = DeviceAlloc(n * SizeOf(t));
-  if (t == DType::kF32) {
-    cudaMemcpy(p, f.data(), n * 4, cudaMemcpyHostToDevice);
-  } else {
-    std::vector<Bf16> b(n);
-    for (size_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
-    cudaMemcpy(p, b.data(), n * 2, cudaMemcpyHostToDevice);
-  }
-  return p;
-}
-
-struct Layer {
-  const char* model;
-  const char* name;
-  int hw, c, k, r, stride;
-};
 
 int Main(int argc, char** argv) {
   bench::program = "sampled_grad_bench";
@@ -55,15 +33,11 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--batch50")) (void)absl::SimpleAtoi(argv[i + 1], &batch50);
     if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
   }
-  CudaContext cuda;
-  CHECK_OK(CudaStatus(cudaStreamCreate(&cuda.stream), "stream"));
-  CHECK_OK(CudnnStatus(cudnnCreate(&cuda.cudnn), "cudnn"));
-  CHECK_OK(CudnnStatus(cudnnSetStream(cuda.cudnn, cuda.stream), "cudnn stream"));
-  cudaDeviceGetAttribute(&cuda.sm_count, cudaDevAttrMultiProcessorCount, 0);
+  const CudaContext cuda = bench::MakeContext();
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
 
-  const Layer layers[] = {
+  const bench::ConvLayer layers[] = {
       {"resnet20", "stem 3x3 1->16", 28, 1, 16, 3, 1},
       {"resnet20", "stage1 3x3 16->16", 28, 16, 16, 3, 1},
       {"resnet20", "stage2 3x3 16->32 s2", 28, 16, 32, 3, 2},
@@ -77,15 +51,8 @@ int Main(int argc, char** argv) {
       {"resnet50", "layer3 3x3 256->256", 14, 256, 256, 3, 1},
       {"resnet50", "layer4 3x3 512->512", 7, 512, 512, 3, 1},
   };
-  for (const Layer& l : layers) {
-    ConvShape s;
-    s.n = std::string(l.model) == "resnet20" ? batch20 : batch50;
-    s.h = s.w = l.hw;
-    s.c = l.c;
-    s.k = l.k;
-    s.r = s.s = l.r;
-    s.stride_h = s.stride_w = l.stride;
-    s.pad_h = s.pad_w = l.r / 2;
+  for (const bench::ConvLayer& l : layers) {
+    ConvShape s = l.Shape(std::string(l.model) == "resnet20" ? batch20 : batch50);
     for (Precision p : {Precision::kFp32, Precision::kBf16}) {
       const DType t = p == Precision::kBf16 ? DType::kBf16 : DType::kF32;
       const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
