@@ -63,8 +63,7 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
 // acc += A (16x8, row) * B (8x8, col), bf16 in, fp32 accumulate: one kept 8x8 block's
 // product for 16 pixels.
 __device__ __forceinline__ void Mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
       : "r"(a0), "r"(a1), "r"(b0));
@@ -84,22 +83,27 @@ struct TcGeometry {
 };
 
 struct TcPackView {
-  const int* begin;    // [groups + 1] chunk ranges
-  const int4* blocks;  // per chunk: 2 x 4 block indices of the reduced operand, -1 = none
-  const unsigned long long* bits;  // per chunk: bit j * kCB + b = column block j keeps block b
+  const int* begin;     // [groups + 1] chunk ranges
+  const int* blocks;    // [chunks][kCB] block indices of the reduced operand, -1 = none
+  const uint8_t* bits;  // [chunks][group width]: bit b = the column block keeps chunk block b
 };
 
-// Shared memory: kStages x (A: BM rows x kCB 16-byte blocks, swizzled; B: NJ x kCB 8x8 blocks).
-template <int MT, int WM, int NJ, int kStages>
+// A CTA: WM x WN warps, each MT 16-pixel tiles by NJ column blocks; a group is the NJ * WN
+// column blocks of one CTA column. Shared memory: kStages x (A: BM rows x kCB 16-byte blocks,
+// swizzled; B: group width x kCB 8x8 blocks).
+template <int MT, int WM, int NJ, int WN, int kStages>
 struct TcTile {
-  static constexpr int kThreads = 32 * WM;
+  static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kBM = 16 * MT * WM;
+  static constexpr int kGroup = NJ * WN;
   static constexpr int kABytes = kBM * kCB * 16;
-  static constexpr int kBBytes = NJ * kCB * 128;
+  static constexpr int kBBytes = kGroup * kCB * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmem = kStages * kStageBytes;
   static constexpr int kRowsPerThread = kBM * kCB / kThreads;  // A rows each thread stages
-  static_assert(kRowsPerThread >= 1 && kBM * kCB % kThreads == 0, "tile and threads");
+  static constexpr int kBVecs = kGroup * kCB * 8 / kThreads;   // filter rows each thread stages
+  static_assert(kRowsPerThread >= 1 && kBM * kCB % kThreads == 0, "A tile and threads");
+  static_assert(kBVecs >= 1 && kGroup * kCB * 8 % kThreads == 0, "B tile and threads");
 };
 
 // The 16-byte slot of (row, block) in a stage's A tile: XOR-swizzled so that ldmatrix's eight
@@ -108,18 +112,29 @@ __device__ __forceinline__ int ASlot(int row, int blk) {
   return row * (kCB * 16) + ((blk ^ (row & 7)) * 16);
 }
 
-template <int MT, int WM, int NJ, int kStages, bool kBackwardData>
-__global__ void __launch_bounds__(32 * WM)
+template <int MT, int WM, int NJ, int WN, int kStages, bool kBackwardData>
+__global__ void __launch_bounds__(32 * WM * WN)
     TcConvKernel(TcGeometry g, TcPackView pack, const __nv_bfloat16* __restrict__ src,
                  const __nv_bfloat16* __restrict__ w, const float* __restrict__ bias,
                  __nv_bfloat16* __restrict__ out) {
-  using Tile = TcTile<MT, WM, NJ, kStages>;
+  using Tile = TcTile<MT, WM, NJ, WN, kStages>;
+  constexpr int G = Tile::kGroup;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp % WM, wn = warp / WM;
   const int group = blockIdx.y;
   const int64_t rows_total = static_cast<int64_t>(g.n) * g.dst_h * g.dst_w;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * Tile::kBM;
   const int chunk0 = pack.begin[group], chunks = pack.begin[group + 1] - chunk0;
+  // The group's chunk lists, copied once into shared memory after the pipeline stages: every
+  // iteration reads them, and a global load there would sit in the critical path.
+  int* s_blocks = reinterpret_cast<int*>(smem + Tile::kSmem);
+  uint8_t* s_bits = reinterpret_cast<uint8_t*>(s_blocks + chunks * kCB);
+  for (int i = tid; i < chunks * kCB; i += Tile::kThreads) {
+    s_blocks[i] = pack.blocks[chunk0 * kCB + i];
+  }
+  for (int i = tid; i < chunks * G; i += Tile::kThreads) s_bits[i] = pack.bits[chunk0 * G + i];
+  __syncthreads();
   const int taps = g.r * g.s;
   const int total = taps * chunks;
 
@@ -127,12 +142,9 @@ __global__ void __launch_bounds__(32 * WM)
   // kCB), so that a warp reads whole pixels (kCB consecutive 16-byte vectors) at a time. Per
   // row: the image (-1 past the end) and the corner its taps are relative to; per row and
   // current tap, the source pixel (-1: outside, reads as zeros), recomputed only when the tap
-  // changes. Address arithmetic per 16-byte copy is what bounds this kernel: keep it minimal.
+  // changes: address arithmetic per 16-byte copy is a large part of this kernel's cost.
   constexpr int kRowStep = Tile::kThreads / kCB;
-  constexpr int kBVecs = NJ * kCB * 8 / Tile::kThreads > 0 ? NJ * kCB * 8 / Tile::kThreads : 1;
-  static_assert(kBVecs * Tile::kThreads >= NJ * kCB * 8, "every filter vector has a thread");
   const int slot = tid % kCB;
-  const int* block_index = reinterpret_cast<const int*>(pack.blocks);
   int img[Tile::kRowsPerThread], oy[Tile::kRowsPerThread], ox[Tile::kRowsPerThread];
   int pix[Tile::kRowsPerThread];
 #pragma unroll
@@ -168,17 +180,16 @@ __global__ void __launch_bounds__(32 * WM)
       pix[i] = valid ? (img[i] * g.src_h + sy) * g.src_w + sx : -1;
     }
   };
-  // The filter vectors this thread stages (fixed per thread): column block j, chunk block b,
-  // block row rr.
-  int bj[kBVecs], bb[kBVecs], brr[kBVecs];
+  // The filter rows this thread stages (fixed per thread): column j of the group, chunk block
+  // b, block row rr; the column's first filter row (forward) or channel (backward data).
+  int bj[Tile::kBVecs], bb[Tile::kBVecs], brr[Tile::kBVecs];
 #pragma unroll
-  for (int v = 0; v < kBVecs; ++v) {
+  for (int v = 0; v < Tile::kBVecs; ++v) {
     const int e = tid + v * Tile::kThreads;
     bj[v] = e / (kCB * 8);
     bb[v] = (e / 8) % kCB;
     brr[v] = e % 8;
   }
-  const bool b_active = tid < NJ * kCB * 8;
   int load_tap = -1, load_chunk = 0;  // where the next load reads
 
   auto load = [&](int stage) {
@@ -187,12 +198,11 @@ __global__ void __launch_bounds__(32 * WM)
       load_chunk = 0;
       set_tap(load_tap);
     }
-    const int chunk = chunk0 + load_chunk++;
+    const int chunk = load_chunk++;  // within the group
     const int tap = load_tap;
-    const unsigned long long bits = pack.bits[chunk];
     char* a_tile = smem + stage * Tile::kStageBytes;
     char* b_tile = a_tile + Tile::kABytes;
-    const int my_blk = block_index[chunk * kCB + slot];
+    const int my_blk = s_blocks[chunk * kCB + slot];
 #pragma unroll
     for (int i = 0; i < Tile::kRowsPerThread; ++i) {
       const int row = tid / kCB + i * kRowStep;
@@ -201,12 +211,12 @@ __global__ void __launch_bounds__(32 * WM)
           valid ? src + static_cast<int64_t>(pix[i]) * g.red_ch + my_blk * 8 : src;
       CpAsync16(a_tile + ASlot(row, slot), p, valid);
     }
-    // Filter blocks: NJ x kCB blocks of 8 rows of 16 bytes; only kept ones are read.
+    // Filter blocks: G x kCB blocks of 8 rows of 16 bytes; only kept ones are read.
 #pragma unroll
-    for (int v = 0; v < kBVecs; ++v) {
-      if (!b_active || !((bits >> (bj[v] * kCB + bb[v])) & 1ull)) continue;
-      const int blk = block_index[chunk * kCB + bb[v]];
-      const int col = group * NJ + bj[v];
+    for (int v = 0; v < Tile::kBVecs; ++v) {
+      if (!((s_bits[chunk * G + bj[v]] >> bb[v]) & 1)) continue;
+      const int blk = s_blocks[chunk * kCB + bb[v]];
+      const int col = group * G + bj[v];
       // Forward: rows of the block are output channels (col), its 8 columns input channels
       // (blk). Backward data: rows are output channels (blk), columns input channels (col).
       const int k = kBackwardData ? blk * 8 + brr[v] : col * 8 + brr[v];
@@ -240,7 +250,11 @@ __global__ void __launch_bounds__(32 * WM)
     const int stage = it % kStages;
     const char* a_tile = smem + stage * Tile::kStageBytes;
     const char* b_tile = a_tile + Tile::kABytes;
-    const unsigned long long bits = pack.bits[chunk0 + compute_chunk];
+    // This warp's columns' bits for the chunk, one byte per column.
+    uint8_t jbits[NJ];
+    const uint8_t* chunk_bits = s_bits + compute_chunk * G + wn * NJ;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) jbits[j] = chunk_bits[j];
     if (++compute_chunk == chunks) compute_chunk = 0;
     uint32_t a[MT][kCB][2];
 #pragma unroll
@@ -248,7 +262,7 @@ __global__ void __launch_bounds__(32 * WM)
 #pragma unroll
       for (int half = 0; half < kCB / 2; ++half) {
         const int q = lane >> 3;
-        const int row = warp * MT * 16 + mt * 16 + (q & 1) * 8 + (lane & 7);
+        const int row = wm * MT * 16 + mt * 16 + (q & 1) * 8 + (lane & 7);
         const int blk = half * 2 + (q >> 1);
         uint32_t r[4];
         LdMatrixX4(r, a_tile + ASlot(row, blk));
@@ -258,29 +272,32 @@ __global__ void __launch_bounds__(32 * WM)
         a[mt][half * 2 + 1][1] = r[3];
       }
     }
+    // Per quad of chunk blocks: the filter fragments of every column, then the products,
+    // columns innermost so that consecutive MMAs accumulate into different registers (a
+    // column-major order would chain every MMA on the previous one's result).
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const unsigned jb = static_cast<unsigned>(bits >> (j * kCB)) & 0xFFu;
-      if (jb == 0) continue;
-      // The column block's 8 filter blocks (stale where not kept: never multiplied).
-      uint32_t b[kCB];
+    for (int quad = 0; quad < kCB / 4; ++quad) {
+      uint32_t b[NJ][4];  // stale where not kept: never multiplied
 #pragma unroll
-      for (int quad = 0; quad < kCB / 4; ++quad) {
-        const char* p = b_tile + (j * kCB + quad * 4 + (lane >> 3)) * 128 + (lane & 7) * 16;
-        uint32_t r[4];
+      for (int j = 0; j < NJ; ++j) {
+        if (((jbits[j] >> (quad * 4)) & 0xFu) == 0) continue;
+        const char* p =
+            b_tile + ((wn * NJ + j) * kCB + quad * 4 + (lane >> 3)) * 128 + (lane & 7) * 16;
         if (kBackwardData) {
-          LdMatrixX4Trans(r, p);
+          LdMatrixX4Trans(b[j], p);
         } else {
-          LdMatrixX4(r, p);
+          LdMatrixX4(b[j], p);
         }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) b[quad * 4 + e] = r[e];
       }
 #pragma unroll
-      for (int blk = 0; blk < kCB; ++blk) {
-        if (!((jb >> blk) & 1u)) continue;
+      for (int e = 0; e < 4; ++e) {
+        const int blk = quad * 4 + e;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) Mma(acc[mt][j], a[mt][blk][0], a[mt][blk][1], b[blk]);
+        for (int j = 0; j < NJ; ++j) {
+          if (!((jbits[j] >> blk) & 1u)) continue;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) Mma(acc[mt][j], a[mt][blk][0], a[mt][blk][1], b[j][e]);
+        }
       }
     }
   }
@@ -291,11 +308,11 @@ __global__ void __launch_bounds__(32 * WM)
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t m = row0 + warp * MT * 16 + mt * 16 + half * 8 + (lane >> 2);
+      const int64_t m = row0 + wm * MT * 16 + mt * 16 + half * 8 + (lane >> 2);
       if (m >= rows_total) continue;
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
-        const int col = group * NJ + j;
+        const int col = group * G + wn * NJ + j;
         if (col >= g.col_blocks) continue;
         const int ch = col * 8 + (lane & 3) * 2;
         float v0 = acc[mt][j][half * 2], v1 = acc[mt][j][half * 2 + 1];
@@ -310,30 +327,33 @@ __global__ void __launch_bounds__(32 * WM)
 }
 
 struct TcConfig {
-  int mt, wm, nj, stages;
+  int mt, wm, nj, wn, stages;
 };
-// The tile shapes Tune chooses among (BM = 16 * mt * wm pixels, BN = 8 * nj channels).
-constexpr TcConfig kTcConfigs[] = {{2, 4, 8, 4}, {2, 4, 8, 6}, {1, 4, 8, 4},
-                                   {1, 4, 8, 8}, {2, 4, 4, 4}, {2, 8, 8, 4}};
+// The tile shapes Tune chooses among: BM = 16 * mt * wm pixels by BN = 8 * nj * wn channels
+// per CTA, in a pipeline of `stages`.
+constexpr TcConfig kTcConfigs[] = {{2, 4, 8, 2, 3}, {2, 2, 8, 4, 3}, {2, 4, 8, 1, 4},
+                                   {1, 4, 8, 1, 4}, {2, 4, 4, 1, 4}, {2, 2, 8, 2, 4}};
 constexpr int kTcConfigCount = sizeof(kTcConfigs) / sizeof(kTcConfigs[0]);
-constexpr int kNjValues[] = {4, 8};
-int NjIndex(int nj) { return nj == 4 ? 0 : 1; }
+// Group widths (column blocks per CTA) the configurations use; one pack each.
+constexpr int kGroupWidths[] = {4, 8, 16, 32};
+constexpr int kGroupWidthCount = 4;
+int GroupIndex(int width) { return width == 4 ? 0 : width == 8 ? 1 : width == 16 ? 2 : 3; }
 
-template <int MT, int WM, int NJ, int S, bool kBackwardData>
-absl::Status LaunchTc(const TcGeometry& g, const TcPackView& pack, int groups, const void* src,
-                      const void* w, const float* bias, void* out, const CudaContext& ctx) {
-  using Tile = TcTile<MT, WM, NJ, S>;
-  auto kernel = TcConvKernel<MT, WM, NJ, S, kBackwardData>;
-  static bool configured = false;  // the attribute is per function; set it once
-  if (!configured) {
-    TOPIARY_RETURN_IF_ERROR(CudaStatus(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmem),
-        "block-sparse conv shared memory"));
-    configured = true;
-  }
+template <int MT, int WM, int NJ, int WN, int S, bool kBackwardData>
+absl::Status LaunchTc(const TcGeometry& g, const TcPackView& pack, int groups, int max_chunks,
+                      const void* src, const void* w, const float* bias, void* out,
+                      const CudaContext& ctx) {
+  using Tile = TcTile<MT, WM, NJ, WN, S>;
+  auto kernel = TcConvKernel<MT, WM, NJ, WN, S, kBackwardData>;
+  // The attribute belongs to the function on the current device; setting it is cheap and
+  // allowed during stream capture.
+  const int smem = Tile::kSmem + max_chunks * (kCB * 4 + Tile::kGroup);
+  TOPIARY_RETURN_IF_ERROR(
+      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                 "block-sparse conv shared memory"));
   const int64_t rows = static_cast<int64_t>(g.n) * g.dst_h * g.dst_w;
   const dim3 grid(static_cast<unsigned>((rows + Tile::kBM - 1) / Tile::kBM), groups);
-  kernel<<<grid, Tile::kThreads, Tile::kSmem, ctx.stream>>>(
+  kernel<<<grid, Tile::kThreads, smem, ctx.stream>>>(
       g, pack, static_cast<const __nv_bfloat16*>(src), static_cast<const __nv_bfloat16*>(w), bias,
       static_cast<__nv_bfloat16*>(out));
   return LaunchStatus("block-sparse conv (tensor cores)");
@@ -482,41 +502,41 @@ __global__ void BiasGradKernel(ConvShape s, const T* __restrict__ dy, float* __r
 
 struct HostTcPack {
   std::vector<int> begin;
-  std::vector<int4> blocks;
-  std::vector<unsigned long long> bits;
+  std::vector<int> blocks;
+  std::vector<uint8_t> bits;
 };
 
-// Groups of nj column blocks; per group, the union of reduced blocks any column keeps, in
-// chunks of kCB. kept(col, red) says whether column block col keeps reduced block red.
+// Groups of `width` column blocks; per group, the union of reduced blocks any column keeps, in
+// chunks of kCB, and per chunk and column one byte of kept bits. kept(col, red) says whether
+// column block col keeps reduced block red.
 template <typename KeptFn>
-HostTcPack PackTc(int cols, int reds, int nj, KeptFn kept) {
+HostTcPack PackTc(int cols, int reds, int width, KeptFn kept) {
   HostTcPack p;
-  const int groups = (cols + nj - 1) / nj;
+  const int groups = (cols + width - 1) / width;
   p.begin.push_back(0);
   for (int g = 0; g < groups; ++g) {
+    const int first = g * width, last = std::min(cols, first + width);
     std::vector<int> used;
     for (int red = 0; red < reds; ++red) {
-      for (int j = 0; j < nj && g * nj + j < cols; ++j) {
-        if (kept(g * nj + j, red)) {
+      for (int col = first; col < last; ++col) {
+        if (kept(col, red)) {
           used.push_back(red);
           break;
         }
       }
     }
     for (size_t i = 0; i < used.size(); i += kCB) {
-      int blk[kCB] = {-1, -1, -1, -1, -1, -1, -1, -1};
-      unsigned long long bits = 0;
+      const size_t chunk = p.bits.size() / width;
+      p.blocks.resize((chunk + 1) * kCB, -1);
+      p.bits.resize((chunk + 1) * width, 0);
       for (int b = 0; b < kCB && i + b < used.size(); ++b) {
-        blk[b] = used[i + b];
-        for (int j = 0; j < nj && g * nj + j < cols; ++j) {
-          if (kept(g * nj + j, blk[b])) bits |= 1ull << (j * kCB + b);
+        p.blocks[chunk * kCB + b] = used[i + b];
+        for (int col = first; col < last; ++col) {
+          if (kept(col, used[i + b])) p.bits[chunk * width + (col - first)] |= 1u << b;
         }
       }
-      p.blocks.push_back(make_int4(blk[0], blk[1], blk[2], blk[3]));
-      p.blocks.push_back(make_int4(blk[4], blk[5], blk[6], blk[7]));
-      p.bits.push_back(bits);
     }
-    p.begin.push_back(static_cast<int>(p.bits.size()));
+    p.begin.push_back(static_cast<int>(p.bits.size() / width));
   }
   return p;
 }
@@ -530,7 +550,8 @@ struct BlockSparseConvCuda::Device {
   struct Tc {
     TcPackView view{};
     int groups = 0;
-  } tc[2][2];  // [forward, backward data][nj index]
+    int max_chunks = 0;       // in one group
+  } tc[2][kGroupWidthCount];  // [forward, backward data][group width]
 
   ~Device() {
     for (void* p : allocations) cudaFree(p);
@@ -606,13 +627,16 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
       return grid.Kept(in_blk * 8 / grid.block_in, out_blk * 8 / grid.block_out);
     };
     for (int pass = 0; pass < 2; ++pass) {
-      for (int ni = 0; ni < 2; ++ni) {
-        const int nj = kNjValues[ni];
+      for (int ni = 0; ni < kGroupWidthCount; ++ni) {
+        const int nj = kGroupWidths[ni];
         HostTcPack p =
             pass == 0 ? PackTc(out8, in8, nj, [&](int col, int red) { return kept8(red, col); })
                       : PackTc(in8, out8, nj, [&](int col, int red) { return kept8(col, red); });
         Device::Tc& t = d.tc[pass][ni];
         t.groups = static_cast<int>(p.begin.size()) - 1;
+        for (int g = 0; g < t.groups; ++g) {
+          t.max_chunks = std::max(t.max_chunks, p.begin[g + 1] - p.begin[g]);
+        }
         TOPIARY_ASSIGN(t.view.begin, d.Upload(p.begin));
         TOPIARY_ASSIGN(t.view.blocks, d.Upload(p.blocks));
         TOPIARY_ASSIGN(t.view.bits, d.Upload(p.bits));
@@ -639,7 +663,7 @@ absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
 std::string BlockSparseConvCuda::config_name(SparsePass pass) const {
   if (configs(pass) == 1) return "plain";
   const TcConfig& c = kTcConfigs[config_[static_cast<int>(pass)]];
-  return absl::StrFormat("tc %dx%d/%d", 16 * c.mt * c.wm, 8 * c.nj, c.stages);
+  return absl::StrFormat("tc %dx%d/%d", 16 * c.mt * c.wm, 8 * c.nj * c.wn, c.stages);
 }
 
 absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* in0, const void* in1,
@@ -685,18 +709,20 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
     g.filter_c = s.c;
     g.col_blocks = g.out_ch / 8;
     const TcConfig& c = kTcConfigs[config];
-    const Device::Tc& t = d.tc[bwd ? 1 : 0][NjIndex(c.nj)];
-#define TOPIARY_TC(MT, WM, NJ, S)                                                                \
-  if (c.mt == MT && c.wm == WM && c.nj == NJ && c.stages == S) {                                 \
-    return bwd ? LaunchTc<MT, WM, NJ, S, true>(g, t.view, t.groups, in0, in1, nullptr, out, ctx) \
-               : LaunchTc<MT, WM, NJ, S, false>(g, t.view, t.groups, in0, in1, bias, out, ctx);  \
+    const Device::Tc& t = d.tc[bwd ? 1 : 0][GroupIndex(c.nj * c.wn)];
+#define TOPIARY_TC(MT, WM, NJ, WN, S)                                                            \
+  if (c.mt == MT && c.wm == WM && c.nj == NJ && c.wn == WN && c.stages == S) {                   \
+    return bwd ? LaunchTc<MT, WM, NJ, WN, S, true>(g, t.view, t.groups, t.max_chunks, in0, in1,  \
+                                                   nullptr, out, ctx)                            \
+               : LaunchTc<MT, WM, NJ, WN, S, false>(g, t.view, t.groups, t.max_chunks, in0, in1, \
+                                                    bias, out, ctx);                             \
   }
-    TOPIARY_TC(2, 4, 8, 4)
-    TOPIARY_TC(2, 4, 8, 6)
-    TOPIARY_TC(1, 4, 8, 4)
-    TOPIARY_TC(1, 4, 8, 8)
-    TOPIARY_TC(2, 4, 4, 4)
-    TOPIARY_TC(2, 8, 8, 4)
+    TOPIARY_TC(2, 4, 8, 2, 3)
+    TOPIARY_TC(2, 2, 8, 4, 3)
+    TOPIARY_TC(2, 4, 8, 1, 4)
+    TOPIARY_TC(1, 4, 8, 1, 4)
+    TOPIARY_TC(2, 4, 4, 1, 4)
+    TOPIARY_TC(2, 2, 8, 2, 4)
 #undef TOPIARY_TC
     return absl::InternalError("block-sparse conv: unknown tile configuration");
   }

@@ -6,6 +6,7 @@
 // blocks in every column, as the block pruner leaves them. One JSON line per case, then per
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
+//                      [--layer NAME]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,10 +51,12 @@ int Main(int argc, char** argv) {
   bench::program = "block_sparse_bench";
   int batch20 = 128, batch50 = 256, iters = 20;
   Precision p = Precision::kBf16;
+  std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--batch20")) (void)absl::SimpleAtoi(argv[i + 1], &batch20);
     if (!std::strcmp(argv[i], "--batch50")) (void)absl::SimpleAtoi(argv[i + 1], &batch50);
     if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
+    if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--precision") && !std::strcmp(argv[i + 1], "fp32")) {
       p = Precision::kFp32;
     }
@@ -76,6 +79,7 @@ int Main(int argc, char** argv) {
   const SparsePass passes[] = {SparsePass::kForward, SparsePass::kBackwardData,
                                SparsePass::kBackwardFilter};
   for (const bench::ConvLayer& l : layers) {
+    if (!only.empty() && only != l.name) continue;
     ConvShape s = l.Shape(std::string(l.model) == "resnet20" ? batch20 : batch50);
     const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
     const size_t yn = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k;
