@@ -54,6 +54,29 @@ void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
     }
     absl::FPrintF(out, "\n");
   }
+  PrintEngineChoices(out, last);
+}
+
+void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& r) {
+  bool any = false;
+  for (const auto& l : r.layers()) any = any || l.has_forward();
+  if (!any) return;
+  absl::FPrintF(out,
+                "\nconvolution kernels in round %d (measured ms, block-sparse / dense; * = "
+                "chosen)\n%-30s %7s  %-21s %-21s %-21s\n",
+                r.round(), "layer", "blocks", "forward", "backward data", "backward filter");
+  auto cell = [](const topiary::v1::ConvPassChoice& c) -> std::string {
+    if (c.dense_ms() < 0) return "dense (not measured)";
+    const bool sparse = c.engine() == "block-sparse";
+    return absl::StrFormat("%s%.3f / %s%.3f", sparse ? "*" : "", c.sparse_ms(), sparse ? "" : "*",
+                           c.dense_ms());
+  };
+  for (const auto& l : r.layers()) {
+    if (!l.has_forward()) continue;
+    absl::FPrintF(out, "%-30s %6.1f%%  %-21s %-21s %-21s\n", l.layer(),
+                  100.0 * (l.units() - l.zero_units()) / std::max<int64_t>(l.units(), 1),
+                  cell(l.forward()), cell(l.backward_data()), cell(l.backward_filter()));
+  }
 }
 
 void ProgressPrinter::Print(const topiary::v1::Event& e) {

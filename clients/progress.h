@@ -4,6 +4,7 @@
 #define TOPIARY_CLIENTS_PROGRESS_H_
 
 #include <cstdio>
+#include <string>
 
 #include "topiary/v1/events.pb.h"
 
@@ -24,6 +25,10 @@ class ProgressPrinter {
 // The round table of a pruning run: round, overall sparsity, the layers' range, test
 // top-1, loss, time; then each pruned layer's sparsity per round.
 void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& summary);
+
+// The block-masked convolutions' kernel choices of a round (GPU runs): per pass the measured
+// block-sparse and dense times and which one ran. Prints nothing when none was measured.
+void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& round);
 
 // "1:02:03" / "2:03" / "45s"
 std::string FormatDuration(double seconds);

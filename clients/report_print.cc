@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/progress.h"
 #include "clients/text.h"
 #include "topiary/v1/events.pb.h"
 #include "trainer/run/events.h"
@@ -128,6 +129,8 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
                  l.mask_consistent() ? "" : "  (masked weights not zero!)");
   }
   PrintApproximations(r);
+  if (metrics.rounds_size() > 0)
+    PrintEngineChoices(stdout, metrics.rounds(metrics.rounds_size() - 1));
   PrintSampling(r, metrics);
   if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));

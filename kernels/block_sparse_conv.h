@@ -95,7 +95,7 @@ class BlockSparseConvCuda {
                               const CudaContext& ctx) const;
 
   // Runs `pass` with every configuration on these operands (outputs are overwritten, as a call
-  // would), keeps the fastest and returns its time in milliseconds (median of a few runs).
+  // would), keeps the fastest and returns its time in milliseconds (mean of 5 runs).
   // Operands: forward (x, w -> y), backward data (dy, w -> dx), backward filter (x, dy -> dw).
   // Must not be called while the stream is being captured.
   absl::StatusOr<float> Tune(SparsePass pass, const void* in0, const void* in1, void* out,

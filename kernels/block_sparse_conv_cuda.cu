@@ -759,38 +759,16 @@ absl::Status BlockSparseConvCuda::BackwardFilter(const void* x, const void* dy, 
 
 absl::StatusOr<float> BlockSparseConvCuda::Tune(SparsePass pass, const void* in0, const void* in1,
                                                 void* out, const CudaContext& ctx) {
-  cudaEvent_t start, stop;
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start), "block-sparse tuning"));
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&stop), "block-sparse tuning"));
-  // The median of a few timed runs after a warm-up.
-  auto time = [&](int config) -> absl::StatusOr<float> {
-    constexpr int kRuns = 5;
-    float times[kRuns];
-    TOPIARY_RETURN_IF_ERROR(Run(pass, config, in0, in1, out, nullptr, nullptr, ctx));
-    for (int i = 0; i < kRuns; ++i) {
-      cudaEventRecord(start, ctx.stream);
-      TOPIARY_RETURN_IF_ERROR(Run(pass, config, in0, in1, out, nullptr, nullptr, ctx));
-      cudaEventRecord(stop, ctx.stream);
-      TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop), "block-sparse tuning"));
-      cudaEventElapsedTime(&times[i], start, stop);
-    }
-    std::sort(times, times + kRuns);
-    return times[kRuns / 2];
-  };
   absl::StatusOr<float> best = absl::InternalError("no configuration");
   for (int config = 0; config < configs(pass); ++config) {
-    auto t = time(config);
-    if (!t.ok()) {
-      best = t.status();
-      break;
-    }
+    auto t = TimeOnStream([&] { return Run(pass, config, in0, in1, out, nullptr, nullptr, ctx); },
+                          ctx, 5);
+    if (!t.ok()) return t.status();
     if (!best.ok() || *t < *best) {
       best = *t;
       config_[static_cast<int>(pass)] = config;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return best;
 }
 

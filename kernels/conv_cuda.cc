@@ -95,28 +95,6 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   return absl::InternalError("unknown convolution pass");
 }
 
-// Mean milliseconds of run() over a few launches after one warm-up; an error if it fails.
-template <typename Run>
-absl::StatusOr<float> Time(const Run& run, const CudaContext& ctx) {
-  TOPIARY_RETURN_IF_ERROR(run());
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  constexpr int kRuns = 3;
-  cudaEventRecord(start, ctx.stream);
-  absl::Status st;
-  for (int i = 0; i < kRuns && st.ok(); ++i) st = run();
-  cudaEventRecord(stop, ctx.stream);
-  const cudaError_t err = cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!st.ok()) return st;
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(err, "timing a convolution"));
-  return ms / kRuns;
-}
-
 // Device memory for timing candidates, freed on scope exit.
 struct Scratch {
   void* p = nullptr;
@@ -165,17 +143,17 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   if (deterministic) {
     // Timings vary from run to run, and a different engine gives different bits: take the
     // heuristics' first choice, the same on every run (on the same GPU and cuDNN).
-    auto first = Time([&] { return (*candidates)[0]->Run(in0, in1, out, ws.p, ctx); }, ctx);
+    auto first = TimeOnStream([&] { return (*candidates)[0]->Run(in0, in1, out, ws.p, ctx); }, ctx);
     if (first.ok()) d.graph[p] = std::move((*candidates)[0]);
     return CudaStatus(cudaGetLastError(), what);
   }
-  auto legacy = Time(
+  auto legacy = TimeOnStream(
       [&] { return RunLegacy(d, pass, in0, in1, out, ws.p, d.legacy_workspace[p], ctx); }, ctx);
   float best = legacy.ok() ? *legacy : 1e30f;
   int best_index = -1;
   for (size_t i = 0; i < candidates->size(); ++i) {
     const GraphConvPass& c = *(*candidates)[i];
-    auto t = Time([&] { return c.Run(in0, in1, out, ws.p, ctx); }, ctx);
+    auto t = TimeOnStream([&] { return c.Run(in0, in1, out, ws.p, ctx); }, ctx);
     if (t.ok() && *t < best) {
       best = *t;
       best_index = static_cast<int>(i);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/cuda_timing.h"
 #include "kernels/status_macros.h"
 
 namespace topiary::kernels {

@@ -5,7 +5,9 @@
 #include "kernels/approx_conv.h"
 #include "kernels/augment.h"
 #include "kernels/batch_norm.h"
+#include "kernels/block_sparse_conv.h"
 #include "kernels/conv.h"
+#include "kernels/cuda_timing.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
@@ -48,6 +50,43 @@ absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaCon
   return NoCuda();
 }
 absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
+  return NoCuda();
+}
+absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>&, const CudaContext&, int) {
+  return NoCuda();
+}
+absl::StatusOr<float> TimeCaptured(const std::function<absl::Status()>&, const CudaContext&, int) {
+  return NoCuda();
+}
+bool StreamCapturing(const CudaContext&) { return false; }
+
+struct BlockSparseConvCuda::Device {};
+absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create(
+    const ConvShape&, const BlockGrid&, DType, const CudaContext&) {
+  return NoCuda();
+}
+BlockSparseConvCuda::~BlockSparseConvCuda() = default;
+int BlockSparseConvCuda::configs(SparsePass) const { return 0; }
+absl::Status BlockSparseConvCuda::set_config(SparsePass, int) { return NoCuda(); }
+std::string BlockSparseConvCuda::config_name(SparsePass) const { return "unavailable"; }
+absl::Status BlockSparseConvCuda::Run(SparsePass, int, const void*, const void*, void*,
+                                      const float*, float*, const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status BlockSparseConvCuda::Forward(const void*, const void*, const float*, void*,
+                                          const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status BlockSparseConvCuda::BackwardData(const void*, const void*, void*,
+                                               const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status BlockSparseConvCuda::BackwardFilter(const void*, const void*, void*, float*,
+                                                 const CudaContext&) const {
+  return NoCuda();
+}
+absl::StatusOr<float> BlockSparseConvCuda::Tune(SparsePass, const void*, const void*, void*,
+                                                const CudaContext&) {
   return NoCuda();
 }
 size_t SampledWeightGradWorkspaceBytes(const ConvShape&, int) { return 0; }

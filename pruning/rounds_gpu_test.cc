@@ -2,6 +2,10 @@
 // by the CUDA optimizer inside captured CUDA graphs, and block rounds reach their target.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "pruning/rounds_test_util.h"
 #include "trainer/core/device.h"
 #include "trainer/run/runner_test_util.h"
@@ -70,6 +74,62 @@ TEST_F(RoundsGpu, MasksHoldInBf16) {
   const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
   EXPECT_EQ(check.block_layers_at_target, 20);
   EXPECT_GT(s.test_top1(), 0.5);
+}
+
+// A bf16 block-pruning run of resnet20 (16/32/64 channels: the tensor-core path) whose masked
+// convolutions all run on the block-sparse kernels
+// (TOPIARY_SPARSE_CONV=on, forward, backward data and filter) trains like the same run on
+// cuDNN (=off): losses that agree to bf16 rounding, bit-deterministic, and round reports that
+// say which kernels ran.
+TEST_F(RoundsGpu, BlockSparseKernelsTrainLikeDenseOnes) {
+  auto spec = Parse(R"(
+    seed: 11
+    model { arch: "resnet20" }
+    data { dataset: SYNTHETIC batch_size: 32
+           synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 } }
+    train { epochs: 1 precision: BF16 optimizer { lr: 0.05 } }
+    pruning { method: BLOCK target: 0.5 step_fraction: 0.5 finetune_epochs: 1 max_rounds: 2 }
+    device { kind: CUDA deterministic: true })");
+  auto run = [&](const char* mode) {
+    setenv("TOPIARY_SPARSE_CONV", mode, 1);
+    testing::Trace t = testing::RunAndTrace(spec, PruningOptions(OutDir(mode)));
+    unsetenv("TOPIARY_SPARSE_CONV");
+    return t;
+  };
+  const testing::Trace sparse = run("on"), sparse2 = run("on"), dense = run("off");
+  ASSERT_EQ(sparse.summary.state(), "SUCCEEDED") << sparse.summary.error();
+  ASSERT_EQ(dense.summary.state(), "SUCCEEDED") << dense.summary.error();
+  EXPECT_EQ(sparse.losses, sparse2.losses);  // the kernels use no atomics
+  ASSERT_EQ(sparse.losses.size(), dense.losses.size());
+  const size_t n = sparse.losses.size();
+  std::printf("block-sparse vs dense: last loss %.5f vs %.5f, top-1 %.4f vs %.4f\n",
+              sparse.losses[n - 1], dense.losses[n - 1], sparse.summary.test_top1(),
+              dense.summary.test_top1());
+  // The dense epoch (20 steps, no mask yet) runs the same kernels: bit for bit. The first step
+  // after the first prune step computes the same function with other kernels: bf16 rounding
+  // apart. Later steps drift apart as any two kernel choices do; the runs end alike.
+  constexpr size_t kDenseSteps = 20;
+  ASSERT_GT(n, kDenseSteps + 1);
+  for (size_t i = 0; i < kDenseSteps; ++i) EXPECT_EQ(sparse.losses[i], dense.losses[i]) << i;
+  EXPECT_NEAR(sparse.losses[kDenseSteps], dense.losses[kDenseSteps],
+              0.02 * std::abs(dense.losses[kDenseSteps]));
+  double sparse_tail = 0, dense_tail = 0;
+  for (size_t i = n - 10; i < n; ++i)
+    sparse_tail += sparse.losses[i], dense_tail += dense.losses[i];
+  EXPECT_NEAR(sparse_tail, dense_tail, 0.25 * dense_tail + 0.1);
+  EXPECT_NEAR(sparse.summary.test_top1(), dense.summary.test_top1(), 0.05);
+  ASSERT_EQ(sparse.summary.rounds_size(), dense.summary.rounds_size());
+  int sparse_layers = 0;
+  for (const auto& l : sparse.summary.rounds(sparse.summary.rounds_size() - 1).layers()) {
+    if (l.mask_kind() != "block") continue;
+    EXPECT_EQ(l.forward().engine(), "block-sparse") << l.layer();
+    EXPECT_EQ(l.backward_filter().engine(), "block-sparse") << l.layer();
+    ++sparse_layers;
+  }
+  EXPECT_GT(sparse_layers, 10);
+  for (const auto& l : dense.summary.rounds(dense.summary.rounds_size() - 1).layers()) {
+    EXPECT_FALSE(l.has_forward()) << l.layer() << ": dispatch is off";
+  }
 }
 
 }  // namespace

@@ -4,14 +4,22 @@
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
-//                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO']
+//                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
+//                    [--inference 1]
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
 // that samples a fraction f of the steps costs (1 - f) * exact + f * sampled.
+// --prune installs 8x8 block masks with that fraction of zero blocks on every convolution the
+// block pruner may prune (both grid sides > 1), the same number in every output-block column,
+// at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer then runs on the
+// block-sparse kernels or cuDNN, whichever measures faster (=on forces block-sparse, =off dense).
+// --inference 1 times the forward pass of an inference network instead of training steps.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -24,6 +32,7 @@
 #include "google/protobuf/text_format.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
+#include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/gradient_sampling.h"
@@ -32,11 +41,46 @@
 namespace topiary {
 namespace {
 
+// Balanced random 8x8 block masks with `zeros` of the blocks zero on every convolution the
+// block pruner may prune (both grid sides > 1): the same count in every output-block column,
+// as the pruner's column cap leaves a layer at its target.
+absl::Status RandomBlockMasks(Model* model, double zeros) {
+  std::mt19937 gen(5);
+  for (const auto& node : model->nodes()) {
+    if (node.layer->kind() != LayerKind::kConv2d) continue;
+    for (Parameter* p : node.layer->parameters()) {
+      if (p->role != ParamRole::kKernel) continue;
+      const int k = p->value.shape()[0], taps = p->value.shape()[1] * p->value.shape()[2],
+                c = p->value.shape()[3];
+      MaskInfo info;
+      info.kind = MaskInfo::Kind::kBlock;
+      info.block_in = info.block_out = 8;
+      info.rows = (c + 7) / 8;
+      info.cols = (k + 7) / 8;
+      if (info.rows < 2 || info.cols < 2) continue;
+      info.grid.assign(static_cast<size_t>(info.rows) * info.cols, 1);
+      const int per_col = static_cast<int>(zeros * info.rows);
+      std::vector<int> rows(info.rows);
+      for (int col = 0; col < info.cols; ++col) {
+        for (int r = 0; r < info.rows; ++r) rows[r] = r;
+        std::shuffle(rows.begin(), rows.end(), gen);
+        for (int i = 0; i < per_col; ++i)
+          info.grid[static_cast<size_t>(rows[i]) * info.cols + col] = 0;
+      }
+      const auto mask = ExpandBlockGrid(info.grid, info.cols, 8, 8, k, taps, c);
+      TOPIARY_RETURN_IF_ERROR(InstallMask(p, mask, std::move(info)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 struct Flags {
   std::vector<std::string> models = {"lenet5", "resnet20"};
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
   std::string device = "cpu", precision = "fp32", approx;
   std::optional<std::string> sample;  // a GradientSamplingSpec in text format
+  double prune = 0;                   // zero fraction of 8x8 blocks
+  bool inference = false;
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
@@ -103,12 +147,13 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
     if (!applied.ok()) return applied.status();
     SetSampling(model->get(), true);
   }
+  if (f.prune > 0) TOPIARY_RETURN_IF_ERROR(RandomBlockMasks(model->get(), f.prune));
   PlanOptions options;
   options.precision = f.precision == "bf16"   ? kernels::Precision::kBf16
                       : f.precision == "tf32" ? kernels::Precision::kTf32
                                               : kernels::Precision::kFp32;
   options.deterministic = f.deterministic;
-  auto net = Network::Plan(model->get(), f.batch, true, options);
+  auto net = Network::Plan(model->get(), f.batch, !f.inference, options);
   if (!net.ok()) return net.status();
   topiary::v1::OptimizerSpec spec;
   spec.set_lr(0.01f);
@@ -130,6 +175,7 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   (*dev)->CopyFromHost((*net)->labels(), labels.data(), labels.size() * sizeof(int32_t));
 
   auto step = [&]() -> absl::Status {
+    if (f.inference) return (*net)->Forward(false);
     TOPIARY_RETURN_IF_ERROR(clock->Tick(f.batch));
     TOPIARY_RETURN_IF_ERROR((*net)->Forward(true));
     TOPIARY_RETURN_IF_ERROR((*net)->Loss(0.0f));
@@ -144,21 +190,35 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (f.inference) TOPIARY_RETURN_IF_ERROR((*net)->Loss(0.0f));  // for the metrics read below
   auto metrics = (*net)->TakeMetrics();
   if (!metrics.ok()) return metrics.status();
+  int sparse_passes = 0, masked_layers = 0;
+  for (const auto& [layer, c] : (*net)->SparseConvChoices()) {
+    ++masked_layers;
+    for (bool b : c.sparse) sparse_passes += b;
+    if (std::getenv("TOPIARY_CONV_LOG") == nullptr) continue;
+    absl::FPrintF(stderr, "%s: fwd %s %.4f/%.4f, bwd data %s %.4f/%.4f, bwd filter %s %.4f/%.4f\n",
+                  layer, c.sparse[0] ? "sparse" : "dense", c.sparse_ms[0], c.dense_ms[0],
+                  c.sparse[1] ? "sparse" : "dense", c.sparse_ms[1], c.dense_ms[1],
+                  c.sparse[2] ? "sparse" : "dense", c.sparse_ms[2], c.dense_ms[2]);
+  }
   if (f.profile) TOPIARY_RETURN_IF_ERROR(Profile(f, arch, **model, **net, dev->get(), step));
   absl::PrintF(
       "{\"engine\":\"topiary\",\"model\":\"%s\",\"batch\":%d,\"input\":\"%dx%dx%d\","
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
-      "\"deterministic\":%s,\"approx\":\"%s\",\"sample\":\"%s\",\"images_per_s\":%.1f,\"ms_per_"
+      "\"deterministic\":%s,\"approx\":\"%s\",\"sample\":\"%s\",\"prune\":%.3f,"
+      "\"inference\":%s,\"masked_layers\":%d,\"block_sparse_passes\":%d,"
+      "\"images_per_s\":%.1f,\"ms_per_"
       "step\":%.3f,\"planned_"
       "mb\":%.1f,"
       "\"device_mb\":%.1f,"
       "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
-      f.sample ? *f.sample : "", f.batch * f.steps / s, 1000 * s / f.steps,
-      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
+      sparse_passes, f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
+      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
 
@@ -189,6 +249,10 @@ int main(int argc, char** argv) {
       f.graphs = v != "0";
     else if (k == "--approx")
       f.approx = v;
+    else if (k == "--prune")
+      f.prune = std::atof(v.c_str());
+    else if (k == "--inference")
+      f.inference = v == "1";
     else if (k == "--sample")
       f.sample = v;
     else if (k == "--precision")

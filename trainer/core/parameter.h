@@ -52,6 +52,9 @@ struct Parameter {
   Tensor momentum;        // trainable only
   Buffer<uint8_t> mask;   // empty: dense; else 1 = kept, same layout as value
   MaskInfo mask_info;
+  // Counts InstallMask calls: whoever derives state from the mask (a block-sparse plan)
+  // compares it to know when to derive it again.
+  uint64_t mask_version = 0;
   // bf16 networks only (conv and linear kernels): the copy the kernels read, cast from value
   // before every forward pass (so it always follows the master, masks included), and the
   // gradient they write, widened into grad after every backward pass.

@@ -1,22 +1,47 @@
 #include "trainer/nn/conv_engine.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/approx_conv.h"
 #include "kernels/sampled_grad.h"
 #include "kernels/status_macros.h"
+#include "trainer/nn/sparse_dispatch.h"
 
 namespace topiary {
 namespace {
 
-// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size.
+// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size, and
+// for the exact engine the dispatch to block-sparse kernels (used once the kernel has a block
+// mask; see sparse_dispatch.h).
 struct ConvState : LayerState {
   std::unique_ptr<kernels::ConvCudaPlan> plan;
+  std::unique_ptr<SparseConvDispatch> sparse;
+  const SparseConvChoice* sparse_choice() const override {
+    return sparse != nullptr && sparse->choice().dense_ms[0] >= 0 ? &sparse->choice() : nullptr;
+  }
 };
 
 const kernels::ConvCudaPlan& Plan(const LayerIo& io) {
   return *static_cast<const ConvState*>(io.state)->plan;
+}
+
+SparseConvDispatch* Sparse(const LayerIo& io) {
+  return static_cast<const ConvState*>(io.state)->sparse.get();
+}
+
+// Runs a pass with the block-sparse kernels when the layer's dispatch measured them faster
+// for its current mask, else with `dense` (cuDNN); see sparse_dispatch.h.
+absl::Status Dispatch(SparseConvDispatch* sparse, kernels::SparsePass pass, const ConvOperands& op,
+                      const LayerIo& io, const void* in0, const void* in1, void* out,
+                      const float* bias, float* dbias, const std::function<absl::Status()>& dense) {
+  if (sparse != nullptr) {
+    auto ran = sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias, dense, *io.cuda);
+    if (!ran.ok()) return ran.status();
+    if (*ran) return absl::OkStatus();
+  }
+  return dense();
 }
 
 absl::Status Named(const std::string& layer, const absl::Status& st) {
@@ -37,7 +62,7 @@ absl::StatusOr<size_t> SampledWorkspace(const ConvOperands& op, Device* device) 
 // The exact convolution's resources: the CPU workspace, or the cuDNN plan and its workspace,
 // with room for a sampled weight gradient.
 absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* device,
-                                            const PlanOptions& options) {
+                                            const PlanOptions& options, bool block_sparse) {
   auto sampled = SampledWorkspace(op, device);
   if (!sampled.ok()) return sampled.status();
   LayerResources r;
@@ -56,6 +81,10 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
   auto state = std::make_unique<ConvState>();
   r.workspace_bytes = std::max((*plan)->workspace_bytes(), *sampled);
   state->plan = std::move(*plan);
+  if (block_sparse && SparseDispatchEnabled(true, options.deterministic)) {
+    state->sparse = std::make_unique<SparseConvDispatch>(
+        op.layer, op.shape, kernels::ActivationType(options.precision));
+  }
   r.state = std::move(state);
   return r;
 }
@@ -84,12 +113,17 @@ absl::Status BackwardExact(const ConvOperands& op, const LayerIo& io, const void
   const bool sample = op.sample && op.sampling != nullptr;
   if (sample) TOPIARY_RETURN_IF_ERROR(BackwardSampled(op, io, x));
   if (io.cuda) {
+    using kernels::SparsePass;
     if (!sample) {
-      TOPIARY_RETURN_IF_ERROR(Plan(io).BackwardFilter(x, io.dy, WeightGradFor(*op.kernel, io.dtype),
-                                                      dbias, io.workspace, *io.cuda));
+      void* dw = WeightGradFor(*op.kernel, io.dtype);
+      TOPIARY_RETURN_IF_ERROR(Dispatch(
+          Sparse(io), SparsePass::kBackwardFilter, op, io, x, io.dy, dw, nullptr, dbias,
+          [&] { return Plan(io).BackwardFilter(x, io.dy, dw, dbias, io.workspace, *io.cuda); }));
     }
     if (io.dx[0] == nullptr) return absl::OkStatus();
-    return Plan(io).BackwardData(io.dy, w, io.dx[0], io.workspace, *io.cuda);
+    return Dispatch(
+        Sparse(io), SparsePass::kBackwardData, op, io, io.dy, w, io.dx[0], nullptr, nullptr,
+        [&] { return Plan(io).BackwardData(io.dy, w, io.dx[0], io.workspace, *io.cuda); });
   }
   float* ws = static_cast<float*>(io.workspace);
   if (!sample) {
@@ -106,14 +140,16 @@ class ExactConvEngine : public ConvEngine {
  public:
   absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
                                          const PlanOptions& options) override {
-    return PrepareExact(op, device, options);
+    return PrepareExact(op, device, options, /*block_sparse=*/true);
   }
 
   absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) override {
     const float* bias = op.bias ? op.bias->value.data() : nullptr;
     if (io.cuda) {
-      return Plan(io).Forward(io.x[0], WeightFor(*op.kernel, io.dtype), bias, io.y, io.workspace,
-                              *io.cuda);
+      const void* w = WeightFor(*op.kernel, io.dtype);
+      return Dispatch(
+          Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias, nullptr,
+          [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); });
     }
     kernels::Conv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias, io.yf(),
                               static_cast<float*>(io.workspace));
@@ -156,7 +192,8 @@ class ApproxConvEngine : public ConvEngine {
           "combined with approximation (use FP32 or TF32)"));
     }
     if (auto st = kernels::CheckApproxConvShape(op.shape); !st.ok()) return Named(op.layer, st);
-    auto r = PrepareExact(op, device, options);  // the backward pass's plan and workspace
+    // The backward pass's plan and workspace (the table convolution has no block-sparse form).
+    auto r = PrepareExact(op, device, options, /*block_sparse=*/false);
     if (!r.ok()) return r.status();
     size_t approx_bytes;
     if (device->cuda() != nullptr) {

@@ -28,10 +28,23 @@ struct Shape4 {
   bool operator==(const Shape4& o) const { return n == o.n && h == o.h && w == o.w && c == o.c; }
 };
 
+// How a block-masked convolution's passes run on a GPU (trainer/nn/sparse_dispatch.h): per
+// pass (forward, backward data, backward filter) whether the block-sparse kernels or cuDNN's
+// dense plan runs it, with both measured times (ms, -1: not measured yet).
+struct SparseConvChoice {
+  double density = 1;  // kept blocks / all blocks when measured
+  bool sparse[3] = {false, false, false};
+  float dense_ms[3] = {-1, -1, -1};
+  float sparse_ms[3] = {-1, -1, -1};
+  std::string config[3];  // the sparse kernel configuration measured, e.g. "tc 128x64/4"
+};
+
 // Per-network state of a layer beyond its buffers (e.g. a convolution's cuDNN plan).
 class LayerState {
  public:
   virtual ~LayerState() = default;
+  // A block-masked convolution's measured engine choice; null for every other layer.
+  virtual const SparseConvChoice* sparse_choice() const { return nullptr; }
 };
 
 // How a network is planned.

@@ -28,6 +28,7 @@ absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInf
     t->CopyFromHost(v.data());
   }
   p->mask_info = std::move(info);
+  ++p->mask_version;
   return absl::OkStatus();
 }
 

@@ -346,4 +346,13 @@ absl::StatusOr<Metrics> Network::TakeMetrics() {
   return m;
 }
 
+std::vector<std::pair<std::string, SparseConvChoice>> Network::SparseConvChoices() const {
+  std::vector<std::pair<std::string, SparseConvChoice>> out;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const SparseConvChoice* c = states_[i] ? states_[i]->sparse_choice() : nullptr;
+    if (c != nullptr) out.emplace_back(model_->nodes()[i].layer->name(), *c);
+  }
+  return out;
+}
+
 }  // namespace topiary

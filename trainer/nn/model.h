@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -97,6 +98,11 @@ class Network {
   absl::Status Backward();
   // The metrics accumulated since the last call, then reset. Waits for the device.
   absl::StatusOr<Metrics> TakeMetrics();
+
+  // Each block-masked convolution's measured choice between block-sparse and dense kernels
+  // (layer name, choice), in model order; empty on the CPU and before a step has run with a
+  // block mask.
+  std::vector<std::pair<std::string, SparseConvChoice>> SparseConvChoices() const;
 
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }

@@ -448,10 +448,27 @@ absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
   return stats;
 }
 
+namespace {
+
+// A layer's measured block-sparse dispatch (trainer/nn/sparse_dispatch.h) in a round's report.
+void SetEngineChoice(const SparseConvChoice& c, LayerSparsity* l) {
+  topiary::v1::ConvPassChoice* passes[3] = {l->mutable_forward(), l->mutable_backward_data(),
+                                            l->mutable_backward_filter()};
+  for (int i = 0; i < 3; ++i) {
+    passes[i]->set_engine(c.sparse[i] ? "block-sparse" : "dense");
+    passes[i]->set_dense_ms(c.dense_ms[i]);
+    passes[i]->set_sparse_ms(c.sparse_ms[i]);
+    passes[i]->set_config(c.config[i]);
+  }
+}
+
+}  // namespace
+
 RoundSummary ExperimentRun::SparsityRow(int round,
                                         const std::vector<LayerPruneReport>* reports) const {
   RoundSummary row;
   row.set_round(round);
+  const auto choices = train_net_->SparseConvChoices();
   int64_t total = 0, zeros = 0;
   for (const Model::Node& node : model_->nodes()) {
     for (Parameter* p : node.layer->parameters()) {
@@ -467,6 +484,9 @@ RoundSummary ExperimentRun::SparsityRow(int round,
       if (p->mask_info.kind == MaskInfo::Kind::kBlock) {
         l->set_units(static_cast<int64_t>(p->mask_info.grid.size()));
         l->set_zero_units(std::count(p->mask_info.grid.begin(), p->mask_info.grid.end(), 0));
+        for (const auto& [layer, choice] : choices) {
+          if (layer == p->layer) SetEngineChoice(choice, l);
+        }
       } else {
         l->set_units(static_cast<int64_t>(p->size()));
         l->set_zero_units(masked);

@@ -1,0 +1,120 @@
+#include "trainer/nn/sparse_dispatch.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_timing.h"
+#include "kernels/status_macros.h"
+
+namespace topiary {
+
+SparseMode SparseModeFromEnv() {
+  const char* env = std::getenv("TOPIARY_SPARSE_CONV");
+  if (env != nullptr && std::strcmp(env, "off") == 0) return SparseMode::kOff;
+  if (env != nullptr && std::strcmp(env, "on") == 0) return SparseMode::kOn;
+  return SparseMode::kAuto;
+}
+
+bool SparseDispatchEnabled(bool gpu, bool deterministic) {
+  const SparseMode mode = SparseModeFromEnv();
+  return gpu && mode != SparseMode::kOff && (!deterministic || mode == SparseMode::kOn);
+}
+
+SparseConvDispatch::SparseConvDispatch(std::string layer, kernels::ConvShape shape,
+                                       kernels::DType dtype)
+    : layer_(std::move(layer)), shape_(shape), dtype_(dtype) {}
+
+absl::Status SparseConvDispatch::Replan(const Parameter& kernel, const kernels::CudaContext& ctx) {
+  plan_.reset();
+  choice_ = SparseConvChoice{};
+  for (bool& m : measured_) m = false;
+  version_ = kernel.mask_version;
+  const MaskInfo& info = kernel.mask_info;
+  if (info.kind != MaskInfo::Kind::kBlock) return absl::OkStatus();
+  kernels::BlockGrid grid;
+  grid.block_in = info.block_in;
+  grid.block_out = info.block_out;
+  grid.rows = info.rows;
+  grid.cols = info.cols;
+  grid.kept = info.grid;
+  auto plan = kernels::BlockSparseConvCuda::Create(shape_, grid, dtype_, ctx);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrCat(layer_, ": block-sparse plan: ", plan.status().message()));
+  }
+  plan_ = std::move(*plan);
+  choice_.density = grid.density();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Parameter& kernel,
+                                             const void* in0, const void* in1, void* out,
+                                             const float* bias, float* dbias,
+                                             const std::function<absl::Status()>& dense,
+                                             const kernels::CudaContext& ctx) {
+  using kernels::SparsePass;
+  if (kernel.mask_info.kind != MaskInfo::Kind::kBlock && plan_ == nullptr) return false;
+  const bool capturing = kernels::StreamCapturing(ctx);
+  if (kernel.mask_version != version_) {
+    if (capturing) return false;  // not planned for this mask: dense is correct for any mask
+    TOPIARY_RETURN_IF_ERROR(Replan(kernel, ctx));
+  }
+  if (plan_ == nullptr) return false;
+  auto sparse = [&]() -> absl::Status {
+    switch (pass) {
+      case SparsePass::kForward:
+        return plan_->Forward(in0, in1, bias, out, ctx);
+      case SparsePass::kBackwardData:
+        return plan_->BackwardData(in0, in1, out, ctx);
+      case SparsePass::kBackwardFilter:
+        return plan_->BackwardFilter(in0, in1, out, dbias, ctx);
+    }
+    return absl::InternalError("unknown pass");
+  };
+  const int p = static_cast<int>(pass);
+  if (!measured_[p]) {
+    if (capturing) return false;
+    measured_[p] = true;
+    if (SparseModeFromEnv() == SparseMode::kOn) {  // forced: no timing
+      choice_.sparse[p] = true;
+      choice_.config[p] = plan_->config_name(pass);
+      choice_.dense_ms[p] = choice_.sparse_ms[p] = 0;
+      TOPIARY_RETURN_IF_ERROR(sparse());
+      return true;
+    }
+    // The filter gradient has only the plain kernel: it is measured only where the forward
+    // pass found the block-sparse kernels faster (elsewhere it cannot win, and one run of it
+    // on a large layer takes longer than a training step).
+    if (pass == SparsePass::kBackwardFilter && !choice_.sparse[0]) return false;
+    // The sparse kernel's tile configurations are compared call by call, then the chosen one
+    // and cuDNN's plan as captured graphs (cuDNN's host-side cost per call would otherwise
+    // count against it, though a captured step never pays it).
+    if (pass != SparsePass::kBackwardFilter) {
+      TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
+    }
+    auto dense_ms = kernels::TimeCaptured(dense, ctx);
+    if (!dense_ms.ok()) return dense_ms.status();
+    auto sparse_ms =
+        kernels::TimeCaptured(sparse, ctx, pass == SparsePass::kBackwardFilter ? 1 : 10);
+    if (!sparse_ms.ok()) return sparse_ms.status();
+    choice_.dense_ms[p] = *dense_ms;
+    choice_.sparse_ms[p] = *sparse_ms;
+    choice_.config[p] = plan_->config_name(pass);
+    choice_.sparse[p] = *sparse_ms < *dense_ms;
+    if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {
+      std::fprintf(stderr,
+                   "%s %s: %.1f%% of blocks kept: block-sparse %.4f ms (%s), dense %.4f ms, chose "
+                   "%s\n",
+                   layer_.c_str(), kernels::SparsePassName(pass), 100.0 * choice_.density,
+                   *sparse_ms, choice_.config[p].c_str(), *dense_ms,
+                   choice_.sparse[p] ? "block-sparse" : "dense");
+    }
+  }
+  if (!choice_.sparse[p]) return false;
+  TOPIARY_RETURN_IF_ERROR(sparse());
+  return true;
+}
+
+}  // namespace topiary

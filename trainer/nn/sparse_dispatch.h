@@ -1,0 +1,70 @@
+// Dispatch by measurement between a convolution's dense cuDNN plan and the block-sparse kernels
+// (kernels/block_sparse_conv.h), per pass, for a layer whose kernel has a block mask.
+//
+// The block lists are packed when the dispatch first sees a mask version (a prune step or a
+// checkpoint load installs a new one), on the first eager call after it: each pass then times
+// both sides on the call's own operands (its outputs are overwritten by the pass that follows)
+// and keeps the faster. Captured CUDA graphs record whichever side was chosen; the runner
+// captures anew after every prune step, after an eager step. A call made during capture with a
+// mask the dispatch has not seen runs dense: dense is correct for every mask (masked weights
+// are zero), so a stale plan can cost speed, never results.
+//
+// Off on the CPU, for deterministic plans (the choice depends on timings, and the two sides
+// round differently), and with TOPIARY_SPARSE_CONV=off; TOPIARY_SPARSE_CONV=on runs every pass
+// of every block-masked convolution with the block-sparse kernels, untimed (deterministic
+// plans included: the kernels use no atomics), for tests and comparisons.
+#ifndef TOPIARY_TRAINER_NN_SPARSE_DISPATCH_H_
+#define TOPIARY_TRAINER_NN_SPARSE_DISPATCH_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/block_sparse_conv.h"
+#include "kernels/conv.h"
+#include "trainer/core/parameter.h"
+#include "trainer/nn/layer.h"
+
+namespace topiary {
+
+class SparseConvDispatch {
+ public:
+  // For a layer named `layer` of this shape and element type on the GPU of ctx.
+  SparseConvDispatch(std::string layer, kernels::ConvShape shape, kernels::DType dtype);
+
+  // Runs pass `pass` with the block-sparse kernels if that is the measured choice for the
+  // kernel's current mask, and returns whether it did (false: the caller runs `dense`).
+  // `dense` runs the pass with cuDNN's plan (used here only to time it); operands as
+  // BlockSparseConvCuda::Tune's; bias is the forward pass's bias and dbias the filter
+  // gradient's (either may be null).
+  absl::StatusOr<bool> Run(kernels::SparsePass pass, const Parameter& kernel, const void* in0,
+                           const void* in1, void* out, const float* bias, float* dbias,
+                           const std::function<absl::Status()>& dense,
+                           const kernels::CudaContext& ctx);
+
+  const SparseConvChoice& choice() const { return choice_; }
+
+ private:
+  // Packs the block lists of the kernel's current mask (or drops them: no block mask).
+  absl::Status Replan(const Parameter& kernel, const kernels::CudaContext& ctx);
+
+  std::string layer_;
+  kernels::ConvShape shape_;
+  kernels::DType dtype_;
+  uint64_t version_ = 0;  // the mask version planned for (0: none yet)
+  std::unique_ptr<kernels::BlockSparseConvCuda> plan_;
+  bool measured_[3] = {false, false, false};
+  SparseConvChoice choice_;
+};
+
+// TOPIARY_SPARSE_CONV: "off", "on", or anything else (unset) for dispatch by measurement.
+enum class SparseMode { kAuto, kOn, kOff };
+SparseMode SparseModeFromEnv();
+
+// Whether convolutions may dispatch to the block-sparse kernels at all (see above).
+bool SparseDispatchEnabled(bool gpu, bool deterministic);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_NN_SPARSE_DISPATCH_H_
