@@ -85,6 +85,7 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
                   s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
                   s.device());
+    if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
     if (s.has_gradient_sampling()) {
       const auto& g = s.gradient_sampling();
       absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
@@ -114,6 +115,12 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     if (ep.evaluated()) {
       absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
                     100 * ep.test_top1(), 100 * ep.test_top5());
+    }
+    if (ep.train_joules_per_image() > 0) {
+      absl::FPrintF(out_, "  | %.3f J/train image", ep.train_joules_per_image());
+      if (ep.test_joules_per_image() > 0) {
+        absl::FPrintF(out_, ", %.4f J/test image", ep.test_joules_per_image());
+      }
     }
     absl::FPrintF(out_, "\n");
   } else if (e.has_state()) {
@@ -158,6 +165,10 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     "(%.0f train img/s)\n",
                     s.state(), 100 * s.test_top1(), 100 * s.test_top5(), s.test_loss(), s.epochs(),
                     FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
+    }
+    if (s.train_joules_per_image() > 0) {
+      absl::FPrintF(out_, "energy: %.3f J per training image, %.4f J per test image\n",
+                    s.train_joules_per_image(), s.test_joules_per_image());
     }
     if (s.has_gradient_sampling()) {
       absl::FPrintF(out_, "weight gradients sampled on %d steps, exact on %d\n",

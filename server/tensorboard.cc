@@ -60,9 +60,17 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
     Scalar("train/images_per_s", p.step(), p.images_per_s());
   } else if (event.has_epoch()) {
     ++epoch_;
-    if (event.epoch().evaluated()) {
-      Scalar("test/top1", epoch_, event.epoch().test_top1());
-      Scalar("test/loss", epoch_, event.epoch().test_loss());
+    const auto& ep = event.epoch();
+    if (ep.evaluated()) {
+      Scalar("test/top1", epoch_, ep.test_top1());
+      Scalar("test/loss", epoch_, ep.test_loss());
+    }
+    // Board energy (NVML) where the run measures it.
+    if (ep.train_joules_per_image() > 0) {
+      Scalar("energy/train_joules_per_image", epoch_, ep.train_joules_per_image());
+    }
+    if (ep.test_joules_per_image() > 0) {
+      Scalar("energy/test_joules_per_image", epoch_, ep.test_joules_per_image());
     }
   } else if (event.has_round()) {
     Scalar("round/sparsity", event.round().round(), event.round().sparsity());

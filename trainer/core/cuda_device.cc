@@ -47,6 +47,8 @@ class CudaDevice : public Device {
     cudaDeviceProp prop;
     TOPIARY_RETURN_IF_ERROR(kernels::CudaStatus(cudaGetDeviceProperties(&prop, ordinal), where));
     gpu_name_ = prop.name;
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess) pci_bus_id_ = bus;
     ctx_.sm_count = prop.multiProcessorCount;
     TOPIARY_RETURN_IF_ERROR(kernels::CudaStatus(
         cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), where + " stream"));
@@ -65,6 +67,7 @@ class CudaDevice : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string name() const override { return absl::StrFormat("cuda:%d %s", ordinal_, gpu_name_); }
+  std::string pci_bus_id() const override { return pci_bus_id_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     void* p = nullptr;
@@ -124,6 +127,7 @@ class CudaDevice : public Device {
 
  private:
   int ordinal_ = 0;
+  std::string pci_bus_id_;
   std::string gpu_name_;
   kernels::CudaContext ctx_;
   void* cublas_workspace_ = nullptr;

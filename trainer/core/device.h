@@ -33,6 +33,8 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // Human-readable, e.g. "cpu (2 threads)" or "cuda:0 NVIDIA H100 80GB HBM3".
   virtual std::string name() const = 0;
+  // A GPU's PCI bus id ("0000:1B:00.0"), as NVML names boards; empty on the CPU.
+  virtual std::string pci_bus_id() const { return ""; }
   // Returns zero-initialized memory of `bytes` bytes, aligned to 64 bytes.
   virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;

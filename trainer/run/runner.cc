@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
+#include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
@@ -154,6 +155,17 @@ class ExperimentRun {
   double train_seconds_ = 0;
   int64_t images_trained_ = 0;
   std::optional<EvalResult> last_eval_;  // the last evaluation of the current phase
+  // The GPU board's energy counter (null: none; energy_note_ says why), and the joules and
+  // images of the training epochs measured so far.
+  std::unique_ptr<EnergyMeter> energy_;
+  std::string energy_note_;
+  double train_joules_ = 0;
+  int64_t energy_images_ = 0;
+  // The board's counter after waiting for the device, or -1 without a counter.
+  absl::StatusOr<double> Joules();
+  double TrainJoulesPerImage() const {
+    return energy_images_ > 0 ? train_joules_ / energy_images_ : 0;
+  }
 };
 
 absl::Status ExperimentRun::Setup() {
@@ -164,6 +176,17 @@ absl::Status ExperimentRun::Setup() {
   if (!device.ok()) return device.status();
   device_ = std::move(*device);
   summary_->set_device(device_->name());
+  if (device_->cuda() != nullptr) {
+    auto meter = EnergyMeter::Open(device_->pci_bus_id());
+    if (meter.ok()) {
+      energy_ = std::move(*meter);
+      energy_note_ = "NVML board energy counter of " + device_->name();
+    } else {
+      energy_note_ = absl::StrCat("no energy figures: ", meter.status().message());
+    }
+  } else {
+    energy_note_ = "no energy figures on the CPU (the GPU board's counter only)";
+  }
   if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device_->cuda() == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "train.precision: BF16 needs a GPU, and this run's device is %s; use FP32 on the CPU",
@@ -259,6 +282,7 @@ absl::Status ExperimentRun::Setup() {
   s->set_parameters(static_cast<int32_t>(model_->trainable_parameter_count()));
   s->set_epochs(spec_.train().epochs());
   s->set_batch_size(batch_);
+  s->set_energy(energy_note_);
   if (sampling_ && !metrics_.has_gradient_sampling()) {
     *metrics_.mutable_gradient_sampling() = sampling_applied_;
   }
@@ -323,6 +347,8 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
         clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
     Metrics epoch_metrics;
     int sampled_in_epoch = 0;
+    auto joules_start = Joules();
+    if (!joules_start.ok()) return joules_start.status();
     Clock::time_point last_progress = Clock::now();
     for (int step = first_step; step < steps_per_epoch_; ++step) {
       TOPIARY_RETURN_IF_ERROR(CheckStop(step));
@@ -371,8 +397,17 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
       last_progress = Clock::now();
     }
     const double epoch_seconds = Seconds(epoch_start);
+    const int64_t epoch_images = static_cast<int64_t>(steps_per_epoch_ - first_step) * batch_;
     train_seconds_ += epoch_seconds;
-    images_trained_ += static_cast<int64_t>(steps_per_epoch_ - first_step) * batch_;
+    images_trained_ += epoch_images;
+    auto joules_end = Joules();
+    if (!joules_end.ok()) return joules_end.status();
+    double train_jpi = 0;
+    if (*joules_start >= 0 && *joules_end >= 0 && epoch_images > 0) {
+      train_joules_ += *joules_end - *joules_start;
+      energy_images_ += epoch_images;
+      train_jpi = (*joules_end - *joules_start) / epoch_images;
+    }
     global_step_ += steps_per_epoch_;
     ++epoch_;
 
@@ -386,6 +421,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     es->set_seconds(epoch_seconds);
     es->set_images_per_s((steps_per_epoch_ - first_step) * batch_ / epoch_seconds);
     es->set_sampled_steps(sampled_in_epoch);
+    es->set_train_joules_per_image(train_jpi);
     const bool last_epoch = epoch + 1 == epochs;
     if (last_epoch || (epoch + 1) % spec_.train().eval_every_epochs() == 0) {
       auto r = EvaluateTest();
@@ -394,6 +430,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
       es->set_test_loss(r->loss);
       es->set_test_top1(r->top1);
       es->set_test_top5(r->top5);
+      es->set_test_joules_per_image(r->joules_per_image);
     }
     sink_.Emit(e);
     const int every = spec_.checkpoints().every_epochs();
@@ -407,8 +444,17 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
 }
 
 absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
+  auto joules_start = Joules();
+  if (!joules_start.ok()) return joules_start.status();
   auto r = Evaluate(*eval_net_, *test_data_, data_->test.size());
   if (!r.ok()) return r.status();
+  auto joules_end = Joules();
+  if (!joules_end.ok()) return joules_end.status();
+  if (*joules_start >= 0 && *joules_end >= 0 && r->images > 0) {
+    r->joules_per_image = (*joules_end - *joules_start) / r->images;
+  }
+  summary_->set_test_joules_per_image(r->joules_per_image);
+  metrics_.set_test_joules_per_image(r->joules_per_image);
   summary_->set_test_loss(r->loss);
   summary_->set_test_top1(r->top1);
   summary_->set_test_top5(r->top5);
@@ -526,6 +572,7 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   state.global_step = global_step_ + epoch_step_;
   state.seed = spec_.seed();
   metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
+  metrics_.set_train_joules_per_image(TrainJoulesPerImage());
   state.metrics_json = MessageToJson(metrics_);
   TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *model_, state));
   summary_->set_checkpoint(path);
@@ -654,7 +701,15 @@ absl::Status ExperimentRun::Execute() {
     *summary_->mutable_gradient_sampling() = metrics_.gradient_sampling();
   }
   summary_->set_train_images_per_s(train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0);
+  summary_->set_train_joules_per_image(TrainJoulesPerImage());
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> ExperimentRun::Joules() {
+  if (energy_ == nullptr) return -1.0;
+  TOPIARY_RETURN_IF_ERROR(device_->Synchronize());  // the work so far, and no more
+  auto j = energy_->Joules();
+  return j.ok() ? *j : -1.0;  // a counter that stops answering only loses figures
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ topiary::v1::RunSummary RunExperiment(const topiary::v1::ExperimentSpec& spec,
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
   int64_t images = 0;
+  double joules_per_image = 0;  // GPU board energy (NVML); 0 where not measured
 };
 
 // Evaluates `net` (inference mode) on the first `images` images of data's order, in batches

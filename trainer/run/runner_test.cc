@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "trainer/run/runner_test_util.h"
@@ -46,6 +47,26 @@ TEST(Runner, LearnsSyntheticClasses) {
   EXPECT_LT(t.losses.back(), t.losses.front());
   EXPECT_EQ(t.summary.epochs(), 3);
   EXPECT_GT(t.summary.train_images_per_s(), 0);
+  // No board energy counter on the CPU: no figures, and none invented.
+  EXPECT_EQ(t.summary.train_joules_per_image(), 0);
+  EXPECT_EQ(t.summary.test_joules_per_image(), 0);
+}
+
+TEST(Runner, SaysOnceWhyThereAreNoEnergyFigures) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_train()->set_epochs(1);
+  std::vector<std::string> notes;
+  RunOptions opt;
+  opt.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_started()) notes.push_back(e.started().energy());
+    if (e.has_epoch()) {
+      EXPECT_EQ(e.epoch().train_joules_per_image(), 0);
+    }
+  };
+  const auto summary = RunExperiment(spec, opt);
+  ASSERT_EQ(summary.state(), "SUCCEEDED") << summary.error();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("no energy figures on the CPU"), std::string::npos) << notes[0];
 }
 
 TEST(Runner, LenetLearnsFashionMnistSubset) {
