@@ -79,6 +79,25 @@ void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& r) {
   }
 }
 
+void PrintInputSparsity(
+    std::FILE* out,
+    const google::protobuf::RepeatedPtrField<topiary::v1::ConvInputSparsity>& layers) {
+  if (layers.empty()) return;
+  double sum = 0;
+  const topiary::v1::ConvInputSparsity* lo = &layers[0];
+  const topiary::v1::ConvInputSparsity* hi = &layers[0];
+  for (const auto& l : layers) {
+    sum += l.zero_fraction();
+    if (l.zero_fraction() < lo->zero_fraction()) lo = &l;
+    if (l.zero_fraction() > hi->zero_fraction()) hi = &l;
+  }
+  absl::FPrintF(out,
+                "convolution inputs (last evaluation): %.1f%% zeros on average over %d layers, "
+                "%.1f%% (%s) to %.1f%% (%s)\n",
+                100 * sum / layers.size(), layers.size(), 100 * lo->zero_fraction(), lo->layer(),
+                100 * hi->zero_fraction(), hi->layer());
+}
+
 void ProgressPrinter::Print(const topiary::v1::Event& e) {
   if (e.has_started()) {
     const auto& s = e.started();
@@ -166,6 +185,7 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     s.state(), 100 * s.test_top1(), 100 * s.test_top5(), s.test_loss(), s.epochs(),
                     FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
     }
+    if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());
     if (s.train_joules_per_image() > 0) {
       absl::FPrintF(out_, "energy: %.3f J per training image, %.4f J per test image\n",
                     s.train_joules_per_image(), s.test_joules_per_image());

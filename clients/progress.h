@@ -30,6 +30,11 @@ void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& summary);
 // block-sparse and dense times and which one ran. Prints nothing when none was measured.
 void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& round);
 
+// One line on the convolutions' input sparsity: the mean zero fraction and the extremes.
+void PrintInputSparsity(
+    std::FILE* out,
+    const google::protobuf::RepeatedPtrField<topiary::v1::ConvInputSparsity>& layers);
+
 // "1:02:03" / "2:03" / "45s"
 std::string FormatDuration(double seconds);
 

@@ -129,8 +129,16 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
                  l.mask_consistent() ? "" : "  (masked weights not zero!)");
   }
   PrintApproximations(r);
-  if (metrics.rounds_size() > 0)
+  if (metrics.rounds_size() > 0) {
     PrintEngineChoices(stdout, metrics.rounds(metrics.rounds_size() - 1));
+  }
+  if (metrics.conv_input_sparsity_size() > 0) {
+    absl::PrintF("\n");
+    PrintInputSparsity(stdout, metrics.conv_input_sparsity());
+    for (const auto& l : metrics.conv_input_sparsity()) {
+      absl::PrintF("  %-30s %5.1f%% zeros\n", l.layer(), 100 * l.zero_fraction());
+    }
+  }
   PrintSampling(r, metrics);
   if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));

@@ -187,6 +187,25 @@ TEST_F(CudaKernels, ElementwiseAndBias) {
   }
 }
 
+// Zero counts (activation sparsity) equal the CPU's, for both element types, across calls.
+TEST_F(CudaKernels, CountZerosMatchesCpu) {
+  for (DType t : kTypes) {
+    for (int64_t n : {1, 31, 1000, 300001}) {
+      std::vector<float> x = RandomFloats(n, 77);
+      for (int64_t i = 0; i < n; i += 3) x[i] = 0.0f;
+      Act dx(t, x);
+      Dev<unsigned long long> count(std::vector<unsigned long long>{5});
+      ASSERT_TRUE(CountZerosCuda(t, n, dx.get(), count.get(), ctx_).ok());
+      ASSERT_TRUE(CountZerosCuda(t, n, dx.get(), count.get(), ctx_).ok());
+      Sync();
+      const auto r = Round(x, t);
+      EXPECT_EQ(count.Host()[0],
+                5 + 2 * static_cast<unsigned long long>(CountZerosCpu(n, r.data())))
+          << Name(t) << " n " << n;
+    }
+  }
+}
+
 TEST_F(CudaKernels, CastsRoundToNearestEven) {
   auto v = RandomFloats(100003, 30, -1e3f, 1e3f);
   v[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)

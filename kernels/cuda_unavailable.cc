@@ -49,6 +49,9 @@ absl::Status CastManyCuda(DType, DType, const CastItem*, int, const CudaContext&
 absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaContext&) {
   return NoCuda();
 }
+absl::Status CountZerosCuda(DType, int64_t, const void*, unsigned long long*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
   return NoCuda();
 }

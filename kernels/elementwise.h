@@ -50,6 +50,11 @@ absl::Status CastManyCuda(DType from, DType to, const CastItem* items, int count
 // Per-channel bias on rows of [rows, c]: y[i, j] += bias[j]; and its gradient, the column
 // sums db[j] = sum_i dy[i, j] (overwritten). Used by convolutions and linear layers.
 void AddBiasCpu(int64_t rows, int c, const float* bias, float* y);
+
+// Activation sparsity: *count += the number of exact zeros among x[0, n).
+int64_t CountZerosCpu(int64_t n, const float* x);
+absl::Status CountZerosCuda(DType t, int64_t n, const void* x, unsigned long long* count,
+                            const CudaContext& ctx);
 void BiasGradCpu(int64_t rows, int c, const float* dy, float* db);
 // CUDA: y and dy of type t; the bias and its gradient are fp32.
 absl::Status AddBiasCuda(DType t, int64_t rows, int c, const float* bias, void* y,

@@ -59,4 +59,11 @@ void BiasGradCpu(int64_t rows, int c, const float* dy, float* db) {
   }
 }
 
+int64_t CountZerosCpu(int64_t n, const float* x) {
+  int64_t zeros = 0;
+#pragma omp parallel for reduction(+ : zeros) schedule(static)
+  for (int64_t i = 0; i < n; ++i) zeros += x[i] == 0.0f;
+  return zeros;
+}
+
 }  // namespace topiary::kernels

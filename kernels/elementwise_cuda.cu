@@ -213,4 +213,25 @@ absl::Status BiasGradCuda(DType t, int64_t rows, int c, const void* dy, float* d
   return LaunchStatus("bias gradient");
 }
 
+// Zeros per thread over a grid-stride loop, summed per warp, one atomic add per warp (integer
+// sums: the order does not matter).
+template <typename T>
+__global__ void CountZerosKernel(int64_t n, const T* __restrict__ x,
+                                 unsigned long long* __restrict__ count) {
+  unsigned long long zeros = 0;
+  TOPIARY_GRID_STRIDE(i, n) zeros += Ld(x + i) == 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) zeros += __shfl_down_sync(~0u, zeros, offset);
+  if ((threadIdx.x & 31) == 0 && zeros > 0) atomicAdd(count, zeros);
+}
+
+absl::Status CountZerosCuda(DType t, int64_t n, const void* x, unsigned long long* count,
+                            const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    CountZerosKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        n, static_cast<const T*>(x), count);
+  });
+  return LaunchStatus("zero count");
+}
+
 }  // namespace topiary::kernels

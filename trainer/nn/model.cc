@@ -355,4 +355,55 @@ std::vector<std::pair<std::string, SparseConvChoice>> Network::SparseConvChoices
   return out;
 }
 
+absl::Status Network::CountConvInputZeros(int images) {
+  const auto& nodes = model_->nodes();
+  const kernels::CudaContext* cuda = model_->device()->cuda();
+  if (input_elements_.empty()) {
+    input_elements_.assign(nodes.size(), 0);
+    input_zeros_host_.assign(nodes.size(), 0);
+    if (cuda != nullptr) {
+      auto counts = Buffer<unsigned long long>::Create(model_->device(), nodes.size());
+      if (!counts.ok()) return counts.status();
+      input_zeros_ = std::move(*counts);
+      const std::vector<unsigned long long> zeros(nodes.size(), 0);
+      input_zeros_.CopyFromHost(zeros.data());
+    }
+  }
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    if (nodes[j].layer->kind() != LayerKind::kConv2d) continue;
+    const int64_t n =
+        static_cast<int64_t>(model_->value_shapes()[nodes[j].inputs[0]].per_image()) * images;
+    input_elements_[j] += n;
+    if (cuda != nullptr) {
+      TOPIARY_RETURN_IF_ERROR(
+          kernels::CountZerosCuda(dtype_, n, io_[j].x[0], input_zeros_.data() + j, *cuda));
+    } else {
+      input_zeros_host_[j] += kernels::CountZerosCpu(n, io_[j].xf(0));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> Network::TakeConvInputZeros() {
+  std::vector<std::pair<std::string, double>> out;
+  if (input_elements_.empty()) return out;
+  TOPIARY_RETURN_IF_ERROR(model_->device()->Synchronize());
+  std::vector<int64_t> zeros = input_zeros_host_;
+  if (!input_zeros_.empty()) {
+    const std::vector<unsigned long long> device = input_zeros_.ToHost();
+    for (size_t j = 0; j < zeros.size(); ++j) zeros[j] = static_cast<int64_t>(device[j]);
+    const std::vector<unsigned long long> reset(zeros.size(), 0);
+    input_zeros_.CopyFromHost(reset.data());
+  }
+  const auto& nodes = model_->nodes();
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    if (input_elements_[j] == 0) continue;
+    out.emplace_back(nodes[j].layer->name(),
+                     static_cast<double>(zeros[j]) / static_cast<double>(input_elements_[j]));
+  }
+  std::fill(input_elements_.begin(), input_elements_.end(), 0);
+  std::fill(input_zeros_host_.begin(), input_zeros_host_.end(), 0);
+  return out;
+}
+
 }  // namespace topiary

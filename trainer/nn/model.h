@@ -99,6 +99,14 @@ class Network {
   // The metrics accumulated since the last call, then reset. Waits for the device.
   absl::StatusOr<Metrics> TakeMetrics();
 
+  // Activation sparsity, the zeros that input-sparse kernels (cuSNN's) exploit: adds, for
+  // every convolution, the exact zeros among the first `images` images of its input (as the
+  // last Forward left it) to running counts.
+  absl::Status CountConvInputZeros(int images);
+  // Per convolution, in model order: (layer name, zero fraction of the inputs counted since
+  // the last call); then resets the counts. Waits for the device.
+  absl::StatusOr<std::vector<std::pair<std::string, double>>> TakeConvInputZeros();
+
   // Each block-masked convolution's measured choice between block-sparse and dense kernels
   // (layer name, choice), in model order; empty on the CPU and before a step has run with a
   // block mask.
@@ -148,6 +156,10 @@ class Network {
   Buffer<int32_t> rank_;       // GPU: per-sample rank of the label
   Buffer<double> metrics_;     // GPU: running sums (loss, top-1, top-5, images)
   Metrics host_metrics_;       // CPU: running sums
+  // Zeros counted per node (convolutions only; device counters on a GPU, allocated on first
+  // use) and the elements they were counted over.
+  Buffer<unsigned long long> input_zeros_;
+  std::vector<int64_t> input_zeros_host_, input_elements_;
   LayerHook hook_;
   size_t planned_bytes_ = 0;
 };

@@ -455,6 +455,16 @@ absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
   }
   summary_->set_test_joules_per_image(r->joules_per_image);
   metrics_.set_test_joules_per_image(r->joules_per_image);
+  summary_->clear_conv_input_sparsity();
+  metrics_.clear_conv_input_sparsity();
+  for (const auto& [layer, zeros] : r->conv_input_zeros) {
+    for (auto* list :
+         {summary_->mutable_conv_input_sparsity(), metrics_.mutable_conv_input_sparsity()}) {
+      auto* l = list->Add();
+      l->set_layer(layer);
+      l->set_zero_fraction(zeros);
+    }
+  }
   summary_->set_test_loss(r->loss);
   summary_->set_test_top1(r->top1);
   summary_->set_test_top5(r->top5);
@@ -725,10 +735,14 @@ absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int
         data.Assemble(nullptr, 0, first, count, false, net.input(), net.labels()));
     TOPIARY_RETURN_IF_ERROR(net.Forward(false));
     TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f, count));
+    TOPIARY_RETURN_IF_ERROR(net.CountConvInputZeros(count));
   }
   auto m = net.TakeMetrics();
   if (!m.ok()) return m.status();
+  auto zeros = net.TakeConvInputZeros();
+  if (!zeros.ok()) return zeros.status();
   EvalResult r;
+  r.conv_input_zeros = std::move(*zeros);
   r.images = static_cast<int64_t>(m->images);
   r.loss = m->loss();
   r.top1 = m->top1_rate();

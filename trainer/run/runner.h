@@ -8,6 +8,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "topiary/v1/events.pb.h"
 #include "topiary/v1/experiment.pb.h"
@@ -67,6 +69,8 @@ struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
   int64_t images = 0;
   double joules_per_image = 0;  // GPU board energy (NVML); 0 where not measured
+  // Per convolution (model order): the zero fraction of its input over the images evaluated.
+  std::vector<std::pair<std::string, double>> conv_input_zeros;
 };
 
 // Evaluates `net` (inference mode) on the first `images` images of data's order, in batches

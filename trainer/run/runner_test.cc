@@ -47,6 +47,16 @@ TEST(Runner, LearnsSyntheticClasses) {
   EXPECT_LT(t.losses.back(), t.losses.front());
   EXPECT_EQ(t.summary.epochs(), 3);
   EXPECT_GT(t.summary.train_images_per_s(), 0);
+  // Activation sparsity of every convolution's input: the stem reads the normalized image
+  // (hardly any exact zeros), the others post-ReLU activations (many).
+  ASSERT_GT(t.summary.conv_input_sparsity_size(), 10);
+  EXPECT_EQ(t.summary.conv_input_sparsity(0).layer(), "stem.conv");
+  EXPECT_LT(t.summary.conv_input_sparsity(0).zero_fraction(), 0.01);
+  for (int i = 1; i < t.summary.conv_input_sparsity_size(); ++i) {
+    const auto& l = t.summary.conv_input_sparsity(i);
+    EXPECT_GT(l.zero_fraction(), 0.1) << l.layer();
+    EXPECT_LT(l.zero_fraction(), 1.0) << l.layer();
+  }
   // No board energy counter on the CPU: no figures, and none invented.
   EXPECT_EQ(t.summary.train_joules_per_image(), 0);
   EXPECT_EQ(t.summary.test_joules_per_image(), 0);
