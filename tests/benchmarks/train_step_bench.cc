@@ -15,6 +15,7 @@
 // at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer then runs on the
 // block-sparse kernels or cuDNN, whichever measures faster (=on forces block-sparse, =off dense).
 // --inference 1 times the forward pass of an inference network instead of training steps.
+// On a GPU with NVML, joules_per_image is the board's energy over the timed steps per image.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
 #include <algorithm>
 #include <chrono>
@@ -32,6 +33,7 @@
 #include "google/protobuf/text_format.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
+#include "trainer/core/energy.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
@@ -186,10 +188,21 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   StepRunner runner(dev->get(), step, f.graphs, f.warmup);
   for (int i = 0; i <= f.warmup; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
+  // The board's energy over the timed steps, where NVML is there (give the loop a few
+  // seconds: the counter advances in steps of tens of milliseconds).
+  std::unique_ptr<EnergyMeter> meter;
+  if ((*dev)->cuda() != nullptr) {
+    auto m = EnergyMeter::Open((*dev)->pci_bus_id());
+    if (m.ok()) meter = std::move(*m);
+  }
+  const double j0 = meter ? meter->Joules().value_or(-1) : -1;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double j1 = meter ? meter->Joules().value_or(-1) : -1;
+  const double joules_per_image =
+      j0 >= 0 && j1 >= 0 ? (j1 - j0) / (static_cast<double>(f.batch) * f.steps) : 0;
   if (f.inference) TOPIARY_RETURN_IF_ERROR((*net)->Loss(0.0f));  // for the metrics read below
   auto metrics = (*net)->TakeMetrics();
   if (!metrics.ok()) return metrics.status();
@@ -209,7 +222,7 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
       "\"deterministic\":%s,\"approx\":\"%s\",\"sample\":\"%s\",\"prune\":%.3f,"
       "\"inference\":%s,\"masked_layers\":%d,\"block_sparse_passes\":%d,"
-      "\"images_per_s\":%.1f,\"ms_per_"
+      "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_"
       "step\":%.3f,\"planned_"
       "mb\":%.1f,"
       "\"device_mb\":%.1f,"
@@ -217,8 +230,8 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
-      sparse_passes, f.batch * f.steps / s, 1000 * s / f.steps, (*net)->planned_bytes() / 1048576.0,
-      (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      sparse_passes, joules_per_image, f.batch * f.steps / s, 1000 * s / f.steps,
+      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
   return absl::OkStatus();
 }
 
