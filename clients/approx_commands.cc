@@ -76,11 +76,59 @@ int MultipliersCommand(const Args& a) {
   return kExitOk;
 }
 
+// evaluate --bench: per engine, accuracy, throughput, latency, energy; then per conv layer.
+int BenchCommand(const Args& a, CheckpointEvaluator& ev) {
+  if (!a.sets.empty()) {
+    return Fail(a,
+                absl::InvalidArgumentError("--bench measures the checkpoint as trained: no --set"));
+  }
+  auto benches = ev.BenchInference(a.batch.value_or(256));
+  if (!benches.ok()) return Fail(a, benches.status());
+  if (a.json) {
+    for (const auto& b : *benches) {
+      std::vector<std::string> layers;
+      for (const auto& [name, ms] : b.layer_ms) {
+        layers.push_back(absl::StrFormat(R"({"layer":%s,"ms":%.5f})", JsonString(name), ms));
+      }
+      absl::PrintF(
+          R"({"checkpoint":%s,"device":%s,"engine":"%s","top1":%.6g,"loss":%.6g,"batch":%d,)"
+          R"("images_per_s":%.1f,"batch1_ms":%.5f,"joules_per_image":%.6g,)"
+          R"("block_sparse_passes":%d,"layers":[%s]})"
+          "\n",
+          JsonString(a.positional[0]), JsonString(ev.device_name()), b.engine, b.accuracy.top1,
+          b.accuracy.loss, b.batch, b.images_per_s, b.batch1_ms, b.joules_per_image,
+          b.block_sparse_passes, absl::StrJoin(layers, ","));
+    }
+    return kExitOk;
+  }
+  absl::PrintF("%s on %s, %d test images\n\n", a.positional[0], ev.device_name(),
+               (*benches)[0].accuracy.images);
+  absl::PrintF("%-9s %8s %8s %14s %12s %12s %s\n", "engine", "top-1", "loss",
+               absl::StrFormat("img/s (b%d)", (*benches)[0].batch), "1 image ms", "J/image",
+               "block-sparse passes");
+  for (const auto& b : *benches) {
+    absl::PrintF("%-9s %7.2f%% %8.4f %14.0f %12.4f %12s %d\n", b.engine, 100 * b.accuracy.top1,
+                 b.accuracy.loss, b.images_per_s, b.batch1_ms,
+                 b.joules_per_image > 0 ? absl::StrFormat("%.5f", b.joules_per_image) : "-",
+                 b.block_sparse_passes);
+  }
+  absl::PrintF("\none image per convolution (ms, eager, synchronized per layer)\n%-30s", "layer");
+  for (const auto& b : *benches) absl::PrintF(" %10s", b.engine);
+  absl::PrintF("\n");
+  for (size_t i = 0; i < (*benches)[0].layer_ms.size(); ++i) {
+    absl::PrintF("%-30s", (*benches)[0].layer_ms[i].first);
+    for (const auto& b : *benches) absl::PrintF(" %10.4f", b.layer_ms[i].second);
+    absl::PrintF("\n");
+  }
+  return kExitOk;
+}
+
 int EvaluateCommand(const Args& a) {
   if (a.positional.size() != 1)
     return Fail(a, absl::InvalidArgumentError("evaluate needs exactly one checkpoint"));
   auto ev = CheckpointEvaluator::Open(a.positional[0]);
   if (!ev.ok()) return Fail(a, ev.status());
+  if (a.bench) return BenchCommand(a, **ev);
   std::optional<topiary::v1::ApproximationSpec> rules;
   if (!a.sets.empty()) {
     auto r = RulesFromSets(a.sets, (*ev)->spec().approximation());

@@ -31,6 +31,10 @@ ABSL_FLAG(std::vector<std::string>, set, {},
 ABSL_FLAG(std::string, png, "", "multipliers: write the one multiplier's error surface here (PNG)");
 ABSL_FLAG(std::optional<double>, budget, std::nullopt,
           "sensitivity: test top-1 points the greedy assignment may lose (default 1)");
+ABSL_FLAG(bool, bench, false,
+          "evaluate: inference speed, latency, energy and accuracy with cuDNN and with "
+          "block-sparse kernels where they measure faster");
+ABSL_FLAG(std::optional<int>, batch, std::nullopt, "evaluate --bench: the large batch (256)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 
@@ -145,6 +149,8 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->png = absl::GetFlag(FLAGS_png);
   a->epochs = absl::GetFlag(FLAGS_epochs);
   a->json = absl::GetFlag(FLAGS_json);
+  a->bench = absl::GetFlag(FLAGS_bench);
+  a->batch = absl::GetFlag(FLAGS_batch);
   a->watch = absl::GetFlag(FLAGS_watch);
   return true;
 }

@@ -43,8 +43,8 @@ struct Args {
   std::string out, resume, file, layer, server, token_file, tls_ca, state, name, png;
   std::optional<uint32_t> from;
   std::optional<double> target, step, budget;
-  std::optional<int> epochs;
-  bool json = false, watch = false;
+  std::optional<int> epochs, batch;
+  bool json = false, watch = false, bench = false;
 };
 
 // False (with `error`) on an unknown flag, a flag without its value or a value of the

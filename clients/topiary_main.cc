@@ -65,6 +65,12 @@ Local commands (no daemon needed):
       training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
       (a family or a .bin file; 'none' keeps them exact); a later --set wins. Without --set,
       the checkpoint's own approximation. --json: {"top1", "top5", "loss", "images", "rules"}.
+  topiary evaluate CKPT --bench [--batch N] [--json]
+      The deployment question: with dense kernels only and with block-sparse kernels where
+      they measure faster (block-masked layers, GPU), the test top-1 and loss, images/s at N
+      (default 256), one image's latency (captured forward passes), the board's energy per
+      image (NVML) and each convolution's time for one image (eager, synchronized per layer).
+      --json: one object per engine.
   topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--json]
       For every conv layer and each multiplier, the test top-1 with only that layer
       approximate; then a greedy assignment that minimizes the multipliers' power (summed over

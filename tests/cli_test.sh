@@ -116,6 +116,18 @@ import json, sys
 e = json.load(open(sys.argv[1]))
 assert e[\"top1\"] == float(sys.argv[2]) and e[\"images\"] == 1000 and e[\"rules\"] == [], e
 " "$0" "$2"' "$tmp/eval.json" "$rc" "$top1"
+"$TOPIARY" evaluate "$dense" --bench --batch 50 --json > "$tmp/bench.jsonl"; rc=$?
+check "evaluate --bench: both engines, the run's top-1, speed, latency and every conv layer" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r[\"engine\"] for r in rows] == [\"dense\", \"dispatch\"], rows
+for r in rows:
+  assert abs(r[\"top1\"] - float(sys.argv[2])) <= 0.002 and r[\"batch\"] == 50, r
+  assert r[\"images_per_s\"] > 0 and r[\"batch1_ms\"] > 0 and len(r[\"layers\"]) == 2, r
+  assert r[\"block_sparse_passes\"] == 0 and r[\"joules_per_image\"] == 0, r  # CPU
+" "$0" "$2"' "$tmp/bench.jsonl" "$rc" "$top1"
+check "evaluate --bench refuses --set" bash -c '! "$0" evaluate "$1" --bench --set "*=exact" 2>/dev/null' "$TOPIARY" "$dense"
 "$TOPIARY" evaluate "$dense" --set '*=exact' --json > "$tmp/eval_exact.json"; rc1=$?
 "$TOPIARY" evaluate "$dense" --set '*=trunc:6' --set 'conv1=none' --json > "$tmp/eval_trunc.json"; rc2=$?
 check "evaluate --set: the exact table within a point; dropping 6 bits of conv2's operands costs more" \

@@ -81,9 +81,10 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
   auto state = std::make_unique<ConvState>();
   r.workspace_bytes = std::max((*plan)->workspace_bytes(), *sampled);
   state->plan = std::move(*plan);
-  if (block_sparse && SparseDispatchEnabled(true, options.deterministic)) {
+  const BlockSparseMode mode = EffectiveSparseMode(options.block_sparse);
+  if (block_sparse && SparseDispatchEnabled(true, options.deterministic, mode)) {
     state->sparse = std::make_unique<SparseConvDispatch>(
-        op.layer, op.shape, kernels::ActivationType(options.precision));
+        op.layer, op.shape, kernels::ActivationType(options.precision), mode);
   }
   r.state = std::move(state);
   return r;

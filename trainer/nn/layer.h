@@ -47,6 +47,10 @@ class LayerState {
   virtual const SparseConvChoice* sparse_choice() const { return nullptr; }
 };
 
+// Whether block-masked convolutions may run on block-sparse kernels (GPU): where they measure
+// faster (auto), always (on), never (off). TOPIARY_SPARSE_CONV=on|off overrides it.
+enum class BlockSparseMode { kAuto, kOn, kOff };
+
 // How a network is planned.
 struct PlanOptions {
   // fp32, tf32 (convolutions may use TF32 tensor cores) or bf16 (bf16 activations and weight
@@ -54,6 +58,7 @@ struct PlanOptions {
   kernels::Precision precision = kernels::Precision::kFp32;
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
   bool deterministic = false;                // only algorithms that give the same bits on every run
+  BlockSparseMode block_sparse = BlockSparseMode::kAuto;
 };
 
 // What a layer needs in a network planned for a batch size.

@@ -10,21 +10,20 @@
 
 namespace topiary {
 
-SparseMode SparseModeFromEnv() {
+BlockSparseMode EffectiveSparseMode(BlockSparseMode planned) {
   const char* env = std::getenv("TOPIARY_SPARSE_CONV");
-  if (env != nullptr && std::strcmp(env, "off") == 0) return SparseMode::kOff;
-  if (env != nullptr && std::strcmp(env, "on") == 0) return SparseMode::kOn;
-  return SparseMode::kAuto;
+  if (env != nullptr && std::strcmp(env, "off") == 0) return BlockSparseMode::kOff;
+  if (env != nullptr && std::strcmp(env, "on") == 0) return BlockSparseMode::kOn;
+  return planned;
 }
 
-bool SparseDispatchEnabled(bool gpu, bool deterministic) {
-  const SparseMode mode = SparseModeFromEnv();
-  return gpu && mode != SparseMode::kOff && (!deterministic || mode == SparseMode::kOn);
+bool SparseDispatchEnabled(bool gpu, bool deterministic, BlockSparseMode mode) {
+  return gpu && mode != BlockSparseMode::kOff && (!deterministic || mode == BlockSparseMode::kOn);
 }
 
 SparseConvDispatch::SparseConvDispatch(std::string layer, kernels::ConvShape shape,
-                                       kernels::DType dtype)
-    : layer_(std::move(layer)), shape_(shape), dtype_(dtype) {}
+                                       kernels::DType dtype, BlockSparseMode mode)
+    : layer_(std::move(layer)), shape_(shape), dtype_(dtype), mode_(mode) {}
 
 absl::Status SparseConvDispatch::Replan(const Parameter& kernel, const kernels::CudaContext& ctx) {
   plan_.reset();
@@ -77,7 +76,7 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
   if (!measured_[p]) {
     if (capturing) return false;
     measured_[p] = true;
-    if (SparseModeFromEnv() == SparseMode::kOn) {  // forced: no timing
+    if (mode_ == BlockSparseMode::kOn) {  // forced: no timing
       choice_.sparse[p] = true;
       choice_.config[p] = plan_->config_name(pass);
       choice_.dense_ms[p] = choice_.sparse_ms[p] = 0;

@@ -10,9 +10,10 @@
 // are zero), so a stale plan can cost speed, never results.
 //
 // Off on the CPU, for deterministic plans (the choice depends on timings, and the two sides
-// round differently), and with TOPIARY_SPARSE_CONV=off; TOPIARY_SPARSE_CONV=on runs every pass
-// of every block-masked convolution with the block-sparse kernels, untimed (deterministic
-// plans included: the kernels use no atomics), for tests and comparisons.
+// round differently), and in mode off (PlanOptions::block_sparse, or TOPIARY_SPARSE_CONV=off);
+// mode on runs every pass of every block-masked convolution with the block-sparse kernels,
+// untimed (deterministic plans included: the kernels use no atomics), for tests and
+// comparisons.
 #ifndef TOPIARY_TRAINER_NN_SPARSE_DISPATCH_H_
 #define TOPIARY_TRAINER_NN_SPARSE_DISPATCH_H_
 
@@ -30,8 +31,10 @@ namespace topiary {
 
 class SparseConvDispatch {
  public:
-  // For a layer named `layer` of this shape and element type on the GPU of ctx.
-  SparseConvDispatch(std::string layer, kernels::ConvShape shape, kernels::DType dtype);
+  // For a layer named `layer` of this shape and element type; mode kOn runs every pass
+  // block-sparse, untimed.
+  SparseConvDispatch(std::string layer, kernels::ConvShape shape, kernels::DType dtype,
+                     BlockSparseMode mode);
 
   // Runs pass `pass` with the block-sparse kernels if that is the measured choice for the
   // kernel's current mask, and returns whether it did (false: the caller runs `dense`).
@@ -52,18 +55,19 @@ class SparseConvDispatch {
   std::string layer_;
   kernels::ConvShape shape_;
   kernels::DType dtype_;
+  BlockSparseMode mode_;
   uint64_t version_ = 0;  // the mask version planned for (0: none yet)
   std::unique_ptr<kernels::BlockSparseConvCuda> plan_;
   bool measured_[3] = {false, false, false};
   SparseConvChoice choice_;
 };
 
-// TOPIARY_SPARSE_CONV: "off", "on", or anything else (unset) for dispatch by measurement.
-enum class SparseMode { kAuto, kOn, kOff };
-SparseMode SparseModeFromEnv();
+// The mode a network planned with `planned` uses: TOPIARY_SPARSE_CONV=on|off when set, else
+// `planned`.
+BlockSparseMode EffectiveSparseMode(BlockSparseMode planned);
 
 // Whether convolutions may dispatch to the block-sparse kernels at all (see above).
-bool SparseDispatchEnabled(bool gpu, bool deterministic);
+bool SparseDispatchEnabled(bool gpu, bool deterministic, BlockSparseMode mode);
 
 }  // namespace topiary
 

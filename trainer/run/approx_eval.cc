@@ -1,13 +1,16 @@
 #include "trainer/run/approx_eval.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
+#include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/run/step_runner.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 
@@ -99,6 +102,115 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
   auto net = Network::Plan(model->get(), s.spec.data().eval_batch_size(), false, options);
   if (!net.ok()) return net.status();
   return topiary::Evaluate(**net, *s.batches, static_cast<int64_t>(s.data.test.size()));
+}
+
+namespace {
+
+// Mean seconds per call of net.Forward(false) replayed as a captured graph (eager on the
+// CPU), over about `seconds` after a warm-up; the board's joules over the same calls (-1
+// without a meter).
+struct ForwardTiming {
+  double seconds_per_call = 0, joules = -1;
+  int calls = 0;
+};
+absl::StatusOr<ForwardTiming> TimeForward(Network& net, Device* device, EnergyMeter* meter,
+                                          double seconds) {
+  using Clock = std::chrono::steady_clock;
+  StepRunner runner(
+      device, [&] { return net.Forward(false); }, /*use_graph=*/true,
+      /*eager_steps=*/1);
+  for (int i = 0; i < 3; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
+  TOPIARY_RETURN_IF_ERROR(device->Synchronize());
+  auto timed = [&](int calls) -> absl::StatusOr<double> {
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
+    TOPIARY_RETURN_IF_ERROR(device->Synchronize());
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  auto probe = timed(10);
+  if (!probe.ok()) return probe.status();
+  ForwardTiming t;
+  t.calls = std::max(10, static_cast<int>(seconds / std::max(*probe / 10, 1e-6)));
+  const double j0 = meter ? meter->Joules().value_or(-1) : -1;
+  auto s = timed(t.calls);
+  if (!s.ok()) return s.status();
+  const double j1 = meter ? meter->Joules().value_or(-1) : -1;
+  t.seconds_per_call = *s / t.calls;
+  if (j0 >= 0 && j1 >= 0) t.joules = j1 - j0;
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::BenchInference(
+    int batch) {
+  if (batch < 1 || batch > 65536) {
+    return absl::InvalidArgumentError("--batch: must be in [1, 65536]");
+  }
+  const State& s = *state_;
+  std::unique_ptr<EnergyMeter> meter;
+  if (s.device->cuda() != nullptr) {
+    auto m = EnergyMeter::Open(s.device->pci_bus_id());
+    if (m.ok()) meter = std::move(*m);
+  }
+  std::vector<Bench> out;
+  for (BlockSparseMode mode : {BlockSparseMode::kOff, BlockSparseMode::kAuto}) {
+    Bench b;
+    b.engine = mode == BlockSparseMode::kOff ? "dense" : "dispatch";
+    b.batch = batch;
+    auto model = s.BuildModel();
+    if (!model.ok()) return model.status();
+    const ApproximationSpec& approx = s.spec.approximation();
+    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
+    auto loaded = LoadCheckpoint(s.path, model->get(), /*with_optimizer=*/false);
+    if (!loaded.ok()) return loaded.status();
+    PlanOptions options;
+    options.precision = PrecisionOf(s.spec.train().precision());
+    options.block_sparse = mode;
+    auto net = Network::Plan(model->get(), batch, false, options);
+    if (!net.ok()) return net.status();
+    // The evaluation's first pass is where each masked layer measures its kernels.
+    auto acc = topiary::Evaluate(**net, *s.batches, static_cast<int64_t>(s.data.test.size()));
+    if (!acc.ok()) return acc.status();
+    b.accuracy = *acc;
+    for (const auto& [layer, c] : (*net)->SparseConvChoices()) b.block_sparse_passes += c.sparse[0];
+    auto big = TimeForward(**net, s.device.get(), meter.get(), 1.0);
+    if (!big.ok()) return big.status();
+    b.images_per_s = batch / big->seconds_per_call;
+    if (big->joules > 0)
+      b.joules_per_image = big->joules / (static_cast<double>(batch) * big->calls);
+    net->reset();
+
+    auto one = Network::Plan(model->get(), 1, false, options);
+    if (!one.ok()) return one.status();
+    TOPIARY_RETURN_IF_ERROR((*one)->Forward(false));  // the batch-1 measurements
+    // Per layer, eager: the device synchronized after each layer.
+    std::vector<double> layer_s((*model)->nodes().size(), 0.0);
+    for (int rep = 0; rep < 2; ++rep) {  // the second pass is the one kept
+      auto last = std::chrono::steady_clock::now();
+      (*one)->set_layer_hook([&](int node, bool) -> absl::Status {
+        TOPIARY_RETURN_IF_ERROR(s.device->Synchronize());
+        const auto now = std::chrono::steady_clock::now();
+        layer_s[node] = std::chrono::duration<double>(now - last).count();
+        last = now;
+        return absl::OkStatus();
+      });
+      TOPIARY_RETURN_IF_ERROR(s.device->Synchronize());
+      last = std::chrono::steady_clock::now();
+      TOPIARY_RETURN_IF_ERROR((*one)->Forward(false));
+    }
+    (*one)->set_layer_hook(nullptr);
+    for (size_t j = 0; j < layer_s.size(); ++j) {
+      const Layer* layer = (*model)->nodes()[j].layer;
+      if (layer->kind() == LayerKind::kConv2d)
+        b.layer_ms.emplace_back(layer->name(), 1e3 * layer_s[j]);
+    }
+    auto single = TimeForward(**one, s.device.get(), nullptr, 0.5);
+    if (!single.ok()) return single.status();
+    b.batch1_ms = 1e3 * single->seconds_per_call;
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,

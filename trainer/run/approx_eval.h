@@ -40,6 +40,25 @@ class CheckpointEvaluator {
   absl::StatusOr<EvalResult> Evaluate(
       const std::optional<topiary::v1::ApproximationSpec>& approximation);
 
+  // The deployment question for the checkpoint's model as trained (its precision, masks and
+  // multipliers): per engine mode, cuDNN only (BlockSparseMode::kOff) and block-sparse where
+  // it measures faster (kAuto), the test-set accuracy at batch `batch`, the throughput at that
+  // batch and the latency of one image (captured forward passes, replayed for about a second),
+  // the board's energy per image at `batch` (NVML; 0 without), and per convolution the time
+  // of one image's forward pass (eager, the device synchronized after each layer: launch
+  // costs included).
+  struct Bench {
+    std::string engine;  // "dense" (cuDNN, or the CPU kernels) | "dispatch"
+    EvalResult accuracy;
+    int batch = 0;
+    double images_per_s = 0;
+    double batch1_ms = 0;
+    double joules_per_image = 0;
+    int block_sparse_passes = 0;  // forward passes at `batch` that run block-sparse
+    std::vector<std::pair<std::string, double>> layer_ms;  // batch 1, conv layers
+  };
+  absl::StatusOr<std::vector<Bench>> BenchInference(int batch);
+
  private:
   struct State;
   explicit CheckpointEvaluator(std::unique_ptr<State> state);

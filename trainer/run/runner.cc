@@ -31,17 +31,6 @@
 namespace topiary {
 namespace {
 
-kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
-  switch (p) {
-    case topiary::v1::TrainSpec::TF32:
-      return kernels::Precision::kTf32;
-    case topiary::v1::TrainSpec::BF16:
-      return kernels::Precision::kBf16;
-    default:
-      return kernels::Precision::kFp32;
-  }
-}
-
 using topiary::v1::CheckpointMetrics;
 using topiary::v1::Event;
 using topiary::v1::ExperimentSpec;
@@ -723,6 +712,17 @@ absl::StatusOr<double> ExperimentRun::Joules() {
 }
 
 }  // namespace
+
+kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
+  switch (p) {
+    case topiary::v1::TrainSpec::TF32:
+      return kernels::Precision::kTf32;
+    case topiary::v1::TrainSpec::BF16:
+      return kernels::Precision::kBf16;
+    default:
+      return kernels::Precision::kFp32;
+  }
+}
 
 absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images) {
   const int batch = net.batch();

@@ -77,6 +77,9 @@ struct EvalResult {
 // of net.batch(); the last partial batch counts only its real images.
 absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
 
+// The kernels' numeric mode of a spec's train.precision.
+kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p);
+
 }  // namespace topiary
 
 #endif  // TOPIARY_TRAINER_RUN_RUNNER_H_
