@@ -584,6 +584,12 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
     const ConvShape& s, const BlockGrid& grid, DType dtype, const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckConvShape(s));
   TOPIARY_RETURN_IF_ERROR(CheckBlockGrid(s, grid));
+  // The kernels index pixels (not elements) in 32 bits.
+  const int64_t pixels = static_cast<int64_t>(s.n) * std::max(s.h * s.w, s.ho() * s.wo());
+  if (pixels >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block-sparse conv: %d images of %dx%d are 2^31 pixels or more", s.n, s.h, s.w));
+  }
   std::unique_ptr<BlockSparseConvCuda> plan(new BlockSparseConvCuda());
   plan->shape_ = s;
   plan->dtype_ = dtype;
