@@ -1,22 +1,23 @@
 // Block-sparse convolution on the GPU (see block_sparse_conv.h).
 //
 // Tensor-core path (bf16, 8-aligned): an implicit GEMM whose rows are output pixels and whose
-// columns are 8-channel blocks of the output. A CTA owns BM pixels and a group of NJ column
-// blocks; its reduction runs over the filter taps and over the union of the 8-channel blocks
-// of the reduced operand that any of its column blocks keeps, eight blocks (a "chunk", 64
-// channels) at a time. The packed lists give, per group and chunk, the eight block indices and
-// one bit per (column block, chunk block) saying which products are kept. Each chunk's
-// activations are staged once in shared memory (a cp.async pipeline of 4 to 8 stages) and loaded
-// into registers once per warp; each column block then multiplies only its kept blocks, one m16n8k8
-// bf16 MMA per kept 8x8 block and 16 pixels, under a warp-uniform test of its bit. Backward data is
-// the same kernel over the transposed structure: rows are input pixels, the reduced operand is dy
-// gathered at the output positions that read each input pixel, and the filter blocks are transposed
-// on the way into registers (ldmatrix.trans).
+// columns are 8-channel blocks of the output. A CTA owns BM pixels and a group of 4-32 column
+// blocks (WM x WN warps, each MT 16-pixel tiles by NJ column blocks); its reduction runs over
+// the filter taps and over the union of the 8-channel blocks of the reduced operand that any
+// of its column blocks keeps, eight blocks (a "chunk", 64 channels) at a time. The packed lists
+// give, per group and chunk, the eight block indices and one byte per column block saying
+// which of them it keeps. Each chunk's activations are staged once in shared memory (a
+// cp.async pipeline of 3 or 4 stages, XOR-swizzled for ldmatrix) and loaded into registers once
+// per warp; each column block then multiplies only its kept blocks, one m16n8k8 bf16 MMA per
+// kept 8x8 block and 16 pixels, under a warp-uniform test of its bit. Backward data is the same
+// kernel over the transposed structure: rows are input pixels, the reduced operand is dy
+// gathered at the output positions that read each input pixel, and the filter blocks are
+// transposed on the way into registers (ldmatrix.trans).
 //
 // Plain path (fp32, or any block shape): one thread per output element, looping over the kept
 // blocks of its column; backward filter (both paths): one CTA per kept block and tap, reducing
 // over pixels. These are correct everywhere; whether they beat cuDNN is for the caller to
-// measure (trainer/nn/conv_engine.cc does).
+// measure (trainer/nn/sparse_dispatch.cc does).
 #include <cuda_bf16.h>
 
 #include <algorithm>
