@@ -75,14 +75,12 @@ class BlockSparseConvCuda {
   BlockSparseConvCuda(const BlockSparseConvCuda&) = delete;
   BlockSparseConvCuda& operator=(const BlockSparseConvCuda&) = delete;
 
-  const ConvShape& shape() const { return shape_; }
-  double density() const { return density_; }
   // True when the forward and backward-data passes run on tensor cores (bf16, 8-aligned).
   bool tensor_cores() const { return tensor_cores_; }
-  // The kernel configurations of a pass (tile shapes), the one it runs with, and its name,
-  // e.g. "tc 128x64" (pixels x channels per CTA) or "plain"; for logs, tests and benchmarks.
+  // How many kernel configurations (tile shapes) a pass has, choosing the one it runs with, and
+  // the chosen one's name, e.g. "tc 128x64/3" (pixels x channels per CTA / pipeline stages) or
+  // "plain"; for logs, tests and benchmarks.
   int configs(SparsePass pass) const;
-  int config(SparsePass pass) const { return config_[static_cast<int>(pass)]; }
   absl::Status set_config(SparsePass pass, int config);
   std::string config_name(SparsePass pass) const;
 
@@ -110,7 +108,6 @@ class BlockSparseConvCuda {
 
   ConvShape shape_;
   DType dtype_ = DType::kF32;
-  double density_ = 1;
   bool tensor_cores_ = false;
   int config_[3] = {0, 0, 0};
   std::unique_ptr<Device> d_;

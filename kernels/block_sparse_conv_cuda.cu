@@ -327,14 +327,6 @@ __global__ void __launch_bounds__(32 * WM * WN)
   }
 }
 
-struct TcConfig {
-  int mt, wm, nj, wn, stages;
-};
-// The tile shapes Tune chooses among: BM = 16 * mt * wm pixels by BN = 8 * nj * wn channels
-// per CTA, in a pipeline of `stages`.
-constexpr TcConfig kTcConfigs[] = {{2, 4, 8, 2, 3}, {2, 2, 8, 4, 3}, {2, 4, 8, 1, 4},
-                                   {1, 4, 8, 1, 4}, {2, 4, 4, 1, 4}, {2, 2, 8, 2, 4}};
-constexpr int kTcConfigCount = sizeof(kTcConfigs) / sizeof(kTcConfigs[0]);
 // Group widths (column blocks per CTA) the configurations use; one pack each.
 constexpr int kGroupWidths[] = {4, 8, 16, 32};
 constexpr int kGroupWidthCount = 4;
@@ -359,6 +351,26 @@ absl::Status LaunchTc(const TcGeometry& g, const TcPackView& pack, int groups, i
       static_cast<__nv_bfloat16*>(out));
   return LaunchStatus("block-sparse conv (tensor cores)");
 }
+
+using LaunchFn = absl::Status (*)(const TcGeometry&, const TcPackView&, int, int, const void*,
+                                  const void*, const float*, void*, const CudaContext&);
+
+// A tile shape: BM = 16 * mt * wm pixels by BN = 8 * nj * wn channels per CTA, in a pipeline of
+// `stages`, and its kernels (forward, backward data).
+struct TcConfig {
+  int mt, wm, nj, wn, stages;
+  LaunchFn launch[2];
+};
+template <int MT, int WM, int NJ, int WN, int S>
+constexpr TcConfig Config() {
+  return {MT, WM, NJ,
+          WN, S,  {&LaunchTc<MT, WM, NJ, WN, S, false>, &LaunchTc<MT, WM, NJ, WN, S, true>}};
+}
+// The tile shapes Tune chooses among.
+constexpr TcConfig kTcConfigs[] = {Config<2, 4, 8, 2, 3>(), Config<2, 2, 8, 4, 3>(),
+                                   Config<2, 4, 8, 1, 4>(), Config<1, 4, 8, 1, 4>(),
+                                   Config<2, 4, 4, 1, 4>(), Config<2, 2, 8, 2, 4>()};
+constexpr int kTcConfigCount = sizeof(kTcConfigs) / sizeof(kTcConfigs[0]);
 
 // ---------------------------------------------------------------------------------------
 // Plain kernels.
@@ -594,7 +606,6 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
   std::unique_ptr<BlockSparseConvCuda> plan(new BlockSparseConvCuda());
   plan->shape_ = s;
   plan->dtype_ = dtype;
-  plan->density_ = grid.density();
   plan->d_ = std::make_unique<Device>();
   Device& d = *plan->d_;
 
@@ -717,21 +728,8 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
     g.col_blocks = g.out_ch / 8;
     const TcConfig& c = kTcConfigs[config];
     const Device::Tc& t = d.tc[bwd ? 1 : 0][GroupIndex(c.nj * c.wn)];
-#define TOPIARY_TC(MT, WM, NJ, WN, S)                                                            \
-  if (c.mt == MT && c.wm == WM && c.nj == NJ && c.wn == WN && c.stages == S) {                   \
-    return bwd ? LaunchTc<MT, WM, NJ, WN, S, true>(g, t.view, t.groups, t.max_chunks, in0, in1,  \
-                                                   nullptr, out, ctx)                            \
-               : LaunchTc<MT, WM, NJ, WN, S, false>(g, t.view, t.groups, t.max_chunks, in0, in1, \
-                                                    bias, out, ctx);                             \
-  }
-    TOPIARY_TC(2, 4, 8, 2, 3)
-    TOPIARY_TC(2, 2, 8, 4, 3)
-    TOPIARY_TC(2, 4, 8, 1, 4)
-    TOPIARY_TC(1, 4, 8, 1, 4)
-    TOPIARY_TC(2, 4, 4, 1, 4)
-    TOPIARY_TC(2, 2, 8, 2, 4)
-#undef TOPIARY_TC
-    return absl::InternalError("block-sparse conv: unknown tile configuration");
+    return c.launch[bwd ? 1 : 0](g, t.view, t.groups, t.max_chunks, in0, in1, bwd ? nullptr : bias,
+                                 out, ctx);
   }
   return VisitDType(dtype_, [&](auto t) -> absl::Status {
     using T = decltype(t);

@@ -11,16 +11,15 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "kernels/block_sparse_conv.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
+#include "tests/benchmarks/block_grid_util.h"
 #include "tests/benchmarks/gpu_bench_util.h"
 
 namespace topiary::kernels {
@@ -30,32 +29,23 @@ using bench::DeviceAlloc;
 using bench::RandomDevice;
 using bench::TimeMs;
 
-// 8x8 blocks, round(density * rows) kept in each column, chosen at random.
+// 8x8 blocks, balanced as the pruner leaves them.
 BlockGrid BalancedGrid(const ConvShape& s, double density, uint32_t seed) {
   BlockGrid g;
   g.rows = s.c / 8;
   g.cols = s.k / 8;
-  g.kept.assign(static_cast<size_t>(g.rows) * g.cols, 0);
-  const int keep = std::max(1, static_cast<int>(density * g.rows + 0.5));
   std::mt19937 gen(seed);
-  std::vector<int> rows(g.rows);
-  for (int col = 0; col < g.cols; ++col) {
-    std::iota(rows.begin(), rows.end(), 0);
-    std::shuffle(rows.begin(), rows.end(), gen);
-    for (int i = 0; i < keep; ++i) g.kept[static_cast<size_t>(rows[i]) * g.cols + col] = 1;
-  }
+  g.kept = topiary::bench::BalancedBlockGrid(g.rows, g.cols, density, gen);
   return g;
 }
 
 int Main(int argc, char** argv) {
   bench::program = "block_sparse_bench";
-  int batch20 = 128, batch50 = 256, iters = 20;
+  const bench::SweepFlags sweep(argc, argv);
+  const int iters = sweep.iters;
   Precision p = Precision::kBf16;
   std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--batch20")) (void)absl::SimpleAtoi(argv[i + 1], &batch20);
-    if (!std::strcmp(argv[i], "--batch50")) (void)absl::SimpleAtoi(argv[i + 1], &batch50);
-    if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--precision") && !std::strcmp(argv[i + 1], "fp32")) {
       p = Precision::kFp32;
@@ -80,7 +70,7 @@ int Main(int argc, char** argv) {
                                SparsePass::kBackwardFilter};
   for (const bench::ConvLayer& l : layers) {
     if (!only.empty() && only != l.name) continue;
-    ConvShape s = l.Shape(std::string(l.model) == "resnet20" ? batch20 : batch50);
+    ConvShape s = l.Shape(sweep.Batch(l));
     const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;
     const size_t yn = static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k;
     const size_t wn = static_cast<size_t>(s.k) * s.patch();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
@@ -85,23 +86,38 @@ struct ConvLayer {
   }
 };
 
-// Milliseconds per call of f, averaged over `iters` calls after two warm-up calls.
+// Milliseconds per call of f (which exits on failure itself), averaged over `iters` calls
+// after a warm-up call.
 template <typename F>
 double TimeMs(const CudaContext& cuda, int iters, F f) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, cuda.stream);
-  for (int i = 0; i < iters; ++i) f();
-  cudaEventRecord(stop, cuda.stream);
-  CHECK_OK(CudaStatus(cudaEventSynchronize(stop), "timing"));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / iters;
+  auto ms = TimeOnStream(
+      [&] {
+        f();
+        return absl::OkStatus();
+      },
+      cuda, iters);
+  CHECK_OK(ms.status());
+  return *ms;
 }
+
+// The flags every layer sweep takes: --batch20 (resnet20's layers, default 128), --batch50
+// (resnet50's, 256) and --iters (timed calls, 20). Other flags are left to the benchmark.
+struct SweepFlags {
+  int batch20 = 128, batch50 = 256, iters = 20;
+  SweepFlags(int argc, char** argv) {
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string k = argv[i];
+      int* v = k == "--batch20"   ? &batch20
+               : k == "--batch50" ? &batch50
+               : k == "--iters"   ? &iters
+                                  : nullptr;
+      if (v != nullptr) (void)absl::SimpleAtoi(argv[i + 1], v);
+    }
+  }
+  int Batch(const ConvLayer& l) const {
+    return std::string(l.model) == "resnet20" ? batch20 : batch50;
+  }
+};
 
 }  // namespace topiary::kernels::bench
 

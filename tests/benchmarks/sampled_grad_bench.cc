@@ -6,12 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_context.h"
@@ -27,12 +25,8 @@ using bench::TimeMs;
 
 int Main(int argc, char** argv) {
   bench::program = "sampled_grad_bench";
-  int batch20 = 128, batch50 = 256, iters = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--batch20")) (void)absl::SimpleAtoi(argv[i + 1], &batch20);
-    if (!std::strcmp(argv[i], "--batch50")) (void)absl::SimpleAtoi(argv[i + 1], &batch50);
-    if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
-  }
+  const bench::SweepFlags sweep(argc, argv);
+  const int iters = sweep.iters;
   const CudaContext cuda = bench::MakeContext();
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
@@ -52,7 +46,7 @@ int Main(int argc, char** argv) {
       {"resnet50", "layer4 3x3 512->512", 7, 512, 512, 3, 1},
   };
   for (const bench::ConvLayer& l : layers) {
-    ConvShape s = l.Shape(std::string(l.model) == "resnet20" ? batch20 : batch50);
+    ConvShape s = l.Shape(sweep.Batch(l));
     for (Precision p : {Precision::kFp32, Precision::kBf16}) {
       const DType t = p == Precision::kBf16 ? DType::kBf16 : DType::kF32;
       const size_t xn = static_cast<size_t>(s.n) * s.h * s.w * s.c;

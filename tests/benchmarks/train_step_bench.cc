@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/text_format.h"
 #include "kernels/status_macros.h"
+#include "tests/benchmarks/block_grid_util.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/nn/masks.h"
@@ -60,15 +61,7 @@ absl::Status RandomBlockMasks(Model* model, double zeros) {
       info.rows = (c + 7) / 8;
       info.cols = (k + 7) / 8;
       if (info.rows < 2 || info.cols < 2) continue;
-      info.grid.assign(static_cast<size_t>(info.rows) * info.cols, 1);
-      const int per_col = static_cast<int>(zeros * info.rows);
-      std::vector<int> rows(info.rows);
-      for (int col = 0; col < info.cols; ++col) {
-        for (int r = 0; r < info.rows; ++r) rows[r] = r;
-        std::shuffle(rows.begin(), rows.end(), gen);
-        for (int i = 0; i < per_col; ++i)
-          info.grid[static_cast<size_t>(rows[i]) * info.cols + col] = 0;
-      }
+      info.grid = bench::BalancedBlockGrid(info.rows, info.cols, 1.0 - zeros, gen);
       const auto mask = ExpandBlockGrid(info.grid, info.cols, 8, 8, k, taps, c);
       TOPIARY_RETURN_IF_ERROR(InstallMask(p, mask, std::move(info)));
     }
@@ -190,11 +183,8 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   TOPIARY_RETURN_IF_ERROR((*dev)->Synchronize());
   // The board's energy over the timed steps, where NVML is there (give the loop a few
   // seconds: the counter advances in steps of tens of milliseconds).
-  std::unique_ptr<EnergyMeter> meter;
-  if ((*dev)->cuda() != nullptr) {
-    auto m = EnergyMeter::Open((*dev)->pci_bus_id());
-    if (m.ok()) meter = std::move(*m);
-  }
+  auto m = EnergyMeter::ForDevice(**dev);  // without one: joules_per_image 0
+  std::unique_ptr<EnergyMeter> meter = m.ok() ? std::move(*m) : nullptr;
   const double j0 = meter ? meter->Joules().value_or(-1) : -1;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < f.steps; ++i) TOPIARY_RETURN_IF_ERROR(runner.Run());
@@ -206,15 +196,10 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   if (f.inference) TOPIARY_RETURN_IF_ERROR((*net)->Loss(0.0f));  // for the metrics read below
   auto metrics = (*net)->TakeMetrics();
   if (!metrics.ok()) return metrics.status();
-  int sparse_passes = 0, masked_layers = 0;
+  int sparse_passes = 0, masked_layers = 0;  // the choices are in TOPIARY_CONV_LOG's lines
   for (const auto& [layer, c] : (*net)->SparseConvChoices()) {
     ++masked_layers;
     for (bool b : c.sparse) sparse_passes += b;
-    if (std::getenv("TOPIARY_CONV_LOG") == nullptr) continue;
-    absl::FPrintF(stderr, "%s: fwd %s %.4f/%.4f, bwd data %s %.4f/%.4f, bwd filter %s %.4f/%.4f\n",
-                  layer, c.sparse[0] ? "sparse" : "dense", c.sparse_ms[0], c.dense_ms[0],
-                  c.sparse[1] ? "sparse" : "dense", c.sparse_ms[1], c.dense_ms[1],
-                  c.sparse[2] ? "sparse" : "dense", c.sparse_ms[2], c.dense_ms[2]);
   }
   if (f.profile) TOPIARY_RETURN_IF_ERROR(Profile(f, arch, **model, **net, dev->get(), step));
   absl::PrintF(

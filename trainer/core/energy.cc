@@ -56,6 +56,19 @@ absl::StatusOr<std::unique_ptr<EnergyMeter>> EnergyMeter::Open(const std::string
   return meter;
 }
 
+absl::StatusOr<std::unique_ptr<EnergyMeter>> EnergyMeter::ForDevice(const Device& device) {
+  if (device.cuda() == nullptr) {
+    return absl::FailedPreconditionError(
+        "no energy figures on the CPU (the GPU board's counter only)");
+  }
+  auto meter = Open(device.pci_bus_id());
+  if (!meter.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no energy figures: ", meter.status().message()));
+  }
+  return meter;
+}
+
 EnergyMeter::~EnergyMeter() {
   if (api_ != nullptr && api_->lib != nullptr) {
     api_->shutdown();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/core/device.h"
 
 namespace topiary {
 
@@ -19,6 +20,9 @@ class EnergyMeter {
   // The board with this PCI bus id (Device::pci_bus_id()). Errors: NVML absent, the board
   // unknown to it, or no energy counter (FailedPrecondition, with NVML's reason).
   static absl::StatusOr<std::unique_ptr<EnergyMeter>> Open(const std::string& pci_bus_id);
+  // The board of `device`; on error, a message that says why there are no energy figures
+  // (the CPU, or Open's reason), fit to show a user as it is.
+  static absl::StatusOr<std::unique_ptr<EnergyMeter>> ForDevice(const Device& device);
   ~EnergyMeter();
   EnergyMeter(const EnergyMeter&) = delete;
   EnergyMeter& operator=(const EnergyMeter&) = delete;

@@ -33,6 +33,17 @@ struct CheckpointEvaluator::State {
                                {1, data.test.h, data.test.w, data.test.c}, data.classes,
                                device.get());
   }
+
+  // The checkpoint's model with `approx` applied and its weights (and masks) loaded.
+  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const ApproximationSpec& approx) const {
+    auto model = BuildModel();
+    if (!model.ok()) return model.status();
+    // Before the load: a moving-average range is a parameter the checkpoint may hold.
+    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
+    auto loaded = LoadCheckpoint(path, model->get(), /*with_optimizer=*/false);
+    if (!loaded.ok()) return loaded.status();
+    return model;
+  }
 };
 
 CheckpointEvaluator::CheckpointEvaluator(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -86,12 +97,8 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
     const std::optional<ApproximationSpec>& approximation) {
   const State& s = *state_;
   const ApproximationSpec& approx = approximation ? *approximation : s.spec.approximation();
-  auto model = s.BuildModel();
+  auto model = s.LoadModel(approx);
   if (!model.ok()) return model.status();
-  // Before the load: a moving-average range is a parameter the checkpoint may hold.
-  if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
-  auto loaded = LoadCheckpoint(s.path, model->get(), /*with_optimizer=*/false);
-  if (!loaded.ok()) return loaded.status();
   // fp32 (or TF32 where the spec asks), whatever the training precision: approximate
   // convolutions read fp32 activations, and every assignment is compared on one footing.
   PlanOptions options;
@@ -148,22 +155,15 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
     return absl::InvalidArgumentError("--batch: must be in [1, 65536]");
   }
   const State& s = *state_;
-  std::unique_ptr<EnergyMeter> meter;
-  if (s.device->cuda() != nullptr) {
-    auto m = EnergyMeter::Open(s.device->pci_bus_id());
-    if (m.ok()) meter = std::move(*m);
-  }
+  auto m = EnergyMeter::ForDevice(*s.device);  // without one: no energy figures
+  std::unique_ptr<EnergyMeter> meter = m.ok() ? std::move(*m) : nullptr;
   std::vector<Bench> out;
   for (BlockSparseMode mode : {BlockSparseMode::kOff, BlockSparseMode::kAuto}) {
     Bench b;
     b.engine = mode == BlockSparseMode::kOff ? "dense" : "dispatch";
     b.batch = batch;
-    auto model = s.BuildModel();
+    auto model = s.LoadModel(s.spec.approximation());
     if (!model.ok()) return model.status();
-    const ApproximationSpec& approx = s.spec.approximation();
-    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
-    auto loaded = LoadCheckpoint(s.path, model->get(), /*with_optimizer=*/false);
-    if (!loaded.ok()) return loaded.status();
     PlanOptions options;
     options.precision = PrecisionOf(s.spec.train().precision());
     options.block_sparse = mode;

@@ -165,16 +165,11 @@ absl::Status ExperimentRun::Setup() {
   if (!device.ok()) return device.status();
   device_ = std::move(*device);
   summary_->set_device(device_->name());
-  if (device_->cuda() != nullptr) {
-    auto meter = EnergyMeter::Open(device_->pci_bus_id());
-    if (meter.ok()) {
-      energy_ = std::move(*meter);
-      energy_note_ = "NVML board energy counter of " + device_->name();
-    } else {
-      energy_note_ = absl::StrCat("no energy figures: ", meter.status().message());
-    }
+  if (auto meter = EnergyMeter::ForDevice(*device_); meter.ok()) {
+    energy_ = std::move(*meter);
+    energy_note_ = "NVML board energy counter of " + device_->name();
   } else {
-    energy_note_ = "no energy figures on the CPU (the GPU board's counter only)";
+    energy_note_ = std::string(meter.status().message());
   }
   if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device_->cuda() == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
