@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 
@@ -110,6 +111,24 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
       absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
                     g.layers_size(), g.top_k(), g.scale(), g.policy());
     }
+  } else if (e.has_planning()) {
+    // Planning comes before the first step; on a terminal it redraws one line, as the bar.
+    const auto& p = e.planning();
+    if (!p.done() && !tty_) return;
+    const std::string line = absl::StrFormat(
+        "planning %s: %d/%d layers, convolutions: %d cached, %d measured%s  %s", p.network(),
+        p.layers_done(), p.layers_total(), p.convolutions_cached(), p.convolutions_measured(),
+        p.convolutions_untimed() ? absl::StrFormat(", %d untimed", p.convolutions_untimed()) : "",
+        FormatDuration(p.seconds()));
+    if (!p.done()) {
+      absl::FPrintF(out_, "\r\033[K%s", line);
+      bar_open_ = true;
+      return;
+    }
+    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+    bar_open_ = false;
+    absl::FPrintF(out_, "%s, %s\n", line, HumanBytes(p.planned_bytes()));
+    for (const std::string& n : p.cache_notes()) absl::FPrintF(out_, "plan cache: %s\n", n);
   } else if (e.has_progress() && tty_) {
     const auto& p = e.progress();
     const double frac =

@@ -1,5 +1,6 @@
 // The round table's block-sparse section: measured passes show both times with the chosen
 // side starred, unmeasured ones say so, and runs without any measurement print nothing.
+// Planning events: a redrawn line on a terminal, one summary line per network otherwise.
 #include "clients/progress.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace topiary {
 namespace {
@@ -52,6 +54,50 @@ TEST(Progress, NoEngineChoicesPrintNothing) {
   topiary::v1::RoundSummary r;
   r.add_layers()->set_layer("stage1.block0.conv1");
   EXPECT_EQ(Printed(r), "");
+}
+
+std::string PrintedEvents(const std::vector<topiary::v1::Event>& events, bool tty) {
+  char* buf = nullptr;
+  size_t size = 0;
+  std::FILE* f = open_memstream(&buf, &size);
+  ProgressPrinter printer(f, tty);
+  for (const auto& e : events) printer.Print(e);
+  std::fclose(f);
+  std::string out(buf, size);
+  std::free(buf);
+  return out;
+}
+
+TEST(Progress, PlanningShowsLayersAndHowConvolutionsWerePlanned) {
+  std::vector<topiary::v1::Event> events(2);
+  auto* p = events[0].mutable_planning();
+  p->set_network("training, batch 256");
+  p->set_layers_done(40);
+  p->set_layers_total(175);
+  p->set_convolutions_cached(3);
+  p->set_convolutions_measured(5);
+  p->set_seconds(1.2);
+  auto* done = events[1].mutable_planning();
+  *done = *p;
+  done->set_layers_done(175);
+  done->set_convolutions_untimed(2);
+  done->set_done(true);
+  done->set_planned_bytes(int64_t{3} << 30);
+  done->add_cache_notes("/x/conv_plans.tsv: 1 damaged lines skipped");
+  const std::string tty = PrintedEvents(events, true);
+  EXPECT_NE(
+      tty.find("\r\033[Kplanning training, batch 256: 40/175 layers, convolutions: 3 cached, 5 "
+               "measured"),
+      std::string::npos)
+      << tty;
+  EXPECT_NE(tty.find("175/175 layers, convolutions: 3 cached, 5 measured, 2 untimed  1s, 3 GiB\n"),
+            std::string::npos)
+      << tty;
+  EXPECT_NE(tty.find("plan cache: /x/conv_plans.tsv: 1 damaged lines skipped\n"),
+            std::string::npos);
+  const std::string log = PrintedEvents(events, false);  // no redrawn lines in a log
+  EXPECT_EQ(log.find("40/175"), std::string::npos) << log;
+  EXPECT_NE(log.find("175/175"), std::string::npos) << log;
 }
 
 }  // namespace

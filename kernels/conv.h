@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,8 +54,39 @@ void Conv2dBackwardDataCpu(const ConvShape& shape, const float* dy, const float*
 void Conv2dBackwardFilterCpu(const ConvShape& shape, const float* x, const float* dy, float* dw,
                              float* dbias, float* workspace);
 
+// What a ConvCudaPlan runs for one pass: enough to make the same plan again without searching
+// (trainer/nn/plan_cache.h keeps these on disk).
+struct ConvPassAlgo {
+  bool graph = false;   // a graph-API engine (`engine`), else a legacy algorithm (`algo`, `math`)
+  int64_t engine = -1;  // cuDNN's global engine index
+  int algo = 0;         // the pass's cudnnConvolution*Algo_t
+  int math = 0;         // cudnnMathType_t
+  float ms = -1;        // the time measured when it was chosen; -1: the heuristics' pick, untimed
+};
+struct ConvAlgos {
+  ConvPassAlgo pass[3];  // forward, backward data, backward filter
+};
+
+// How ConvCudaPlan::Create chooses.
+struct ConvSearch {
+  // Make the plan from these choices (a cache's). A choice that does not work here (another
+  // cuDNN, a damaged cache) is searched for instead, as without one.
+  const ConvAlgos* known = nullptr;
+  // Time the candidates (at most 8 graph engines and the legacy heuristics' pick per pass,
+  // slow ones after a single run) and keep the fastest; false takes the heuristics' first
+  // usable choice untimed, as deterministic plans always do.
+  bool measure = true;
+};
+
+// How a plan's choices were made.
+enum class ConvPlanSource { kKnown, kMeasured, kHeuristic };
+
+// The GPU, driver and cuDNN a plan's measurements hold for, as one line: "NVIDIA H100 80GB
+// HBM3|sm_90|driver 13000|cudnn 91900". Empty without CUDA.
+std::string ConvDeviceIdentity(const CudaContext& ctx);
+
 // A convolution planned for cuDNN: descriptors for NHWC activations and KRSC filters, and the
-// fastest deterministic algorithm for each pass, chosen by measurement when planned. Not
+// fastest algorithm for each pass, chosen by measurement when planned (see ConvSearch). Not
 // thread-safe; used from the stream of the context it was planned with.
 //
 // Precision (kernels/dtype.h): kFp32 is IEEE single precision (the reference semantics);
@@ -65,11 +97,9 @@ class ConvCudaPlan {
   // Measures the algorithms (cuDNN allocates its own trial buffers). Algorithms whose
   // workspace exceeds workspace_limit bytes are not considered, nor, when deterministic is
   // set, those whose results may vary from run to run (atomics).
-  static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(const ConvShape& shape,
-                                                              Precision precision,
-                                                              size_t workspace_limit,
-                                                              bool deterministic,
-                                                              const CudaContext& ctx);
+  static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(
+      const ConvShape& shape, Precision precision, size_t workspace_limit, bool deterministic,
+      const CudaContext& ctx, const ConvSearch& search = {});
   ~ConvCudaPlan();
   ConvCudaPlan(const ConvCudaPlan&) = delete;
   ConvCudaPlan& operator=(const ConvCudaPlan&) = delete;
@@ -79,6 +109,9 @@ class ConvCudaPlan {
   const ConvShape& shape() const { return shape_; }
   // The element type of x, y, w and their gradients.
   DType dtype() const { return dtype_; }
+  // What runs for each pass, and how that was chosen.
+  const ConvAlgos& algos() const { return algos_; }
+  ConvPlanSource source() const { return source_; }
 
   // The passes, as the CPU functions above, on elements of dtype() (bias and dbias are fp32
   // and may be null).
@@ -101,6 +134,8 @@ class ConvCudaPlan {
   DType dtype_ = DType::kF32;
   std::unique_ptr<Descriptors> d_;
   size_t workspace_bytes_ = 0;
+  ConvAlgos algos_;
+  ConvPlanSource source_ = ConvPlanSource::kMeasured;
 };
 
 }  // namespace topiary::kernels

@@ -1,10 +1,16 @@
-// Convolutions through cuDNN's convolution API. It is deprecated in cuDNN 9 in favour of the
-// graph API but still supported, and it is the direct way to time and pick one algorithm per
-// pass at plan time; hence the local warning suppression.
+// Convolutions through cuDNN's convolution API and its graph API (conv_graph_cuda.h). The
+// convolution API is deprecated in cuDNN 9 but still supported, and its heuristics and fixed
+// algorithms are one of the candidates each pass times at plan time; hence the local warning
+// suppression.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -38,36 +44,114 @@ std::string Describe(const ConvShape& s) {
                          s.k, s.r, s.s, s.c, s.stride_h, s.pad_h);
 }
 
-// The fastest result (cuDNN sorts them by time) that succeeded, fits the workspace limit,
-// is deterministic when asked, and in fp32 uses plain FMA math (no TF32).
-template <typename Perf>
-absl::StatusOr<Perf> Pick(const std::vector<Perf>& results, int count, size_t limit,
-                          bool deterministic, bool fma_only, const std::string& what) {
-  if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {  // what cuDNN measured, for tuning
-    for (int i = 0; i < count; ++i) {
-      const Perf& p = results[i];
-      std::fprintf(stderr, "%s: algo %d math %d status %d time %.4f ms memory %zu det %d\n",
-                   what.c_str(), static_cast<int>(p.algo), static_cast<int>(p.mathType),
-                   static_cast<int>(p.status), p.time, p.memory, static_cast<int>(p.determinism));
-    }
-  }
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = results[i];
-    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= limit &&
-        (!deterministic || p.determinism == CUDNN_DETERMINISTIC) &&
-        (!fma_only || p.mathType == CUDNN_FMA_MATH)) {
-      return p;
-    }
-  }
-  return absl::InternalError(what + ": cuDNN found no usable algorithm");
-}
-
 bool ConvLog() { return std::getenv("TOPIARY_CONV_LOG") != nullptr; }
 
 const char* PassName(ConvPass pass) {
   return pass == ConvPass::kForward        ? "forward"
          : pass == ConvPass::kBackwardData ? "backward data"
                                            : "backward filter";
+}
+
+// The legacy API's heuristic ranking of a pass's algorithms (no timing), and the first that
+// succeeded, fits the workspace limit, is deterministic when asked, and in fp32 uses plain FMA
+// math (no TF32).
+template <typename Perf, typename Get>
+absl::StatusOr<ConvPassAlgo> FirstUsable(Get get, size_t limit, bool deterministic, bool fma_only,
+                                         const std::string& what) {
+  constexpr int kMaxAlgos = 16;
+  std::vector<Perf> results(kMaxAlgos);
+  int count = 0;
+  TOPIARY_RETURN_IF_ERROR(
+      CudnnStatus(get(kMaxAlgos, &count, results.data()), what + " (algorithm heuristics)"));
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = results[i];
+    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= limit &&
+        (!deterministic || p.determinism == CUDNN_DETERMINISTIC) &&
+        (!fma_only || p.mathType == CUDNN_FMA_MATH)) {
+      ConvPassAlgo a;
+      a.algo = static_cast<int>(p.algo);
+      a.math = static_cast<int>(p.mathType);
+      return a;
+    }
+  }
+  return absl::InternalError(what + ": cuDNN proposes no usable algorithm");
+}
+
+absl::StatusOr<ConvPassAlgo> LegacyHeuristic(const ConvCudaPlan::Descriptors& d, ConvPass pass,
+                                             size_t limit, bool deterministic, bool fma_only,
+                                             const std::string& what, const CudaContext& ctx) {
+  switch (pass) {
+    case ConvPass::kForward:
+      return FirstUsable<cudnnConvolutionFwdAlgoPerf_t>(
+          [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, d.x, d.w, d.conv_fwd, d.y, n,
+                                                          got, r);
+          },
+          limit, deterministic, fma_only, what);
+    case ConvPass::kBackwardData:
+      return FirstUsable<cudnnConvolutionBwdDataAlgoPerf_t>(
+          [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn, d.w, d.y, d.conv_bwd_data,
+                                                               d.x, n, got, r);
+          },
+          limit, deterministic, fma_only, what);
+    case ConvPass::kBackwardFilter:
+      return FirstUsable<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn, d.x, d.y,
+                                                                 d.conv_bwd_filter, d.w, n, got, r);
+          },
+          limit, deterministic, fma_only, what);
+  }
+  return absl::InternalError("unknown convolution pass");
+}
+
+// Makes `a` (a legacy algorithm) the pass's: its math type on the pass's descriptor and its
+// workspace size. Refuses values out of cuDNN's ranges, FMA-less math in fp32, and algorithms
+// whose workspace exceeds the limit (a cached choice may be damaged or from another build).
+absl::Status SetLegacy(ConvCudaPlan::Descriptors& d, ConvPass pass, const ConvPassAlgo& a,
+                       bool fma_only, size_t limit, const std::string& what,
+                       const CudaContext& ctx) {
+  const int algo_count =
+      pass == ConvPass::kForward        ? static_cast<int>(CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
+      : pass == ConvPass::kBackwardData ? static_cast<int>(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT)
+                                        : static_cast<int>(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+  if (a.algo < 0 || a.algo >= algo_count || a.math < CUDNN_DEFAULT_MATH ||
+      a.math > CUDNN_FMA_MATH || (fma_only && a.math != CUDNN_FMA_MATH)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s %s: algorithm %d math %d is not usable",
+                                                      what, PassName(pass), a.algo, a.math));
+  }
+  cudnnConvolutionDescriptor_t conv = pass == ConvPass::kForward        ? d.conv_fwd
+                                      : pass == ConvPass::kBackwardData ? d.conv_bwd_data
+                                                                        : d.conv_bwd_filter;
+  TOPIARY_RETURN_IF_ERROR(
+      CudnnStatus(cudnnSetConvolutionMathType(conv, static_cast<cudnnMathType_t>(a.math)), what));
+  size_t bytes = 0;
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (pass) {
+    case ConvPass::kForward:
+      d.fwd = static_cast<cudnnConvolutionFwdAlgo_t>(a.algo);
+      st = cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, d.x, d.w, conv, d.y, d.fwd, &bytes);
+      break;
+    case ConvPass::kBackwardData:
+      d.bwd_data = static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo);
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn, d.w, d.y, conv, d.x, d.bwd_data,
+                                                        &bytes);
+      break;
+    case ConvPass::kBackwardFilter:
+      d.bwd_filter = static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo);
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn, d.x, d.y, conv, d.w,
+                                                          d.bwd_filter, &bytes);
+      break;
+  }
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(st, what + " " + PassName(pass)));
+  if (bytes > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s %s: algorithm %d needs %d bytes of workspace, over the limit", what,
+                        PassName(pass), a.algo, bytes));
+  }
+  d.legacy_workspace[static_cast<int>(pass)] = bytes;
+  return absl::OkStatus();
 }
 
 // The legacy algorithm of a pass; operands as GraphConvPass::Run.
@@ -95,7 +179,7 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   return absl::InternalError("unknown convolution pass");
 }
 
-// Device memory for timing candidates, freed on scope exit.
+// Device memory for trying candidates, freed on scope exit.
 struct Scratch {
   void* p = nullptr;
   explicit Scratch(size_t bytes) {
@@ -107,18 +191,68 @@ struct Scratch {
   ~Scratch() { cudaFree(p); }
 };
 
-// Times the legacy algorithm and the graph-API candidates of one pass on scratch operands
-// and keeps the graph plan in d.graph[pass] if one is faster. Deterministic plans take the
-// heuristics' first engine that runs, untimed.
+// Zeroed operands of one pass, in GraphConvPass::Run order, and a workspace.
+struct PassOperands {
+  Scratch x, w, y, ws;
+  void *in0, *in1, *out;
+  PassOperands(const ConvShape& sh, Precision precision, ConvPass pass, size_t ws_bytes,
+               const CudaContext& ctx)
+      : x(Bytes(sh, precision, 'x')),
+        w(Bytes(sh, precision, 'w')),
+        y(Bytes(sh, precision, 'y')),
+        ws(ws_bytes) {
+    in0 = pass == ConvPass::kBackwardData ? y.p : x.p;
+    in1 = pass == ConvPass::kBackwardFilter ? y.p : w.p;
+    out = pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
+    if (ok()) {
+      cudaMemsetAsync(x.p, 0, Bytes(sh, precision, 'x'), ctx.stream);
+      cudaMemsetAsync(w.p, 0, Bytes(sh, precision, 'w'), ctx.stream);
+      cudaMemsetAsync(y.p, 0, Bytes(sh, precision, 'y'), ctx.stream);
+    }
+  }
+  bool ok() const { return x.p != nullptr && w.p != nullptr && y.p != nullptr && ws.p != nullptr; }
+  static size_t Bytes(const ConvShape& sh, Precision precision, char which) {
+    const size_t elem = SizeOf(ActivationType(precision));
+    return which == 'x'   ? static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c * elem
+           : which == 'w' ? static_cast<size_t>(sh.k) * sh.patch() * elem
+                          : static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k * elem;
+  }
+};
+
+// Milliseconds of run(). The first call is timed on its own: a candidate over 3x slower than
+// `best` stops there (the slow ones are often 10-100x slower, and each of their calls counts
+// in the plan's time); the others are timed over two more calls (the first may include
+// loading the kernel).
+absl::StatusOr<float> TimeCandidate(const std::function<absl::Status()>& run, float best,
+                                    const CudaContext& ctx) {
+  auto first = TimeOnStream(run, ctx, 1, /*warmup=*/false);
+  if (!first.ok() || *first > 3 * best) return first;
+  return TimeOnStream(run, ctx, 2, /*warmup=*/false);
+}
+
+// Graph-API engines timed per pass: cuDNN's heuristics rank them, and the fastest is almost
+// always among the first few (TOPIARY_CONV_LOG shows the ranking's winners).
+constexpr int kMaxCandidates = 8;
+
+// Chooses a pass: the legacy heuristics' pick and the graph-API candidates, timed on zeroed
+// operands (the fastest kept), or untimed (the first graph engine that runs, else the legacy
+// pick). Fills d and `chosen`.
 absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
-                        ConvPass pass, size_t workspace_limit, bool deterministic,
-                        const std::string& what, const CudaContext& ctx) {
-  const size_t elem = SizeOf(ActivationType(precision));
-  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c * elem;
-  const size_t nw = static_cast<size_t>(sh.k) * sh.patch() * elem;
-  const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k * elem;
-  auto candidates =
-      GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 8, ctx);
+                        ConvPass pass, size_t workspace_limit, bool deterministic, bool measure,
+                        const std::string& what, const CudaContext& ctx, ConvPassAlgo* chosen) {
+  const bool fma_only = precision == Precision::kFp32;
+  auto legacy_pick = LegacyHeuristic(d, pass, workspace_limit, deterministic, fma_only, what, ctx);
+  if (!legacy_pick.ok()) return legacy_pick.status();
+  TOPIARY_RETURN_IF_ERROR(SetLegacy(d, pass, *legacy_pick, fma_only, workspace_limit, what, ctx));
+  *chosen = *legacy_pick;
+  const int p = static_cast<int>(pass);
+  const auto start = std::chrono::steady_clock::now();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto candidates = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic,
+                                              measure ? kMaxCandidates : 1, ctx);
+  const double candidates_ms = ms_since(start);
   if (!candidates.ok() || candidates->empty()) {
     if (ConvLog()) {
       std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
@@ -126,55 +260,112 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
     }
     return absl::OkStatus();
   }
-  const int p = static_cast<int>(pass);
   size_t ws_bytes = d.legacy_workspace[p];
   for (const auto& c : *candidates) ws_bytes = std::max(ws_bytes, c->workspace_bytes());
-  Scratch x(nx), w(nw), y(ny), ws(ws_bytes);
-  if (x.p == nullptr || w.p == nullptr || y.p == nullptr || ws.p == nullptr) {
-    return absl::OkStatus();  // too little memory to compare: keep the legacy algorithm
-  }
-  cudaMemsetAsync(x.p, 0, nx, ctx.stream);
-  cudaMemsetAsync(w.p, 0, nw, ctx.stream);
-  cudaMemsetAsync(y.p, 0, ny, ctx.stream);
-  // Operands in GraphConvPass::Run order.
-  void* in0 = pass == ConvPass::kBackwardData ? y.p : x.p;
-  void* in1 = pass == ConvPass::kBackwardFilter ? y.p : w.p;
-  void* out = pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
-  if (deterministic) {
+  PassOperands o(sh, precision, pass, ws_bytes, ctx);
+  if (!o.ok()) return absl::OkStatus();  // too little memory to try them: keep the legacy pick
+  auto use_graph = [&](size_t i, float ms) {
+    chosen->graph = true;
+    chosen->engine = (*candidates)[i]->engine();
+    chosen->ms = ms;
+    d.graph[p] = std::move((*candidates)[i]);
+  };
+  if (!measure) {
     // Timings vary from run to run, and a different engine gives different bits: take the
     // heuristics' first choice, the same on every run (on the same GPU and cuDNN).
-    auto first = TimeOnStream([&] { return (*candidates)[0]->Run(in0, in1, out, ws.p, ctx); }, ctx);
-    if (first.ok()) d.graph[p] = std::move((*candidates)[0]);
+    if ((*candidates)[0]->Run(o.in0, o.in1, o.out, o.ws.p, ctx).ok()) use_graph(0, -1);
     return CudaStatus(cudaGetLastError(), what);
   }
-  auto legacy = TimeOnStream(
-      [&] { return RunLegacy(d, pass, in0, in1, out, ws.p, d.legacy_workspace[p], ctx); }, ctx);
+  auto legacy = TimeCandidate(
+      [&] { return RunLegacy(d, pass, o.in0, o.in1, o.out, o.ws.p, d.legacy_workspace[p], ctx); },
+      1e30f, ctx);
   float best = legacy.ok() ? *legacy : 1e30f;
+  chosen->ms = legacy.ok() ? *legacy : -1;
   int best_index = -1;
   for (size_t i = 0; i < candidates->size(); ++i) {
     const GraphConvPass& c = *(*candidates)[i];
-    auto t = TimeOnStream([&] { return c.Run(in0, in1, out, ws.p, ctx); }, ctx);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto t = TimeCandidate([&] { return c.Run(o.in0, o.in1, o.out, o.ws.p, ctx); }, best, ctx);
+    if (ConvLog()) {
+      std::fprintf(stderr, "  %s: %.4f ms (timing took %.0f ms)\n", c.name().c_str(),
+                   t.ok() ? *t : -1.0f, ms_since(t0));
+    }
     if (t.ok() && *t < best) {
       best = *t;
       best_index = static_cast<int>(i);
     }
   }
   if (ConvLog()) {
-    std::fprintf(stderr, "%s %s: legacy %.4f ms, %zu graph engines, chose %s (%.4f ms)\n",
+    std::fprintf(stderr,
+                 "%s %s: legacy %.4f ms, %zu graph engines, chose %s (%.4f ms); search took "
+                 "%.0f ms making candidates, %.0f ms timing\n",
                  what.c_str(), PassName(pass), legacy.ok() ? *legacy : -1.0f, candidates->size(),
-                 best_index < 0 ? "legacy" : (*candidates)[best_index]->name().c_str(), best);
+                 best_index < 0 ? "legacy" : (*candidates)[best_index]->name().c_str(), best,
+                 candidates_ms, ms_since(start) - candidates_ms);
   }
-  if (best_index >= 0) d.graph[p] = std::move((*candidates)[best_index]);
+  if (best_index >= 0) use_graph(best_index, best);
   return CudaStatus(cudaGetLastError(), what);
 }
 
+// Makes a pass from a known choice and runs it once on zeroed operands.
+absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
+                         ConvPass pass, size_t workspace_limit, bool deterministic,
+                         const ConvPassAlgo& known, const std::string& what,
+                         const CudaContext& ctx) {
+  const int p = static_cast<int>(pass);
+  d.graph[p].reset();
+  if (known.graph) {
+    auto c = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 1, ctx,
+                                       known.engine);
+    if (!c.ok()) return c.status();
+    if (c->empty()) {
+      return absl::NotFoundError(absl::StrFormat("%s %s: engine %d is not usable here", what,
+                                                 PassName(pass), known.engine));
+    }
+    d.graph[p] = std::move((*c)[0]);
+  } else {
+    TOPIARY_RETURN_IF_ERROR(
+        SetLegacy(d, pass, known, precision == Precision::kFp32, workspace_limit, what, ctx));
+  }
+  const size_t ws = d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p];
+  PassOperands o(sh, precision, pass, ws, ctx);
+  if (!o.ok()) return absl::ResourceExhaustedError(what + ": no memory to try the known plan");
+  const absl::Status st = d.graph[p] ? d.graph[p]->Run(o.in0, o.in1, o.out, o.ws.p, ctx)
+                                     : RunLegacy(d, pass, o.in0, o.in1, o.out, o.ws.p, ws, ctx);
+  TOPIARY_RETURN_IF_ERROR(st);
+  return CudaStatus(cudaStreamSynchronize(ctx.stream), what);
+}
+
+constexpr ConvPass kPasses[3] = {ConvPass::kForward, ConvPass::kBackwardData,
+                                 ConvPass::kBackwardFilter};
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape& sh,
-                                                                   Precision precision,
-                                                                   size_t workspace_limit,
-                                                                   bool deterministic,
-                                                                   const CudaContext& ctx) {
+std::string ConvDeviceIdentity(const CudaContext&) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  // Asked once per device (every convolution of every plan asks).
+  static std::mutex mu;
+  static std::map<int, std::string> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return known[device] = absl::StrFormat("%s|sm_%d%d|driver %d|cudnn %d", prop.name, prop.major,
+                                         prop.minor, driver, static_cast<int>(cudnnGetVersion()));
+}
+
+absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(
+    const ConvShape& sh, Precision precision, size_t workspace_limit, bool deterministic,
+    const CudaContext& ctx, const ConvSearch& search) {
   TOPIARY_RETURN_IF_ERROR(CheckConvShape(sh));
   std::unique_ptr<ConvCudaPlan> plan(new ConvCudaPlan());
   plan->shape_ = sh;
@@ -196,7 +387,7 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(
       cudnnSetFilter4dDescriptor(d.w, data, CUDNN_TENSOR_NHWC, sh.k, sh.c, sh.r, sh.s), what));
   // Compute type fp32 (accumulation) for every precision. FMA math forbids TF32 (which
-  // cuDNN's default math allows on Ampere and later); bf16 searches tensor-core algorithms.
+  // cuDNN's default math allows on Ampere and later); bf16 asks for tensor-core algorithms.
   const cudnnMathType_t math = precision == Precision::kFp32   ? CUDNN_FMA_MATH
                                : precision == Precision::kTf32 ? CUDNN_DEFAULT_MATH
                                                                : CUDNN_TENSOR_OP_MATH;
@@ -208,46 +399,30 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvSha
         what));
     TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnSetConvolutionMathType(*c, math), what));
   }
-  const bool fma_only = precision == Precision::kFp32;
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnSetStream(ctx.cudnn, ctx.stream), what));
 
-  constexpr int kMaxAlgos = 16;
-  int count = 0;
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(kMaxAlgos);
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn, d.x, d.w, d.conv_fwd, d.y,
-                                                       kMaxAlgos, &count, fwd.data()),
-                  what + " (forward algorithm search)"));
-  auto f = Pick(fwd, count, workspace_limit, deterministic, fma_only, what + " forward");
-  if (!f.ok()) return f.status();
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(kMaxAlgos);
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn, d.w, d.y, d.conv_bwd_data,
-                                                            d.x, kMaxAlgos, &count, bd.data()),
-                  what + " (backward-data algorithm search)"));
-  auto b = Pick(bd, count, workspace_limit, deterministic, fma_only, what + " backward data");
-  if (!b.ok()) return b.status();
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(kMaxAlgos);
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnFindConvolutionBackwardFilterAlgorithm(
-                      ctx.cudnn, d.x, d.y, d.conv_bwd_filter, d.w, kMaxAlgos, &count, bf.data()),
-                  what + " (backward-filter algorithm search)"));
-  auto g = Pick(bf, count, workspace_limit, deterministic, fma_only, what + " backward filter");
-  if (!g.ok()) return g.status();
-  d.fwd = f->algo;
-  d.bwd_data = b->algo;
-  d.bwd_filter = g->algo;
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnSetConvolutionMathType(d.conv_fwd, f->mathType), what));
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetConvolutionMathType(d.conv_bwd_data, b->mathType), what));
-  TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetConvolutionMathType(d.conv_bwd_filter, g->mathType), what));
-  d.legacy_workspace[0] = f->memory;
-  d.legacy_workspace[1] = b->memory;
-  d.legacy_workspace[2] = g->memory;
-  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackwardData, ConvPass::kBackwardFilter}) {
-    TOPIARY_RETURN_IF_ERROR(
-        ChoosePass(d, sh, precision, pass, workspace_limit, deterministic, what, ctx));
+  bool restored = search.known != nullptr;
+  for (int p = 0; p < 3 && restored; ++p) {
+    const absl::Status st = RestorePass(d, sh, precision, kPasses[p], workspace_limit,
+                                        deterministic, search.known->pass[p], what, ctx);
+    if (!st.ok()) {
+      cudaGetLastError();  // a failed try leaves nothing behind: search instead
+      if (ConvLog())
+        std::fprintf(stderr, "%s: known plan refused (%s)\n", what.c_str(), st.ToString().c_str());
+      restored = false;
+    }
+  }
+  if (restored) {
+    plan->algos_ = *search.known;
+    plan->source_ = ConvPlanSource::kKnown;
+  } else {
+    const bool measure = search.measure && !deterministic;
+    for (int p = 0; p < 3; ++p) {
+      d.graph[p].reset();
+      TOPIARY_RETURN_IF_ERROR(ChoosePass(d, sh, precision, kPasses[p], workspace_limit,
+                                         deterministic, measure, what, ctx, &plan->algos_.pass[p]));
+    }
+    plan->source_ = measure ? ConvPlanSource::kMeasured : ConvPlanSource::kHeuristic;
   }
   for (int p = 0; p < 3; ++p) {
     plan->workspace_bytes_ = std::max(

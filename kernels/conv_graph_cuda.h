@@ -24,10 +24,11 @@ class GraphConvPass {
  public:
   // Up to max_plans plans, in the heuristics' order, that finalize, need at most
   // workspace_limit bytes, and meet the numeric rules: no tensor cores in fp32 (which would
-  // mean TF32), and no nondeterministic engines when deterministic is set. May be empty.
+  // mean TF32), and no nondeterministic engines when deterministic is set. With only_engine
+  // >= 0, only that engine (cuDNN's global index) is considered. May be empty.
   static absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> Candidates(
       const ConvShape& shape, Precision precision, ConvPass pass, size_t workspace_limit,
-      bool deterministic, int max_plans, const CudaContext& ctx);
+      bool deterministic, int max_plans, const CudaContext& ctx, int64_t only_engine = -1);
   ~GraphConvPass();
   GraphConvPass(const GraphConvPass&) = delete;
   GraphConvPass& operator=(const GraphConvPass&) = delete;
@@ -35,6 +36,7 @@ class GraphConvPass {
   size_t workspace_bytes() const { return workspace_bytes_; }
   // "engine 12" (cuDNN's global engine index), for logs.
   const std::string& name() const { return name_; }
+  int64_t engine() const { return engine_; }
 
   // The pass's operands in the order of the legacy calls: forward (x, w -> y), backward data
   // (dy, w -> dx), backward filter (x, dy -> dw). Overwrites the output.
@@ -47,6 +49,7 @@ class GraphConvPass {
   cudnnBackendDescriptor_t plan_ = nullptr;
   int64_t uid_in0_ = 0, uid_in1_ = 0, uid_out_ = 0;
   size_t workspace_bytes_ = 0;
+  int64_t engine_ = -1;
   std::string name_;
 };
 

@@ -32,8 +32,8 @@ absl::Status LaunchStatus(const std::string& kernel) {
 }
 
 absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>& run, const CudaContext& ctx,
-                                   int runs) {
-  TOPIARY_RETURN_IF_ERROR(run());
+                                   int runs, bool warmup) {
+  if (warmup) TOPIARY_RETURN_IF_ERROR(run());
   cudaEvent_t start, stop;
   TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start), "timing"));
   if (auto st = CudaStatus(cudaEventCreate(&stop), "timing"); !st.ok()) {

@@ -14,10 +14,10 @@ namespace topiary::kernels {
 struct CudaContext;
 
 // Mean milliseconds of run() on ctx's stream over `runs` calls after one warm-up call (which
-// also surfaces a failing run as its error). Must not be called while the stream is being
-// captured into a CUDA graph.
+// also surfaces a failing run as its error; warmup = false times from the first call). Must
+// not be called while the stream is being captured into a CUDA graph.
 absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>& run, const CudaContext& ctx,
-                                   int runs = 3);
+                                   int runs = 3, bool warmup = true);
 
 // As TimeOnStream, but after the warm-up call the `runs` calls are captured into a CUDA graph
 // and the graph's replay is timed: what a captured training step pays for them, without the

@@ -55,7 +55,8 @@ absl::Status CountZerosCuda(DType, int64_t, const void*, unsigned long long*, co
 absl::Status BiasGradCuda(DType, int64_t, int, const void*, float*, const CudaContext&) {
   return NoCuda();
 }
-absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>&, const CudaContext&, int) {
+absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>&, const CudaContext&, int,
+                                   bool) {
   return NoCuda();
 }
 absl::StatusOr<float> TimeCaptured(const std::function<absl::Status()>&, const CudaContext&, int) {
@@ -169,10 +170,11 @@ absl::Status AssembleBatchCuda(const AssembleParams&, const StepClock*, const ui
 
 struct ConvCudaPlan::Descriptors {};
 absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape&, Precision,
-                                                                   size_t, bool,
-                                                                   const CudaContext&) {
+                                                                   size_t, bool, const CudaContext&,
+                                                                   const ConvSearch&) {
   return NoCuda();
 }
+std::string ConvDeviceIdentity(const CudaContext&) { return ""; }
 ConvCudaPlan::~ConvCudaPlan() = default;
 absl::Status ConvCudaPlan::RunPass(int, const void*, const void*, void*, void*,
                                    const CudaContext&) const {

@@ -171,7 +171,8 @@ void Registry::AppendLocked(Entry* entry, Event event) {
   event.set_seq(seq);
   if (event.time_s() == 0) event.set_time_s(static_cast<double>(std::time(nullptr)));
   entry->record.set_last_seq(seq);
-  const bool sync = !event.has_progress() && !event.has_epoch();
+  const bool sync = !event.has_progress() && !event.has_epoch() &&
+                    !(event.has_planning() && !event.planning().done());
   AppendLine(Folder(entry->record.id()) + "/events.jsonl", MessageToJson(event), sync);
   entry->events.push_back(std::move(event));
   changed_.SignalAll();

@@ -27,6 +27,7 @@
 #include "server/scheduler.h"
 #include "server/service.h"
 #include "trainer/core/device.h"
+#include "trainer/nn/plan_cache.h"
 #include "trainer/util/file_util.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7077",
@@ -166,6 +167,9 @@ int Main(int argc, char** argv) {
   // folders once links are followed, regular, and within --max_file_bytes.
   if (auto st = MakeDirs(f.data_dir); !st.ok())
     return Fail(absl::StrCat("--data_dir: ", st.message()));
+  // Convolution plans measured by any run are kept here (and in the user's cache folder) for
+  // the next start of the same shapes (trainer/nn/plan_cache.h).
+  ConvPlanCache::Global().AddFile(f.data_dir + "/plan_cache/conv_plans.tsv");
   ReadPolicy policy;
   policy.roots = service_options.dataset_roots;
   policy.roots.push_back(f.data_dir);

@@ -94,6 +94,7 @@ check "validate prints defaults" bash -c '[[ $1 -eq 0 && "$0" == *"eval_batch_si
 check "run exits 0" test "$rc" -eq 0
 last=$(tail -n 1 "$tmp/events.jsonl")
 check "first line is the started event" bash -c 'head -n 1 "$0" | grep -q "\"event\":\"started\""' "$tmp/events.jsonl"
+check "planning events follow, one done per network" bash -c '[[ $(grep -c "\"event\":\"planning\".*\"done\":true" "$0") -eq 2 ]] && sed -n 2p "$0" | grep -q "\"network\":\"training, batch"' "$tmp/events.jsonl"
 check "epoch event with test metrics" grep -q '"event":"epoch".*"evaluated":true' "$tmp/events.jsonl"
 for key in state test_top1 test_loss epochs seconds device checkpoint; do
   check "summary has $key" bash -c '[[ "$0" == *"\"$1\":"* ]]' "$last" "$key"

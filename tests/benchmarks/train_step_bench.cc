@@ -5,7 +5,7 @@
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
-//                    [--inference 1]
+//                    [--inference 1] [--search_seconds S]
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
@@ -17,6 +17,8 @@
 // --inference 1 times the forward pass of an inference network instead of training steps.
 // On a GPU with NVML, joules_per_image is the board's energy over the timed steps per image.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
+// plan_s is Network::Plan's time; convs_cached/measured/untimed say how its convolution plans
+// were made (the plan cache: TOPIARY_PLAN_CACHE, default ~/.cache/topiary/conv_plans.tsv).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -79,6 +81,7 @@ struct Flags {
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
+  double search_seconds = PlanOptions{}.search_seconds;
 };
 
 // Per layer type and pass: milliseconds per step, synchronizing after every layer (so the
@@ -148,8 +151,10 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
                       : f.precision == "tf32" ? kernels::Precision::kTf32
                                               : kernels::Precision::kFp32;
   options.deterministic = f.deterministic;
+  options.search_seconds = f.search_seconds;
   auto net = Network::Plan(model->get(), f.batch, !f.inference, options);
   if (!net.ok()) return net.status();
+  const PlanProgress plan = (*net)->plan_progress();
   topiary::v1::OptimizerSpec spec;
   spec.set_lr(0.01f);
   spec.set_momentum(0.9f);
@@ -207,16 +212,16 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"device\":\"%s\",\"precision\":\"%s\",\"graphs\":%s,\"threads\":%d,"
       "\"deterministic\":%s,\"approx\":\"%s\",\"sample\":\"%s\",\"prune\":%.3f,"
       "\"inference\":%s,\"masked_layers\":%d,\"block_sparse_passes\":%d,"
-      "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_"
-      "step\":%.3f,\"planned_"
-      "mb\":%.1f,"
-      "\"device_mb\":%.1f,"
-      "\"loss\":%.4f}\n",
+      "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,"
+      "\"planned_mb\":%.1f,\"activation_mb\":%.1f,\"device_mb\":%.1f,\"plan_s\":%.2f,"
+      "\"convs_cached\":%d,\"convs_measured\":%d,\"convs_untimed\":%d,\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
       sparse_passes, joules_per_image, f.batch * f.steps / s, 1000 * s / f.steps,
-      (*net)->planned_bytes() / 1048576.0, (*dev)->allocated_bytes() / 1048576.0, metrics->loss());
+      (*net)->planned_bytes() / 1048576.0, (*net)->activation_bytes() / 1048576.0,
+      (*dev)->allocated_bytes() / 1048576.0, plan.seconds, plan.convs_cached, plan.convs_measured,
+      plan.convs_untimed, metrics->loss());
   return absl::OkStatus();
 }
 
@@ -257,6 +262,8 @@ int main(int argc, char** argv) {
       f.precision = v;
     else if (k == "--profile")
       f.profile = v != "0";
+    else if (k == "--search_seconds")
+      f.search_seconds = std::stod(v);
     else if (k == "--deterministic")
       f.deterministic = v != "0";
     else {

@@ -1,12 +1,14 @@
 #include "trainer/nn/conv_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/approx_conv.h"
 #include "kernels/sampled_grad.h"
 #include "kernels/status_macros.h"
+#include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
 
 namespace topiary {
@@ -59,6 +61,37 @@ absl::StatusOr<size_t> SampledWorkspace(const ConvOperands& op, Device* device) 
              : kernels::SampledWeightGradWorkspaceBytesCpu(op.shape, op.sampling->top_k);
 }
 
+// The cuDNN plan of a convolution: from the plan cache when it knows the shape on this GPU,
+// else searched (timed while the network's search budget lasts) and added to the cache. A
+// cached choice made untimed is timed while the (shorter) refine budget lasts.
+absl::StatusOr<std::unique_ptr<kernels::ConvCudaPlan>> CachedConvPlan(
+    const ConvOperands& op, const kernels::CudaContext& cuda, const PlanOptions& options) {
+  ConvPlanCache& cache = ConvPlanCache::Global();
+  const std::string key =
+      ConvPlanCache::Key(kernels::ConvDeviceIdentity(cuda), op.shape, options.precision,
+                         options.conv_workspace_limit, options.deterministic);
+  const auto known = cache.Find(key);
+  const auto now = std::chrono::steady_clock::now();
+  kernels::ConvSearch search;
+  search.measure = now < options.search_deadline;
+  bool untimed = false;
+  for (int p = 0; known && p < 3; ++p) untimed = untimed || known->pass[p].ms < 0;
+  const bool refine = untimed && !options.deterministic && now < options.refine_deadline;
+  if (known && !refine) search.known = &*known;
+  auto plan =
+      kernels::ConvCudaPlan::Create(op.shape, options.precision, options.conv_workspace_limit,
+                                    options.deterministic, cuda, search);
+  if (!plan.ok()) return plan.status();
+  const kernels::ConvPlanSource source = (*plan)->source();
+  if (source != kernels::ConvPlanSource::kKnown) cache.Store(key, (*plan)->algos());
+  if (options.stats != nullptr) {
+    ++(source == kernels::ConvPlanSource::kKnown      ? options.stats->convs_cached
+       : source == kernels::ConvPlanSource::kMeasured ? options.stats->convs_measured
+                                                      : options.stats->convs_untimed);
+  }
+  return plan;
+}
+
 // The exact convolution's resources: the CPU workspace, or the cuDNN plan and its workspace,
 // with room for a sampled weight gradient.
 absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* device,
@@ -71,9 +104,7 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
         std::max(kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float), *sampled);
     return r;
   }
-  auto plan =
-      kernels::ConvCudaPlan::Create(op.shape, options.precision, options.conv_workspace_limit,
-                                    options.deterministic, *device->cuda());
+  auto plan = CachedConvPlan(op, *device->cuda(), options);
   if (!plan.ok()) return Named(op.layer, plan.status());
   if (options.precision == kernels::Precision::kBf16) {
     TOPIARY_RETURN_IF_ERROR(AddBf16Copies(op.kernel, device));

@@ -8,6 +8,8 @@
 #ifndef TOPIARY_TRAINER_NN_LAYER_H_
 #define TOPIARY_TRAINER_NN_LAYER_H_
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +53,16 @@ class LayerState {
 // faster (auto), always (on), never (off). TOPIARY_SPARSE_CONV=on|off overrides it.
 enum class BlockSparseMode { kAuto, kOn, kOff };
 
+// How a network's planning went, so far: layers planned, and how each convolution's
+// algorithms were chosen (trainer/nn/plan_cache.h).
+struct PlanProgress {
+  int layers_done = 0, layers_total = 0;
+  int convs_cached = 0;    // made from the plan cache (on disk, or planned before in-process)
+  int convs_measured = 0;  // searched and timed now
+  int convs_untimed = 0;   // the heuristics' first choice: deterministic, or the budget spent
+  double seconds = 0;
+};
+
 // How a network is planned.
 struct PlanOptions {
   // fp32, tf32 (convolutions may use TF32 tensor cores) or bf16 (bf16 activations and weight
@@ -59,6 +71,23 @@ struct PlanOptions {
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
   bool deterministic = false;                // only algorithms that give the same bits on every run
   BlockSparseMode block_sparse = BlockSparseMode::kAuto;
+  // Seconds Network::Plan may spend timing convolution algorithms that the plan cache does not
+  // know; once spent, the rest take cuDNN's heuristic choice untimed (and are timed by a later
+  // plan, which finds them marked so in the cache).
+  double search_seconds = 15;
+  // Seconds a plan may spend timing convolutions the cache knows only untimed, so each start
+  // refines a few of them and a start with a warm cache stays fast.
+  double refine_seconds = 2;
+  // Called after each layer is planned (on the planning thread).
+  std::function<void(const PlanProgress&)> progress;
+
+  // Set by Network::Plan for its layers: when the search budget ends, and where the layers
+  // count their convolutions.
+  std::chrono::steady_clock::time_point search_deadline =
+      std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point refine_deadline =
+      std::chrono::steady_clock::time_point::max();
+  PlanProgress* stats = nullptr;
 };
 
 // What a layer needs in a network planned for a batch size.
@@ -141,6 +170,15 @@ class Layer {
   virtual absl::Status Forward(const LayerIo& io, bool training) = 0;
   // REQUIRES: the Forward of the same batch ran with training = true.
   virtual absl::Status Backward(const LayerIo& io) = 0;
+
+  // Which values of the forward pass Backward reads (besides dy) on a GPU or the CPU: a
+  // network reuses the memory of a value no backward pass reads once the forward pass is
+  // past its last reader. The default, everything, is always safe.
+  struct BackwardReads {
+    bool inputs = true;
+    bool output = true;
+  };
+  virtual BackwardReads backward_reads(bool gpu) const { return {}; }
 
   std::vector<Parameter*> parameters() {
     std::vector<Parameter*> out;

@@ -35,6 +35,7 @@ class Conv2d : public Layer {
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {true, false}; }  // x for dW
 
   Parameter* kernel() const { return kernel_; }
   kernels::ConvShape ShapeFor(int batch) const;
@@ -83,6 +84,8 @@ class BatchNorm2d : public Layer {
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  // x, and y for the ReLU mask when fused.
+  BackwardReads backward_reads(bool) const override { return {true, relu_}; }
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;
@@ -103,6 +106,7 @@ class Linear : public Layer {
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {true, false}; }
 
  private:
   int in_ = 0, out_ = 0;
@@ -124,6 +128,10 @@ class Pool2d : public Layer {
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  // On a GPU max pooling keeps the argmax of each window in its scratch.
+  BackwardReads backward_reads(bool gpu) const override {
+    return kind_ == Kind::kMax && !gpu ? BackwardReads{true, true} : BackwardReads{false, false};
+  }
 
  private:
   kernels::PoolShape ShapeFor(int batch) const;
@@ -140,6 +148,7 @@ class GlobalAvgPool : public Layer {
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {false, false}; }
 
  private:
   Shape4 in_;
@@ -152,6 +161,7 @@ class Relu : public Layer {
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {false, true}; }
 
  private:
   Shape4 in_;
@@ -165,6 +175,7 @@ class Add : public Layer {
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {false, relu_}; }
 
  private:
   bool relu_;
@@ -179,6 +190,7 @@ class Flatten : public Layer {
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {false, false}; }
 
  private:
   Shape4 in_;

@@ -1,11 +1,14 @@
 #include "trainer/nn/model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
 #include "kernels/status_macros.h"
+#include "trainer/nn/memory_plan.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 
@@ -81,11 +84,23 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, 
                                                        const PlanOptions& options) {
   if (model->output() < 0) return absl::FailedPreconditionError("model not finished");
   std::unique_ptr<Network> net(new Network(model, batch, training));
-  if (auto st = net->Allocate(options); !st.ok()) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanOptions layer_options = options;
+  layer_options.stats = &net->plan_progress_;
+  auto after = [&](double seconds) {
+    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(std::clamp(seconds, 0.0, 1e6)));
+  };
+  layer_options.search_deadline = after(options.search_seconds);
+  layer_options.refine_deadline = after(options.refine_seconds);
+  net->plan_start_ = start;
+  if (auto st = net->Allocate(layer_options); !st.ok()) {
     return absl::Status(st.code(),
                         absl::StrFormat("planning %s for batch %d on %s: %s", model->arch(), batch,
                                         model->device()->name(), st.message()));
   }
+  net->plan_progress_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return net;
 }
 
@@ -103,100 +118,100 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     planned_bytes_ += count * sizeof(float);
     return Buffer<float>::Create(dev, count);
   };
-  // One activation (or activation gradient) of value v for the whole batch.
+  // Activations and gradients share one arena, each buffer alive from the step that writes it
+  // through the last step that reads it (memory_plan.h). Step j is node j's forward pass, step
+  // N the loss, step 2N - j node j's backward pass; the input is written before step 0. A value
+  // that no backward pass reads (Layer::backward_reads) is dead after its last forward reader,
+  // and an inference network keeps nothing past the forward pass.
+  const int n = num_nodes;
+  const bool gpu = dev->cuda() != nullptr;
   const size_t elem = kernels::SizeOf(dtype_);
-  auto activation = [&](int v) -> absl::StatusOr<Buffer<char>> {
-    const size_t bytes = shapes[v].per_image() * batch_ * elem;
-    planned_bytes_ += bytes;
-    auto b = Buffer<char>::Create(dev, bytes);
-    if (!b.ok()) {
-      return absl::Status(b.status().code(),
-                          absl::StrFormat("[%d, %d, %d, %d]: %s", batch_, shapes[v].h, shapes[v].w,
-                                          shapes[v].c, b.status().message()));
-    }
-    return b;
-  };
-
-  values_.resize(shapes.size());
-  for (size_t v = 0; v < shapes.size(); ++v) {
-    auto data = activation(static_cast<int>(v));
-    if (!data.ok()) return data.status();
-    values_[v].data = std::move(*data);
+  const int num_values = static_cast<int>(shapes.size());
+  auto bytes_of = [&](int v) { return shapes[v].per_image() * batch_ * elem; };
+  std::vector<int> producer(num_values, -1);
+  for (int j = 0; j < n; ++j) producer[nodes[j].output] = j;
+  std::vector<Lifetime> lifetimes;
+  for (int v = 0; v < num_values; ++v) {
+    lifetimes.push_back({bytes_of(v), producer[v], producer[v]});  // the input: -1
   }
-  input_ = reinterpret_cast<float*>(values_[0].data.data());
+  auto extend = [&](int v, int step) { lifetimes[v].last = std::max(lifetimes[v].last, step); };
+  extend(model_->output(), n);  // the loss reads the logits
+  for (int j = 0; j < n; ++j) {
+    const Layer::BackwardReads reads = nodes[j].layer->backward_reads(gpu);
+    for (int v : nodes[j].inputs) {
+      extend(v, j);
+      if (training_ && reads.inputs) extend(v, 2 * n - j);
+    }
+    if (training_ && reads.output) extend(nodes[j].output, 2 * n - j);
+  }
+  // Gradients, in backward order (last node first). A value read by several nodes gets one
+  // gradient buffer per reader: the first reader in forward order (the last to run backward)
+  // owns the sum, the others' buffers are added into it before the producer's backward pass
+  // (the role of Caffe's Split layer, without a layer). All live until that pass.
+  struct GradUse {
+    int value, node, input;  // node -1: the loss, writing the logits' gradient
+  };
+  std::vector<GradUse> grads;
+  if (training_) {
+    const int out = model_->output();
+    grads.push_back({out, -1, 0});
+    lifetimes.push_back({bytes_of(out), n, 2 * n - producer[out]});
+    for (int j = n - 1; j >= 0; --j) {
+      for (size_t k = 0; k < nodes[j].inputs.size(); ++k) {
+        const int v = nodes[j].inputs[k];
+        if (v == 0) continue;  // the network input needs no gradient
+        grads.push_back({v, j, static_cast<int>(k)});
+        lifetimes.push_back({bytes_of(v), 2 * n - j, 2 * n - producer[v]});
+      }
+    }
+  }
+  const ArenaPlan plan = PackLifetimes(lifetimes);
+  auto arena = Buffer<char>::Create(dev, plan.bytes);
+  if (!arena.ok()) {
+    return absl::Status(arena.status().code(),
+                        absl::StrFormat("activations and gradients (%s): %s",
+                                        HumanBytes(plan.bytes), arena.status().message()));
+  }
+  arena_ = std::move(*arena);
+  planned_bytes_ += plan.bytes;
+  values_.resize(shapes.size());
+  for (int v = 0; v < num_values; ++v) values_[v].data = arena_.data() + plan.offsets[v];
+  input_ = reinterpret_cast<float*>(values_[0].data);
   if (dtype_ == kernels::DType::kBf16) {
     auto in = floats(shapes[0].per_image() * batch_);
     if (!in.ok()) return in.status();
     input_f32_ = std::move(*in);
     input_ = input_f32_.data();
   }
-
-  // Gradients live in the backward pass from the step that writes them (the consumer's
-  // backward; the loss, for the logits) through the step that reads them (the producer's
-  // backward). Step t runs node N-1-t; the loss is step -1. A buffer is reused by a later
-  // gradient of the same size once its last reader has run (strictly before: a layer reads
-  // dy and writes dx in the same step, so those must differ).
-  std::vector<int> producer(shapes.size(), -1);
-  for (int j = 0; j < num_nodes; ++j) producer[nodes[j].output] = j;
-  struct Slot {
-    size_t count;
-    int busy_until;
-    void* data;
-  };
-  std::vector<Slot> slots;
-  auto grad_buffer = [&](int v, int write_step) -> absl::StatusOr<void*> {
-    const size_t count = shapes[v].per_image() * batch_;
-    const int read_step = num_nodes - 1 - producer[v];
-    for (Slot& s : slots) {
-      if (s.count == count && s.busy_until < write_step) {
-        s.busy_until = read_step;
-        return s.data;
-      }
-    }
-    auto t = activation(v);
-    if (!t.ok()) return t.status();
-    grad_pool_.push_back(std::move(*t));
-    slots.push_back({count, read_step, grad_pool_.back().data()});
-    return slots.back().data;
-  };
-
   io_.resize(nodes.size());
-  if (training_) {
-    auto g = grad_buffer(model_->output(), -1);
-    if (!g.ok()) return g.status();
-    values_[model_->output()].grad = *g;
-  }
-  // Wire the inputs; gradients in backward order (last node first) so buffers recycle.
-  std::vector<int> consumers(shapes.size(), 0);
-  for (int j = 0; j < num_nodes; ++j) {
-    for (int v : nodes[j].inputs) ++consumers[v];
-  }
-  for (int j = 0; j < num_nodes; ++j) {
+  for (int j = 0; j < n; ++j) {
     LayerIo& io = io_[j];
     io.x.clear();
-    for (int v : nodes[j].inputs) io.x.push_back(values_[v].data.data());
+    for (int v : nodes[j].inputs) io.x.push_back(values_[v].data);
     io.dx.assign(nodes[j].inputs.size(), nullptr);
   }
-  for (int j = num_nodes - 1; j >= 0 && training_; --j) {
-    const int step = num_nodes - 1 - j;
-    for (size_t k = 0; k < nodes[j].inputs.size(); ++k) {
-      const int v = nodes[j].inputs[k];
-      if (v == 0) continue;  // the network input needs no gradient
-      auto g = grad_buffer(v, step);
-      if (!g.ok()) return g.status();
-      // The first consumer in forward order (the last to run backward) owns the summed
-      // gradient; the others write extra buffers that are added into it.
-      Value& val = values_[v];
-      if (--consumers[v] == 0) {
-        val.grad = *g;
-      } else {
-        val.extra_grads.push_back(*g);
-      }
-      io_[j].dx[k] = *g;
+  std::vector<int> consumers(shapes.size(), 0);
+  for (int j = 0; j < n; ++j) {
+    for (int v : nodes[j].inputs) ++consumers[v];
+  }
+  for (size_t g = 0; g < grads.size(); ++g) {
+    void* buffer = arena_.data() + plan.offsets[num_values + g];
+    const GradUse& use = grads[g];
+    Value& val = values_[use.value];
+    if (use.node < 0) {
+      val.grad = buffer;
+      continue;
     }
+    if (--consumers[use.value] == 0) {
+      val.grad = buffer;
+    } else {
+      val.extra_grads.push_back(buffer);
+    }
+    io_[use.node].dx[use.input] = buffer;
   }
 
   size_t workspace_bytes = 0;
+  plan_progress_.layers_total = num_nodes;
   scratch_.resize(nodes.size());
   states_.resize(nodes.size());
   for (int j = 0; j < num_nodes; ++j) {
@@ -204,10 +219,16 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     io.batch = batch_;
     io.cuda = dev->cuda();
     io.dtype = dtype_;
-    io.y = values_[nodes[j].output].data.data();
+    io.y = values_[nodes[j].output].data;
     io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
     auto res = nodes[j].layer->Prepare(batch_, dev, options);
     if (!res.ok()) return res.status();
+    plan_progress_.layers_done = j + 1;
+    if (options.progress) {
+      plan_progress_.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start_).count();
+      options.progress(plan_progress_);
+    }
     auto scratch = floats(res->scratch_floats);
     if (!scratch.ok()) return scratch.status();
     scratch_[j] = std::move(*scratch);
@@ -261,7 +282,7 @@ absl::Status Network::PlanBf16Casts() {
   return upload(grads, &grad_casts_);
 }
 
-absl::Status Network::Forward(bool training) {
+absl::Status Network::Forward(bool training, int count_input_zeros) {
   const auto& nodes = model_->nodes();
   if (dtype_ == kernels::DType::kBf16) {
     // The masters may have changed since the last pass (an update, a load, a new mask).
@@ -269,12 +290,16 @@ absl::Status Network::Forward(bool training) {
     TOPIARY_RETURN_IF_ERROR(
         kernels::CastCuda(kernels::DType::kF32, kernels::DType::kBf16,
                           static_cast<int64_t>(model_->input_shape().per_image()) * batch_,
-                          input_f32_.data(), values_[0].data.data(), cuda));
+                          input_f32_.data(), values_[0].data, cuda));
     TOPIARY_RETURN_IF_ERROR(kernels::CastManyCuda(kernels::DType::kF32, kernels::DType::kBf16,
                                                   weight_casts_.data(),
                                                   static_cast<int>(weight_casts_.size()), cuda));
   }
   for (size_t j = 0; j < nodes.size(); ++j) {
+    // Counted before the layer runs: the input's memory may be reused once it has.
+    if (count_input_zeros > 0 && nodes[j].layer->kind() == LayerKind::kConv2d) {
+      TOPIARY_RETURN_IF_ERROR(CountInputZeros(j, count_input_zeros));
+    }
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
   }
@@ -292,14 +317,14 @@ absl::Status Network::Loss(float label_smoothing, int count) {
   void* dlogits = training_ ? out.grad : nullptr;
   if (const kernels::CudaContext* cuda = model_->device()->cuda()) {
     TOPIARY_RETURN_IF_ERROR(kernels::SoftmaxCrossEntropyCuda(
-        dtype_, batch_, classes, out.data.data(), labels_.data(), label_smoothing, dlogits,
+        dtype_, batch_, classes, out.data, labels_.data(), label_smoothing, dlogits,
         sample_loss_.data(), rank_.data(), *cuda));
     return kernels::AccumulateMetricsCuda(count, sample_loss_.data(), rank_.data(), k,
                                           metrics_.data(), *cuda);
   }
   // One pass gives the loss of the first `count` rows and, on a training network (where
   // count is the whole batch), the gradient of their mean.
-  const float* logits = reinterpret_cast<const float*>(out.data.data());
+  const float* logits = static_cast<const float*>(out.data);
   host_metrics_.loss_sum +=
       count * kernels::SoftmaxCrossEntropyCpu(count, classes, logits, labels_.data(),
                                               label_smoothing, static_cast<float*>(dlogits));
@@ -355,7 +380,7 @@ std::vector<std::pair<std::string, SparseConvChoice>> Network::SparseConvChoices
   return out;
 }
 
-absl::Status Network::CountConvInputZeros(int images) {
+absl::Status Network::CountInputZeros(size_t j, int images) {
   const auto& nodes = model_->nodes();
   const kernels::CudaContext* cuda = model_->device()->cuda();
   if (input_elements_.empty()) {
@@ -369,18 +394,13 @@ absl::Status Network::CountConvInputZeros(int images) {
       input_zeros_.CopyFromHost(zeros.data());
     }
   }
-  for (size_t j = 0; j < nodes.size(); ++j) {
-    if (nodes[j].layer->kind() != LayerKind::kConv2d) continue;
-    const int64_t n =
-        static_cast<int64_t>(model_->value_shapes()[nodes[j].inputs[0]].per_image()) * images;
-    input_elements_[j] += n;
-    if (cuda != nullptr) {
-      TOPIARY_RETURN_IF_ERROR(
-          kernels::CountZerosCuda(dtype_, n, io_[j].x[0], input_zeros_.data() + j, *cuda));
-    } else {
-      input_zeros_host_[j] += kernels::CountZerosCpu(n, io_[j].xf(0));
-    }
+  const int64_t n = static_cast<int64_t>(model_->value_shapes()[nodes[j].inputs[0]].per_image()) *
+                    std::min(images, batch_);
+  input_elements_[j] += n;
+  if (cuda != nullptr) {
+    return kernels::CountZerosCuda(dtype_, n, io_[j].x[0], input_zeros_.data() + j, *cuda);
   }
+  input_zeros_host_[j] += kernels::CountZerosCpu(n, io_[j].xf(0));
   return absl::OkStatus();
 }
 

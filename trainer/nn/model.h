@@ -3,6 +3,7 @@
 #ifndef TOPIARY_TRAINER_NN_MODEL_H_
 #define TOPIARY_TRAINER_NN_MODEL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,7 +89,10 @@ class Network {
   float* input() const { return input_; }
   int32_t* labels() const { return labels_.data(); }
 
-  absl::Status Forward(bool training);
+  // count_input_zeros > 0 also counts, for every convolution, the exact zeros among the first
+  // count_input_zeros images of its input (activation sparsity, the zeros that input-sparse
+  // kernels such as cuSNN's exploit); TakeConvInputZeros reads the counts.
+  absl::Status Forward(bool training, int count_input_zeros = 0);
   // Softmax cross-entropy of the logits against labels(). A training network also writes its
   // gradient (mean over the batch), which Backward propagates into every parameter's grad.
   // The loss and top-1/top-5 hits of the first `count` images (default: all; a training
@@ -99,10 +103,6 @@ class Network {
   // The metrics accumulated since the last call, then reset. Waits for the device.
   absl::StatusOr<Metrics> TakeMetrics();
 
-  // Activation sparsity, the zeros that input-sparse kernels (cuSNN's) exploit: adds, for
-  // every convolution, the exact zeros among the first `images` images of its input (as the
-  // last Forward left it) to running counts.
-  absl::Status CountConvInputZeros(int images);
   // Per convolution, in model order: (layer name, zero fraction of the inputs counted since
   // the last call); then resets the counts. Waits for the device.
   absl::StatusOr<std::vector<std::pair<std::string, double>>> TakeConvInputZeros();
@@ -114,6 +114,10 @@ class Network {
 
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }
+  // The part of it that holds activations and their gradients.
+  size_t activation_bytes() const { return arena_.size(); }
+  // How planning went: layers, how convolution algorithms were chosen, seconds.
+  const PlanProgress& plan_progress() const { return plan_progress_; }
 
   // For profiling: called after each layer's forward (backward = false) and backward pass
   // with the layer's index in model().nodes(). Not for use while capturing a CUDA graph.
@@ -122,8 +126,8 @@ class Network {
 
  private:
   struct Value {
-    Buffer<char> data;     // [batch, H, W, C] elements of dtype_
-    void* grad = nullptr;  // same size, from grad_pool_; training networks only
+    void* data = nullptr;  // [batch, H, W, C] elements of dtype_, in arena_
+    void* grad = nullptr;  // same size, in arena_; training networks only
     // Gradients from the second, third... consumer of a value; summed into grad before the
     // producer's backward (the role of Caffe's Split layer, without a layer).
     std::vector<void*> extra_grads;
@@ -134,6 +138,8 @@ class Network {
   // bf16 networks: the fp32 input and the weight copies, cast for the forward pass; the
   // weight gradients, widened for the optimizer.
   absl::Status PlanBf16Casts();
+  // Adds the zeros among the first `images` images of node j's input to the counts.
+  absl::Status CountInputZeros(size_t j, int images);
 
   Model* model_;
   int batch_;
@@ -144,9 +150,8 @@ class Network {
   Buffer<float> input_f32_;  // bf16 networks: the batch as written, before the cast
   // bf16 networks: device tables of the weight casts (and, training, the gradient widenings).
   Buffer<kernels::CastItem> weight_casts_, grad_casts_;
-  // Gradient buffers, shared by gradients whose lifetimes in the backward pass do not
-  // overlap (see Allocate): activations must all be kept, gradients need not.
-  std::vector<Buffer<char>> grad_pool_;
+  // Every activation and gradient, placed by lifetime (see Allocate).
+  Buffer<char> arena_;
   std::vector<Buffer<float>> scratch_;               // per node
   std::vector<std::unique_ptr<LayerState>> states_;  // per node
   Buffer<float> workspace_;                          // shared by all nodes
@@ -162,6 +167,8 @@ class Network {
   std::vector<int64_t> input_zeros_host_, input_elements_;
   LayerHook hook_;
   size_t planned_bytes_ = 0;
+  PlanProgress plan_progress_;
+  std::chrono::steady_clock::time_point plan_start_;
 };
 
 }  // namespace topiary

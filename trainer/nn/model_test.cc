@@ -190,5 +190,26 @@ TEST(Network, PlannedMemoryIsAllocatedOnce) {
   EXPECT_GT((*net)->planned_bytes(), 0u);
 }
 
+// Activations no backward pass reads, and gradients past their reader, give their memory
+// back: a training network plans less than one buffer per value and gradient, and an
+// inference network (which keeps nothing past the forward pass) less than a training one.
+TEST(Network, PlannedMemoryIsReusedByLifetime) {
+  auto dev = MakeCpuDevice(1);
+  for (const char* arch : {"resnet20", "resnet50"}) {
+    auto m = BuildModel(arch, 0.5f, {1, 32, 32, 3}, 10, dev.get());
+    ASSERT_TRUE(m.ok());
+    size_t every_value = 0;
+    for (const Shape4& s : (*m)->value_shapes()) every_value += s.per_image() * 16 * sizeof(float);
+    auto train = Network::Plan(m->get(), 16, true);
+    auto infer = Network::Plan(m->get(), 16, false);
+    ASSERT_TRUE(train.ok() && infer.ok());
+    std::printf("%s batch 16: every value %zu bytes, training arena %zu, inference arena %zu\n",
+                arch, every_value, (*train)->activation_bytes(), (*infer)->activation_bytes());
+    // Before lifetimes, the values alone took every_value, their gradients more.
+    EXPECT_LT((*train)->activation_bytes(), every_value) << arch;
+    EXPECT_LT((*infer)->activation_bytes(), every_value / 3) << arch;
+  }
+}
+
 }  // namespace
 }  // namespace topiary

@@ -48,6 +48,10 @@ std::string EventToJsonLine(const topiary::v1::Event& event) {
       body = &event.state();
       kind = "state";
       break;
+    case topiary::v1::Event::kPlanning:
+      body = &event.planning();
+      kind = "planning";
+      break;
     default:
       break;
   }

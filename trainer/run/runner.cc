@@ -18,6 +18,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/nn/plan_cache.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/device_batches.h"
@@ -107,6 +108,8 @@ class ExperimentRun {
   absl::Status Round(bool prune, Pruner* pruner = nullptr);
   std::vector<float> LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
                              int epochs) const;
+  // Plans a network for `batch`, sending Planning events as it goes and when it is done.
+  absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(int batch, bool training);
 
   // Stops the run at the current step when the control asks: pause writes pause.h5 there.
   // Returns an error (ABORTED) that unwinds Execute when it stops.
@@ -202,15 +205,6 @@ absl::Status ExperimentRun::Setup() {
     sampling_applied_ = std::move(*applied);
     sampling_.emplace(spec_.gradient_sampling(), spec_.seed());
   }
-  PlanOptions plan_options;
-  plan_options.precision = PrecisionOf(spec_.train().precision());
-  plan_options.deterministic = spec_.device().deterministic();
-  auto train_net = Network::Plan(model_.get(), batch_, true, plan_options);
-  if (!train_net.ok()) return train_net.status();
-  train_net_ = std::move(*train_net);
-  auto eval_net = Network::Plan(model_.get(), spec_.data().eval_batch_size(), false, plan_options);
-  if (!eval_net.ok()) return eval_net.status();
-  eval_net_ = std::move(*eval_net);
 
   const Normalization norm =
       ComputeNormalization(data_->train, data_->max_value, spec_.data().normalize());
@@ -276,7 +270,53 @@ absl::Status ExperimentRun::Setup() {
                : !spec_.init_from_checkpoint().empty() ? "from checkpoint"
                                                        : "dense");
   sink_.Emit(e);
+  // Planned after the started event, so a client sees the run begin and then its planning.
+  auto train_net = PlanWithEvents(batch_, true);
+  if (!train_net.ok()) return train_net.status();
+  train_net_ = std::move(*train_net);
+  auto eval_net = PlanWithEvents(spec_.data().eval_batch_size(), false);
+  if (!eval_net.ok()) return eval_net.status();
+  eval_net_ = std::move(*eval_net);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Network>> ExperimentRun::PlanWithEvents(int batch, bool training) {
+  const std::string name =
+      absl::StrFormat("%s, batch %d", training ? "training" : "evaluation", batch);
+  Clock::time_point last = Clock::now();
+  auto fill = [&](const PlanProgress& p, topiary::v1::Planning* out) {
+    out->set_network(name);
+    out->set_layers_done(p.layers_done);
+    out->set_layers_total(p.layers_total);
+    out->set_convolutions_cached(p.convs_cached);
+    out->set_convolutions_measured(p.convs_measured);
+    out->set_convolutions_untimed(p.convs_untimed);
+    out->set_seconds(p.seconds);
+  };
+  PlanOptions options;
+  options.precision = PrecisionOf(spec_.train().precision());
+  options.deterministic = spec_.device().deterministic();
+  options.progress = [&](const PlanProgress& p) {
+    if (Seconds(last) < sink_.progress_interval_s()) return;
+    last = Clock::now();
+    Event e = sink_.New();
+    fill(p, e.mutable_planning());
+    sink_.Emit(e);
+  };
+  auto net = Network::Plan(model_.get(), batch, training, options);
+  if (!net.ok()) return net.status();
+  Event e = sink_.New();
+  auto* done = e.mutable_planning();
+  fill((*net)->plan_progress(), done);
+  done->set_done(true);
+  done->set_planned_bytes(static_cast<int64_t>((*net)->planned_bytes()));
+  if (training && device_->cuda() != nullptr) {
+    const ConvPlanCache& cache = ConvPlanCache::Global();
+    for (const std::string& f : cache.files()) done->add_cache_files(f);
+    for (const std::string& n : cache.notes()) done->add_cache_notes(n);
+  }
+  sink_.Emit(e);
+  return net;
 }
 
 std::vector<float> ExperimentRun::LrTable(const topiary::v1::LrSchedule& schedule, double base_lr,
@@ -728,9 +768,8 @@ absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int
     // its own, so they cannot affect the real ones, and they are not counted.
     TOPIARY_RETURN_IF_ERROR(
         data.Assemble(nullptr, 0, first, count, false, net.input(), net.labels()));
-    TOPIARY_RETURN_IF_ERROR(net.Forward(false));
+    TOPIARY_RETURN_IF_ERROR(net.Forward(false, /*count_input_zeros=*/count));
     TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f, count));
-    TOPIARY_RETURN_IF_ERROR(net.CountConvInputZeros(count));
   }
   auto m = net.TakeMetrics();
   if (!m.ok()) return m.status();
