@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/conv_onednn.h"
 #include "kernels/parallel.h"
 #include "kernels/test_util.h"
 
@@ -97,6 +100,31 @@ TEST_P(ConvTest, MatchesFloat64Reference) {
     std::vector<double> ref_db(sh.k, 0.0);
     for (size_t i = 0; i < ny; ++i) ref_db[i % sh.k] += g[i];
     EXPECT_LT(RelError(db, ref_db), 1e-5);
+
+    // oneDNN's primitives (the CPU engine's default) against the same references.
+    if (!ConvOneDnnPlan::Enabled()) {
+      std::printf("oneDNN: not in this build (or TOPIARY_CPU_CONV=reference), not checked\n");
+      continue;
+    }
+    auto plan = ConvOneDnnPlan::Create(sh);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::fill(y.begin(), y.end(), 123.0f);
+    std::fill(dx.begin(), dx.end(), 123.0f);
+    std::fill(dw.begin(), dw.end(), 123.0f);
+    std::fill(db.begin(), db.end(), 123.0f);
+    ASSERT_TRUE((*plan)->Forward(x.data(), w.data(), b.data(), y.data()).ok());
+    ASSERT_TRUE((*plan)->BackwardData(g.data(), w.data(), dx.data()).ok());
+    ASSERT_TRUE((*plan)->BackwardFilter(x.data(), g.data(), dw.data(), db.data()).ok());
+    EXPECT_LT(RelError(y, ref_y), 1e-5) << (*plan)->implementations();
+    EXPECT_LT(RelError(dx, ref_dx), 1e-5) << (*plan)->implementations();
+    EXPECT_LT(RelError(dw, ref_dw), 1e-5) << (*plan)->implementations();
+    EXPECT_LT(RelError(db, ref_db), 1e-5);
+    // Without bias: the forward adds nothing, and the filter gradient is the same.
+    ASSERT_TRUE((*plan)->Forward(x.data(), w.data(), nullptr, y.data()).ok());
+    for (size_t i = 0; i < ny; ++i) ref_y[i] -= b[i % sh.k];
+    EXPECT_LT(RelError(y, ref_y), 1e-5);
+    ASSERT_TRUE((*plan)->BackwardFilter(x.data(), g.data(), dw.data(), nullptr).ok());
+    EXPECT_LT(RelError(dw, ref_dw), 1e-5);
   }
 }
 
@@ -110,6 +138,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MakeConv(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
                       MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
                       MakeConv(2, 3, 3, 2, 3, 1, 1, 1, 1),     // padded 1x1: pad > R-1
+                      MakeConv(2, 6, 6, 4, 3, 1, 1, 2, 0),     // stride 2 skips the last row
+                      MakeConv(1, 8, 8, 16, 32, 3, 3, 2, 1),   // resnet downsampling
                       MakeConv(300, 3, 3, 2, 3, 3, 3, 1, 1)),  // many chunks
     [](const ::testing::TestParamInfo<ConvShape>& info) {
       const ConvShape& s = info.param;

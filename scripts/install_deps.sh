@@ -8,6 +8,7 @@ PACKAGES=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libhdf5-dev libgtest-dev libopenblas-dev zlib1g-dev
+  libdnnl-dev               # oneDNN: CPU convolutions (kernels/conv_onednn.h)
   libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
   python3                   # tests/cli_test.sh checks `topiary inspect --json` with it

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/approx_conv.h"
+#include "kernels/conv_onednn.h"
 #include "kernels/sampled_grad.h"
 #include "kernels/status_macros.h"
 #include "trainer/nn/plan_cache.h"
@@ -19,6 +22,8 @@ namespace {
 // mask; see sparse_dispatch.h).
 struct ConvState : LayerState {
   std::unique_ptr<kernels::ConvCudaPlan> plan;
+  // On the CPU: oneDNN's primitives, when this build has them (else the reference kernels).
+  std::unique_ptr<kernels::ConvOneDnnPlan> cpu;
   std::unique_ptr<SparseConvDispatch> sparse;
   const SparseConvChoice* sparse_choice() const override {
     return sparse != nullptr && sparse->choice().dense_ms[0] >= 0 ? &sparse->choice() : nullptr;
@@ -27,6 +32,10 @@ struct ConvState : LayerState {
 
 const kernels::ConvCudaPlan& Plan(const LayerIo& io) {
   return *static_cast<const ConvState*>(io.state)->plan;
+}
+
+kernels::ConvOneDnnPlan* CpuPlan(const LayerIo& io) {
+  return io.state != nullptr ? static_cast<const ConvState*>(io.state)->cpu.get() : nullptr;
 }
 
 SparseConvDispatch* Sparse(const LayerIo& io) {
@@ -102,6 +111,16 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
   if (device->cuda() == nullptr) {
     r.workspace_bytes =
         std::max(kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float), *sampled);
+    if (kernels::ConvOneDnnPlan::Enabled()) {
+      auto cpu = kernels::ConvOneDnnPlan::Create(op.shape);
+      if (cpu.ok()) {
+        auto state = std::make_unique<ConvState>();
+        state->cpu = std::move(*cpu);
+        r.state = std::move(state);
+      } else if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {  // the reference runs it
+        std::fprintf(stderr, "%s: %s\n", op.layer.c_str(), cpu.status().ToString().c_str());
+      }
+    }
     return r;
   }
   auto plan = CachedConvPlan(op, *device->cuda(), options);
@@ -157,14 +176,20 @@ absl::Status BackwardExact(const ConvOperands& op, const LayerIo& io, const void
         Sparse(io), SparsePass::kBackwardData, op, io, io.dy, w, io.dx[0], nullptr, nullptr,
         [&] { return Plan(io).BackwardData(io.dy, w, io.dx[0], io.workspace, *io.cuda); });
   }
+  const auto* xf = static_cast<const float*>(x);
+  const auto* wf = static_cast<const float*>(w);
+  if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {
+    if (!sample) {
+      TOPIARY_RETURN_IF_ERROR(cpu->BackwardFilter(xf, io.dyf(), op.kernel->grad.data(), dbias));
+    }
+    if (io.dx[0] == nullptr) return absl::OkStatus();
+    return cpu->BackwardData(io.dyf(), wf, io.dxf(0));
+  }
   float* ws = static_cast<float*>(io.workspace);
   if (!sample) {
-    kernels::Conv2dBackwardFilterCpu(op.shape, static_cast<const float*>(x), io.dyf(),
-                                     op.kernel->grad.data(), dbias, ws);
+    kernels::Conv2dBackwardFilterCpu(op.shape, xf, io.dyf(), op.kernel->grad.data(), dbias, ws);
   }
-  if (io.dx[0] != nullptr) {
-    kernels::Conv2dBackwardDataCpu(op.shape, io.dyf(), static_cast<const float*>(w), io.dxf(0), ws);
-  }
+  if (io.dx[0] != nullptr) kernels::Conv2dBackwardDataCpu(op.shape, io.dyf(), wf, io.dxf(0), ws);
   return absl::OkStatus();
 }
 
@@ -182,6 +207,9 @@ class ExactConvEngine : public ConvEngine {
       return Dispatch(
           Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias, nullptr,
           [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); });
+    }
+    if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {
+      return cpu->Forward(io.xf(0), op.kernel->value.data(), bias, io.yf());
     }
     kernels::Conv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias, io.yf(),
                               static_cast<float*>(io.workspace));
