@@ -1,4 +1,5 @@
-// Batch norm on NHWC [M, C]. Statistics: blocks of 32 channels x 8 row lanes walk a slice of
+// Batch norm on NHWC [M, C]. Statistics: blocks of 32 channels x 8 row lanes (or, for C a
+// multiple of a 16-byte vector, 256 threads reading whole rows in vectors) walk a slice of
 // rows each; a thread keeps a running (count, mean, M2) (Welford) or plain sums, the 8 lanes
 // are merged in order in shared memory, and a second kernel merges the slices per channel in
 // order, in double. No atomics: the same input gives the same bits on every run.
@@ -198,6 +199,121 @@ bool VecOk(int c, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// Vector forms of the two reductions, for C a multiple of the vector width (16 bytes) with
+// C / width <= kVecThreads: a thread loads one 16-byte vector of a row (all C channels take
+// `groups` threads, so a warp reads whole rows, however few channels there are), and a
+// block's lanes walk the slice's rows. The scalar kernels above give a warp one channel tile
+// of 32 and leave half of it idle at 16 channels (resnet20's first stage). The lanes are
+// merged in order per channel, so results are as deterministic as the scalar kernels'.
+constexpr int kVecThreads = 256;
+
+template <typename T>
+bool VecReduceOk(int c, std::initializer_list<const void*> ptrs) {
+  return VecOk<T>(c, ptrs) && c / kVec<T> <= kVecThreads;
+}
+
+template <typename T>
+__global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                                 float* __restrict__ out) {
+  constexpr int V = kVec<T>;
+  const int groups = c / V, lanes = kVecThreads / groups;
+  const int g = threadIdx.x % groups, lane = threadIdx.x / groups;
+  int64_t begin, end;
+  RowRange(m, slices, blockIdx.x, &begin, &end);
+  float n = 0.0f, mean[V], m2[V];
+  for (int v = 0; v < V; ++v) mean[v] = m2[v] = 0.0f;
+  if (lane < lanes && begin + lane < end) {
+    float shift[V], s[V], sq[V], d[V];
+    LdVec(x + (begin + lane) * c + g * V, shift);
+    for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
+    int count = 0;
+    for (int64_t r = begin + lane; r < end; r += lanes) {
+      LdVec(x + r * c + g * V, d);
+      for (int v = 0; v < V; ++v) {
+        d[v] -= shift[v];
+        s[v] += d[v];
+        sq[v] += d[v] * d[v];
+      }
+      ++count;
+    }
+    n = static_cast<float>(count);
+    for (int v = 0; v < V; ++v) {
+      const float md = s[v] / n;
+      mean[v] = shift[v] + md;
+      m2[v] = fmaxf(sq[v] - s[v] * md, 0.0f);
+    }
+  }
+  // Per lane and channel: count, mean, M2 (lanes * c <= kVecThreads * V entries each).
+  __shared__ float sn[kVecThreads], smean[kVecThreads * V], sm2[kVecThreads * V];
+  if (lane < lanes) {
+    if (g == 0) sn[lane] = n;
+    for (int v = 0; v < V; ++v) {
+      smean[lane * c + g * V + v] = mean[v];
+      sm2[lane * c + g * V + v] = m2[v];
+    }
+  }
+  __syncthreads();
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float cn = sn[0], cmean = smean[ch], cm2 = sm2[ch];
+    for (int l = 1; l < lanes; ++l)
+      Merge(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = cn;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = cmean;
+    out[2 * plane + static_cast<size_t>(blockIdx.x) * c + ch] = cm2;
+  }
+}
+
+template <bool kRelu, typename T>
+__global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                                  const T* __restrict__ y, const T* __restrict__ dy,
+                                  const float* __restrict__ mean, const float* __restrict__ inv_std,
+                                  float* __restrict__ out) {
+  constexpr int V = kVec<T>;
+  const int groups = c / V, lanes = kVecThreads / groups;
+  const int g = threadIdx.x % groups, lane = threadIdx.x / groups;
+  int64_t begin, end;
+  RowRange(m, slices, blockIdx.x, &begin, &end);
+  float a[V], b[V];
+  for (int v = 0; v < V; ++v) a[v] = b[v] = 0.0f;
+  if (lane < lanes) {
+    float mu[V], is[V], xv[V], gv[V], yv[V];
+    for (int v = 0; v < V; ++v) {
+      mu[v] = mean[g * V + v];
+      is[v] = inv_std[g * V + v];
+    }
+    for (int64_t r = begin + lane; r < end; r += lanes) {
+      const int64_t k = r * c + g * V;
+      LdVec(x + k, xv);
+      LdVec(dy + k, gv);
+      if (kRelu) LdVec(y + k, yv);
+      for (int v = 0; v < V; ++v) {
+        const float gg = (!kRelu || yv[v] > 0.0f) ? gv[v] : 0.0f;
+        a[v] += gg;
+        b[v] += gg * (xv[v] - mu[v]) * is[v];
+      }
+    }
+  }
+  __shared__ float sa[kVecThreads * V], sb[kVecThreads * V];
+  if (lane < lanes) {
+    for (int v = 0; v < V; ++v) {
+      sa[lane * c + g * V + v] = a[v];
+      sb[lane * c + g * V + v] = b[v];
+    }
+  }
+  __syncthreads();
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float ta = 0.0f, tb = 0.0f;
+    for (int l = 0; l < lanes; ++l) {
+      ta += sa[l * c + ch];
+      tb += sb[l * c + ch];
+    }
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = ta;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = tb;
+  }
+}
+
 // Partial sums per (slice, channel): out[2][slices][C] = sum g, sum g * xhat, with g the
 // incoming gradient masked by the fused ReLU's output.
 template <bool kRelu, typename T>
@@ -312,8 +428,12 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
-    MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
-        sh.m, sh.c, slices, xt, part);
+    if (VecReduceOk<T>(sh.c, {x})) {
+      MomentsVecKernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, part);
+    } else {
+      MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
+          sh.m, sh.c, slices, xt, part);
+    }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
     FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
         sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
@@ -365,7 +485,15 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
     const T* xt = static_cast<const T*>(x);
     const T* yt = static_cast<const T*>(y);
     const T* dyt = static_cast<const T*>(dy);
-    if (sh.relu) {
+    if (VecReduceOk<T>(sh.c, {x, y, dy})) {
+      if (sh.relu) {
+        GradSumsVecKernel<true><<<slices, kVecThreads, 0, ctx.stream>>>(
+            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+      } else {
+        GradSumsVecKernel<false><<<slices, kVecThreads, 0, ctx.stream>>>(
+            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+      }
+    } else if (sh.relu) {
       GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
                                                            save_mean, save_inv_std, part);
     } else {

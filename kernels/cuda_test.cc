@@ -237,7 +237,12 @@ TEST_F(CudaKernels, CastsRoundToNearestEven) {
 
 TEST_F(CudaKernels, BatchNormMatchesCpu) {
   for (DType t : kTypes) {
-    for (auto [m, c] : {std::pair<int64_t, int>{7, 3}, {100352, 16}, {12, 2048}, {50, 40}}) {
+    for (auto [m, c] : {std::pair<int64_t, int>{7, 3},
+                        {100352, 16},
+                        {12, 2048},
+                        {50, 40},
+                        {4099, 64},
+                        {1000, 1024}}) {
       for (bool relu : {false, true}) {
         SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu " : " ") +
                      Name(t));
