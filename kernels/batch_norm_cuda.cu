@@ -212,23 +212,42 @@ bool VecReduceOk(int c, std::initializer_list<const void*> ptrs) {
   return VecOk<T>(c, ptrs) && c / kVec<T> <= kVecThreads;
 }
 
+// Where a thread of the vector reductions works: its vector of channels g (of `groups` per
+// row), its row lane (of `lanes`), and its slice's rows [begin, end).
+struct VecRows {
+  int groups, lanes, g, lane;
+  int64_t begin, end;
+  __device__ VecRows(int64_t m, int c, int slices, int width)
+      : groups(c / width),
+        lanes(kVecThreads / groups),
+        g(threadIdx.x % groups),
+        lane(threadIdx.x / groups) {
+    RowRange(m, slices, blockIdx.x, &begin, &end);
+  }
+  __device__ bool active() const { return lane < lanes; }
+};
+
+// Puts a thread's per-channel values in its lane's row of the block's [lanes][C] array.
+template <int V>
+__device__ void StoreLane(const VecRows& w, int c, const float (&v)[V], float* lanes_by_c) {
+  if (!w.active()) return;
+  for (int k = 0; k < V; ++k) lanes_by_c[w.lane * c + w.g * V + k] = v[k];
+}
+
 template <typename T>
 __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
                                  float* __restrict__ out) {
   constexpr int V = kVec<T>;
-  const int groups = c / V, lanes = kVecThreads / groups;
-  const int g = threadIdx.x % groups, lane = threadIdx.x / groups;
-  int64_t begin, end;
-  RowRange(m, slices, blockIdx.x, &begin, &end);
+  const VecRows w(m, c, slices, V);
   float n = 0.0f, mean[V], m2[V];
   for (int v = 0; v < V; ++v) mean[v] = m2[v] = 0.0f;
-  if (lane < lanes && begin + lane < end) {
+  if (w.active() && w.begin + w.lane < w.end) {
     float shift[V], s[V], sq[V], d[V];
-    LdVec(x + (begin + lane) * c + g * V, shift);
+    LdVec(x + (w.begin + w.lane) * c + w.g * V, shift);
     for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
     int count = 0;
-    for (int64_t r = begin + lane; r < end; r += lanes) {
-      LdVec(x + r * c + g * V, d);
+    for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
+      LdVec(x + r * c + w.g * V, d);
       for (int v = 0; v < V; ++v) {
         d[v] -= shift[v];
         s[v] += d[v];
@@ -245,18 +264,14 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
   }
   // Per lane and channel: count, mean, M2 (lanes * c <= kVecThreads * V entries each).
   __shared__ float sn[kVecThreads], smean[kVecThreads * V], sm2[kVecThreads * V];
-  if (lane < lanes) {
-    if (g == 0) sn[lane] = n;
-    for (int v = 0; v < V; ++v) {
-      smean[lane * c + g * V + v] = mean[v];
-      sm2[lane * c + g * V + v] = m2[v];
-    }
-  }
+  if (w.active() && w.g == 0) sn[w.lane] = n;
+  StoreLane(w, c, mean, smean);
+  StoreLane(w, c, m2, sm2);
   __syncthreads();
   const size_t plane = static_cast<size_t>(slices) * c;
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
     float cn = sn[0], cmean = smean[ch], cm2 = sm2[ch];
-    for (int l = 1; l < lanes; ++l)
+    for (int l = 1; l < w.lanes; ++l)
       Merge(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
     out[static_cast<size_t>(blockIdx.x) * c + ch] = cn;
     out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = cmean;
@@ -270,20 +285,17 @@ __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restr
                                   const float* __restrict__ mean, const float* __restrict__ inv_std,
                                   float* __restrict__ out) {
   constexpr int V = kVec<T>;
-  const int groups = c / V, lanes = kVecThreads / groups;
-  const int g = threadIdx.x % groups, lane = threadIdx.x / groups;
-  int64_t begin, end;
-  RowRange(m, slices, blockIdx.x, &begin, &end);
+  const VecRows w(m, c, slices, V);
   float a[V], b[V];
   for (int v = 0; v < V; ++v) a[v] = b[v] = 0.0f;
-  if (lane < lanes) {
+  if (w.active()) {
     float mu[V], is[V], xv[V], gv[V], yv[V];
     for (int v = 0; v < V; ++v) {
-      mu[v] = mean[g * V + v];
-      is[v] = inv_std[g * V + v];
+      mu[v] = mean[w.g * V + v];
+      is[v] = inv_std[w.g * V + v];
     }
-    for (int64_t r = begin + lane; r < end; r += lanes) {
-      const int64_t k = r * c + g * V;
+    for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
+      const int64_t k = r * c + w.g * V;
       LdVec(x + k, xv);
       LdVec(dy + k, gv);
       if (kRelu) LdVec(y + k, yv);
@@ -295,17 +307,13 @@ __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restr
     }
   }
   __shared__ float sa[kVecThreads * V], sb[kVecThreads * V];
-  if (lane < lanes) {
-    for (int v = 0; v < V; ++v) {
-      sa[lane * c + g * V + v] = a[v];
-      sb[lane * c + g * V + v] = b[v];
-    }
-  }
+  StoreLane(w, c, a, sa);
+  StoreLane(w, c, b, sb);
   __syncthreads();
   const size_t plane = static_cast<size_t>(slices) * c;
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
     float ta = 0.0f, tb = 0.0f;
-    for (int l = 0; l < lanes; ++l) {
+    for (int l = 0; l < w.lanes; ++l) {
       ta += sa[l * c + ch];
       tb += sb[l * c + ch];
     }
