@@ -11,7 +11,10 @@ void ReluForwardCpu(int64_t n, const float* x, float* y) {
 
 void ReluBackwardCpu(int64_t n, const float* y, const float* dy, float* dx) {
   ParallelFor(n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t i = b; i < e; ++i) {
+      const float g = dy[i];  // loaded either way: a select vectorizes, a guarded load does not
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   });
 }
 
@@ -32,10 +35,13 @@ void AddReluCpu(int64_t n, const float* a, const float* b, float* y) {
 
 void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db) {
   ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    float* __restrict a = da;
+    float* __restrict c = db;
     for (int64_t i = begin; i < end; ++i) {
-      const float g = y[i] > 0.0f ? dy[i] : 0.0f;
-      da[i] = g;
-      db[i] = g;
+      const float d = dy[i];
+      const float g = y[i] > 0.0f ? d : 0.0f;
+      a[i] = g;
+      c[i] = g;
     }
   });
 }
