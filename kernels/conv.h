@@ -94,9 +94,10 @@ std::string ConvDeviceIdentity(const CudaContext& ctx);
 // filters and gradients and accumulates in fp32.
 class ConvCudaPlan {
  public:
-  // Measures the algorithms (cuDNN allocates its own trial buffers). Algorithms whose
-  // workspace exceeds workspace_limit bytes are not considered, nor, when deterministic is
-  // set, those whose results may vary from run to run (atomics).
+  // Chooses each pass's algorithm as `search` says, timing candidates on zeroed scratch
+  // operands it allocates and frees. Algorithms whose workspace exceeds workspace_limit bytes
+  // are not considered, nor, when deterministic is set, those whose results may vary from
+  // run to run (atomics).
   static absl::StatusOr<std::unique_ptr<ConvCudaPlan>> Create(
       const ConvShape& shape, Precision precision, size_t workspace_limit, bool deterministic,
       const CudaContext& ctx, const ConvSearch& search = {});
