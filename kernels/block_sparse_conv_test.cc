@@ -77,11 +77,7 @@ DenseRef Dense(const ConvShape& s, const std::vector<float>& x, const std::vecto
 
 TEST(BlockSparseConv, MatchesDenseConvOfMaskedFilter) {
   uint32_t seed = 1;
-  struct Case {
-    ConvShape shape;
-    int bi, bo;
-  };
-  const Case cases[] = {
+  const testing::BlockConvCase cases[] = {
       {MakeConv(2, 6, 6, 16, 16, 3, 3, 1, 1), 8, 8},
       {MakeConv(1, 7, 7, 24, 16, 3, 3, 2, 1), 8, 8},
       {MakeConv(3, 5, 5, 16, 32, 1, 1, 1, 0), 8, 8},
@@ -92,9 +88,9 @@ TEST(BlockSparseConv, MatchesDenseConvOfMaskedFilter) {
       {MakeConv(2, 6, 6, 5, 7, 3, 3, 1, 0), 1, 1},
       {MakeConv(1, 3, 3, 8, 8, 3, 3, 1, 1), 8, 8},
   };
-  for (const Case& c : cases) {
+  for (const testing::BlockConvCase& c : cases) {
     const ConvShape& s = c.shape;
-    for (GridPattern pattern : {GridPattern::kRandom, GridPattern::kAll, GridPattern::kOnePerRow}) {
+    for (GridPattern pattern : testing::kGridPatterns) {
       SCOPED_TRACE(absl::StrFormat("%dx%dx%dx%d k%d %dx%d stride %d, blocks %dx%d, pattern %d", s.n,
                                    s.h, s.w, s.c, s.k, s.r, s.s, s.stride_h, c.bi, c.bo,
                                    static_cast<int>(pattern)));

@@ -38,6 +38,10 @@ struct ConvShape {
 // OK when every size is positive and the output is at least 1x1; otherwise names the problem.
 absl::Status CheckConvShape(const ConvShape& shape);
 
+// Whether TOPIARY_CONV_LOG is set: convolution planning and dispatch then print what they
+// measured and chose to stderr.
+bool ConvLogEnabled();
+
 // Floats of scratch memory the CPU kernels below need (0 for pointwise convolutions).
 size_t ConvWorkspaceFloatsCpu(const ConvShape& shape);
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -165,6 +166,8 @@ absl::Status CheckConvShape(const ConvShape& sh) {
   }
   return absl::OkStatus();
 }
+
+bool ConvLogEnabled() { return std::getenv("TOPIARY_CONV_LOG") != nullptr; }
 
 size_t ConvWorkspaceFloatsCpu(const ConvShape& sh) {
   const size_t direct = static_cast<size_t>(CpuThreads()) * Scratch(sh).total();

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -43,8 +42,6 @@ std::string Describe(const ConvShape& s) {
   return absl::StrFormat("conv [%d,%d,%d,%d] * [%d,%d,%d,%d] stride %d pad %d", s.n, s.h, s.w, s.c,
                          s.k, s.r, s.s, s.c, s.stride_h, s.pad_h);
 }
-
-bool ConvLog() { return std::getenv("TOPIARY_CONV_LOG") != nullptr; }
 
 const char* PassName(ConvPass pass) {
   return pass == ConvPass::kForward        ? "forward"
@@ -191,26 +188,23 @@ struct Scratch {
   ~Scratch() { cudaFree(p); }
 };
 
-// Zeroed operands of one pass, in GraphConvPass::Run order, and a workspace.
-struct PassOperands {
-  Scratch x, w, y, ws;
-  void *in0, *in1, *out;
-  PassOperands(const ConvShape& sh, Precision precision, ConvPass pass, size_t ws_bytes,
-               const CudaContext& ctx)
-      : x(Bytes(sh, precision, 'x')),
-        w(Bytes(sh, precision, 'w')),
-        y(Bytes(sh, precision, 'y')),
-        ws(ws_bytes) {
-    in0 = pass == ConvPass::kBackwardData ? y.p : x.p;
-    in1 = pass == ConvPass::kBackwardFilter ? y.p : w.p;
-    out = pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
-    if (ok()) {
-      cudaMemsetAsync(x.p, 0, Bytes(sh, precision, 'x'), ctx.stream);
-      cudaMemsetAsync(w.p, 0, Bytes(sh, precision, 'w'), ctx.stream);
-      cudaMemsetAsync(y.p, 0, Bytes(sh, precision, 'y'), ctx.stream);
-    }
+// Zeroed x, w and y of a convolution for trying candidates on, made once per plan.
+struct TrialOperands {
+  Scratch x, w, y;
+  TrialOperands(const ConvShape& sh, Precision precision, const CudaContext& ctx)
+      : x(Bytes(sh, precision, 'x')), w(Bytes(sh, precision, 'w')), y(Bytes(sh, precision, 'y')) {
+    if (!ok()) return;
+    cudaMemsetAsync(x.p, 0, Bytes(sh, precision, 'x'), ctx.stream);
+    cudaMemsetAsync(w.p, 0, Bytes(sh, precision, 'w'), ctx.stream);
+    cudaMemsetAsync(y.p, 0, Bytes(sh, precision, 'y'), ctx.stream);
   }
-  bool ok() const { return x.p != nullptr && w.p != nullptr && y.p != nullptr && ws.p != nullptr; }
+  bool ok() const { return x.p != nullptr && w.p != nullptr && y.p != nullptr; }
+  // A pass's operands in GraphConvPass::Run order.
+  void* in0(ConvPass pass) const { return pass == ConvPass::kBackwardData ? y.p : x.p; }
+  void* in1(ConvPass pass) const { return pass == ConvPass::kBackwardFilter ? y.p : w.p; }
+  void* out(ConvPass pass) const {
+    return pass == ConvPass::kForward ? y.p : pass == ConvPass::kBackwardData ? x.p : w.p;
+  }
   static size_t Bytes(const ConvShape& sh, Precision precision, char which) {
     const size_t elem = SizeOf(ActivationType(precision));
     return which == 'x'   ? static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c * elem
@@ -239,7 +233,8 @@ constexpr int kMaxCandidates = 8;
 // pick). Fills d and `chosen`.
 absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
                         ConvPass pass, size_t workspace_limit, bool deterministic, bool measure,
-                        const std::string& what, const CudaContext& ctx, ConvPassAlgo* chosen) {
+                        const TrialOperands& o, const std::string& what, const CudaContext& ctx,
+                        ConvPassAlgo* chosen) {
   const bool fma_only = precision == Precision::kFp32;
   auto legacy_pick = LegacyHeuristic(d, pass, workspace_limit, deterministic, fma_only, what, ctx);
   if (!legacy_pick.ok()) return legacy_pick.status();
@@ -254,7 +249,7 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
                                               measure ? kMaxCandidates : 1, ctx);
   const double candidates_ms = ms_since(start);
   if (!candidates.ok() || candidates->empty()) {
-    if (ConvLog()) {
+    if (ConvLogEnabled()) {
       std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
                    candidates.ok() ? "none usable" : candidates.status().ToString().c_str());
     }
@@ -262,8 +257,10 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   }
   size_t ws_bytes = d.legacy_workspace[p];
   for (const auto& c : *candidates) ws_bytes = std::max(ws_bytes, c->workspace_bytes());
-  PassOperands o(sh, precision, pass, ws_bytes, ctx);
-  if (!o.ok()) return absl::OkStatus();  // too little memory to try them: keep the legacy pick
+  Scratch ws(ws_bytes);
+  // Too little memory to try them: keep the legacy pick.
+  if (!o.ok() || ws.p == nullptr) return absl::OkStatus();
+  void *in0 = o.in0(pass), *in1 = o.in1(pass), *out = o.out(pass);
   auto use_graph = [&](size_t i, float ms) {
     chosen->graph = true;
     chosen->engine = (*candidates)[i]->engine();
@@ -273,20 +270,20 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   if (!measure) {
     // Timings vary from run to run, and a different engine gives different bits: take the
     // heuristics' first choice, the same on every run (on the same GPU and cuDNN).
-    if ((*candidates)[0]->Run(o.in0, o.in1, o.out, o.ws.p, ctx).ok()) use_graph(0, -1);
+    if ((*candidates)[0]->Run(in0, in1, out, ws.p, ctx).ok()) use_graph(0, -1);
     return CudaStatus(cudaGetLastError(), what);
   }
   auto legacy = TimeCandidate(
-      [&] { return RunLegacy(d, pass, o.in0, o.in1, o.out, o.ws.p, d.legacy_workspace[p], ctx); },
-      1e30f, ctx);
+      [&] { return RunLegacy(d, pass, in0, in1, out, ws.p, d.legacy_workspace[p], ctx); }, 1e30f,
+      ctx);
   float best = legacy.ok() ? *legacy : 1e30f;
   chosen->ms = legacy.ok() ? *legacy : -1;
   int best_index = -1;
   for (size_t i = 0; i < candidates->size(); ++i) {
     const GraphConvPass& c = *(*candidates)[i];
     const auto t0 = std::chrono::steady_clock::now();
-    auto t = TimeCandidate([&] { return c.Run(o.in0, o.in1, o.out, o.ws.p, ctx); }, best, ctx);
-    if (ConvLog()) {
+    auto t = TimeCandidate([&] { return c.Run(in0, in1, out, ws.p, ctx); }, best, ctx);
+    if (ConvLogEnabled()) {
       std::fprintf(stderr, "  %s: %.4f ms (timing took %.0f ms)\n", c.name().c_str(),
                    t.ok() ? *t : -1.0f, ms_since(t0));
     }
@@ -295,7 +292,7 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
       best_index = static_cast<int>(i);
     }
   }
-  if (ConvLog()) {
+  if (ConvLogEnabled()) {
     std::fprintf(stderr,
                  "%s %s: legacy %.4f ms, %zu graph engines, chose %s (%.4f ms); search took "
                  "%.0f ms making candidates, %.0f ms timing\n",
@@ -307,10 +304,11 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   return CudaStatus(cudaGetLastError(), what);
 }
 
-// Makes a pass from a known choice and runs it once on zeroed operands.
+// Makes a pass from a known choice and runs it once on the zeroed operands (the caller waits
+// for the stream, once for all passes).
 absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Precision precision,
                          ConvPass pass, size_t workspace_limit, bool deterministic,
-                         const ConvPassAlgo& known, const std::string& what,
+                         const ConvPassAlgo& known, const TrialOperands& o, const std::string& what,
                          const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
   d.graph[p].reset();
@@ -327,13 +325,14 @@ absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Prec
     TOPIARY_RETURN_IF_ERROR(
         SetLegacy(d, pass, known, precision == Precision::kFp32, workspace_limit, what, ctx));
   }
-  const size_t ws = d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p];
-  PassOperands o(sh, precision, pass, ws, ctx);
-  if (!o.ok()) return absl::ResourceExhaustedError(what + ": no memory to try the known plan");
-  const absl::Status st = d.graph[p] ? d.graph[p]->Run(o.in0, o.in1, o.out, o.ws.p, ctx)
-                                     : RunLegacy(d, pass, o.in0, o.in1, o.out, o.ws.p, ws, ctx);
-  TOPIARY_RETURN_IF_ERROR(st);
-  return CudaStatus(cudaStreamSynchronize(ctx.stream), what);
+  const size_t ws_bytes = d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p];
+  Scratch ws(ws_bytes);
+  if (!o.ok() || ws.p == nullptr) {
+    return absl::ResourceExhaustedError(what + ": no memory to try the known plan");
+  }
+  void *in0 = o.in0(pass), *in1 = o.in1(pass), *out = o.out(pass);
+  return d.graph[p] ? d.graph[p]->Run(in0, in1, out, ws.p, ctx)
+                    : RunLegacy(d, pass, in0, in1, out, ws.p, ws_bytes, ctx);
 }
 
 constexpr ConvPass kPasses[3] = {ConvPass::kForward, ConvPass::kBackwardData,
@@ -401,26 +400,31 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(
   }
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnSetStream(ctx.cudnn, ctx.stream), what));
 
-  bool restored = search.known != nullptr;
-  for (int p = 0; p < 3 && restored; ++p) {
-    const absl::Status st = RestorePass(d, sh, precision, kPasses[p], workspace_limit,
-                                        deterministic, search.known->pass[p], what, ctx);
-    if (!st.ok()) {
-      cudaGetLastError();  // a failed try leaves nothing behind: search instead
-      if (ConvLog())
-        std::fprintf(stderr, "%s: known plan refused (%s)\n", what.c_str(), st.ToString().c_str());
-      restored = false;
+  const TrialOperands trial(sh, precision, ctx);
+  // A known choice that does not run here (another cuDNN, a damaged cache) is searched for.
+  auto restore = [&]() -> absl::Status {
+    for (int p = 0; p < 3; ++p) {
+      TOPIARY_RETURN_IF_ERROR(RestorePass(d, sh, precision, kPasses[p], workspace_limit,
+                                          deterministic, search.known->pass[p], trial, what, ctx));
     }
-  }
-  if (restored) {
+    return CudaStatus(cudaStreamSynchronize(ctx.stream), what);
+  };
+  absl::Status restored = search.known != nullptr ? restore() : absl::NotFoundError("");
+  if (restored.ok()) {
     plan->algos_ = *search.known;
     plan->source_ = ConvPlanSource::kKnown;
   } else {
+    cudaGetLastError();  // a failed try leaves nothing behind
+    if (search.known != nullptr && ConvLogEnabled()) {
+      std::fprintf(stderr, "%s: known plan refused (%s)\n", what.c_str(),
+                   restored.ToString().c_str());
+    }
     const bool measure = search.measure && !deterministic;
     for (int p = 0; p < 3; ++p) {
       d.graph[p].reset();
       TOPIARY_RETURN_IF_ERROR(ChoosePass(d, sh, precision, kPasses[p], workspace_limit,
-                                         deterministic, measure, what, ctx, &plan->algos_.pass[p]));
+                                         deterministic, measure, trial, what, ctx,
+                                         &plan->algos_.pass[p]));
     }
     plan->source_ = measure ? ConvPlanSource::kMeasured : ConvPlanSource::kHeuristic;
   }

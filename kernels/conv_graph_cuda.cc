@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -236,7 +235,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> GraphConvPass::Candi
       int64_t ws = 0;
       cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                &n, &ws);
-      if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {
+      if (ConvLogEnabled()) {
         std::fprintf(
             stderr, "  engine %ld finalized in %.0f ms\n", static_cast<long>(index),
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

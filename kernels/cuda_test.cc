@@ -646,11 +646,7 @@ TEST_F(CudaKernels, SampledWeightGradMatchesCpu) {
 // filter holds nonzero values outside the kept blocks, which every pass must ignore, and the
 // filter gradient must be exactly 0 there.
 TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
-  struct Case {
-    ConvShape shape;
-    int bi, bo;
-  };
-  const Case cases[] = {
+  const testing::BlockConvCase cases[] = {
       {MakeConv(2, 14, 14, 64, 64, 3, 3, 1, 1), 8, 8},
       {MakeConv(1, 7, 7, 32, 48, 3, 3, 2, 1), 8, 8},
       {MakeConv(3, 8, 8, 16, 32, 1, 1, 1, 0), 8, 8},
@@ -662,17 +658,17 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(2, 15, 15, 40, 24, 1, 1, 2, 0), 8, 8},
   };
   uint32_t seed = 1300;
-  for (const Case& c : cases) {
+  for (const testing::BlockConvCase& c : cases) {
     const ConvShape& sh = c.shape;
-    for (int pattern = 0; pattern < 3; ++pattern) {
-      const BlockGrid grid = testing::MakeBlockGrid(
-          sh, c.bi, c.bo, static_cast<testing::GridPattern>(pattern), seed++);
+    for (testing::GridPattern pattern : testing::kGridPatterns) {
+      const BlockGrid grid = testing::MakeBlockGrid(sh, c.bi, c.bo, pattern, seed++);
       for (DType t : kTypes) {
         SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" +
                      std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
                      std::to_string(sh.r) + "x" + std::to_string(sh.s) + " stride " +
                      std::to_string(sh.stride_h) + " blocks " + std::to_string(c.bi) + "x" +
-                     std::to_string(c.bo) + " pattern " + std::to_string(pattern) + " " + Name(t));
+                     std::to_string(c.bo) + " pattern " +
+                     std::to_string(static_cast<int>(pattern)) + " " + Name(t));
         const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
         const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
         const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;

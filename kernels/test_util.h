@@ -94,9 +94,21 @@ inline double Dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// How MakeBlockGrid keeps blocks.
+enum class GridPattern { kRandom, kAll, kOnePerRow };
+
+// A block-sparse test case: a shape and its block sides (input, output channels).
+struct BlockConvCase {
+  ConvShape shape;
+  int bi, bo;
+};
+
+// The grid patterns every block-sparse test runs.
+constexpr GridPattern kGridPatterns[] = {GridPattern::kRandom, GridPattern::kAll,
+                                         GridPattern::kOnePerRow};
+
 // A block grid for a shape: random (each block kept with probability 1/2), every block kept,
 // or one block kept per row (row i keeps column i mod cols).
-enum class GridPattern { kRandom, kAll, kOnePerRow };
 inline BlockGrid MakeBlockGrid(const ConvShape& s, int bi, int bo, GridPattern pattern,
                                uint32_t seed) {
   BlockGrid g;

@@ -41,14 +41,9 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--batch")) (void)absl::SimpleAtoi(argv[i + 1], &batch);
     if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
   }
-  CudaContext cuda;
-  CHECK_OK(CudaStatus(cudaStreamCreate(&cuda.stream), "stream"));
-  CHECK_OK(CudnnStatus(cudnnCreate(&cuda.cudnn), "cudnn"));
-  CHECK_OK(CudnnStatus(cudnnSetStream(cuda.cudnn, cuda.stream), "cudnn stream"));
-  cudaDeviceGetAttribute(&cuda.sm_count, cudaDevAttrMultiProcessorCount, 0);
+  const CudaContext cuda = bench::MakeContext();
   CHECK_OK(ApproxConvPrepareCuda());
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  const std::string gpu = bench::GpuName();
 
   // resnet20 (CIFAR, 32x32): the 3x3 convolutions of its three stages.
   struct Layer {
@@ -98,8 +93,7 @@ int Main(int argc, char** argv) {
     absl::PrintF(
         "{\"impl\":\"topiary\",\"gpu\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"approx_ms\":%.4f,"
         "\"table_macs_per_s\":%.4g,\"cudnn_fp32_ms\":%.4f,\"approx_over_cudnn\":%.2f}\n",
-        prop.name, l.name, batch, approx_ms, macs / (approx_ms * 1e-3), exact_ms,
-        approx_ms / exact_ms);
+        gpu, l.name, batch, approx_ms, macs / (approx_ms * 1e-3), exact_ms, approx_ms / exact_ms);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y),
                     static_cast<void*>(wq), ws, cws}) {
       cudaFree(p);

@@ -53,8 +53,7 @@ int Main(int argc, char** argv) {
   }
   const DType t = ActivationType(p);
   const CudaContext cuda = bench::MakeContext();
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  const std::string gpu = bench::GpuName();
 
   const bench::ConvLayer layers[] = {
       {"resnet20", "stage3 3x3 64->64", 8, 64, 64, 3, 1},
@@ -108,9 +107,8 @@ int Main(int argc, char** argv) {
             "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
             "\"density\":%.3f,\"pass\":\"%s\",\"cudnn_ms\":%.4f,\"sparse_ms\":%.4f,"
             "\"speedup\":%.2f,\"config\":\"%s\"}\n",
-            prop.name, l.model, l.name, s.n, PrecisionName(p), grid.density(),
-            SparsePassName(passes[i]), dense_ms[i], sparse_ms[i], speedup,
-            sp.config_name(passes[i]));
+            gpu, l.model, l.name, s.n, PrecisionName(p), grid.density(), SparsePassName(passes[i]),
+            dense_ms[i], sparse_ms[i], speedup, sp.config_name(passes[i]));
       }
     }
     for (int i = 0; i < 3; ++i) {

@@ -66,6 +66,13 @@ inline CudaContext MakeContext() {
   return cuda;
 }
 
+// The name of GPU 0, for the benchmarks' JSON lines.
+inline std::string GpuName() {
+  cudaDeviceProp prop;
+  CHECK_OK(CudaStatus(cudaGetDeviceProperties(&prop, 0), "device properties"));
+  return prop.name;
+}
+
 // A convolution layer of a zoo model: square input of side hw, square filter r, "same"
 // padding.
 struct ConvLayer {

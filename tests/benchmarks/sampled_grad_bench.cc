@@ -28,8 +28,7 @@ int Main(int argc, char** argv) {
   const bench::SweepFlags sweep(argc, argv);
   const int iters = sweep.iters;
   const CudaContext cuda = bench::MakeContext();
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  const std::string gpu = bench::GpuName();
 
   const bench::ConvLayer layers[] = {
       {"resnet20", "stem 3x3 1->16", 28, 1, 16, 3, 1},
@@ -70,7 +69,7 @@ int Main(int argc, char** argv) {
             "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
             "\"top_k\":%d,\"cudnn_backward_filter_ms\":%.4f,\"sampled_ms\":%.4f,"
             "\"speedup\":%.2f}\n",
-            prop.name, l.model, l.name, s.n, PrecisionName(p), top_k, exact_ms, sampled_ms,
+            gpu, l.model, l.name, s.n, PrecisionName(p), top_k, exact_ms, sampled_ms,
             exact_ms / sampled_ms);
         cudaFree(ws);
       }

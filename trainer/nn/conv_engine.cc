@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -117,7 +116,7 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
         auto state = std::make_unique<ConvState>();
         state->cpu = std::move(*cpu);
         r.state = std::move(state);
-      } else if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {  // the reference runs it
+      } else if (kernels::ConvLogEnabled()) {  // the reference runs it
         std::fprintf(stderr, "%s: %s\n", op.layer.c_str(), cpu.status().ToString().c_str());
       }
     }

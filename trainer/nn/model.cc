@@ -84,27 +84,28 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, 
                                                        const PlanOptions& options) {
   if (model->output() < 0) return absl::FailedPreconditionError("model not finished");
   std::unique_ptr<Network> net(new Network(model, batch, training));
-  const auto start = std::chrono::steady_clock::now();
-  PlanOptions layer_options = options;
-  layer_options.stats = &net->plan_progress_;
-  auto after = [&](double seconds) {
-    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(std::clamp(seconds, 0.0, 1e6)));
-  };
-  layer_options.search_deadline = after(options.search_seconds);
-  layer_options.refine_deadline = after(options.refine_seconds);
-  net->plan_start_ = start;
-  if (auto st = net->Allocate(layer_options); !st.ok()) {
+  if (auto st = net->Allocate(options); !st.ok()) {
     return absl::Status(st.code(),
                         absl::StrFormat("planning %s for batch %d on %s: %s", model->arch(), batch,
                                         model->device()->name(), st.message()));
   }
-  net->plan_progress_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return net;
 }
 
-absl::Status Network::Allocate(const PlanOptions& options) {
+absl::Status Network::Allocate(const PlanOptions& caller_options) {
+  // The layers see the caller's options with this plan's search deadlines and counters.
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto after = [&](double seconds) {
+    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(std::clamp(seconds, 0.0, 1e6)));
+  };
+  PlanOptions options = caller_options;
+  options.stats = &plan_progress_;
+  options.search_deadline = after(caller_options.search_seconds);
+  options.refine_deadline = after(caller_options.refine_seconds);
   Device* dev = model_->device();
   const auto& shapes = model_->value_shapes();
   const auto& nodes = model_->nodes();
@@ -225,8 +226,7 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     if (!res.ok()) return res.status();
     plan_progress_.layers_done = j + 1;
     if (options.progress) {
-      plan_progress_.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start_).count();
+      plan_progress_.seconds = elapsed();
       options.progress(plan_progress_);
     }
     auto scratch = floats(res->scratch_floats);
@@ -258,6 +258,17 @@ absl::Status Network::Allocate(const PlanOptions& options) {
     rank_ = std::move(*rank);
     metrics_ = std::move(*metrics);
   }
+  // Activation-zero counters (Forward's count_input_zeros), made here so no pass allocates.
+  input_elements_.assign(nodes.size(), 0);
+  input_zeros_host_.assign(nodes.size(), 0);
+  if (dev->cuda() != nullptr) {
+    auto counts = Buffer<unsigned long long>::Create(dev, nodes.size());
+    if (!counts.ok()) return counts.status();
+    input_zeros_ = std::move(*counts);
+    const std::vector<unsigned long long> zeros(nodes.size(), 0);
+    input_zeros_.CopyFromHost(zeros.data());
+  }
+  plan_progress_.seconds = elapsed();
   return absl::OkStatus();
 }
 
@@ -383,17 +394,6 @@ std::vector<std::pair<std::string, SparseConvChoice>> Network::SparseConvChoices
 absl::Status Network::CountInputZeros(size_t j, int images) {
   const auto& nodes = model_->nodes();
   const kernels::CudaContext* cuda = model_->device()->cuda();
-  if (input_elements_.empty()) {
-    input_elements_.assign(nodes.size(), 0);
-    input_zeros_host_.assign(nodes.size(), 0);
-    if (cuda != nullptr) {
-      auto counts = Buffer<unsigned long long>::Create(model_->device(), nodes.size());
-      if (!counts.ok()) return counts.status();
-      input_zeros_ = std::move(*counts);
-      const std::vector<unsigned long long> zeros(nodes.size(), 0);
-      input_zeros_.CopyFromHost(zeros.data());
-    }
-  }
   const int64_t n = static_cast<int64_t>(model_->value_shapes()[nodes[j].inputs[0]].per_image()) *
                     std::min(images, batch_);
   input_elements_[j] += n;
@@ -406,7 +406,10 @@ absl::Status Network::CountInputZeros(size_t j, int images) {
 
 absl::StatusOr<std::vector<std::pair<std::string, double>>> Network::TakeConvInputZeros() {
   std::vector<std::pair<std::string, double>> out;
-  if (input_elements_.empty()) return out;
+  if (std::all_of(input_elements_.begin(), input_elements_.end(),
+                  [](int64_t n) { return n == 0; })) {
+    return out;  // nothing counted since the last call
+  }
   TOPIARY_RETURN_IF_ERROR(model_->device()->Synchronize());
   std::vector<int64_t> zeros = input_zeros_host_;
   if (!input_zeros_.empty()) {

@@ -161,14 +161,13 @@ class Network {
   Buffer<int32_t> rank_;       // GPU: per-sample rank of the label
   Buffer<double> metrics_;     // GPU: running sums (loss, top-1, top-5, images)
   Metrics host_metrics_;       // CPU: running sums
-  // Zeros counted per node (convolutions only; device counters on a GPU, allocated on first
-  // use) and the elements they were counted over.
+  // Zeros counted per node (convolutions only; device counters on a GPU) and the elements
+  // they were counted over; made at plan time.
   Buffer<unsigned long long> input_zeros_;
   std::vector<int64_t> input_zeros_host_, input_elements_;
   LayerHook hook_;
   size_t planned_bytes_ = 0;
   PlanProgress plan_progress_;
-  std::chrono::steady_clock::time_point plan_start_;
 };
 
 }  // namespace topiary

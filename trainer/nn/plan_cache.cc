@@ -71,7 +71,9 @@ absl::StatusOr<kernels::ConvPassAlgo> ParsePass(absl::string_view field) {
 }
 
 // The file's contents, when it is a regular file (not a link) of at most kMaxFileBytes; an
-// empty string when it does not exist.
+// empty string when it does not exist. Not file_util's ReadFile: topiaryd's read policy admits
+// only its data and dataset folders, and the user's cache folder is neither; this reader
+// follows no link at all instead.
 absl::StatusOr<std::string> ReadCacheFile(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {

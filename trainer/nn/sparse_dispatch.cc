@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/conv.h"
 #include "kernels/cuda_timing.h"
 #include "kernels/status_macros.h"
 
@@ -102,7 +103,7 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     choice_.sparse_ms[p] = *sparse_ms;
     choice_.config[p] = plan_->config_name(pass);
     choice_.sparse[p] = *sparse_ms < *dense_ms;
-    if (std::getenv("TOPIARY_CONV_LOG") != nullptr) {
+    if (kernels::ConvLogEnabled()) {
       std::fprintf(stderr,
                    "%s %s: %.1f%% of blocks kept: block-sparse %.4f ms (%s), dense %.4f ms, chose "
                    "%s\n",
