@@ -31,8 +31,8 @@ void AssembleBatchCpu(const AssembleParams& p, const uint8_t* pixels, const int3
                       const int32_t* order, const float* lut, float* x, int32_t* batch_labels);
 
 // CUDA twin. When clock is not null, the batch's position and epoch are read from it at run
-// time (replacing p.first and p.epoch): a captured CUDA graph then assembles each step's
-// batch without being rebuilt.
+// time (the position added to p.first, a data-parallel rank's offset; the epoch replacing
+// p.epoch): a captured CUDA graph then assembles each step's batch without being rebuilt.
 absl::Status AssembleBatchCuda(const AssembleParams& p, const StepClock* clock,
                                const uint8_t* pixels, const int32_t* labels, const int32_t* order,
                                const float* lut, float* x, int32_t* batch_labels,

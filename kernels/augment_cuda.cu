@@ -13,7 +13,7 @@ __global__ void AssembleKernel(AssembleParams p, const StepClock* clock,
                                float* __restrict__ x, int32_t* __restrict__ batch_labels) {
   const int i = blockIdx.x;
   if (clock != nullptr) {
-    p.first = clock->batch_first;
+    p.first += clock->batch_first;  // first: this rank's offset in the global batch
     p.epoch = clock->epoch;
   }
   const int64_t first = p.first;

@@ -46,6 +46,9 @@ absl::Status CastCuda(DType, DType, int64_t, const void*, void*, const CudaConte
 absl::Status CastManyCuda(DType, DType, const CastItem*, int, const CudaContext&) {
   return NoCuda();
 }
+absl::Status MeanRowsCuda(int, int64_t, const float*, float*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status AddBiasCuda(DType, int64_t, int, const float*, void*, const CudaContext&) {
   return NoCuda();
 }

@@ -52,6 +52,13 @@ absl::Status CastManyCuda(DType from, DType to, const CastItem* items, int count
 void AddBiasCpu(int64_t rows, int c, const float* bias, float* y);
 
 // Activation sparsity: *count += the number of exact zeros among x[0, n).
+// Data parallelism's ordered mean (trainer/dist): dst[i] = (row 0 + row 1 + ... + row
+// rows-1)[i] / rows, summed in row order, so every rank and every run gets the same bits.
+// CPU: the rows are separate arrays of n floats; CUDA: rows * n contiguous floats.
+void MeanRowsCpu(int rows, int64_t n, const float* const* src, float* dst);
+absl::Status MeanRowsCuda(int rows, int64_t n, const float* src, float* dst,
+                          const CudaContext& ctx);
+
 int64_t CountZerosCpu(int64_t n, const float* x);
 absl::Status CountZerosCuda(DType t, int64_t n, const void* x, unsigned long long* count,
                             const CudaContext& ctx);

@@ -24,6 +24,17 @@ void AddCpu(int64_t n, const float* a, const float* b, float* y) {
   });
 }
 
+void MeanRowsCpu(int rows, int64_t n, const float* const* src, float* dst) {
+  const float scale = 1.0f / rows;
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      float s = src[0][i];
+      for (int r = 1; r < rows; ++r) s += src[r][i];
+      dst[i] = s * scale;
+    }
+  });
+}
+
 void AddReluCpu(int64_t n, const float* a, const float* b, float* y) {
   ParallelFor(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {

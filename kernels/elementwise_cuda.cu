@@ -132,8 +132,10 @@ absl::Status VisitCast(DType from, DType to, Fn&& fn) {
     fn(float{}, Bf16{});
   } else if (from == DType::kBf16 && to == DType::kF32) {
     fn(Bf16{}, float{});
+  } else if (from == DType::kF32 && to == DType::kF32) {
+    fn(float{}, float{});  // a plain copy: gathers and scatters of fp32 gradients
   } else {
-    return absl::InvalidArgumentError("cast: source and destination types are the same");
+    return absl::InvalidArgumentError("cast: bf16 to bf16 is not a conversion");
   }
   return absl::OkStatus();
 }
@@ -191,6 +193,24 @@ absl::Status CastManyCuda(DType from, DType to, const CastItem* items, int count
     CastManyKernel<From, To><<<grid, kThreads, 0, ctx.stream>>>(items);
   }));
   return LaunchStatus("cast weights");
+}
+
+// One thread per element sums the rows in row order: the bits do not depend on the grid.
+__global__ void MeanRowsKernel(int rows, int64_t n, const float* __restrict__ src,
+                               float* __restrict__ dst) {
+  const float scale = 1.0f / rows;
+  TOPIARY_GRID_STRIDE(i, n) {
+    float s = src[i];
+    for (int r = 1; r < rows; ++r) s += src[r * n + i];
+    dst[i] = s * scale;
+  }
+}
+
+absl::Status MeanRowsCuda(int rows, int64_t n, const float* src, float* dst,
+                          const CudaContext& ctx) {
+  if (n == 0) return absl::OkStatus();
+  MeanRowsKernel<<<BlocksFor(n, ctx.sm_count), kThreads, 0, ctx.stream>>>(rows, n, src, dst);
+  return LaunchStatus("mean of rows");
 }
 
 absl::Status AddBiasCuda(DType t, int64_t rows, int c, const float* bias, void* y,

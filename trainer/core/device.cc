@@ -1,5 +1,6 @@
 #include "trainer/core/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -53,21 +54,47 @@ class CpuDevice : public Device {
 
 std::unique_ptr<Device> MakeCpuDevice(int threads) { return std::make_unique<CpuDevice>(threads); }
 
-absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec) {
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
+    const topiary::v1::DeviceSpec& spec) {
   using topiary::v1::DeviceSpec;
-  if (spec.kind() == DeviceSpec::CPU) return MakeCpuDevice(spec.threads());
+  std::vector<std::unique_ptr<Device>> out;
   std::string why;
-  const auto gpus = ListGpus(&why);
-  const int ordinal = spec.gpus_size() > 0 ? spec.gpus(0) : 0;
+  const std::vector<GpuInfo> gpus =
+      spec.kind() == DeviceSpec::CPU ? std::vector<GpuInfo>{} : ListGpus(&why);
+  if (spec.kind() == DeviceSpec::CPU || (gpus.empty() && spec.kind() == DeviceSpec::AUTO)) {
+    for (int r = 0; r < std::max(1, spec.cpu_ranks()); ++r) {
+      out.push_back(MakeCpuDevice(spec.threads()));
+    }
+    return out;
+  }
   if (gpus.empty()) {
-    if (spec.kind() == DeviceSpec::AUTO) return MakeCpuDevice(spec.threads());
     return absl::FailedPreconditionError("device.kind: CUDA requested but no usable GPU: " + why);
   }
-  if (ordinal >= static_cast<int>(gpus.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("device.gpus: GPU %d requested but only %d found", ordinal, gpus.size()));
+  std::vector<int> ordinals(spec.gpus().begin(), spec.gpus().end());
+  if (ordinals.empty()) {
+    for (int i = 0; i < std::max(1, spec.gpu_count()); ++i) ordinals.push_back(i);
   }
-  return MakeCudaDevice(ordinal);
+  for (int ordinal : ordinals) {
+    if (ordinal >= static_cast<int>(gpus.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: GPU %d requested but only %d found",
+          spec.gpus_size() > 0 ? "device.gpus" : "device.gpu_count", ordinal, gpus.size()));
+    }
+    auto dev = MakeCudaDevice(ordinal);
+    if (!dev.ok()) return dev.status();
+    out.push_back(std::move(*dev));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec) {
+  topiary::v1::DeviceSpec one = spec;
+  one.clear_gpu_count();
+  one.clear_cpu_ranks();
+  if (one.gpus_size() > 1) one.mutable_gpus()->Truncate(1);
+  auto devices = CreateDevices(one);
+  if (!devices.ok()) return devices.status();
+  return std::move(devices->front());
 }
 
 }  // namespace topiary

@@ -35,6 +35,13 @@ class Device {
   virtual std::string name() const = 0;
   // A GPU's PCI bus id ("0000:1B:00.0"), as NVML names boards; empty on the CPU.
   virtual std::string pci_bus_id() const { return ""; }
+  // The CUDA device ordinal; -1 on the CPU.
+  virtual int ordinal() const { return -1; }
+  // Makes this the calling thread's current device, which kernel launches and library calls
+  // use (CUDA's per-thread state). A thread that launches work for several GPUs is an error;
+  // data parallelism gives each rank its own thread (trainer/dist). The device's own methods
+  // (Allocate, copies, Synchronize) work from any thread.
+  virtual void MakeCurrent() {}
   // Returns zero-initialized memory of `bytes` bytes, aligned to 64 bytes.
   virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
@@ -72,12 +79,19 @@ struct GpuInfo {
 std::vector<GpuInfo> ListGpus(std::string* why_none = nullptr);
 // True when this binary was built with the CUDA backend.
 bool BuiltWithCuda();
-// The GPU with this ordinal: its own stream, cuDNN and cuBLAS handles.
+// The GPU with this ordinal: its own stream, cuDNN and cuBLAS handles. Leaves it the
+// calling thread's current device.
 absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal);
 
 // Resolves spec.device to a device. CPU: the host. CUDA: the first GPU of spec.gpus (default
 // 0), or an error naming why none can be used. AUTO: the GPU when one is usable, else the CPU.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec);
+
+// The devices of a data-parallel run, one per rank: spec.gpus, else the first
+// spec.gpu_count GPUs, else one; on the CPU (or AUTO without a GPU) spec.cpu_ranks host
+// devices. Errors name the field that asks for more GPUs than there are.
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
+    const topiary::v1::DeviceSpec& spec);
 
 // Owning handle to `count` floats (or bytes, for masks) on a device. Movable, not copyable.
 template <typename T>

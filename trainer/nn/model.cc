@@ -362,8 +362,10 @@ absl::Status Network::Backward() {
     }
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), true));
+    if (reducer_) TOPIARY_RETURN_IF_ERROR(reducer_->LayerDone(static_cast<int>(j)));
   }
-  if (dtype_ == kernels::DType::kBf16) {  // the optimizer updates the fp32 masters
+  if (reducer_) return reducer_->Finish();  // it widens bf16 gradients as it gathers them
+  if (dtype_ == kernels::DType::kBf16) {    // the optimizer updates the fp32 masters
     return kernels::CastManyCuda(kernels::DType::kBf16, kernels::DType::kF32, grad_casts_.data(),
                                  static_cast<int>(grad_casts_.size()), *cuda);
   }

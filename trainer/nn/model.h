@@ -70,6 +70,18 @@ struct Metrics {
   double top5_rate() const { return images > 0 ? top5 / images : 0; }
 };
 
+// Receives each layer's parameter gradients as Backward writes them: data parallelism's
+// gradient averaging (trainer/dist/gradient_sync.h), which overlaps the rest of the backward
+// pass. A network with a reducer leaves a bf16 network's gradient widening to it.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  // Node `node` (index in Model::nodes()) has written its parameters' gradients.
+  virtual absl::Status LayerDone(int node) = 0;
+  // After the last layer: every gradient is final when the work enqueued so far is done.
+  virtual absl::Status Finish() = 0;
+};
+
 // A model planned for one batch size on the model's device: every activation, gradient,
 // saved statistic, workspace and library plan is made here, once, so a training step
 // allocates nothing and, on a GPU, never waits for the host (and can be captured as a CUDA
@@ -123,6 +135,8 @@ class Network {
   // with the layer's index in model().nodes(). Not for use while capturing a CUDA graph.
   using LayerHook = std::function<absl::Status(int node, bool backward)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+  // Data parallelism: Backward hands every layer's gradients to `reducer` (null: none).
+  void set_gradient_reducer(GradientReducer* reducer) { reducer_ = reducer; }
 
  private:
   struct Value {
@@ -166,6 +180,7 @@ class Network {
   Buffer<unsigned long long> input_zeros_;
   std::vector<int64_t> input_zeros_host_, input_elements_;
   LayerHook hook_;
+  GradientReducer* reducer_ = nullptr;
   size_t planned_bytes_ = 0;
   PlanProgress plan_progress_;
 };

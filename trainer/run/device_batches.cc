@@ -50,7 +50,7 @@ absl::Status DeviceBatches::Assemble(const kernels::StepClock* clock, int epoch,
                                       labels, *cuda);
   }
   if (clock != nullptr) {  // on the CPU the clock is host memory
-    first = clock->batch_first;
+    first += clock->batch_first;
     epoch = clock->epoch;
   }
   batcher_->Assemble(order_host_, epoch, first, count, augment, x, labels);

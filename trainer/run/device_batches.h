@@ -24,8 +24,10 @@ class DeviceBatches {
   // The whole set in its stored order (evaluation).
   absl::Status SetSequentialOrder();
 
-  // Writes `count` images into x and labels (device memory). With a clock, the position in
-  // the order and the epoch are the clock's (read where it lives); otherwise first and epoch.
+  // Writes `count` images into x and labels (device memory), from position `first` of the
+  // order in `epoch`. With a clock, the epoch is the clock's and `first` is added to the
+  // clock's batch position (read where the clock lives): a data-parallel rank passes its
+  // offset in the global batch.
   absl::Status Assemble(const kernels::StepClock* clock, int epoch, int64_t first, int count,
                         bool augment, float* x, int32_t* labels) const;
 

@@ -12,10 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kernels/status_macros.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"
+#include "trainer/dist/collective.h"
+#include "trainer/dist/gradient_sync.h"
+#include "trainer/dist/rank_threads.h"
+#include "trainer/dist/replicate.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/nn/plan_cache.h"
@@ -120,14 +125,37 @@ class ExperimentRun {
   EventSink& sink_;
   RunSummary* summary_;
 
-  std::unique_ptr<Device> device_;
+  // One data-parallel rank: its device and everything a training step touches there. Rank
+  // 0's model is the run's: it is loaded, evaluated, pruned and checkpointed, and the other
+  // ranks copy it after each change (trainer/dist/replicate.h). One rank: no threads, no
+  // collective.
+  struct Rank {
+    std::unique_ptr<Device> device;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Network> train_net;
+    std::optional<SgdOptimizer> optimizer;
+    std::optional<DeviceBatches> train_data;
+    std::unique_ptr<GradientSync> sync;
+  };
+  Device* device() const { return ranks_[0].device.get(); }
+  Model* model() const { return ranks_[0].model.get(); }
+  // Runs fn(rank) on every rank's thread at once.
+  absl::Status OnRanks(const std::function<absl::Status(int)>& fn) { return threads_->Run(fn); }
+  // Rank 0's parameters, momentum and masks copied to the other ranks.
+  absl::Status Replicate();
+  // The training networks' metrics since the last call, summed over the ranks.
+  absl::StatusOr<Metrics> TakeTrainMetrics();
+  PlanOptions PlanOptionsForSpec() const;
+
+  std::vector<Rank> ranks_;
+  std::unique_ptr<Collective> collective_;  // more than one rank only
+  std::unique_ptr<RankThreads> threads_;
   std::optional<Dataset> data_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Network> train_net_, eval_net_;
+  std::unique_ptr<Network> eval_net_;  // rank 0's
   std::optional<Batcher> train_batcher_, test_batcher_;
-  std::optional<SgdOptimizer> optimizer_;
-  std::optional<DeviceBatches> train_data_, test_data_;
-  int batch_ = 0;
+  std::optional<DeviceBatches> test_data_;  // rank 0's
+  int batch_ = 0;                           // the global batch
+  int local_batch_ = 0;                     // each rank's share of it
   int steps_per_epoch_ = 0;
 
   // Position of the run.
@@ -147,13 +175,13 @@ class ExperimentRun {
   double train_seconds_ = 0;
   int64_t images_trained_ = 0;
   std::optional<EvalResult> last_eval_;  // the last evaluation of the current phase
-  // The GPU board's energy counter (null: none; energy_note_ says why), and the joules and
-  // images of the training epochs measured so far.
-  std::unique_ptr<EnergyMeter> energy_;
+  // The GPU boards' energy counters, one per rank (empty: none; energy_note_ says why), and
+  // the joules and images of the training epochs measured so far.
+  std::vector<std::unique_ptr<EnergyMeter>> energy_;
   std::string energy_note_;
   double train_joules_ = 0;
   int64_t energy_images_ = 0;
-  // The board's counter after waiting for the device, or -1 without a counter.
+  // The boards' counters summed after waiting for the devices, or -1 without counters.
   absl::StatusOr<double> Joules();
   double TrainJoulesPerImage() const {
     return energy_images_ > 0 ? train_joules_ / energy_images_ : 0;
@@ -164,59 +192,95 @@ absl::Status ExperimentRun::Setup() {
   if (spec_.has_pruning() && !options_.make_pruner) {
     return absl::InternalError("pruning: this program was built without a pruning policy");
   }
-  auto device = CreateDevice(spec_.device());
-  if (!device.ok()) return device.status();
-  device_ = std::move(*device);
-  summary_->set_device(device_->name());
-  if (auto meter = EnergyMeter::ForDevice(*device_); meter.ok()) {
-    energy_ = std::move(*meter);
-    energy_note_ = "NVML board energy counter of " + device_->name();
-  } else {
-    energy_note_ = std::string(meter.status().message());
+  auto devices = CreateDevices(spec_.device());
+  if (!devices.ok()) return devices.status();
+  std::vector<Device*> raw;
+  std::vector<std::string> names;
+  for (auto& d : *devices) {
+    raw.push_back(d.get());
+    names.push_back(d->name());
+    ranks_.emplace_back().device = std::move(d);
   }
-  if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device_->cuda() == nullptr) {
+  device()->MakeCurrent();  // this thread is rank 0's
+  summary_->set_device(absl::StrJoin(names, ", "));
+  if (ranks_.size() > 1) {
+    if (device()->cuda() != nullptr) {
+      auto nccl = MakeNcclCollective(raw, spec_.device().deterministic());
+      if (!nccl.ok()) return nccl.status();
+      collective_ = std::move(*nccl);
+    } else {
+      collective_ = MakeHostCollective(static_cast<int>(ranks_.size()));
+    }
+  }
+  threads_ = std::make_unique<RankThreads>(raw, [this] {
+    if (collective_) collective_->Abort();
+  });
+  for (Device* d : raw) {
+    auto meter = EnergyMeter::ForDevice(*d);
+    if (!meter.ok()) {
+      energy_.clear();
+      energy_note_ = std::string(meter.status().message());
+      break;
+    }
+    energy_.push_back(std::move(*meter));
+    energy_note_ = absl::StrCat("NVML board energy counter", raw.size() > 1 ? "s" : "", " of ",
+                                absl::StrJoin(names, ", "));
+  }
+  if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 && device()->cuda() == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "train.precision: BF16 needs a GPU, and this run's device is %s; use FP32 on the CPU",
-        device_->name()));
+        device()->name()));
   }
 
   auto data = LoadDataset(spec_.data(), spec_.seed());
   if (!data.ok()) return data.status();
   data_.emplace(std::move(*data));
   batch_ = spec_.data().batch_size();
+  const int nranks = static_cast<int>(ranks_.size());
+  if (batch_ % nranks != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("data.batch_size: %d does not split evenly across %d ranks (%s)", batch_,
+                        nranks, absl::StrJoin(names, ", ")));
+  }
+  local_batch_ = batch_ / nranks;
   if (data_->train.size() < batch_) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "data.batch_size: %d exceeds the %d training images", batch_, data_->train.size()));
   }
   if (data_->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
 
-  const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
-  auto model =
-      BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes, device_.get());
-  if (!model.ok()) return model.status();
-  model_ = std::move(*model);
-  model_->Initialize(spec_.seed());
-  if (spec_.has_approximation()) {
-    TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model_.get()));
-  }
-  if (spec_.has_gradient_sampling()) {
-    auto applied = ApplyGradientSampling(spec_.gradient_sampling(), model_.get());
-    if (!applied.ok()) return applied.status();
-    sampling_applied_ = std::move(*applied);
-    sampling_.emplace(spec_.gradient_sampling(), spec_.seed());
-  }
-
   const Normalization norm =
       ComputeNormalization(data_->train, data_->max_value, spec_.data().normalize());
   train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
                          spec_.seed());
   test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
-  optimizer_.emplace(model_->parameters(), spec_.train().optimizer(), device_.get());
   steps_per_epoch_ = static_cast<int>(data_->train.size() / batch_);
-  auto train_data = DeviceBatches::Create(&*train_batcher_, device_.get());
-  if (!train_data.ok()) return train_data.status();
-  train_data_.emplace(std::move(*train_data));
-  auto test_data = DeviceBatches::Create(&*test_batcher_, device_.get());
+  if (spec_.has_gradient_sampling()) sampling_.emplace(spec_.gradient_sampling(), spec_.seed());
+
+  // Every rank builds the same model on its own device (and thread).
+  const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
+  TOPIARY_RETURN_IF_ERROR(OnRanks([&](int r) -> absl::Status {
+    Rank& rank = ranks_[r];
+    auto model = BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes,
+                            rank.device.get());
+    if (!model.ok()) return model.status();
+    rank.model = std::move(*model);
+    rank.model->Initialize(spec_.seed());
+    if (spec_.has_approximation()) {
+      TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), rank.model.get()));
+    }
+    if (spec_.has_gradient_sampling()) {
+      auto applied = ApplyGradientSampling(spec_.gradient_sampling(), rank.model.get());
+      if (!applied.ok()) return applied.status();
+      if (r == 0) sampling_applied_ = std::move(*applied);
+    }
+    rank.optimizer.emplace(rank.model->parameters(), spec_.train().optimizer(), rank.device.get());
+    auto train_data = DeviceBatches::Create(&*train_batcher_, rank.device.get());
+    if (!train_data.ok()) return train_data.status();
+    rank.train_data.emplace(std::move(*train_data));
+    return absl::OkStatus();
+  }));
+  auto test_data = DeviceBatches::Create(&*test_batcher_, device());
   if (!test_data.ok()) return test_data.status();
   test_data_.emplace(std::move(*test_data));
   TOPIARY_RETURN_IF_ERROR(test_data_->SetSequentialOrder());
@@ -226,7 +290,7 @@ absl::Status ExperimentRun::Setup() {
       options_.resume_from.empty() ? spec_.init_from_checkpoint() : options_.resume_from;
   if (!from.empty()) {
     const bool resume = !options_.resume_from.empty();
-    auto state = LoadCheckpoint(from, model_.get(), /*with_optimizer=*/resume);
+    auto state = LoadCheckpoint(from, model(), /*with_optimizer=*/resume);
     if (!state.ok()) {
       return absl::Status(
           state.status().code(),
@@ -248,19 +312,24 @@ absl::Status ExperimentRun::Setup() {
       parent_ = from;
     }
   }
+  TOPIARY_RETURN_IF_ERROR(Replicate());  // the same start on every rank, whatever it is
 
   Event e = sink_.New();
   auto* s = e.mutable_started();
   s->set_name(spec_.name());
   s->set_model_arch(spec_.model().arch());
-  s->set_device(device_->name());
+  s->set_device(summary_->device());
   s->set_dataset(data_->name);
   s->set_train_images(static_cast<int32_t>(data_->train.size()));
   s->set_test_images(static_cast<int32_t>(data_->test.size()));
-  s->set_parameters(static_cast<int32_t>(model_->trainable_parameter_count()));
+  s->set_parameters(static_cast<int32_t>(model()->trainable_parameter_count()));
   s->set_epochs(spec_.train().epochs());
   s->set_batch_size(batch_);
   s->set_energy(energy_note_);
+  if (collective_) {
+    s->set_ranks(collective_->ranks());
+    s->set_gradient_reduction(collective_->name());
+  }
   if (sampling_ && !metrics_.has_gradient_sampling()) {
     *metrics_.mutable_gradient_sampling() = sampling_applied_;
   }
@@ -271,9 +340,25 @@ absl::Status ExperimentRun::Setup() {
                                                        : "dense");
   sink_.Emit(e);
   // Planned after the started event, so a client sees the run begin and then its planning.
-  auto train_net = PlanWithEvents(batch_, true);
+  auto train_net = PlanWithEvents(local_batch_, true);
   if (!train_net.ok()) return train_net.status();
-  train_net_ = std::move(*train_net);
+  ranks_[0].train_net = std::move(*train_net);
+  // The other ranks plan the same shapes: rank 0's choices, from the plan cache's memory.
+  TOPIARY_RETURN_IF_ERROR(OnRanks([&](int r) -> absl::Status {
+    Rank& rank = ranks_[r];
+    if (r > 0) {
+      auto net = Network::Plan(rank.model.get(), local_batch_, true, PlanOptionsForSpec());
+      if (!net.ok()) return net.status();
+      rank.train_net = std::move(*net);
+    }
+    if (!collective_) return absl::OkStatus();
+    auto sync = GradientSync::Create(rank.model.get(), collective_.get(), r,
+                                     rank.train_net->dtype() == kernels::DType::kBf16);
+    if (!sync.ok()) return sync.status();
+    rank.sync = std::move(*sync);
+    rank.train_net->set_gradient_reducer(rank.sync.get());
+    return absl::OkStatus();
+  }));
   auto eval_net = PlanWithEvents(spec_.data().eval_batch_size(), false);
   if (!eval_net.ok()) return eval_net.status();
   eval_net_ = std::move(*eval_net);
@@ -281,8 +366,8 @@ absl::Status ExperimentRun::Setup() {
 }
 
 absl::StatusOr<std::unique_ptr<Network>> ExperimentRun::PlanWithEvents(int batch, bool training) {
-  const std::string name =
-      absl::StrFormat("%s, batch %d", training ? "training" : "evaluation", batch);
+  std::string name = absl::StrFormat("%s, batch %d", training ? "training" : "evaluation", batch);
+  if (training && ranks_.size() > 1) absl::StrAppend(&name, " per rank, ", ranks_.size(), " ranks");
   Clock::time_point last = Clock::now();
   auto fill = [&](const PlanProgress& p, topiary::v1::Planning* out) {
     out->set_network(name);
@@ -293,9 +378,7 @@ absl::StatusOr<std::unique_ptr<Network>> ExperimentRun::PlanWithEvents(int batch
     out->set_convolutions_untimed(p.convs_untimed);
     out->set_seconds(p.seconds);
   };
-  PlanOptions options;
-  options.precision = PrecisionOf(spec_.train().precision());
-  options.deterministic = spec_.device().deterministic();
+  PlanOptions options = PlanOptionsForSpec();
   options.progress = [&](const PlanProgress& p) {
     if (Seconds(last) < sink_.progress_interval_s()) return;
     last = Clock::now();
@@ -303,14 +386,14 @@ absl::StatusOr<std::unique_ptr<Network>> ExperimentRun::PlanWithEvents(int batch
     fill(p, e.mutable_planning());
     sink_.Emit(e);
   };
-  auto net = Network::Plan(model_.get(), batch, training, options);
+  auto net = Network::Plan(model(), batch, training, options);
   if (!net.ok()) return net.status();
   Event e = sink_.New();
   auto* done = e.mutable_planning();
   fill((*net)->plan_progress(), done);
   done->set_done(true);
   done->set_planned_bytes(static_cast<int64_t>((*net)->planned_bytes()));
-  if (training && device_->cuda() != nullptr) {
+  if (training && device()->cuda() != nullptr) {
     const ConvPlanCache& cache = ConvPlanCache::Global();
     for (const std::string& f : cache.files()) done->add_cache_files(f);
     for (const std::string& n : cache.notes()) done->add_cache_notes(n);
@@ -332,43 +415,58 @@ std::vector<float> ExperimentRun::LrTable(const topiary::v1::LrSchedule& schedul
 
 absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
                                        const std::vector<float>& lr_table) {
-  auto clock = TrainingClock::Create(device_.get(), lr_table);
-  if (!clock.ok()) return clock.status();
-  Network& net = *train_net_;
+  std::vector<TrainingClock> clocks;  // per rank
+  for (Rank& rank : ranks_) {
+    auto clock = TrainingClock::Create(rank.device.get(), lr_table);
+    if (!clock.ok()) return clock.status();
+    clocks.push_back(std::move(*clock));
+  }
   const float smoothing = spec_.train().label_smoothing();
   const bool augment = train_batcher_->augments();
-  // One training step, enqueued; everything that varies per step is read from the clock.
-  auto step_fn = [&]() -> absl::Status {
-    TOPIARY_RETURN_IF_ERROR(clock->Tick(batch_));
+  // One training step of rank r, enqueued; everything that varies per step is read from the
+  // clock. Rank r takes its share of the global batch, at offset r * local_batch_.
+  auto step_fn = [&](int r) -> absl::Status {
+    Rank& rank = ranks_[r];
+    Network& net = *rank.train_net;
+    TrainingClock& clock = clocks[r];
+    TOPIARY_RETURN_IF_ERROR(clock.Tick(batch_));
     TOPIARY_RETURN_IF_ERROR(
-        train_data_->Assemble(clock->clock(), 0, 0, batch_, augment, net.input(), net.labels()));
+        rank.train_data->Assemble(clock.clock(), 0, static_cast<int64_t>(r) * local_batch_,
+                                  local_batch_, augment, net.input(), net.labels()));
     TOPIARY_RETURN_IF_ERROR(net.Forward(true));
     TOPIARY_RETURN_IF_ERROR(net.Loss(smoothing));
-    TOPIARY_RETURN_IF_ERROR(net.Backward());
-    return optimizer_->Step(clock->clock());
+    TOPIARY_RETURN_IF_ERROR(net.Backward());  // averages the ranks' gradients
+    return rank.optimizer->Step(clock.clock());
   };
   // On a GPU the step is captured as a CUDA graph after one eager step and replayed. Each
   // phase captures anew: a prune step may have added mask buffers. A step that samples weight
   // gradients enqueues other kernels than an exact one: each kind has its own graph.
   const bool graphs = spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF;
-  auto step_kind = [&](bool sample) -> std::function<absl::Status()> {
-    return [&, sample]() {
-      SetSampling(model_.get(), sample);
-      return step_fn();
+  auto step_kind = [&](int r, bool sample) -> std::function<absl::Status()> {
+    return [&, r, sample]() {
+      SetSampling(ranks_[r].model.get(), sample);
+      return step_fn(r);
     };
   };
-  StepRunner exact_steps(device_.get(), step_kind(false), graphs, /*eager_steps=*/1);
-  StepRunner sampled_steps(device_.get(), step_kind(true), graphs, /*eager_steps=*/1);
+  std::vector<StepRunner> exact_steps, sampled_steps;  // per rank
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    Device* d = ranks_[r].device.get();
+    exact_steps.emplace_back(d, step_kind(r, false), graphs, /*eager_steps=*/1);
+    sampled_steps.emplace_back(d, step_kind(r, true), graphs, /*eager_steps=*/1);
+  }
   const double phase_start_seconds = train_seconds_;
   last_eval_.reset();
   for (; phase_epoch_ < epochs; ++phase_epoch_) {
     const int epoch = phase_epoch_;
     const Clock::time_point epoch_start = Clock::now();
-    TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+    const std::vector<int32_t> order = train_batcher_->EpochOrder(epoch_);
     const int first_step = epoch_step_;  // non-zero once, when resuming a paused run
     epoch_step_ = 0;
-    TOPIARY_RETURN_IF_ERROR(
-        clock->BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      TOPIARY_RETURN_IF_ERROR(ranks_[r].train_data->SetOrder(order));
+      TOPIARY_RETURN_IF_ERROR(
+          clocks[r].BeginEpoch(epoch_, static_cast<int64_t>(epoch) * steps_per_epoch_, first_step));
+    }
     Metrics epoch_metrics;
     int sampled_in_epoch = 0;
     auto joules_start = Joules();
@@ -377,7 +475,8 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     for (int step = first_step; step < steps_per_epoch_; ++step) {
       TOPIARY_RETURN_IF_ERROR(CheckStop(step));
       const bool sample = sampling_ && sampling_->Samples(epoch_, step, global_step_ + step);
-      TOPIARY_RETURN_IF_ERROR(sample ? sampled_steps.Run() : exact_steps.Run());
+      TOPIARY_RETURN_IF_ERROR(
+          OnRanks([&](int r) { return sample ? sampled_steps[r].Run() : exact_steps[r].Run(); }));
       if (sampling_) {
         auto* counts = metrics_.mutable_gradient_sampling();
         if (sample) {
@@ -389,8 +488,8 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
       }
       const bool last = step + 1 == steps_per_epoch_;
       if (!last && Seconds(last_progress) < sink_.progress_interval_s()) continue;
-      // Reading the metrics waits for the device: only at progress intervals.
-      auto window = net.TakeMetrics();
+      // Reading the metrics waits for the devices: only at progress intervals.
+      auto window = TakeTrainMetrics();
       if (!window.ok()) return window.status();
       epoch_metrics.loss_sum += window->loss_sum;
       epoch_metrics.top1 += window->top1;
@@ -414,7 +513,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
       p->set_images_total(steps_per_epoch_ * batch_);
       p->set_loss(window->loss());
       p->set_top1(window->top1_rate());
-      p->set_lr(clock->lr(phase_step));
+      p->set_lr(clocks[0].lr(phase_step));
       p->set_images_per_s(done / std::max(elapsed, 1e-9));
       p->set_eta_s(elapsed / done * (total - done));
       sink_.Emit(e);
@@ -441,7 +540,7 @@ absl::Status ExperimentRun::TrainPhase(const std::string& phase, int epochs,
     es->set_epoch(epoch + 1);
     es->set_train_loss(epoch_metrics.loss());
     es->set_train_top1(epoch_metrics.top1_rate());
-    es->set_lr(clock->lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
+    es->set_lr(clocks[0].lr(static_cast<int64_t>(epoch + 1) * steps_per_epoch_ - 1));
     es->set_seconds(epoch_seconds);
     es->set_images_per_s((steps_per_epoch_ - first_step) * batch_ / epoch_seconds);
     es->set_sampled_steps(sampled_in_epoch);
@@ -501,7 +600,7 @@ absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
 absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
   constexpr int kBatches = 8;
   std::vector<Parameter*> kernels, running;
-  for (Parameter* p : model_->parameters()) {
+  for (Parameter* p : model()->parameters()) {
     if (p->role == ParamRole::kKernel) kernels.push_back(p);
     if (!p->trainable) running.push_back(p);
   }
@@ -509,21 +608,27 @@ absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
   for (Parameter* p : running) saved.push_back(p->value.ToHost());
   GradientStats stats;
   for (Parameter* p : kernels) stats[p->full_name()].assign(p->size(), 0.0f);
-  Network& net = *train_net_;
-  TOPIARY_RETURN_IF_ERROR(train_data_->SetOrder(train_batcher_->EpochOrder(epoch_)));
+  const std::vector<int32_t> order = train_batcher_->EpochOrder(epoch_);
+  for (Rank& rank : ranks_) TOPIARY_RETURN_IF_ERROR(rank.train_data->SetOrder(order));
   for (int b = 0; b < kBatches && (b + 1) * batch_ <= static_cast<int>(data_->train.size()); ++b) {
-    TOPIARY_RETURN_IF_ERROR(train_data_->Assemble(nullptr, epoch_, static_cast<int64_t>(b) * batch_,
-                                                  batch_, false, net.input(), net.labels()));
-    TOPIARY_RETURN_IF_ERROR(net.Forward(true));
-    TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f));
-    TOPIARY_RETURN_IF_ERROR(net.Backward());
+    // Each rank its share of the batch: rank 0's gradients are then the whole batch's.
+    TOPIARY_RETURN_IF_ERROR(OnRanks([&](int r) -> absl::Status {
+      Network& net = *ranks_[r].train_net;
+      TOPIARY_RETURN_IF_ERROR(ranks_[r].train_data->Assemble(
+          nullptr, epoch_,
+          static_cast<int64_t>(b) * batch_ + static_cast<int64_t>(r) * local_batch_, local_batch_,
+          false, net.input(), net.labels()));
+      TOPIARY_RETURN_IF_ERROR(net.Forward(true));
+      TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f));
+      return net.Backward();
+    }));
     for (Parameter* p : kernels) {
       const std::vector<float> g = p->grad.ToHost();
       std::vector<float>& acc = stats[p->full_name()];
       for (size_t i = 0; i < g.size(); ++i) acc[i] += std::fabs(g[i]) / kBatches;
     }
   }
-  TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());
+  TOPIARY_RETURN_IF_ERROR(TakeTrainMetrics().status());
   for (size_t i = 0; i < running.size(); ++i) running[i]->value.CopyFromHost(saved[i].data());
   return stats;
 }
@@ -548,9 +653,9 @@ RoundSummary ExperimentRun::SparsityRow(int round,
                                         const std::vector<LayerPruneReport>* reports) const {
   RoundSummary row;
   row.set_round(round);
-  const auto choices = train_net_->SparseConvChoices();
+  const auto choices = ranks_[0].train_net->SparseConvChoices();
   int64_t total = 0, zeros = 0;
-  for (const Model::Node& node : model_->nodes()) {
+  for (const Model::Node& node : model()->nodes()) {
     for (Parameter* p : node.layer->parameters()) {
       if (p->role != ParamRole::kKernel) continue;
       const int64_t masked = MaskedCount(*p);
@@ -608,13 +713,24 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
   metrics_.set_train_joules_per_image(TrainJoulesPerImage());
   state.metrics_json = MessageToJson(metrics_);
-  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *model_, state));
+  // Rank 0 writes; every other rank must hold the same model, bit for bit.
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    auto diff = FirstDifference(*model(), *ranks_[r].model);
+    if (!diff.ok()) return diff.status();
+    if (!diff->empty()) {
+      return absl::InternalError(absl::StrFormat(
+          "data parallelism: rank %d (%s) differs from rank 0 at %s; not writing %s", r,
+          ranks_[r].device->name(), *diff, name));
+    }
+  }
+  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *model(), state));
   summary_->set_checkpoint(path);
   Event e = sink_.New();
   auto* c = e.mutable_checkpoint();
   c->set_path(path);
   c->set_round(round_);
   c->set_epoch(epoch_);
+  if (ranks_.size() > 1) c->set_ranks_identical(static_cast<int32_t>(ranks_.size()));
   sink_.Emit(e);
   if (periodic) {
     periodic_.push_back(path);
@@ -657,6 +773,7 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
     auto step = pruner->Step(round_, pruner->needs_gradients() ? &grads : nullptr);
     if (!step.ok()) return step.status();
     reports = std::move(*step);
+    TOPIARY_RETURN_IF_ERROR(Replicate());  // rank 0 pruned: the same masks on every rank
     phase_epoch_ = 0;
   }
   TOPIARY_RETURN_IF_ERROR(
@@ -711,7 +828,7 @@ absl::Status ExperimentRun::Execute() {
     }
     while (true) {
       // The pruner keeps no state of its own: made anew, it follows spec changes.
-      auto pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+      auto pruner = options_.make_pruner(spec_.pruning(), model(), spec_.seed());
       if (!pruner.ok()) return pruner.status();
       if (round_ >= spec_.pruning().max_rounds() || (*pruner)->finished()) break;
       if (spec_.pruning().manual_rounds() && options_.control != nullptr) {
@@ -721,7 +838,7 @@ absl::Status ExperimentRun::Execute() {
           stopped_ = stop;  // the last round's checkpoint is where a resume continues
           return absl::AbortedError("stopped while waiting for a round");
         }
-        pruner = options_.make_pruner(spec_.pruning(), model_.get(), spec_.seed());
+        pruner = options_.make_pruner(spec_.pruning(), model(), spec_.seed());
         if (!pruner.ok()) return pruner.status();
       }
       TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner->get()));
@@ -740,10 +857,42 @@ absl::Status ExperimentRun::Execute() {
 }
 
 absl::StatusOr<double> ExperimentRun::Joules() {
-  if (energy_ == nullptr) return -1.0;
-  TOPIARY_RETURN_IF_ERROR(device_->Synchronize());  // the work so far, and no more
-  auto j = energy_->Joules();
-  return j.ok() ? *j : -1.0;  // a counter that stops answering only loses figures
+  if (energy_.empty()) return -1.0;
+  double sum = 0;
+  for (size_t r = 0; r < energy_.size(); ++r) {
+    TOPIARY_RETURN_IF_ERROR(ranks_[r].device->Synchronize());  // the work so far, and no more
+    auto j = energy_[r]->Joules();
+    if (!j.ok()) return -1.0;  // a counter that stops answering only loses figures
+    sum += *j;
+  }
+  return sum;
+}
+
+absl::Status ExperimentRun::Replicate() {
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    TOPIARY_RETURN_IF_ERROR(CopyModelState(*model(), ranks_[r].model.get()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Metrics> ExperimentRun::TakeTrainMetrics() {
+  Metrics sum;
+  for (Rank& rank : ranks_) {
+    auto m = rank.train_net->TakeMetrics();
+    if (!m.ok()) return m.status();
+    sum.loss_sum += m->loss_sum;
+    sum.top1 += m->top1;
+    sum.top5 += m->top5;
+    sum.images += m->images;
+  }
+  return sum;
+}
+
+PlanOptions ExperimentRun::PlanOptionsForSpec() const {
+  PlanOptions options;
+  options.precision = PrecisionOf(spec_.train().precision());
+  options.deterministic = spec_.device().deterministic();
+  return options;
 }
 
 }  // namespace

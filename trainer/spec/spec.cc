@@ -322,8 +322,27 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   CHECK_RULE(dev.threads() >= 0 && dev.threads() <= kMaxThreads, "device.threads",
              absl::StrCat("must be in [0, ", kMaxThreads, "] (0: all cores)"));
   CHECK_RULE(dev.gpus_size() <= 64, "device.gpus", "at most 64 ordinals");
-  for (int g : dev.gpus()) {
+  for (int i = 0; i < dev.gpus_size(); ++i) {
+    const int g = dev.gpus(i);
     CHECK_RULE(g >= 0 && g < 64, "device.gpus", "ordinals must be in [0, 64)");
+    for (int j = 0; j < i; ++j) {
+      CHECK_RULE(dev.gpus(j) != g, "device.gpus", absl::StrCat("ordinal ", g, " appears twice"));
+    }
+  }
+  CHECK_RULE(dev.gpu_count() >= 0 && dev.gpu_count() <= 64, "device.gpu_count",
+             "must be in [0, 64] (0: the length of device.gpus, or one GPU)");
+  CHECK_RULE(dev.gpu_count() == 0 || dev.gpus_size() == 0 || dev.gpu_count() == dev.gpus_size(),
+             "device.gpu_count",
+             absl::StrCat(dev.gpu_count(), " disagrees with the ", dev.gpus_size(),
+                          " ordinals of device.gpus (give one of them)"));
+  CHECK_RULE(dev.cpu_ranks() >= 0 && dev.cpu_ranks() <= 64, "device.cpu_ranks",
+             "must be in [0, 64] (0: one)");
+  // The global batch is split evenly: every rank must take the same number of images.
+  for (const auto& [ranks, field] : {std::pair<int, const char*>{RequestedGpus(dev), "GPUs"},
+                                     std::pair<int, const char*>{CpuRanks(dev), "CPU ranks"}}) {
+    CHECK_RULE(spec.data().batch_size() % ranks == 0, "data.batch_size",
+               absl::StrCat(spec.data().batch_size(), " does not split evenly across ", ranks, " ",
+                            field, " (the batch size is the global batch)"));
   }
   CHECK_RULE(
       spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() || spec.has_pruning(),
@@ -333,6 +352,13 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
 
 #undef CHECK_ENUM
 #undef CHECK_RULE
+
+int RequestedGpus(const topiary::v1::DeviceSpec& device) {
+  if (device.gpus_size() > 0) return device.gpus_size();
+  return std::max(1, device.gpu_count());
+}
+
+int CpuRanks(const topiary::v1::DeviceSpec& device) { return std::max(1, device.cpu_ranks()); }
 
 ExperimentSpec WithDefaults(ExperimentSpec s) {
   if (s.model().width() == 0) s.mutable_model()->set_width(1.0f);

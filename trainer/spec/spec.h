@@ -20,6 +20,11 @@ absl::StatusOr<topiary::v1::ExperimentSpec> LoadSpecFile(const std::string& path
 // Checks every field's rule; returns the first violation as INVALID_ARGUMENT.
 absl::Status ValidateSpec(const topiary::v1::ExperimentSpec& spec);
 
+// Data parallelism: the GPUs a spec asks for (device.gpus, else device.gpu_count, else 1)
+// and its CPU ranks (device.cpu_ranks, at least 1).
+int RequestedGpus(const topiary::v1::DeviceSpec& device);
+int CpuRanks(const topiary::v1::DeviceSpec& device);
+
 // LoadSpecFile, then ValidateSpec: a spec that is ready to run, or the first problem.
 absl::StatusOr<topiary::v1::ExperimentSpec> LoadValidSpec(const std::string& path);
 

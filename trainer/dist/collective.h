@@ -1,0 +1,62 @@
+// Collective: the ranks of a data-parallel run averaging their gradients. Two backends:
+// NCCL between the GPUs of one process (loaded at run time from libnccl.so.2) and host
+// memory between CPU ranks (threads), which emulates a multi-GPU run's arithmetic on
+// machines without GPUs.
+//
+// Every rank calls the same operations with the same sizes in the same order, each from its
+// own thread (trainer/dist/rank_threads.h). On a GPU the work is enqueued on a side stream
+// of the rank's device, so it overlaps the backward pass: Fork makes the side stream wait
+// for what the rank's stream has enqueued so far, Join makes the rank's stream wait for the
+// side stream. Both work inside a CUDA graph capture.
+#ifndef TOPIARY_TRAINER_DIST_COLLECTIVE_H_
+#define TOPIARY_TRAINER_DIST_COLLECTIVE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/core/device.h"
+
+namespace topiary {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int ranks() const = 0;
+  // "nccl 2.28.9 (ordered)", "host".
+  virtual std::string name() const = 0;
+  // Room for operations of up to n floats (the ordered NCCL mode gathers every rank's
+  // values before summing them). Call once per rank before the first operation.
+  virtual absl::Status Reserve(int rank, size_t n) { return absl::OkStatus(); }
+
+  // GPU: the side stream's context (the rank's device; no library handles). CPU: null.
+  virtual const kernels::CudaContext* side(int rank) const { return nullptr; }
+  virtual absl::Status Fork(int rank) { return absl::OkStatus(); }
+  virtual absl::Status Join(int rank) { return absl::OkStatus(); }
+
+  // data[0, n) on every rank becomes the mean over the ranks of data[0, n), the same bits on
+  // every rank. GPU: enqueued on the side stream. Host: returns when every rank has called
+  // it (ABORTED after Abort).
+  virtual absl::Status AllReduceMean(int rank, float* data, size_t n) = 0;
+
+  // A rank failed: operations still waiting, and all later ones, end with ABORTED instead of
+  // waiting forever for it.
+  virtual void Abort() = 0;
+};
+
+// CPU ranks: sums in rank order (deterministic).
+std::unique_ptr<Collective> MakeHostCollective(int ranks);
+
+// One NCCL communicator per device (one process, ncclCommInitAll). ordered = true
+// (device.deterministic) gathers every rank's values and sums them in rank order, the same
+// bits on every run; otherwise NCCL's all-reduce (its ring or tree order). Errors:
+// FAILED_PRECONDITION when libnccl.so.2 cannot be loaded (naming why) or in a build without
+// CUDA.
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(const std::vector<Device*>& devices,
+                                                               bool ordered);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_DIST_COLLECTIVE_H_
