@@ -349,7 +349,7 @@ int RunRemoteCommand(const Args& a) {
   return kExitUsage;
 }
 
-void PrintRemoteInfo(const Args& a) {
+std::optional<topiary::v1::ServerInfo> FetchRemoteInfo(const Args& a, std::string* why) {
   Connection c(a);
   topiary::v1::ServerInfo info;
   auto ctx = c.Context();
@@ -357,12 +357,28 @@ void PrintRemoteInfo(const Args& a) {
   const grpc::Status st =
       c.stub().GetServerInfo(ctx.get(), topiary::v1::GetServerInfoRequest(), &info);
   if (!st.ok()) {
-    absl::PrintF("daemon: none answering at %s (%s)\n", c.address(), CodeName(st.error_code()));
+    *why = absl::StrFormat("none answering at %s (%s)", c.address(), CodeName(st.error_code()));
+    return std::nullopt;
+  }
+  return info;
+}
+
+void PrintRemoteInfo(const Args& a) {
+  std::string why;
+  const auto info = FetchRemoteInfo(a, &why);
+  if (!info) {
+    absl::PrintF("daemon: %s\n", why);
     return;
   }
   absl::PrintF("daemon at %s: topiaryd %s, %d running / %d slot(s), %d queued, devices: %s\n",
-               c.address(), info.version(), info.running(), info.max_running(), info.queued(),
-               absl::StrJoin(info.devices(), ", "));
+               Connection(a).address(), info->version(), info->running(), info->max_running(),
+               info->queued(), absl::StrJoin(info->devices(), ", "));
+  for (const topiary::v1::GpuSlot& g : info->gpus()) {
+    absl::PrintF("  GPU %d %s: %s\n", g.ordinal(), g.name(),
+                 g.experiment().empty()
+                     ? std::string("free")
+                     : absl::StrFormat("%s (%s)", g.experiment(), g.experiment_name()));
+  }
 }
 
 }  // namespace topiary

@@ -5,9 +5,11 @@
 #ifndef TOPIARY_CLIENTS_REMOTE_H_
 #define TOPIARY_CLIENTS_REMOTE_H_
 
+#include <optional>
 #include <string>
 
 #include "clients/args.h"
+#include "topiary/v1/service.pb.h"
 
 namespace topiary {
 
@@ -16,6 +18,8 @@ bool IsRemoteCommand(const std::string& command);
 int RunRemoteCommand(const Args& args);
 // `topiary info` adds the daemon's view when one answers at the server address.
 void PrintRemoteInfo(const Args& args);
+// The daemon's GetServerInfo (devices, queue, each GPU's occupant), or nullopt with why.
+std::optional<topiary::v1::ServerInfo> FetchRemoteInfo(const Args& args, std::string* why);
 
 }  // namespace topiary
 

@@ -181,10 +181,14 @@ int Info(const Args& a) {
           absl::StrFormat(R"({"ordinal":%d,"name":"%s","memory_bytes":%d,"compute":"%d.%d"})",
                           x.ordinal, x.name, x.memory_bytes, x.compute_major, x.compute_minor));
     }
-    absl::PrintF(R"({"version":"%s","cuda_built":%s,"gpus":[%s],"models":["%s"]})"
+    // The daemon's view (each GPU's occupant), or null when none answers.
+    std::string why;
+    const auto daemon = FetchRemoteInfo(a, &why);
+    absl::PrintF(R"({"version":"%s","cuda_built":%s,"gpus":[%s],"models":["%s"],"daemon":%s})"
                  "\n",
                  kTopiaryVersion, BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
-                 absl::StrJoin(ModelNames(), "\",\""));
+                 absl::StrJoin(ModelNames(), "\",\""),
+                 daemon ? MessageToJson(*daemon) : std::string("null"));
     return kExitOk;
   }
   absl::PrintF("topiary %s (%s build)\n", kTopiaryVersion, BuiltWithCuda() ? "CUDA" : "CPU-only");

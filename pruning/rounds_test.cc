@@ -105,6 +105,36 @@ class StopAt : public RunControl {
   Stop how_;
 };
 
+// Data parallelism on CPU ranks: rank 0 prunes (with gradient scores, so the step reads the
+// averaged gradients of both ranks), every rank installs the same masks, and every
+// checkpoint is written only after the ranks were compared bit for bit. A pause on two
+// ranks resumes on one and still reaches the target.
+TEST(Rounds, DataParallelPruningKeepsRanksIdentical) {
+  auto spec = Parse(kSpec);
+  spec.mutable_device()->set_cpu_ranks(2);
+  spec.mutable_pruning()->set_score(topiary::v1::PruningSpec::GRAD_L2);
+  std::vector<int> identical;
+  RunOptions options = PruningOptions(OutDir("dp"));
+  StopAt pause(27, RunControl::Stop::kPause);  // inside round 1
+  options.control = &pause;
+  options.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_checkpoint()) identical.push_back(e.checkpoint().ranks_identical());
+  };
+  const auto first = RunExperiment(spec, options);
+  ASSERT_EQ(first.state(), "PAUSED") << first.error();
+  spec.mutable_device()->set_cpu_ranks(1);
+  RunOptions again = PruningOptions(OutDir("dp"));
+  again.resume_from = first.checkpoint();
+  const auto s = RunExperiment(spec, again);
+  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_GE(identical.size(), 3u);  // epoch-0001, dense, round-001... and pause.h5
+  for (int n : identical) EXPECT_EQ(n, 2);
+  const auto& last = s.rounds(s.rounds_size() - 1);
+  EXPECT_EQ(last.layers_at_target(), 20);
+  const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
+  EXPECT_EQ(check.block_layers_at_target, 20);
+}
+
 TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
   const auto spec = Parse(kSpec);
   const StepLosses full = RunWithLosses(spec, PruningOptions(OutDir("nopause")));

@@ -10,39 +10,35 @@
 namespace topiary::server {
 
 Scheduler::Scheduler(Registry* registry, SchedulerOptions options)
-    : registry_(registry), options_(std::move(options)) {}
+    : registry_(registry),
+      options_(std::move(options)),
+      placement_(options_.gpus, options_.cpu_slots) {}
 
 Scheduler::~Scheduler() {
-  std::vector<std::string> running;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    running = current_;
-  }
-  // A daemon shutting down pauses what runs, so it resumes on the next start.
-  for (const std::string& id : running) {
-    if (!id.empty()) registry_->RequestStop(id, RunControl::Stop::kPause);
+    // A daemon shutting down pauses what runs, so it resumes on the next start.
+    for (const auto& [id, thread] : runs_) registry_->RequestStop(id, RunControl::Stop::kPause);
   }
   wake_.SignalAll();
-  for (std::thread& t : workers_) t.join();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  std::map<std::string, std::thread> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    runs.swap(runs_);
+  }
+  for (auto& [id, thread] : runs) thread.join();
 }
 
 void Scheduler::Start() {
-  const int slots = options_.gpus.empty() ? std::max(1, options_.cpu_slots)
-                                          : static_cast<int>(options_.gpus.size());
-  {
-    absl::MutexLock lock(&mu_);
-    current_.assign(slots, "");
-  }
-  for (int i = 0; i < slots; ++i) workers_.emplace_back([this, i] { Work(i); });
+  dispatcher_ = std::thread([this] { Dispatch(); });
 }
 
 void Scheduler::Enqueue(const std::string& id) {
-  {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(id);
-  }
-  wake_.Signal();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(id);
+  wake_.SignalAll();
 }
 
 bool Scheduler::Dequeue(const std::string& id) {
@@ -53,10 +49,19 @@ bool Scheduler::Dequeue(const std::string& id) {
   return true;
 }
 
+absl::Status Scheduler::Feasible(const topiary::v1::ExperimentSpec& spec) const {
+  absl::MutexLock lock(&mu_);
+  return placement_.Feasible(placement_.NeedOf(spec));
+}
+
+int Scheduler::slots() const {
+  absl::MutexLock lock(&mu_);
+  return options_.gpus.empty() ? placement_.cpu_slots() : static_cast<int>(options_.gpus.size());
+}
+
 int Scheduler::running() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(std::count_if(current_.begin(), current_.end(),
-                                        [](const std::string& s) { return !s.empty(); }));
+  return placement_.running();
 }
 
 int Scheduler::queued() const {
@@ -64,30 +69,65 @@ int Scheduler::queued() const {
   return static_cast<int>(queue_.size());
 }
 
-void Scheduler::Work(int slot) {
+std::vector<std::pair<int, std::string>> Scheduler::Occupancy() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<int, std::string>> out;
+  for (size_t i = 0; i < placement_.gpus().size(); ++i) {
+    out.emplace_back(placement_.gpus()[i], placement_.occupants()[i]);
+  }
+  return out;
+}
+
+void Scheduler::Dispatch() {
+  absl::MutexLock lock(&mu_);
   while (true) {
-    std::string id;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && queue_.empty()) wake_.Wait(&mu_);
-      if (stopping_) return;
-      id = queue_.front();
-      queue_.pop_front();
-      current_[slot] = id;
+    for (const std::string& id : finished_) {
+      auto it = runs_.find(id);
+      if (it == runs_.end()) continue;
+      it->second.join();  // it has returned, or is about to: it released under this lock
+      runs_.erase(it);
     }
-    Run(slot, id);
-    absl::MutexLock lock(&mu_);
-    current_[slot].clear();
+    finished_.clear();
+    if (stopping_) return;
+    bool started = false;
+    if (!queue_.empty()) {
+      const std::string id = queue_.front();
+      auto record = registry_->Get(id);
+      if (!record.ok() || record->state() != topiary::v1::QUEUED) {
+        queue_.pop_front();  // gone, or no longer waiting
+        continue;
+      }
+      const Need need = placement_.NeedOf(record->spec());
+      if (absl::Status st = placement_.Feasible(need); !st.ok()) {
+        // Queued by an earlier daemon with other GPUs (kept across restarts).
+        queue_.pop_front();
+        (void)registry_->FinishRun(id, "FAILED", std::string(st.message()), false);
+        continue;
+      }
+      if (auto gpus = placement_.TryTake(id, need)) {
+        queue_.pop_front();
+        runs_[id] = std::thread([this, id, granted = *gpus] {
+          Run(id, granted);
+          absl::MutexLock lock(&mu_);
+          placement_.Release(id);
+          finished_.push_back(id);
+          wake_.SignalAll();
+        });
+        started = true;
+      }
+    }
+    if (!started) wake_.Wait(&mu_);
   }
 }
 
-void Scheduler::Run(int slot, const std::string& id) {
+void Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   auto record = registry_->Get(id);
   if (!record.ok() || record->state() != topiary::v1::QUEUED) return;
   topiary::v1::ExperimentSpec spec = record->spec();
-  if (!options_.gpus.empty() && spec.device().kind() != topiary::v1::DeviceSpec::CPU) {
+  if (!gpus.empty()) {  // the GPUs placement granted, whatever the spec asked
     spec.mutable_device()->clear_gpus();
-    spec.mutable_device()->add_gpus(options_.gpus[slot]);
+    spec.mutable_device()->clear_gpu_count();
+    for (int g : gpus) spec.mutable_device()->add_gpus(g);
   }
   const std::string resume = record->last_checkpoint();
   (void)registry_->SetState(id, topiary::v1::RUNNING,

@@ -1,52 +1,61 @@
-// The scheduler: a FIFO queue of experiments and one worker per slot. By default one slot
-// per GPU (each worker pins its experiments to its GPU), or one CPU slot when there is no
-// GPU. A worker runs an experiment in its own thread through trainer's RunExperiment with
-// the registry's RunControl, and records how it ended.
+// The scheduler: a FIFO queue of experiments placed on GPU sets (server/placement.h). A
+// dispatcher thread starts the experiment at the head of the queue as soon as the GPUs (or
+// CPU slot) it needs are free, each in its own thread through trainer's RunExperiment with
+// the registry's RunControl and the GPUs it was granted, and records how it ended.
 #ifndef TOPIARY_SERVER_SCHEDULER_H_
 #define TOPIARY_SERVER_SCHEDULER_H_
 
 #include <deque>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "server/placement.h"
 #include "server/registry.h"
 
 namespace topiary::server {
 
 struct SchedulerOptions {
-  std::vector<int> gpus;  // one slot per GPU ordinal; empty: CPU slots
-  int cpu_slots = 1;      // slots when there is no GPU
+  std::vector<int> gpus;  // the GPU ordinals to schedule; empty: CPU slots only
+  int cpu_slots = 1;      // experiments running on the CPU at once
   double progress_interval_s = 1.0;
 };
 
 class Scheduler {
  public:
   Scheduler(Registry* registry, SchedulerOptions options);
-  ~Scheduler();  // stops taking work and waits for the workers' current runs to pause
+  ~Scheduler();  // stops taking work and waits for the current runs to pause
 
   void Start();
   void Enqueue(const std::string& id);
   // Removes a queued experiment (pause or cancel before it started); false if not queued.
   bool Dequeue(const std::string& id);
-  int slots() const { return static_cast<int>(workers_.size()); }
+  // OK when this daemon could ever run `spec` (enough GPUs, the ordinals it names).
+  absl::Status Feasible(const topiary::v1::ExperimentSpec& spec) const;
+  // Experiments that can run at once: GPUs, or CPU slots on a daemon without GPUs.
+  int slots() const;
   int running() const;
   int queued() const;
+  // Per scheduled GPU: (ordinal, experiment id or "").
+  std::vector<std::pair<int, std::string>> Occupancy() const;
 
  private:
-  void Work(int slot);
-  void Run(int slot, const std::string& id);
+  void Dispatch();
+  void Run(const std::string& id, const std::vector<int>& gpus);
 
   Registry* registry_;
   SchedulerOptions options_;
   mutable absl::Mutex mu_;
-  absl::CondVar wake_;  // work was queued, or the scheduler is stopping
+  absl::CondVar wake_;  // queued work, freed GPUs, a finished run, or stopping
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> current_ ABSL_GUARDED_BY(mu_);  // per slot; empty when idle
-  std::vector<std::thread> workers_;
+  Placement placement_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::thread> runs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> finished_ ABSL_GUARDED_BY(mu_);  // runs to join
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread dispatcher_;
 };
 
 }  // namespace topiary::server

@@ -103,6 +103,8 @@ Status TopiaryService::ResolveMultipliers(topiary::v1::ApproximationSpec* approx
 Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   if (auto st = ValidateSpec(*spec); !st.ok()) return ToGrpc(st);
   *spec = WithDefaults(*spec);
+  // Refused now rather than queued forever: GPUs this daemon does not have.
+  if (auto st = scheduler_->Feasible(*spec); !st.ok()) return ToGrpc(st);
   if (spec->has_approximation()) {
     if (Status st = ResolveMultipliers(spec->mutable_approximation()); !st.ok()) return st;
   }
@@ -353,6 +355,15 @@ Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
   out->set_running(scheduler_->running());
   out->set_queued(registry_->Count(topiary::v1::QUEUED));
   out->set_data_dir(registry_->data_dir());
+  const auto occupancy = scheduler_->Occupancy();
+  for (size_t i = 0; i < occupancy.size(); ++i) {
+    auto* g = out->add_gpus();
+    g->set_ordinal(occupancy[i].first);
+    if (i < options_.gpu_names.size()) g->set_name(options_.gpu_names[i]);
+    g->set_experiment(occupancy[i].second);
+    if (occupancy[i].second.empty()) continue;
+    if (auto r = registry_->Get(occupancy[i].second); r.ok()) g->set_experiment_name(r->name());
+  }
   return Status::OK;
 }
 

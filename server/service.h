@@ -13,8 +13,9 @@
 namespace topiary::server {
 
 struct ServiceOptions {
-  int max_queued = 256;              // QUEUED experiments beyond this: RESOURCE_EXHAUSTED
-  std::vector<std::string> devices;  // for GetServerInfo
+  int max_queued = 256;                // QUEUED experiments beyond this: RESOURCE_EXHAUSTED
+  std::vector<std::string> devices;    // for GetServerInfo
+  std::vector<std::string> gpu_names;  // per scheduled GPU, in the scheduler's order
   // Besides the data directory, dataset folders specs may name (Debian's dataset packages).
   std::vector<std::string> dataset_roots = {"/usr/share/datasets"};
 };

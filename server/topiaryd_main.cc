@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,7 +53,6 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, tls_cert, "", "serve TLS with this certificate chain (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "... and this private key (PEM)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually listened on here (for scripts)");
-ABSL_FLAG(bool, version, false, "print the version and exit");
 
 namespace topiary::server {
 namespace {
@@ -92,12 +92,12 @@ struct Flags {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  // --version is Abseil's own flag (defining another breaks static links); it prints this.
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return absl::StrCat("topiaryd ", kTopiaryVersion, "\n"); };
+  absl::SetFlagsUsageConfig(usage);
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument '", rest[1], "'; see --help"));
-  if (absl::GetFlag(FLAGS_version)) {
-    absl::PrintF("topiaryd %s\n", kTopiaryVersion);
-    return 0;
-  }
   Flags f;
   if (f.max_running <= 0) return Fail("--max_running: must be > 0");
   if (f.max_queued <= 0) return Fail("--max_queued: must be > 0");
@@ -148,6 +148,7 @@ int Main(int argc, char** argv) {
       }
       if (wanted) {
         scheduler_options.gpus.push_back(g.ordinal);
+        service_options.gpu_names.push_back(g.name);
         service_options.devices.push_back(absl::StrCat("cuda:", g.ordinal, " ", g.name));
       }
     }
