@@ -49,7 +49,8 @@ Local commands (no daemon needed):
       conv/linear layer the shape (OIHW), mask kind, block occupancy, sparsity and weight
       statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
   topiary info [--json]
-      Version, build (CUDA or CPU-only), GPUs found, models; and the daemon, if one answers.
+      Version, build (CUDA or CPU-only), GPUs found, models; and the daemon, if one answers:
+      its queue and each GPU's occupant (--json: "daemon", null when none answers).
   topiary multipliers [NAME|FILE.bin ...] [--json] [--png FILE]
       Error metrics of 8x8-bit multipliers over all 2^16 operand pairs (MAE, WCE and their %,
       EP%, MRE%, MSE), the table's SHA-256, and power and area where the table is a known

@@ -101,7 +101,8 @@ void Scheduler::Dispatch() {
       if (absl::Status st = placement_.Feasible(need); !st.ok()) {
         // Queued by an earlier daemon with other GPUs (kept across restarts).
         queue_.pop_front();
-        (void)registry_->FinishRun(id, "FAILED", std::string(st.message()), false);
+        (void)registry_->Transition(id, {topiary::v1::QUEUED}, topiary::v1::FAILED,
+                                    std::string(st.message()), "place");
         continue;
       }
       if (auto gpus = placement_.TryTake(id, need)) {

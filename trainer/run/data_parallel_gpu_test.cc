@@ -34,7 +34,8 @@ class DataParallelGpu : public ::testing::Test {
     std::string why;
     const auto gpus = ListGpus(&why);
     if (gpus.size() < 2) {
-      GTEST_SKIP() << "needs two GPUs, found " << gpus.size() << (gpus.empty() ? ": " + why : "");
+      GTEST_SKIP() << "no usable GPU pair: needs two GPUs, found " << gpus.size()
+                   << (gpus.empty() ? " (" + why + ")" : "");
     }
   }
 };
