@@ -206,6 +206,29 @@ TEST_F(CudaKernels, CountZerosMatchesCpu) {
   }
 }
 
+// Data parallelism's ordered mean: the same bits as the CPU twin (both sum rows in order),
+// and within rounding of the float64 mean.
+TEST_F(CudaKernels, MeanRowsMatchesCpuBitForBit) {
+  for (int rows : {1, 2, 3, 8}) {
+    for (int64_t n : {1, 7, 100003}) {
+      const std::vector<float> all = RandomFloats(rows * n, 90 + rows, -4.0f, 4.0f);
+      Dev<float> src(all), dst(n);
+      ASSERT_TRUE(MeanRowsCuda(rows, n, src.get(), dst.get(), ctx_).ok());
+      Sync();
+      std::vector<const float*> ptrs;
+      for (int r = 0; r < rows; ++r) ptrs.push_back(all.data() + r * n);
+      std::vector<float> want(n);
+      MeanRowsCpu(rows, n, ptrs.data(), want.data());
+      EXPECT_EQ(dst.Host(), want) << rows << " rows of " << n;
+      for (int64_t i = 0; i < n; i += 1009) {
+        double sum = 0;
+        for (int r = 0; r < rows; ++r) sum += all[r * n + i];
+        EXPECT_NEAR(want[i], sum / rows, 1e-5) << i;
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernels, CastsRoundToNearestEven) {
   auto v = RandomFloats(100003, 30, -1e3f, 1e3f);
   v[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)
