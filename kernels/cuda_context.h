@@ -23,6 +23,27 @@ struct CudaContext {
   int sm_count = 0;  // streaming multiprocessors: sizes grids of reduction kernels
 };
 
+// Makes `ordinal` the calling thread's current device for a scope and restores the caller's
+// afterwards: a GPU's resources are made and freed on it without moving the thread (which may
+// be another rank's) to another GPU.
+class ScopedCudaDevice {
+ public:
+  explicit ScopedCudaDevice(int ordinal) {
+    cudaGetDevice(&previous_);
+    switched_ = previous_ != ordinal;
+    if (switched_) cudaSetDevice(ordinal);
+  }
+  ~ScopedCudaDevice() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
+  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 // OK for cudaSuccess; otherwise an error naming `what` and CUDA's message. Out-of-memory
 // becomes RESOURCE_EXHAUSTED so callers can tell it apart.
 absl::Status CudaStatus(cudaError_t err, const std::string& what);

@@ -30,28 +30,10 @@ class CudaGraph : public CapturedWork {
   cudaStream_t stream_;
 };
 
-// Makes a device current for a scope and restores the caller's afterwards, so that a
-// device's own methods work from any thread without moving that thread to another GPU.
-class OnDevice {
- public:
-  explicit OnDevice(int ordinal) {
-    cudaGetDevice(&previous_);
-    if (previous_ != ordinal) cudaSetDevice(ordinal);
-    switched_ = previous_ != ordinal;
-  }
-  ~OnDevice() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
-
 class CudaDevice : public Device {
  public:
   ~CudaDevice() override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (ctx_.cublas) cublasDestroy(ctx_.cublas);
@@ -68,7 +50,7 @@ class CudaDevice : public Device {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: no such GPU (%d found)", where, count));
     }
-    OnDevice on(ordinal);
+    kernels::ScopedCudaDevice on(ordinal);
     cudaDeviceProp prop;
     TOPIARY_RETURN_IF_ERROR(kernels::CudaStatus(cudaGetDeviceProperties(&prop, ordinal), where));
     gpu_name_ = prop.name;
@@ -97,7 +79,7 @@ class CudaDevice : public Device {
   void MakeCurrent() override { cudaSetDevice(ordinal_); }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     void* p = nullptr;
     const size_t rounded = (bytes + 255) / 256 * 256;
     const cudaError_t err = cudaMalloc(&p, rounded);
@@ -117,26 +99,26 @@ class CudaDevice : public Device {
     return p;
   }
   void Free(void* p) override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
     allocated_ -= sizes_[p];
     sizes_.erase(p);
     cudaFree(p);
   }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream);
     cudaStreamSynchronize(ctx_.stream);  // src may be a temporary
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream);
     cudaStreamSynchronize(ctx_.stream);
   }
   size_t allocated_bytes() const override { return allocated_; }
   const kernels::CudaContext* cuda() const override { return &ctx_; }
   absl::Status Synchronize() override {
-    OnDevice on(ordinal_);
+    kernels::ScopedCudaDevice on(ordinal_);
     return kernels::CudaStatus(cudaStreamSynchronize(ctx_.stream), name());
   }
   absl::Status BeginCapture() override {

@@ -63,19 +63,6 @@ absl::StatusOr<NcclApi> LoadNccl() {
   return api;
 }
 
-// Sets a device for a scope (creating per-device resources from one thread).
-class OnGpu {
- public:
-  explicit OnGpu(int ordinal) {
-    cudaGetDevice(&previous_);
-    cudaSetDevice(ordinal);
-  }
-  ~OnGpu() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
 class NcclCollective : public Collective {
  public:
   struct Rank {
@@ -91,7 +78,7 @@ class NcclCollective : public Collective {
   NcclCollective(NcclApi api, bool ordered) : api_(api), ordered_(ordered) {}
   ~NcclCollective() override {
     for (Rank& r : ranks_) {
-      OnGpu on(r.device->ordinal());
+      kernels::ScopedCudaDevice on(r.device->ordinal());
       if (r.side) cudaStreamSynchronize(r.side);
       if (r.comm) (aborted_ ? api_.comm_abort : api_.comm_destroy)(r.comm);
       if (r.gathered) cudaFree(r.gathered);
@@ -109,7 +96,7 @@ class NcclCollective : public Collective {
       Rank& r = ranks_[i];
       r.device = devices[i];
       ordinals.push_back(r.device->ordinal());
-      OnGpu on(r.device->ordinal());
+      kernels::ScopedCudaDevice on(r.device->ordinal());
       const std::string where = r.device->name();
       TOPIARY_RETURN_IF_ERROR(kernels::CudaStatus(
           cudaStreamCreateWithFlags(&r.side, cudaStreamNonBlocking), where + " gradient stream"));
@@ -138,7 +125,7 @@ class NcclCollective : public Collective {
   absl::Status Reserve(int rank, size_t n) override {
     Rank& r = ranks_[rank];
     if (!ordered_ || n <= r.reserved) return absl::OkStatus();
-    OnGpu on(r.device->ordinal());
+    kernels::ScopedCudaDevice on(r.device->ordinal());
     if (r.gathered) cudaFree(r.gathered);
     r.gathered = nullptr;
     r.reserved = 0;

@@ -21,25 +21,25 @@ absl::Status Upload(Device* device, const std::vector<kernels::CastItem>& items,
 absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Model* model,
                                                                    Collective* collective, int rank,
                                                                    bool bf16) {
-  std::unique_ptr<GradientSync> sync(new GradientSync(model, collective, rank));
+  std::unique_ptr<GradientSync> sync(new GradientSync(collective, rank));
   Device* device = model->device();
   const auto& nodes = model->nodes();
   // Buckets in backward order: a bucket closes at the first layer boundary past its size.
-  std::vector<std::vector<Parameter*>> members;
-  size_t bytes = 0;
+  std::vector<std::vector<Parameter*>> members;  // per bucket
+  size_t open_bytes = 0;                         // of the bucket being filled; 0: none open
   for (int j = static_cast<int>(nodes.size()) - 1; j >= 0; --j) {
     for (Parameter* p : nodes[j].layer->parameters()) {
       if (!p->trainable) continue;
-      if (members.empty() || bytes == 0) {
+      if (open_bytes == 0) {
         members.emplace_back();
         sync->buckets_.emplace_back();
       }
       members.back().push_back(p);
       sync->buckets_.back().last_node = j;
-      bytes += p->size() * sizeof(float);
+      open_bytes += p->size() * sizeof(float);
     }
     const size_t cap = sync->buckets_.size() <= 1 ? kFirstBucketBytes : kBucketBytes;
-    if (bytes >= cap) bytes = 0;
+    if (open_bytes >= cap) open_bytes = 0;
   }
   size_t largest = 0;
   for (size_t i = 0; i < members.size(); ++i) {

@@ -24,8 +24,8 @@ class GradientSync : public GradientReducer {
   static constexpr size_t kBucketBytes = size_t{25} << 20;
 
   // bf16: the network computes bf16 gradients (Parameter::grad_bf16, where present).
-  // REQUIRES: model and collective outlive the result; every rank's model has the same
-  // architecture (so every rank makes the same buckets).
+  // REQUIRES: the model's parameters and the collective outlive the result; every rank's
+  // model has the same architecture (so every rank makes the same buckets).
   static absl::StatusOr<std::unique_ptr<GradientSync>> Create(Model* model, Collective* collective,
                                                               int rank, bool bf16);
 
@@ -43,11 +43,9 @@ class GradientSync : public GradientReducer {
     std::vector<kernels::CastItem> gather_bf16, gather_f32, scatter;
     Buffer<kernels::CastItem> gather_bf16_dev, gather_f32_dev, scatter_dev;
   };
-  GradientSync(Model* model, Collective* collective, int rank)
-      : model_(model), collective_(collective), rank_(rank) {}
+  GradientSync(Collective* collective, int rank) : collective_(collective), rank_(rank) {}
   absl::Status Reduce(Bucket& b);
 
-  Model* model_;
   Collective* collective_;
   int rank_;
   std::vector<Bucket> buckets_;

@@ -40,26 +40,20 @@ class DataParallelGpu : public ::testing::Test {
   }
 };
 
-struct RunResult {
-  Trace trace;
-  std::vector<int> ranks_identical;  // per checkpoint event
-  std::string reduction;
-};
-
-RunResult RunSpec(const topiary::v1::ExperimentSpec& spec, const std::string& out,
-                  const std::string& resume = "") {
-  RunResult r;
+// Runs `spec` with its outputs in the folder `out` (resuming from `resume` when given).
+Trace RunSpec(const topiary::v1::ExperimentSpec& spec, const std::string& out,
+              const std::string& resume = "") {
   RunOptions o;
   o.out_dir = testing::TempDir(out);
   o.resume_from = resume;
-  o.progress_interval_s = 0;
-  o.on_event = [&](const topiary::v1::Event& e) {
-    if (e.has_progress()) r.trace.losses.push_back(e.progress().loss());
-    if (e.has_checkpoint()) r.ranks_identical.push_back(e.checkpoint().ranks_identical());
-    if (e.has_started()) r.reduction = e.started().gradient_reduction();
-  };
-  r.trace.summary = RunExperiment(spec, o);
-  return r;
+  return testing::RunAndTrace(spec, o);
+}
+
+// Each checkpoint event's ranks_identical.
+std::vector<int> RanksIdentical(const Trace& t) {
+  std::vector<int> out;
+  for (const auto& c : t.checkpoints) out.push_back(c.ranks_identical());
+  return out;
 }
 
 topiary::v1::ExperimentSpec WithGpus(int n) {
@@ -69,42 +63,43 @@ topiary::v1::ExperimentSpec WithGpus(int n) {
 }
 
 TEST_F(DataParallelGpu, OrderedReductionRepeatsBitForBitAndGraphsMatchEager) {
-  const RunResult a = RunSpec(WithGpus(2), "a"), b = RunSpec(WithGpus(2), "b");
-  ASSERT_EQ(a.trace.summary.state(), "SUCCEEDED") << a.trace.summary.error();
-  EXPECT_NE(a.reduction.find("ordered"), std::string::npos) << a.reduction;
-  EXPECT_EQ(a.trace.losses.size(), 40u);
-  EXPECT_EQ(a.trace.losses, b.trace.losses);
-  EXPECT_EQ(a.ranks_identical, (std::vector<int>{2, 2}));
+  const Trace a = RunSpec(WithGpus(2), "a"), b = RunSpec(WithGpus(2), "b");
+  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  EXPECT_NE(a.started.gradient_reduction().find("ordered"), std::string::npos)
+      << a.started.gradient_reduction();
+  EXPECT_EQ(a.losses.size(), 40u);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(RanksIdentical(a), (std::vector<int>{2, 2}));
   auto eager = WithGpus(2);
   eager.mutable_device()->set_cuda_graphs(topiary::v1::DeviceSpec::GRAPHS_OFF);
-  EXPECT_EQ(RunSpec(eager, "eager").trace.losses, a.trace.losses);
+  EXPECT_EQ(RunSpec(eager, "eager").losses, a.losses);
   // One GPU, the same global batch: the same training up to batch norm's per-rank
   // statistics (32 images each instead of 64).
-  const RunResult one = RunSpec(WithGpus(1), "one");
-  ASSERT_EQ(one.trace.summary.state(), "SUCCEEDED") << one.trace.summary.error();
-  printf("loss after 2 epochs: 2 GPUs %.4f, 1 GPU %.4f; top-1 %.4f vs %.4f\n",
-         a.trace.losses.back(), one.trace.losses.back(), a.trace.summary.test_top1(),
-         one.trace.summary.test_top1());
-  EXPECT_NEAR(a.trace.losses.front(), one.trace.losses.front(), 0.05);
-  EXPECT_NEAR(a.trace.summary.test_top1(), one.trace.summary.test_top1(), 0.1);
+  const Trace one = RunSpec(WithGpus(1), "one");
+  ASSERT_EQ(one.summary.state(), "SUCCEEDED") << one.summary.error();
+  printf("loss after 2 epochs: 2 GPUs %.4f, 1 GPU %.4f; top-1 %.4f vs %.4f\n", a.losses.back(),
+         one.losses.back(), a.summary.test_top1(), one.summary.test_top1());
+  EXPECT_NEAR(a.losses.front(), one.losses.front(), 0.05);
+  EXPECT_NEAR(a.summary.test_top1(), one.summary.test_top1(), 0.1);
 }
 
 TEST_F(DataParallelGpu, Bf16KeepsRanksIdenticalAndResumesOnOneGpu) {
   auto spec = WithGpus(2);
   spec.mutable_device()->set_deterministic(false);
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
-  const RunResult full = RunSpec(spec, "bf16");
-  ASSERT_EQ(full.trace.summary.state(), "SUCCEEDED") << full.trace.summary.error();
-  EXPECT_EQ(full.reduction.find("ordered"), std::string::npos) << full.reduction;
-  EXPECT_EQ(full.ranks_identical, (std::vector<int>{2, 2}));
-  EXPECT_GT(full.trace.summary.test_top1(), 0.5);
+  const Trace full = RunSpec(spec, "bf16");
+  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  EXPECT_EQ(full.started.gradient_reduction().find("ordered"), std::string::npos)
+      << full.started.gradient_reduction();
+  EXPECT_EQ(RanksIdentical(full), (std::vector<int>{2, 2}));
+  EXPECT_GT(full.summary.test_top1(), 0.5);
   auto one = spec;
   one.mutable_device()->set_gpu_count(1);
-  const RunResult resumed =
+  const Trace resumed =
       RunSpec(one, "bf16-resumed", testing::TempDir("bf16") + "/checkpoints/epoch-0001.h5");
-  ASSERT_EQ(resumed.trace.summary.state(), "SUCCEEDED") << resumed.trace.summary.error();
-  EXPECT_EQ(resumed.trace.losses.size(), 20u);
-  EXPECT_NEAR(resumed.trace.summary.test_top1(), full.trace.summary.test_top1(), 0.1);
+  ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+  EXPECT_EQ(resumed.losses.size(), 20u);
+  EXPECT_NEAR(resumed.summary.test_top1(), full.summary.test_top1(), 0.1);
 }
 
 }  // namespace

@@ -26,15 +26,21 @@ inline std::string TempDir(const std::string& name) {
 
 struct Trace {
   std::vector<double> losses;  // one per optimizer step
+  topiary::v1::RunStarted started;
+  std::vector<topiary::v1::CheckpointSaved> checkpoints;
   topiary::v1::RunSummary summary;
 };
 
-// Runs `spec` with `opt` (out_dir, resume_from, ...), recording every step's loss.
+// Runs `spec` with `opt` (out_dir, resume_from, ...), recording every step's loss, the
+// started event and the checkpoint events; events also reach opt.on_event when set.
 inline Trace RunAndTrace(const topiary::v1::ExperimentSpec& spec, RunOptions opt = {}) {
   Trace t;
   opt.progress_interval_s = 0;  // one progress event per step: the whole loss trajectory
-  opt.on_event = [&](const topiary::v1::Event& e) {
+  opt.on_event = [&t, also = opt.on_event](const topiary::v1::Event& e) {
     if (e.has_progress()) t.losses.push_back(e.progress().loss());
+    if (e.has_started()) t.started = e.started();
+    if (e.has_checkpoint()) t.checkpoints.push_back(e.checkpoint());
+    if (also) also(e);
   };
   t.summary = RunExperiment(spec, opt);
   return t;

@@ -42,8 +42,9 @@ absl::Status Invalid(const std::string& field, const std::string& rule) {
 constexpr int kMaxEpochs = 10000;
 constexpr int kMaxRounds = 1000;
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxListEntries = 1000;  // milestones, overrides, gpus
-constexpr size_t kMaxText = 4096;      // names, paths, patterns
+constexpr int kMaxListEntries = 1000;   // milestones, overrides, gpus
+constexpr int kDefaultBatchSize = 128;  // data.batch_size when unset
+constexpr size_t kMaxText = 4096;       // names, paths, patterns
 
 bool Finite(double v) { return std::isfinite(v); }
 
@@ -337,12 +338,14 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
                           " ordinals of device.gpus (give one of them)"));
   CHECK_RULE(dev.cpu_ranks() >= 0 && dev.cpu_ranks() <= 64, "device.cpu_ranks",
              "must be in [0, 64] (0: one)");
-  // The global batch is split evenly: every rank must take the same number of images.
+  // The global batch (defaulted as the run will) is split evenly: every rank takes the same
+  // number of images, on GPUs or, AUTO without one, on CPU ranks.
+  const int batch = spec.data().batch_size() > 0 ? spec.data().batch_size() : kDefaultBatchSize;
   for (const auto& [ranks, field] : {std::pair<int, const char*>{RequestedGpus(dev), "GPUs"},
                                      std::pair<int, const char*>{CpuRanks(dev), "CPU ranks"}}) {
-    CHECK_RULE(spec.data().batch_size() % ranks == 0, "data.batch_size",
-               absl::StrCat(spec.data().batch_size(), " does not split evenly across ", ranks, " ",
-                            field, " (the batch size is the global batch)"));
+    CHECK_RULE(batch % ranks == 0, "data.batch_size",
+               absl::StrCat(batch, " does not split evenly across ", ranks, " ", field,
+                            " (the batch size is the global batch)"));
   }
   CHECK_RULE(
       spec.train().epochs() > 0 || !spec.init_from_checkpoint().empty() || spec.has_pruning(),
@@ -365,7 +368,7 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
   auto* d = s.mutable_data();
   if (d->dataset() == DataSpec::DATASET_UNSPECIFIED) d->set_dataset(DataSpec::FASHION_MNIST);
   if (d->dataset() == DataSpec::FASHION_MNIST && d->path().empty()) d->set_path(kFashionMnistDir);
-  if (d->batch_size() == 0) d->set_batch_size(128);
+  if (d->batch_size() == 0) d->set_batch_size(kDefaultBatchSize);
   if (d->eval_batch_size() == 0) d->set_eval_batch_size(d->batch_size());
   if (!d->has_normalize()) d->set_normalize(true);
   if (d->dataset() == DataSpec::SYNTHETIC) {

@@ -63,6 +63,16 @@ TEST(Spec, ValidationNamesTheField) {
             "data.synthetic: only allowed with dataset: SYNTHETIC");
   EXPECT_EQ(Error("model { arch: 'lenet5' }"),
             "train.epochs: must be > 0 unless pruning or init_from_checkpoint is set");
+  // Data parallelism: the global batch, defaulted or not, must split across the ranks.
+  EXPECT_EQ(Error(WithTrain("") + "device { gpu_count: 3 }"),
+            "data.batch_size: 128 does not split evenly across 3 GPUs (the batch size is the "
+            "global batch)");
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: 96 } device { gpu_count: 3 }"), "");
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: 96 } device { cpu_ranks: 5 }"),
+            "data.batch_size: 96 does not split evenly across 5 CPU ranks (the batch size is the "
+            "global batch)");
+  EXPECT_EQ(Error(WithTrain("") + "device { gpus: [0, 1] gpu_count: 4 }"),
+            "device.gpu_count: 4 disagrees with the 2 ordinals of device.gpus (give one of them)");
 }
 
 // Each of these passed validation and then ran wild (memory, NaN losses, threads).
