@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/report_print.h"
@@ -82,7 +83,12 @@ int BenchCommand(const Args& a, CheckpointEvaluator& ev) {
     return Fail(a,
                 absl::InvalidArgumentError("--bench measures the checkpoint as trained: no --set"));
   }
-  auto benches = ev.BenchInference(a.batch.value_or(256));
+  int batch = 256;
+  if (!a.batch.empty() && (!absl::SimpleAtoi(a.batch, &batch) || batch < 1)) {
+    return Fail(a,
+                absl::InvalidArgumentError("--batch: a positive integer, not '" + a.batch + "'"));
+  }
+  auto benches = ev.BenchInference(batch);
   if (!benches.ok()) return Fail(a, benches.status());
   if (a.json) {
     for (const auto& b : *benches) {

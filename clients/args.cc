@@ -34,7 +34,12 @@ ABSL_FLAG(std::optional<double>, budget, std::nullopt,
 ABSL_FLAG(bool, bench, false,
           "evaluate: inference speed, latency, energy and accuracy with cuDNN and with "
           "block-sparse kernels where they measure faster");
-ABSL_FLAG(std::optional<int>, batch, std::nullopt, "evaluate --bench: the large batch (256)");
+ABSL_FLAG(std::string, batch, "",
+          "evaluate --bench: the large batch (256); export: the input's batch, N or 'dynamic' "
+          "(1)");
+ABSL_FLAG(std::string, onnx, "", "export: write the ONNX model to this file");
+ABSL_FLAG(std::string, batch_norm, "fold",
+          "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 
@@ -151,6 +156,8 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->json = absl::GetFlag(FLAGS_json);
   a->bench = absl::GetFlag(FLAGS_bench);
   a->batch = absl::GetFlag(FLAGS_batch);
+  a->onnx = absl::GetFlag(FLAGS_onnx);
+  a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
   a->watch = absl::GetFlag(FLAGS_watch);
   return true;
 }

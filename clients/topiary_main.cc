@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/approx_commands.h"
@@ -21,6 +22,7 @@
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/core/device.h"
+#include "trainer/export/onnx_export.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/events.h"
 #include "trainer/run/runner.h"
@@ -72,6 +74,14 @@ Local commands (no daemon needed):
       (default 256), one image's latency (captured forward passes), the board's energy per
       image (NVML) and each convolution's time for one image (eager, synchronized per layer).
       --json: one object per engine.
+  topiary export CKPT --onnx FILE [--batch N|dynamic] [--batch_norm fold|keep] [--json]
+      Write the checkpoint's network as an ONNX model (opset 13, IR version 7) for inference
+      runtimes: input "input" [N, C, H, W] of raw pixel values (0..255 for 8-bit images; the
+      checkpoint's normalization is the graph's first nodes), output "logits" [N, classes].
+      Masks applied: pruned weights are exact zeros. --batch: a fixed N (default 1) or
+      'dynamic'. --batch_norm: fold into the convolutions (default) or keep the nodes.
+      Approximate convolutions are exported exact (ONNX has no multiplier tables); the
+      summary names them. See docs/onnx-export.md.
   topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--json]
       For every conv layer and each multiplier, the test top-1 with only that layer
       approximate; then a greedy assignment that minimizes the multipliers' power (summed over
@@ -172,6 +182,52 @@ int Inspect(const Args& a) {
   return kExitOk;
 }
 
+int Export(const Args& a) {
+  if (a.positional.size() != 1 || a.onnx.empty()) {
+    absl::FPrintF(stderr, "topiary: export needs one CKPT and --onnx FILE\n\n%s", kUsage);
+    return kExitUsage;
+  }
+  OnnxExportOptions options;
+  if (a.batch == "dynamic") {
+    options.batch = 0;
+  } else if (!a.batch.empty() &&
+             (!absl::SimpleAtoi(a.batch, &options.batch) || options.batch < 1)) {
+    return Fail(a, absl::InvalidArgumentError("--batch: a positive integer or 'dynamic', not '" +
+                                              a.batch + "'"));
+  }
+  if (a.batch_norm != "fold" && a.batch_norm != "keep") {
+    return Fail(a, absl::InvalidArgumentError("--batch_norm: 'fold' or 'keep', not '" +
+                                              a.batch_norm + "'"));
+  }
+  options.fold_batch_norm = a.batch_norm == "fold";
+  const auto s = ExportCheckpointToOnnx(a.positional[0], options, a.onnx);
+  if (!s.ok()) return Fail(a, s.status());
+  if (a.json) {
+    absl::PrintF(R"({"onnx":%s,"opset":%d,"ir_version":%d,"batch":%s,"batch_norm":"%s","nodes":%d,)"
+                 R"("parameters":%d,"weight_zeros":%d,"masked":%d,"folded":%d,"bytes":%d,)"
+                 R"("approximate_layers_exported_exact":[%s]})"
+                 "\n",
+                 JsonString(a.onnx), kOnnxOpset, kOnnxIrVersion,
+                 options.batch > 0 ? std::to_string(options.batch) : std::string("\"dynamic\""),
+                 a.batch_norm, s->nodes, s->parameters, s->zeros, s->masked, s->folded, s->bytes,
+                 s->approximate_layers.empty()
+                     ? std::string()
+                     : "\"" + absl::StrJoin(s->approximate_layers, "\",\"") + "\"");
+    return kExitOk;
+  }
+  absl::PrintF("%s: %d nodes, %d parameters (%d weights zero, %d of them masked), opset %d, %s\n",
+               a.onnx, s->nodes, s->parameters, s->zeros, s->masked, kOnnxOpset,
+               options.fold_batch_norm ? absl::StrFormat("%d batch norms folded", s->folded)
+                                       : std::string("batch norm kept"));
+  if (!s->approximate_layers.empty()) {
+    absl::FPrintF(stderr,
+                  "topiary: note: approximate layers exported as exact convolutions (ONNX has no "
+                  "multiplier tables): %s\n",
+                  absl::StrJoin(s->approximate_layers, ", "));
+  }
+  return kExitOk;
+}
+
 int Info(const Args& a) {
   std::string why;
   const auto gpus = ListGpus(&why);
@@ -228,6 +284,7 @@ int main(int argc, char** argv) {
   }
   if (c == "evaluate") return EvaluateCommand(args);
   if (c == "sensitivity") return SensitivityCommand(args);
+  if (c == "export") return Export(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);

@@ -32,6 +32,20 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
   return n;
 }
 
+topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float max_value,
+                                       const Normalization& norm) {
+  topiary::v1::InputFormat f;
+  f.set_layout("NHWC");
+  f.set_height(set.h);
+  f.set_width(set.w);
+  f.set_channels(set.c);
+  f.set_classes(classes);
+  f.set_max_value(max_value);
+  for (float m : norm.mean) f.add_mean(m);
+  for (float s : norm.inv_std) f.add_inv_std(s);
+  return f;
+}
+
 Batcher::Batcher(const ImageSet* set, float max_value, const Normalization& norm,
                  topiary::v1::Augment augment, uint64_t seed)
     : set_(set), augment_(augment), seed_(seed) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/augment.h"
+#include "topiary/v1/checkpoint.pb.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/data/dataset.h"
 
@@ -21,6 +22,10 @@ struct Normalization {
 
 // Per-channel mean and std of a set (identity when normalize is false).
 Normalization ComputeNormalization(const ImageSet& set, float max_value, bool normalize);
+
+// What a network trained on `set` reads, for checkpoints (and through them PyTorch and ONNX).
+topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float max_value,
+                                       const Normalization& norm);
 
 class Batcher {
  public:

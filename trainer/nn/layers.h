@@ -38,6 +38,8 @@ class Conv2d : public Layer {
   BackwardReads backward_reads(bool) const override { return {true, false}; }  // x for dW
 
   Parameter* kernel() const { return kernel_; }
+  Parameter* bias() const { return bias_; }
+  const Config& config() const { return config_; }
   kernels::ConvShape ShapeFor(int batch) const;
 
   // Makes the layer approximate, once, after Setup and before any network is planned. The
@@ -86,6 +88,7 @@ class BatchNorm2d : public Layer {
   absl::Status Backward(const LayerIo& io) override;
   // x, and y for the ReLU mask when fused.
   BackwardReads backward_reads(bool) const override { return {true, relu_}; }
+  bool fused_relu() const { return relu_; }
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;
@@ -132,6 +135,9 @@ class Pool2d : public Layer {
   BackwardReads backward_reads(bool gpu) const override {
     return kind_ == Kind::kMax && !gpu ? BackwardReads{true, true} : BackwardReads{false, false};
   }
+  int window() const { return window_; }
+  int stride() const { return stride_; }
+  int pad() const { return pad_; }
 
  private:
   kernels::PoolShape ShapeFor(int batch) const;
@@ -176,6 +182,7 @@ class Add : public Layer {
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
   BackwardReads backward_reads(bool) const override { return {false, relu_}; }
+  bool fused_relu() const { return relu_; }
 
  private:
   bool relu_;

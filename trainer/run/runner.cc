@@ -167,6 +167,7 @@ class ExperimentRun {
   int64_t global_step_ = 0;
   bool dense_done_ = false;
   std::string parent_;
+  std::string input_json_;     // topiary.v1.InputFormat: what the network reads
   CheckpointMetrics metrics_;  // with the gradient sampling report and its step counts
   // Sampled weight gradients: which steps sample (absent: none), and what was applied.
   std::optional<SamplingPolicy> sampling_;
@@ -249,6 +250,7 @@ absl::Status ExperimentRun::Setup() {
   train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
                          spec_.seed());
   test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
+  input_json_ = MessageToJson(DescribeInput(data_->train, data_->classes, data_->max_value, norm));
   steps_per_epoch_ = static_cast<int>(data_->train.size() / batch_);
   if (spec_.has_gradient_sampling()) sampling_.emplace(spec_.gradient_sampling(), spec_.seed());
 
@@ -712,6 +714,7 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   metrics_.set_sparsity(SparsityRow(round_, nullptr).sparsity());
   metrics_.set_train_joules_per_image(TrainJoulesPerImage());
   state.metrics_json = MessageToJson(metrics_);
+  state.input_json = input_json_;
   // Rank 0 writes; every other rank must hold the same model, bit for bit.
   for (size_t r = 1; r < ranks_.size(); ++r) {
     auto diff = FirstDifference(*model(), *ranks_[r].model);

@@ -236,6 +236,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   root["parent"] = state.parent;
   root["created_at"] = state.created_at;
   root["metrics"] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
+  if (!state.input_json.empty()) root["input"] = state.input_json;
   doc.groups["/optimizer"]["algorithm"] = std::string("sgd");
   doc.groups["/optimizer"]["global_step"] = state.global_step;
   H5Attrs& rng = doc.groups["/rng"];
@@ -315,6 +316,7 @@ CheckpointState CheckpointStateOf(const H5Document& doc) {
   s.model_arch = AttrString(root, "model_arch");
   s.created_at = AttrString(root, "created_at");
   s.metrics_json = AttrString(root, "metrics");
+  if (root.count("input")) s.input_json = AttrString(root, "input");
   s.round = static_cast<int>(AttrInt(root, "round"));
   s.epoch = static_cast<int>(AttrInt(root, "epoch"));
   s.phase_epoch = static_cast<int>(AttrInt(root, "phase_epoch"));

@@ -26,6 +26,7 @@ struct CheckpointState {
   std::string model_arch;
   std::string created_at;    // ISO 8601, UTC (set by SaveCheckpoint)
   std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
+  std::string input_json;    // topiary.v1.InputFormat as JSON (empty: not recorded)
   int round = 0;             // prune steps applied so far
   int epoch = 0;             // training epochs completed (dense and fine-tuning)
   int phase_epoch = 0;       // epochs completed in the current phase
