@@ -13,6 +13,10 @@ PACKAGES=(
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
   python3                   # tests/cli_test.sh checks `topiary inspect --json` with it
   python3-grpcio            # tests/daemon_test.sh calls grpc.health.v1 and reflection with it
+  libonnx-dev               # onnx.proto: `topiary export --onnx` writes through ONNX's schema
+  # clients/python (the `topiary` package) and its tests: pip into a venv, offline
+  python3-protobuf python3-h5py python3-numpy python3-venv python3-pip python3-pytest
+  python3-onnx python3-torch python3-matplotlib
   openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
 )

@@ -1,0 +1,108 @@
+"""Fixtures: a real topiaryd on a free loopback port (its own data directory), the topiary CLI,
+the example specs, and checkpoints made by real runs. The binaries come from the environment
+(TOPIARYD, TOPIARY, TOPIARY_EXAMPLES), as //clients/python:python_test sets them."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+
+def _env_path(name):
+    value = os.environ.get(name)
+    if not value or not os.path.exists(value):
+        raise RuntimeError(f"${name} must name the built file (bazel test //clients/python:"
+                           f"python_test sets it); it is {value!r}")
+    return os.path.abspath(value)
+
+
+@pytest.fixture(scope="session")
+def topiary_cli():
+    return _env_path("TOPIARY")
+
+
+@pytest.fixture(scope="session")
+def examples():
+    return _env_path("TOPIARY_EXAMPLES")
+
+
+class Daemon:
+    def __init__(self, root, token=None):
+        self.data_dir = os.path.join(root, "data")
+        self.log = os.path.join(root, "daemon.log")
+        port_file = os.path.join(root, "port")
+        args = [_env_path("TOPIARYD"), "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
+                "--port_file", port_file, "--max_running", "2"]
+        self.token_file = None
+        if token:
+            self.token_file = os.path.join(root, "token")
+            with open(self.token_file, "w") as f:
+                f.write(token + "\n")
+            args += ["--token_file", self.token_file]
+        self.proc = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"topiaryd exited: {open(self.log).read()}")
+            time.sleep(0.05)
+        self.address = "127.0.0.1:" + open(port_file).read().strip()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(str(tmp_path_factory.mktemp("daemon")))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def token_daemon(tmp_path_factory):
+    d = Daemon(str(tmp_path_factory.mktemp("token_daemon")), token="s3cret-token")
+    yield d
+    d.stop()
+
+
+def read_spec(examples, name, **replacements):
+    text = open(os.path.join(examples, name)).read()
+    for old, new in replacements.items():
+        assert old in text, f"{name} has no {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory, topiary_cli, examples):
+    """`topiary run` of the lenet5 smoke test and the block-pruned half-width resnet20:
+    {name: output folder}."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name in ("tiny", "tiny_block_prune"):
+        folder = str(root / name)
+        subprocess.run([topiary_cli, "run", os.path.join(examples, name + ".textproto"),
+                        "--out", folder], check=True, stdout=subprocess.DEVNULL)
+        out[name] = folder
+    return out
+
+
+@pytest.fixture(scope="session")
+def pruned_checkpoint(runs):
+    folder = os.path.join(runs["tiny_block_prune"], "checkpoints")
+    rounds = sorted(f for f in os.listdir(folder) if f.startswith("round-"))
+    return os.path.join(folder, rounds[-1])
+
+
+@pytest.fixture(scope="session")
+def lenet_checkpoint(runs):
+    return os.path.join(runs["tiny"], "checkpoints", "dense.h5")
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)

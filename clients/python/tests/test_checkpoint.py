@@ -1,0 +1,222 @@
+"""Checkpoints in Python: load_checkpoint's arrays against Topiary's own report, hostile files
+refused by name, the PyTorch twins evaluating to Topiary's recorded top-1 on the same images,
+and ONNX export (checker, exact zeros, the same top-1)."""
+import json
+import os
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import topiary
+from topiary import datasets
+from topiary.checksum import CHECKSUM_ATTR, metadata_crc32c
+
+import onnx_numpy
+
+
+def inspect_json(cli, path):
+    out = subprocess.run([cli, "inspect", "--file", path, "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def test_arrays_match_topiarys_report(topiary_cli, pruned_checkpoint):
+    ckpt = topiary.load_checkpoint(pruned_checkpoint, momentum=True)
+    report = inspect_json(topiary_cli, pruned_checkpoint)
+    assert ckpt.arch == report["model_arch"] == "resnet20" and ckpt.round == report["round"]
+    assert ckpt.width == 0.5 and ckpt.input.height == 28 and ckpt.input.classes == 10
+    assert ckpt.sparsity() == pytest.approx(report["sparsity"], abs=1e-9)
+    assert ckpt.metrics["sparsity"] == pytest.approx(report["sparsity"], abs=1e-6)
+    assert ckpt.layer_order[0] == "stem.conv" and list(ckpt.layers)[0] == "stem.conv"
+    masked = 0
+    for row in report["layers"]:
+        layer = ckpt.layers[row["layer"]]
+        assert list(layer.kernel.shape) == [int(s) for s in row["shape"]]
+        assert int(np.count_nonzero(layer.kernel == 0)) == int(row["zeros"])
+        keep = layer.keep()
+        if row.get("mask_kind"):
+            masked += 1
+            assert layer.mask_kind == row["mask_kind"] == "block"
+            assert keep.shape == layer.kernel.shape and not np.any(layer.kernel[~keep])
+            assert int(layer.mask.sum()) == int(row["blocks_kept"])
+    assert masked > 0
+    bn = ckpt.layers["stage1.block0.bn1"]
+    assert bn.gamma.shape == bn.running_var.shape == (8,) and np.all(bn.running_var >= 0)
+    assert set(ckpt.weights()) >= {"stem.conv.kernel", "fc.bias", "stem.bn.running_mean"}
+    assert ckpt.momentum["stem.conv.kernel"].shape == ckpt.layers["stem.conv"].kernel.shape
+
+
+def _copy(src, dst, edit):
+    """A copy of src changed by edit(h5py.File), its checksum made right again, so that the
+    reader must find the damage itself."""
+    shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        edit(f)
+        f.attrs[CHECKSUM_ATTR] = np.int64(metadata_crc32c(f))
+    return str(dst)
+
+
+def _replace(f, path, data):
+    attrs = dict(f[path].attrs)
+    del f[path]
+    d = f.create_dataset(path, data=data)
+    for k, v in attrs.items():
+        d.attrs[k] = v
+
+
+HOSTILE = {
+    "soft link": (lambda f: f["layers"].__setitem__("evil", h5py.SoftLink("/layers/fc")),
+                  "SoftLink"),
+    "external link": (lambda f: f["layers"].__setitem__(
+        "evil", h5py.ExternalLink("/etc/passwd", "/")), "ExternalLink"),
+    "float64 kernel": (lambda f: _replace(f, "layers/fc/kernel",
+                                          f["layers/fc/kernel"][...].astype(np.float64)),
+                       "/layers/fc/kernel: element type float64"),
+    "not finite": (lambda f: _replace(f, "layers/fc/bias",
+                                      np.full(f["layers/fc/bias"].shape, np.nan, np.float32)),
+                   "/layers/fc/bias: a value that is not finite"),
+    "mask value 2": (lambda f: _replace(f, "layers/stage1.block0.conv1/mask",
+                                        f["layers/stage1.block0.conv1/mask"][...] * 2),
+                     "mask value other than 0 or 1"),
+    "mask grid wrong": (lambda f: _replace(f, "layers/stage1.block0.conv1/mask",
+                                           np.ones((1, 1), np.uint8)), "shape (1, 1), expected"),
+    "stray dataset": (lambda f: f.create_dataset("payload", data=np.zeros(4, np.float32)),
+                      "/payload: not a place the checkpoint format defines"),
+    "compressed": (lambda f: (f.__delitem__("layers/fc/bias"),
+                              f.create_dataset("layers/fc/bias", data=np.zeros(10, np.float32),
+                                               compression="gzip")),
+                   "a filter other than Fletcher-32"),
+    "format version": (lambda f: f.attrs.__setitem__("format_version", np.int64(9)),
+                       "/@format_version: 9"),
+    "foreign": (lambda f: f.attrs.__setitem__("format", "something-else"),
+                "/@format: not a Topiary checkpoint"),
+    "bad input format": (lambda f: f.attrs.__setitem__("input", '{"height": -1}'), "/@input"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_files_are_refused_by_name(pruned_checkpoint, tmp_path, case):
+    edit, expected = HOSTILE[case]
+    path = _copy(pruned_checkpoint, tmp_path / "hostile.h5", edit)
+    with pytest.raises(topiary.CheckpointError) as e:
+        topiary.load_checkpoint(path)
+    assert expected in str(e.value) and path in str(e.value)
+
+
+def test_damaged_files(pruned_checkpoint, tmp_path):
+    changed = tmp_path / "changed.h5"
+    shutil.copy(pruned_checkpoint, changed)
+    with h5py.File(changed, "r+") as f:  # an attribute changed without the checksum
+        f.attrs["round"] = np.int64(99)
+    with pytest.raises(topiary.CheckpointError, match="checksum mismatch"):
+        topiary.load_checkpoint(str(changed))
+    assert topiary.load_checkpoint(str(changed), verify_checksum=False).round == 99
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(open(pruned_checkpoint, "rb").read()[:5000])
+    with pytest.raises(topiary.CheckpointError, match="truncated.h5"):
+        topiary.load_checkpoint(str(truncated))
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5")
+    with pytest.raises(topiary.CheckpointError, match="not an HDF5 file"):
+        topiary.load_checkpoint(str(text))
+    with pytest.raises(topiary.CheckpointError, match="not a regular file"):
+        topiary.load_checkpoint(str(tmp_path))
+    with pytest.raises(topiary.CheckpointError, match="over the 1000-byte limit"):
+        topiary.load_checkpoint(pruned_checkpoint, max_bytes=1000)
+
+
+def test_normalize_is_topiarys_arithmetic(lenet_checkpoint):
+    ckpt = topiary.load_checkpoint(lenet_checkpoint)
+    images, labels = datasets.test_set(ckpt)
+    assert images.shape == (1000, 28, 28, 1) and labels.shape == (1000,)
+    x = ckpt.input.normalize(images)
+    assert x.shape == (1000, 1, 28, 28) and x.dtype == np.float32
+    v = np.arange(256, dtype=np.float32)
+    lut = (v * (np.float32(1) / np.float32(255)) - ckpt.input.mean[0]) * ckpt.input.inv_std[0]
+    assert np.array_equal(x[:, 0], lut[images[..., 0]])
+
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the to_torch checks "
+                                           "need it (Debian: python3-torch)")
+
+
+def _torch_correct(ckpt):
+    model = topiary.to_torch_model(ckpt)
+    images, labels = datasets.test_set(ckpt)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(ckpt.input.normalize(images))).double().numpy()
+    return logits, int(np.sum(logits.argmax(1) == labels)), len(labels)
+
+
+@pytest.mark.parametrize("which", ["lenet_checkpoint", "pruned_checkpoint"])
+def test_pytorch_twin_gives_the_recorded_top1(request, which):
+    ckpt = topiary.load_checkpoint(request.getfixturevalue(which))
+    _, correct, n = _torch_correct(ckpt)
+    assert correct == round(ckpt.test_top1 * n), (correct, ckpt.test_top1 * n)
+    sd = topiary.to_torch_state_dict(ckpt)
+    for name, keep in ckpt.masks().items():
+        assert not sd[name + ".weight"].numpy()[~keep].any()  # masked weights exact zeros
+
+
+def test_state_dict_checks_the_module(pruned_checkpoint, lenet_checkpoint):
+    from topiary.torch_models import build_model
+    ckpt = topiary.load_checkpoint(pruned_checkpoint)
+    with pytest.raises(ValueError, match="does not fit the module"):
+        topiary.to_torch_state_dict(ckpt, build_model("resnet32", 1, 10, 0.5))
+    with pytest.raises(ValueError, match="shape"):
+        topiary.to_torch_state_dict(ckpt, build_model("resnet20", 1, 10, 1.0))
+    with pytest.raises(ValueError, match="not a lenet5"):
+        topiary.to_torch_state_dict(ckpt, "lenet5")
+    # lenet5: fc1's HWC columns reordered for PyTorch's NCHW flatten.
+    lenet = topiary.load_checkpoint(lenet_checkpoint)
+    sd = topiary.to_torch_state_dict(lenet)
+    w = lenet.layers["fc1"].kernel  # [120, 5*5*16] in (h, w, c) order
+    assert sd["fc1.weight"][7, 3 * 25 + 2 * 5 + 4].item() == w[7, (2 * 5 + 4) * 16 + 3]
+
+
+onnx = pytest.importorskip("onnx", reason="onnx is not installed (Debian: python3-onnx)")
+
+
+@pytest.mark.parametrize("batch_norm", ["fold", "keep"])
+@pytest.mark.parametrize("which", ["lenet_checkpoint", "pruned_checkpoint"])
+def test_onnx_export(request, topiary_cli, tmp_path, which, batch_norm):
+    path = request.getfixturevalue(which)
+    out = tmp_path / "model.onnx"
+    summary = json.loads(subprocess.run(
+        [topiary_cli, "export", path, "--onnx", str(out), "--batch", "dynamic",
+         "--batch_norm", batch_norm, "--json"], check=True, capture_output=True,
+        text=True).stdout)
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    assert model.opset_import[0].version == summary["opset"] == 13
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    ckpt = topiary.load_checkpoint(path)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    for name, keep in ckpt.masks().items():
+        assert not inits[name + ".weight"][~keep].any()  # block masks survive as exact zeros
+    assert summary["masked"] == sum(int((~k).sum()) for k in ckpt.masks().values())
+    ops = {n.op_type for n in model.graph.node}
+    if ckpt.arch == "resnet20":
+        assert ("BatchNormalization" in ops) == (batch_norm == "keep")
+        assert summary["folded"] == (21 if batch_norm == "fold" else 0)
+    images, labels = datasets.test_set(ckpt)
+    logits = onnx_numpy.run(model, images.transpose(0, 3, 1, 2).astype(np.float32))
+    correct = int(np.sum(logits.argmax(1) == labels))
+    assert correct == round(ckpt.test_top1 * len(labels)), (correct, ckpt.test_top1)
+
+
+def test_export_errors(topiary_cli, tmp_path, pruned_checkpoint):
+    def run(*args):
+        return subprocess.run([topiary_cli, "export", *args], capture_output=True, text=True)
+    r = run(pruned_checkpoint, "--onnx", str(tmp_path / "x.onnx"), "--batch", "zero")
+    assert r.returncode == 3 and "--batch" in r.stderr
+    r = run(pruned_checkpoint, "--onnx", str(tmp_path / "x.onnx"), "--batch_norm", "melt")
+    assert r.returncode == 3 and "--batch_norm" in r.stderr
+    r = run(str(tmp_path / "missing.h5"), "--onnx", str(tmp_path / "x.onnx"))
+    assert r.returncode != 0 and "missing.h5" in r.stderr
+    r = run(pruned_checkpoint)
+    assert r.returncode == 2 and "--onnx" in r.stderr
+    assert not (tmp_path / "x.onnx").exists()

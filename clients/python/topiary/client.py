@@ -1,0 +1,247 @@
+"""Client: the Topiary service (protos/topiary/v1/service.proto) over gRPC.
+
+    from topiary import Client
+    with Client() as c:                       # $TOPIARY_SERVER or 127.0.0.1:7077
+        exp = c.submit(open("spec.textproto").read())
+        for event in c.watch(exp.id):         # until it ends; resumable with from_seq
+            print(event.seq, event.WhichOneof("kind"))
+        print(c.get(exp.id).test_top1)
+
+Results are the service's protobuf messages (topiary.v1.service_pb2.Experiment, Event,
+CheckpointInfo, ...), whose fields the .proto files document. Failures raise
+topiary.errors.TopiaryError subclasses carrying the gRPC code and the field the server named.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+from google.protobuf import json_format, text_format
+
+from topiary.errors import InvalidArgument, TopiaryError, Unavailable, from_rpc_error
+from topiary.v1 import checkpoint_pb2, events_pb2, experiment_pb2, multiplier_pb2
+from topiary.v1 import service_pb2 as pb
+from topiary.v1 import service_pb2_grpc
+
+DEFAULT_SERVER = "127.0.0.1:7077"
+TERMINAL = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED})
+
+SpecLike = Union[str, Mapping, experiment_pb2.ExperimentSpec]
+
+
+def parse_spec(spec: SpecLike) -> experiment_pb2.ExperimentSpec:
+    """An ExperimentSpec from protobuf text format, JSON (a string starting with '{'), a dict
+    in the JSON mapping, or the message itself. Raises InvalidArgument (field "spec")."""
+    if isinstance(spec, experiment_pb2.ExperimentSpec):
+        return spec
+    out = experiment_pb2.ExperimentSpec()
+    try:
+        if isinstance(spec, Mapping):
+            json_format.ParseDict(spec, out)
+        elif isinstance(spec, str) and spec.lstrip().startswith("{"):
+            json_format.Parse(spec, out)
+        elif isinstance(spec, str):
+            text_format.Parse(spec, out)
+        else:
+            raise TypeError(f"a spec is text, a dict or an ExperimentSpec, not {type(spec).__name__}")
+    except (text_format.ParseError, json_format.ParseError) as e:
+        raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT, f"spec: {e}", "spec") from None
+    return out
+
+
+def _state(state: Union[None, str, int]) -> int:
+    if state is None:
+        return pb.STATE_UNSPECIFIED
+    return pb.ExperimentState.Value(state) if isinstance(state, str) else int(state)
+
+
+class Client:
+    """A connection to topiaryd.
+
+    server: "host:port" (default $TOPIARY_SERVER, else 127.0.0.1:7077).
+    token_file: a file holding the bearer token (default $TOPIARY_TOKEN_FILE), sent as
+      "authorization: Bearer TOKEN" on every call, as the CLI does.
+    tls_ca: a PEM CA certificate: connect with TLS trusting it (default: plaintext).
+    timeout: seconds for each unary call (streams have none).
+    """
+
+    def __init__(self, server: Optional[str] = None, *, token_file: Optional[str] = None,
+                 tls_ca: Optional[str] = None, timeout: float = 30.0):
+        self.server = server or os.environ.get("TOPIARY_SERVER") or DEFAULT_SERVER
+        token_file = token_file or os.environ.get("TOPIARY_TOKEN_FILE") or None
+        self._metadata: tuple = ()
+        if token_file:
+            try:
+                with open(token_file) as f:
+                    token = f.read().strip()
+            except OSError as e:
+                raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"token_file: {e.strerror}: {token_file}", "token_file") from None
+            self._metadata = (("authorization", f"Bearer {token}"),)
+        if tls_ca:
+            with open(tls_ca, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            self._channel = grpc.secure_channel(self.server, creds)
+        else:
+            self._channel = grpc.insecure_channel(self.server)
+        self._stub = service_pb2_grpc.TopiaryStub(self._channel)
+        self.timeout = timeout
+
+    # Plumbing.
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, request):
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout,
+                                               metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+
+    def _error(self, e: grpc.RpcError) -> TopiaryError:
+        err = from_rpc_error(e)
+        if isinstance(err, Unavailable):
+            err.message = f"no topiaryd at {self.server} ({err.message})"
+            err.args = (f"{err.code.name}: {err.message}",)
+        return err
+
+    # Experiments.
+    def submit(self, spec: SpecLike) -> pb.Experiment:
+        """Queues an experiment; the returned Experiment has its id and the spec with defaults."""
+        return self._call("SubmitExperiment", pb.SubmitExperimentRequest(spec=parse_spec(spec)))
+
+    def get(self, experiment_id: str) -> pb.Experiment:
+        return self._call("GetExperiment", pb.ExperimentRef(id=experiment_id))
+
+    def list(self, state: Union[None, str, int] = None) -> List[pb.Experiment]:
+        """Experiments, oldest first; only those in `state` ("RUNNING", pb.RUNNING) if given."""
+        return list(self._call("ListExperiments",
+                               pb.ListExperimentsRequest(state=_state(state))).experiments)
+
+    def pause(self, experiment_id: str) -> pb.Experiment:
+        """Checkpoints at the next step and stops (a queued one leaves the queue)."""
+        return self._call("PauseExperiment", pb.ExperimentRef(id=experiment_id))
+
+    def resume(self, experiment_id: str) -> pb.Experiment:
+        return self._call("ResumeExperiment", pb.ExperimentRef(id=experiment_id))
+
+    def cancel(self, experiment_id: str) -> pb.Experiment:
+        return self._call("CancelExperiment", pb.ExperimentRef(id=experiment_id))
+
+    def advance_round(self, experiment_id: str, *, target: Optional[float] = None,
+                      step_fraction: Optional[float] = None,
+                      finetune_epochs: Optional[int] = None) -> pb.Experiment:
+        """Starts the next manual round (pruning.manual_rounds) of an experiment in
+        WAITING_FOR_ROUND, optionally changing the target, step fraction or fine-tuning."""
+        req = pb.AdvanceRoundRequest(id=experiment_id)
+        if target is not None:
+            req.target = target
+        if step_fraction is not None:
+            req.step_fraction = step_fraction
+        if finetune_epochs is not None:
+            req.finetune_epochs = finetune_epochs
+        return self._call("AdvanceRound", req)
+
+    def fork(self, checkpoint: str, set: Union[None, Mapping[str, object], Sequence[str]] = None,
+             name: str = "") -> pb.Experiment:
+        """A new experiment from `checkpoint` (data-directory relative, as checkpoints()
+        gives it) with spec changes: {"pruning.target": 0.75} or ["pruning.target=0.75"]."""
+        changes: Iterable[str]
+        if set is None:
+            changes = []
+        elif isinstance(set, Mapping):
+            changes = [f"{k}={_text_value(k, v)}" for k, v in set.items()]
+        else:
+            changes = list(set)
+        return self._call("ForkExperiment",
+                          pb.ForkExperimentRequest(checkpoint=checkpoint, set=changes, name=name))
+
+    def watch(self, experiment_id: str, from_seq: int = 0, *,
+              reconnect_seconds: float = 30.0) -> Iterator[events_pb2.Event]:
+        """The experiment's events after sequence number `from_seq` (0: from the start), as
+        they happen, until it ends (SUCCEEDED, FAILED, CANCELLED). If the daemon goes away
+        mid-stream (a restart), reconnects for up to `reconnect_seconds` and continues after
+        the last event seen, so nothing is repeated or lost."""
+        seq = from_seq
+        deadline = None
+        while True:
+            stream = self._stub.WatchExperiment(
+                pb.WatchExperimentRequest(id=experiment_id, from_seq=seq), metadata=self._metadata)
+            try:
+                for event in stream:
+                    deadline = None
+                    seq = event.seq
+                    yield event
+                return
+            except grpc.RpcError as e:
+                err = self._error(e)
+                if not isinstance(err, Unavailable) or reconnect_seconds <= 0:
+                    raise err from None
+                now = time.monotonic()
+                deadline = deadline or now + reconnect_seconds
+                if now >= deadline:
+                    raise err from None
+                time.sleep(0.5)
+            finally:
+                stream.cancel()
+
+    def wait(self, experiment_id: str, states: Iterable[Union[str, int]] = TERMINAL,
+             timeout: Optional[float] = None, poll: float = 0.2) -> pb.Experiment:
+        """Polls until the experiment is in one of `states` (default: ended) and returns it;
+        e.g. states=["WAITING_FOR_ROUND"] between manual rounds. Raises TimeoutError."""
+        wanted = {_state(s) for s in states}
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            exp = self.get(experiment_id)
+            if exp.state in wanted:
+                return exp
+            if exp.state in TERMINAL:
+                raise TopiaryError(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"{experiment_id} ended {pb.ExperimentState.Name(exp.state)}"
+                                   f" ({exp.error or 'no error'}) before reaching "
+                                   f"{sorted(pb.ExperimentState.Name(s) for s in wanted)}")
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"{experiment_id} is {pb.ExperimentState.Name(exp.state)} "
+                                   f"after {timeout} s")
+            time.sleep(poll)
+
+    # Checkpoints and the daemon.
+    def checkpoints(self, experiment_id: str) -> List[pb.CheckpointInfo]:
+        """Its checkpoints, oldest first (paths relative to the daemon's data directory)."""
+        return list(self._call("ListCheckpoints", pb.ExperimentRef(id=experiment_id)).checkpoints)
+
+    def inspect(self, path: str, layer: str = "") -> checkpoint_pb2.CheckpointReport:
+        """The daemon's report of a checkpoint (data-directory relative); `layer` a glob."""
+        return self._call("InspectCheckpoint", pb.InspectCheckpointRequest(path=path, layer=layer))
+
+    def multipliers(self) -> multiplier_pb2.ListMultipliersResponse:
+        """The daemon's multiplier tables (with their error metrics) and generated families."""
+        return self._call("ListMultipliers", multiplier_pb2.ListMultipliersRequest())
+
+    def info(self) -> pb.ServerInfo:
+        """Version, devices, capabilities, queue and each GPU's occupant."""
+        return self._call("GetServerInfo", pb.GetServerInfoRequest())
+
+
+def _text_value(path: str, v: object) -> str:
+    """v in protobuf text format for the spec field at `path` (strings quoted, enums bare)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if not isinstance(v, str):
+        return repr(v)
+    descriptor = experiment_pb2.ExperimentSpec.DESCRIPTOR
+    field = None
+    for part in path.split("."):
+        field = descriptor.fields_by_name.get(part) if descriptor else None
+        descriptor = field.message_type if field else None
+    if field is not None and field.type == field.TYPE_STRING:
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return v

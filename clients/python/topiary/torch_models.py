@@ -1,0 +1,254 @@
+"""PyTorch definitions of Topiary's model zoo, and checkpoints mapped onto them.
+
+    import topiary
+    ckpt = topiary.load_checkpoint("round-003.h5")
+    model = topiary.to_torch_model(ckpt)            # eval mode, weights and masks loaded
+    logits = model(torch.from_numpy(ckpt.input.normalize(images)))
+
+Each module's parameter names are the checkpoint's layer names (`stage1.block0.conv1.weight`
+is layer stage1.block0.conv1's kernel), so a state dict needs no renaming. The definitions
+follow trainer/nn/model_zoo.cc exactly: widths max(1, round(c * width)), CIFAR ResNets with
+a 3x3 stem, ImageNet ResNets v1.5 (the stride on the bottleneck's 3x3), shortcuts as 1x1
+conv + batch norm where the shape changes, batch norm eps 1e-5. Topiary's LeNet-5 flattens
+its 16x5x5 features in HWC order; this one flattens NCHW like any PyTorch model, and
+to_torch_state_dict reorders fc1's columns to match.
+
+torch is imported here only: the rest of the package works without it.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from topiary.checkpoint import Checkpoint
+
+_ROLES = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias",
+          "running_mean": "running_mean", "running_var": "running_var"}
+
+
+def _channels(c: int, width: float) -> int:
+    return max(1, int(math.floor(c * width + 0.5)))  # C's lround for positive values
+
+
+def _conv(cin, cout, k, stride=1, pad=0, bias=False):
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=pad, bias=bias)
+
+
+class _Shortcut(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv = _conv(cin, cout, 1, stride)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = _conv(cin, cout, 3, stride, 1)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = _conv(cout, cout, 3, 1, 1)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = _Shortcut(cin, cout, stride) if stride != 1 or cin != cout else None
+        self.out_channels = cout
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, mid, stride):
+        super().__init__()
+        cout = mid * 4
+        self.conv1 = _conv(cin, mid, 1)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.conv2 = _conv(mid, mid, 3, stride, 1)  # ResNet v1.5
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3 = _conv(mid, cout, 1)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.shortcut = _Shortcut(cin, cout, stride) if stride != 1 or cin != cout else None
+        self.out_channels = cout
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+class _Stem(nn.Module):
+    def __init__(self, cin, cout, k, stride, pad, pool):
+        super().__init__()
+        self.conv = _conv(cin, cout, k, stride, pad)
+        self.bn = nn.BatchNorm2d(cout)
+        self.pool = nn.MaxPool2d(3, 2, 1) if pool else None
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.pool(x) if self.pool is not None else x
+
+
+class _Stage(nn.Module):
+    """Blocks named block0, block1, ... (as in `stage2.block0.conv1`)."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        for i, b in enumerate(blocks):
+            self.add_module(f"block{i}", b)
+
+    def forward(self, x):
+        for b in self.children():
+            x = b(x)
+        return x
+
+
+class ResNet(nn.Module):
+    """CIFAR-style (resnet20..110: 3x3 stem, stages of 16/32/64) or ImageNet-style
+    (resnet18/34/50: 7x7 stride-2 stem and max pool, stages of 64..512)."""
+
+    def __init__(self, in_channels, classes, blocks, width=1.0, cifar=True, bottleneck=False):
+        super().__init__()
+        if cifar:
+            self.stem = _Stem(in_channels, _channels(16, width), 3, 1, 1, pool=False)
+            widths = [16, 32, 64]
+        else:
+            self.stem = _Stem(in_channels, _channels(64, width), 7, 2, 3, pool=True)
+            widths = [64, 128, 256, 512]
+        c = self.stem.conv.out_channels
+        for s, (n, w) in enumerate(zip(blocks, widths)):
+            stage = []
+            for k in range(n):
+                stride = 2 if s > 0 and k == 0 else 1
+                block = (Bottleneck(c, _channels(w, width), stride) if bottleneck
+                         else BasicBlock(c, _channels(w, width), stride))
+                c = block.out_channels
+                stage.append(block)
+            self.add_module(f"stage{s + 1}", _Stage(stage))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c, classes)
+        self.stages = len(blocks)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for s in range(self.stages):
+            x = getattr(self, f"stage{s + 1}")(x)
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class LeNet5(nn.Module):
+    """conv(5x5, pad 2) relu maxpool, conv(5x5) relu maxpool, fc relu, fc relu, fc; every
+    layer with a bias."""
+
+    def __init__(self, in_channels, classes, input_hw=(28, 28), width=1.0):
+        super().__init__()
+        c1, c2 = _channels(6, width), _channels(16, width)
+        self.conv1 = _conv(in_channels, c1, 5, 1, 2, bias=True)
+        self.conv2 = _conv(c1, c2, 5, bias=True)
+        h = ((input_hw[0] // 2) - 4) // 2
+        w = ((input_hw[1] // 2) - 4) // 2
+        self.feature_hwc = (h, w, c2)
+        self.fc1 = nn.Linear(c2 * h * w, _channels(120, width))
+        self.fc2 = nn.Linear(_channels(120, width), _channels(84, width))
+        self.fc = nn.Linear(_channels(84, width), classes)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+_CIFAR = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
+_IMAGENET = {"resnet18": ([2, 2, 2, 2], False), "resnet34": ([3, 4, 6, 3], False),
+             "resnet50": ([3, 4, 6, 3], True)}
+MODELS = ["lenet5"] + list(_CIFAR) + list(_IMAGENET)
+
+
+def build_model(arch: str, in_channels: int, classes: int, width: float = 1.0,
+                input_hw: Tuple[int, int] = (28, 28)) -> nn.Module:
+    """The PyTorch twin of Topiary's `arch` (one of MODELS)."""
+    if arch == "lenet5":
+        return LeNet5(in_channels, classes, input_hw, width)
+    if arch in _CIFAR:
+        return ResNet(in_channels, classes, [_CIFAR[arch]] * 3, width, cifar=True)
+    if arch in _IMAGENET:
+        blocks, bottleneck = _IMAGENET[arch]
+        return ResNet(in_channels, classes, blocks, width, cifar=False, bottleneck=bottleneck)
+    raise ValueError(f"model.arch: unknown architecture {arch!r}; one of {', '.join(MODELS)}")
+
+
+def _hwc_to_chw_columns(w: np.ndarray, h: int, wd: int, c: int) -> np.ndarray:
+    """fc1's [out, H*W*C] columns (Topiary's NHWC flatten) reordered to C*H*W."""
+    return np.ascontiguousarray(w.reshape(w.shape[0], h, wd, c).transpose(0, 3, 1, 2)
+                                .reshape(w.shape[0], -1))
+
+
+def to_torch_state_dict(ckpt: Checkpoint, arch: Union[str, nn.Module, None] = None
+                        ) -> "OrderedDict[str, torch.Tensor]":
+    """The checkpoint's parameters as a state dict of the zoo's PyTorch twin (arch: a model
+    name, default the checkpoint's, or a module to check the result against). Masked
+    weights are exact zeros. Raises ValueError naming a missing or misshapen parameter."""
+    module = arch if isinstance(arch, nn.Module) else None
+    name = ckpt.arch if module is not None or arch is None else arch
+    if name != ckpt.arch:
+        raise ValueError(f"arch: the checkpoint is a {ckpt.arch}, not a {name}")
+    out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+    for layer in ckpt.layers.values():
+        for role, torch_name in _ROLES.items():
+            value = getattr(layer, role)
+            if value is None:
+                continue
+            if role == "kernel" and layer.name == "fc1" and ckpt.arch == "lenet5":
+                c = ckpt.layers["conv2"].kernel.shape[0]
+                h, w = _lenet_feature_hw(ckpt, value.shape[1] // c)
+                value = _hwc_to_chw_columns(value, h, w, c)
+            out[f"{layer.name}.{torch_name}"] = torch.from_numpy(np.array(value, np.float32))
+        if layer.running_mean is not None:
+            out[f"{layer.name}.num_batches_tracked"] = torch.tensor(ckpt.global_step)
+    if module is not None:
+        want = module.state_dict()
+        missing = [k for k in want if k not in out]
+        extra = [k for k in out if k not in want]
+        if missing or extra:
+            raise ValueError(f"{ckpt.path}: does not fit the module: missing {missing[:5]}, "
+                             f"unexpected {extra[:5]}")
+        for k, v in want.items():
+            if tuple(v.shape) != tuple(out[k].shape):
+                raise ValueError(f"{ckpt.path}: {k}: shape {tuple(out[k].shape)}, the module "
+                                 f"has {tuple(v.shape)}")
+    return out
+
+
+def _lenet_feature_hw(ckpt: Checkpoint, pixels: int) -> Tuple[int, int]:
+    if ckpt.input is not None:
+        h = ((ckpt.input.height // 2) - 4) // 2
+        w = ((ckpt.input.width // 2) - 4) // 2
+    else:
+        h = w = int(round(math.sqrt(pixels)))
+    if h * w != pixels:
+        raise ValueError(f"{ckpt.path}: fc1 reads {pixels} pixels per channel, not {h}x{w}")
+    return h, w
+
+
+def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -> nn.Module:
+    """The zoo's PyTorch twin of the checkpoint with its weights loaded, in eval mode."""
+    if ckpt.input is not None:
+        cin, classes, hw = ckpt.input.channels, ckpt.input.classes, (ckpt.input.height,
+                                                                      ckpt.input.width)
+    else:  # older checkpoints: channels from the first kernel, classes from fc
+        first = ckpt.layers[next(n for n in ckpt.layer_order if n in ckpt.layers)].kernel
+        cin, classes = first.shape[1], ckpt.layers["fc"].kernel.shape[0]
+        hw = (28, 28)
+    model = build_model(ckpt.arch, cin, classes, ckpt.width, hw)
+    model.load_state_dict(to_torch_state_dict(ckpt, model))
+    return model.to(device).eval()
+
