@@ -25,15 +25,29 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+# Node.js and npm run onnxruntime for the ONNX export tests; any node will do (a machine may
+# have it from elsewhere, whose package conflicts with Debian's npm).
+command -v npm >/dev/null && command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "installing: ${missing[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
+
+# onnxruntime for the ONNX export tests, from the npm registry (Debian has no onnxruntime):
+# the CPU build that onnxruntime-node ships; its install script (GPU downloads) is skipped.
+ORT_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/topiary/npm"
+ORT_VERSION=1.30.0
+if [ ! -f "$ORT_DIR/node_modules/onnxruntime-node/package.json" ] ||
+   ! grep -q "\"version\": \"$ORT_VERSION\"" "$ORT_DIR/node_modules/onnxruntime-node/package.json"; then
+  mkdir -p "$ORT_DIR"
+  (cd "$ORT_DIR" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error \
+      "onnxruntime-node@$ORT_VERSION" >&2) ||
+    echo "warning: npm could not install onnxruntime-node; the ONNX tests will say so" >&2
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

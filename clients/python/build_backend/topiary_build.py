@@ -76,9 +76,11 @@ def _generate_stubs(out_dir):
     files = sorted(os.path.join("topiary", "v1", f)
                    for f in os.listdir(os.path.join(protos, "topiary", "v1"))
                    if f.endswith(".proto"))
-    subprocess.run([protoc, f"--proto_path={protos}", f"--python_out={out_dir}",
-                    f"--grpc_python_out={out_dir}", f"--plugin=protoc-gen-grpc_python={plugin}"]
-                   + files, check=True, cwd=protos)
+    subprocess.run([protoc, f"--proto_path={protos}", f"--python_out={out_dir}"] + files,
+                   check=True, cwd=protos)
+    subprocess.run([protoc, f"--proto_path={protos}", f"--grpc_python_out={out_dir}",
+                    f"--plugin=protoc-gen-grpc_python={plugin}", "topiary/v1/service.proto"],
+                   check=True, cwd=protos)
     with open(os.path.join(out_dir, "topiary", "v1", "__init__.py"), "w") as f:
         f.write('"""Generated from protos/topiary/v1 at build time; do not edit."""\n')
 

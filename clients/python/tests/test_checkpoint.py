@@ -203,9 +203,24 @@ def test_onnx_export(request, topiary_cli, tmp_path, which, batch_norm):
         assert ("BatchNormalization" in ops) == (batch_norm == "keep")
         assert summary["folded"] == (21 if batch_norm == "fold" else 0)
     images, labels = datasets.test_set(ckpt)
-    logits = onnx_numpy.run(model, images.transpose(0, 3, 1, 2).astype(np.float32))
-    correct = int(np.sum(logits.argmax(1) == labels))
-    assert correct == round(ckpt.test_top1 * len(labels)), (correct, ckpt.test_top1)
+    raw = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
+    logits = onnx_numpy.run(model, raw)
+    recorded = round(ckpt.test_top1 * len(labels))
+    assert int(np.sum(logits.argmax(1) == labels)) == recorded, ckpt.test_top1
+    # The same file in a real runtime: onnxruntime (npm's onnxruntime-node, CPU).
+    ort = os.environ.get("TOPIARY_ONNXRUNTIME_NODE", "")
+    if not os.path.isdir(ort) or not shutil.which("node"):
+        print(f"onnxruntime check left out: no onnxruntime-node at {ort!r} "
+              "(scripts/install_deps.sh installs it with npm)")
+        return
+    (tmp_path / "x.f32").write_bytes(raw.tobytes())
+    r = subprocess.run(["node", os.path.join(os.path.dirname(__file__), "ort_run.js"), ort,
+                        str(out), str(tmp_path / "x.f32"), *map(str, raw.shape),
+                        str(tmp_path / "y.f32")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ort_logits = np.fromfile(tmp_path / "y.f32", np.float32).reshape(logits.shape)
+    assert int(np.sum(ort_logits.argmax(1) == labels)) == recorded
+    assert np.allclose(ort_logits, logits, rtol=1e-4, atol=1e-4)
 
 
 def test_export_errors(topiary_cli, tmp_path, pruned_checkpoint):
