@@ -22,6 +22,13 @@ while IFS=$'\t' read -r name needle; do
   check "inspect --file $name: exit $rc, says '$needle'" \
     bash -c '[[ $1 -eq 3 || $1 -eq 7 ]] && [[ "$0" == *"$2"* ]]' "$err" "$rc" "$needle"
 done < "$tmp/cases.tsv"
+# ... and export --onnx, which reads the file the same way and writes nothing.
+while IFS=$'\t' read -r name needle; do
+  err=$("$TOPIARY" export "$tmp/data/hostile/$name" --onnx "$tmp/x.onnx" 2>&1); rc=$?
+  check "export $name: exit $rc, says '$needle', no file" \
+    bash -c '[[ $1 -eq 3 || $1 -eq 7 ]] && [[ "$0" == *"$2"* ]] && [[ ! -e $3 ]]' \
+    "$err" "$rc" "$needle" "$tmp/x.onnx"
+done < "$tmp/cases.tsv"
 out=$("$TOPIARY" inspect --file "$tmp/data/hostile/float_mask.h5" --json); rc=$?
 check "inspect --file --json error is valid JSON (exit $rc)" python3 -c '
 import json, sys; e = json.loads(sys.argv[1]); assert "a mask must be uint8" in e["error"]' "$out"

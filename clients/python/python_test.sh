@@ -2,9 +2,10 @@
 # //clients/python:python_test: `pip install ./clients/python` into a fresh virtual environment
 # (Debian's site packages visible, --no-index: nothing may come from the package index), then
 # the package's pytest suite against the built topiaryd and topiary.
-# Args: TOPIARYD TOPIARY EXAMPLES/tiny.textproto
+# Args: TOPIARYD TOPIARY EXAMPLES/tiny.textproto MAKE_HOSTILE_FILES
 set -euo pipefail
 export TOPIARYD="$PWD/$1" TOPIARY="$PWD/$2" TOPIARY_EXAMPLES="$PWD/$(dirname "$3")"
+export MAKE_HOSTILE="$PWD/$4"
 export PYTHONDONTWRITEBYTECODE=1 MPLCONFIGDIR="$TEST_TMPDIR/mpl"
 src="$PWD/clients/python"
 venv="$TEST_TMPDIR/venv"

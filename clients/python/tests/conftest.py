@@ -28,7 +28,7 @@ def examples():
 
 
 class Daemon:
-    def __init__(self, root, token=None):
+    def __init__(self, root, token=None, tls=None):
         self.data_dir = os.path.join(root, "data")
         self.log = os.path.join(root, "daemon.log")
         port_file = os.path.join(root, "port")
@@ -40,6 +40,8 @@ class Daemon:
             with open(self.token_file, "w") as f:
                 f.write(token + "\n")
             args += ["--token_file", self.token_file]
+        if tls:  # (certificate, key)
+            args += ["--tls_cert", tls[0], "--tls_key", tls[1]]
         self.proc = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         for _ in range(200):
             if os.path.exists(port_file) and open(port_file).read().strip():
@@ -64,6 +66,20 @@ def daemon(tmp_path_factory):
 @pytest.fixture(scope="module")
 def token_daemon(tmp_path_factory):
     d = Daemon(str(tmp_path_factory.mktemp("token_daemon")), token="s3cret-token")
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_daemon(tmp_path_factory):
+    """A daemon serving TLS with a self-signed certificate for 127.0.0.1; .cert is its PEM."""
+    root = tmp_path_factory.mktemp("tls_daemon")
+    cert, key = str(root / "cert.pem"), str(root / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    d = Daemon(str(root), tls=(cert, key))
+    d.cert = cert
     yield d
     d.stop()
 

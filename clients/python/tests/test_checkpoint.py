@@ -106,6 +106,22 @@ def test_hostile_files_are_refused_by_name(pruned_checkpoint, tmp_path, case):
     assert expected in str(e.value) and path in str(e.value)
 
 
+def test_topiarys_hostile_corpus(tmp_path):
+    """Every hostile file tests/tools:make_hostile_files writes for Topiary's C++ readers."""
+    tool = os.environ["MAKE_HOSTILE"]
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    out = subprocess.run([tool, str(folder), str(tmp_path / "outside.h5")], check=True,
+                         capture_output=True, text=True).stdout
+    cases = [line.split("\t")[0] for line in out.splitlines() if line.strip()]
+    assert len(cases) >= 17
+    assert topiary.load_checkpoint(str(folder / "good.h5"), momentum=True).arch
+    for name in cases:
+        with pytest.raises(topiary.CheckpointError) as e:
+            topiary.load_checkpoint(str(folder / name), momentum=True)
+        assert name in str(e.value)
+
+
 def test_damaged_files(pruned_checkpoint, tmp_path):
     changed = tmp_path / "changed.h5"
     shutil.copy(pruned_checkpoint, changed)

@@ -166,6 +166,14 @@ def test_token_auth_and_environment(token_daemon, examples, monkeypatch, tmp_pat
         assert c.wait(exp.id, timeout=120).state == pb.SUCCEEDED
 
 
+def test_tls(tls_daemon):
+    with topiary.Client(tls_daemon.address, tls_ca=tls_daemon.cert) as c:
+        assert c.list() == [] and c.info().version
+    with topiary.Client(tls_daemon.address, timeout=5) as c:  # plaintext to a TLS port
+        with pytest.raises(topiary.Unavailable):
+            c.list()
+
+
 def test_parse_spec_forms():
     spec = topiary.parse_spec({"model": {"arch": "lenet5"}, "data": {"batchSize": 32}})
     assert isinstance(spec, experiment_pb2.ExperimentSpec) and spec.data.batch_size == 32

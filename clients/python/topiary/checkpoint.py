@@ -173,25 +173,34 @@ def _walk(path: str, group: h5py.Group, prefix: str, depth: int, out: Dict[str, 
 
 def _check_dataset(path: str, where: str, d: h5py.Dataset) -> int:
     """The dataset's size in bytes, after checking what it may be."""
-    if d.dtype not in (np.dtype("<f4"), np.dtype("u1")):
-        raise _bad(path, where, f"element type {d.dtype}, not float32 or uint8")
+    parts = where.strip("/").split("/")
+    want = np.dtype("u1") if parts[-1] == "mask" and parts[0] == "layers" else np.dtype("<f4")
+    if d.dtype != want:
+        raise _bad(path, where, f"element type {d.dtype}, not {want.name}")
     if not 1 <= len(d.shape) <= 8:
         raise _bad(path, where, f"rank {len(d.shape)}, not 1 to 8")
     if d.external or d.is_virtual:
         raise _bad(path, where, "external or virtual storage")
     if d.compression or d.shuffle or d.scaleoffset is not None:
         raise _bad(path, where, "a filter other than Fletcher-32")
-    parts = where.strip("/").split("/")
     if not ((len(parts) == 3 and parts[0] == "layers" and parts[2] in _LAYER_DATASETS) or
             (len(parts) == 4 and parts[:2] == ["optimizer", "momentum"])):
         raise _bad(path, where, "not a place the checkpoint format defines")
-    return int(np.prod(d.shape, dtype=np.int64)) * d.dtype.itemsize
+    nbytes = int(np.prod(d.shape, dtype=np.int64)) * d.dtype.itemsize
+    if d.id.get_storage_size() < nbytes:  # fill values stand in for bytes never written
+        raise _bad(path, where, "unwritten or damaged: fewer bytes stored than it holds")
+    return nbytes
 
 
 def _read(path: str, where: str, d: h5py.Dataset) -> np.ndarray:
-    a = d[...]
+    try:
+        a = d[...]
+    except OSError as e:  # a Fletcher-32 mismatch, a damaged chunk
+        raise _bad(path, where, f"unreadable ({e})") from None
     if a.dtype == np.float32 and not np.all(np.isfinite(a)):
         raise _bad(path, where, "a value that is not finite")
+    if where.endswith("/running_var") and np.any(a < 0):
+        raise _bad(path, where, "a negative variance")
     if a.dtype == np.uint8 and np.any(a > 1):
         raise _bad(path, where, "a mask value other than 0 or 1")
     return a
@@ -268,6 +277,10 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
             if stored != metadata_crc32c(f):
                 raise _bad(path, f"/@{CHECKSUM_ATTR}", "checksum mismatch: an attribute, shape "
                            "or name was changed or damaged")
+        rng = f.get("rng")
+        if not isinstance(rng, h5py.Group) or "seed" not in rng.attrs or \
+                "next_epoch" not in rng.attrs:
+            raise _bad(path, "/rng", "missing, or without seed and next_epoch")
         layer_order = [n for n in _str_attr(path, a, "layer_order").split(",") if n]
         try:
             metrics = json.loads(_str_attr(path, a, "metrics") or "{}")
