@@ -28,11 +28,13 @@ def examples():
 
 
 class Daemon:
-    def __init__(self, root, token=None, tls=None):
+    def __init__(self, root, token=None, tls=None, listen="127.0.0.1:0"):
         self.data_dir = os.path.join(root, "data")
         self.log = os.path.join(root, "daemon.log")
         port_file = os.path.join(root, "port")
-        args = [_env_path("TOPIARYD"), "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        args = [_env_path("TOPIARYD"), "--data_dir", self.data_dir, "--listen", listen,
                 "--port_file", port_file, "--max_running", "2"]
         self.token_file = None
         if token:
@@ -42,7 +44,7 @@ class Daemon:
             args += ["--token_file", self.token_file]
         if tls:  # (certificate, key)
             args += ["--tls_cert", tls[0], "--tls_key", tls[1]]
-        self.proc = subprocess.Popen(args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         for _ in range(200):
             if os.path.exists(port_file) and open(port_file).read().strip():
                 break

@@ -27,8 +27,13 @@ def _conv(x, w, b, a):
     return y if b is None else y + b[None, :, None, None]
 
 
-def run(model, x):
-    """The graph's single output for input x (the graph's single input)."""
+def run(model, x, batch=250):
+    """The graph's single output for input x (the graph's single input), `batch` images at a
+    time (the window views of a convolution are large in float64)."""
+    return np.concatenate([_run(model, x[i:i + batch]) for i in range(0, len(x), batch)])
+
+
+def _run(model, x):
     values = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
     values[model.graph.input[0].name] = x.astype(np.float64)
     for node in model.graph.node:

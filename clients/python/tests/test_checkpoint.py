@@ -251,3 +251,17 @@ def test_export_errors(topiary_cli, tmp_path, pruned_checkpoint):
     r = run(pruned_checkpoint)
     assert r.returncode == 2 and "--onnx" in r.stderr
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_export_of_approximate_layers_says_so(topiary_cli, examples, tmp_path):
+    spec = open(os.path.join(examples, "tiny.textproto")).read().replace(
+        "epochs: 2", "epochs: 1") + '\napproximation { rules { layer: "conv2" multiplier: "trunc:4" } }\n'
+    (tmp_path / "approx.textproto").write_text(spec)
+    subprocess.run([topiary_cli, "run", str(tmp_path / "approx.textproto"), "--out",
+                    str(tmp_path / "run")], check=True, capture_output=True)
+    r = subprocess.run([topiary_cli, "export", str(tmp_path / "run/checkpoints/dense.h5"),
+                        "--onnx", str(tmp_path / "a.onnx")], capture_output=True, text=True)
+    assert r.returncode == 0 and "exported as exact convolutions" in r.stderr and "conv2" in r.stderr
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "a.onnx")).metadata_props}
+    assert meta["topiary.approximate_layers_exported_exact"] == "conv2"
+    assert json.loads(meta["topiary.input"])["max_value"] == 255

@@ -10,7 +10,7 @@ import topiary
 from topiary.v1 import experiment_pb2
 from topiary.v1 import service_pb2 as pb
 
-from conftest import read_spec
+from conftest import Daemon, read_spec
 
 
 def kinds(events):
@@ -117,6 +117,29 @@ def test_manual_rounds_and_fork(daemon, examples):
         assert done.state == pb.SUCCEEDED and after.sparsity < done.sparsity <= 0.5
         report = c.inspect(c.checkpoints(child.id)[-1].path)
         assert report.model_arch == "resnet20" and report.sparsity == pytest.approx(done.sparsity)
+
+
+def test_watch_survives_a_daemon_restart(tmp_path, examples):
+    """kill -9 of the daemon mid-watch, a new daemon on the same port and data directory: the
+    watch reconnects and continues after the last event it gave, without gaps or repeats."""
+    d = Daemon(str(tmp_path))
+    try:
+        with topiary.Client(d.address) as c:
+            exp = c.submit(read_spec(examples, "tiny.textproto", **{"epochs: 2": "epochs: 20"}))
+            seqs, started, restarted = [], 0, False
+            for e in c.watch(exp.id, reconnect_seconds=60):
+                seqs.append(e.seq)
+                started += e.WhichOneof("kind") == "started"
+                if not restarted and e.WhichOneof("kind") == "epoch":
+                    d.stop()  # SIGKILL
+                    d = Daemon(str(tmp_path), listen=d.address)
+                    restarted = True
+            assert restarted and seqs == list(range(1, len(seqs) + 1))
+            done = c.get(exp.id)
+            # The new daemon ran the experiment again (from its last checkpoint): two starts.
+            assert done.state == pb.SUCCEEDED and started == 2 and done.last_seq == seqs[-1]
+    finally:
+        d.stop()
 
 
 def test_pause_resume_cancel(daemon, examples):
