@@ -129,6 +129,247 @@ void CountZeros(const Parameter& p, OnnxExportSummary* summary) {
 
 std::vector<int64_t> ChannelDims(int c) { return {1, c, 1, 1}; }
 
+// Batch norm as a per-channel scale and shift of its input (PyTorch's inference formula).
+struct BnAffine {
+  std::vector<double> scale, shift;
+};
+BnAffine AffineOf(BatchNorm2d* norm) {
+  const std::vector<float> gamma = Values(*Param(norm, ParamRole::kGamma)),
+                           beta = Values(*Param(norm, ParamRole::kBeta)),
+                           mean = Values(*Param(norm, ParamRole::kRunningMean)),
+                           var = Values(*Param(norm, ParamRole::kRunningVar));
+  const double eps = kernels::BatchNormShape{}.eps;
+  BnAffine a;
+  for (size_t k = 0; k < gamma.size(); ++k) {
+    a.scale.push_back(gamma[k] / std::sqrt(static_cast<double>(var[k]) + eps));
+    a.shift.push_back(beta[k] - mean[k] * a.scale.back());
+  }
+  return a;
+}
+
+// Walks the model's nodes in order and writes one or a few ONNX nodes for each. Tensor names
+// are layer names; a layer's fused ReLU reads LAYER.pre_relu; the model's output is "logits".
+class ModelToOnnx {
+ public:
+  ModelToOnnx(const Model& model, const OnnxExportOptions& options, onnx::GraphProto* graph,
+              OnnxExportSummary* summary)
+      : model_(model),
+        options_(options),
+        nodes_(model.nodes()),
+        g_(graph, summary),
+        summary_(summary),
+        names_(model.value_shapes().size()),
+        consumers_(names_.size(), 0),
+        producer_(names_.size(), -1),
+        flat_(names_.size(), false),
+        done_(nodes_.size(), false) {
+    for (size_t j = 0; j < nodes_.size(); ++j) {
+      for (int v : nodes_[j].inputs) ++consumers_[v];
+      producer_[nodes_[j].output] = static_cast<int>(j);
+    }
+  }
+
+  // The batcher's arithmetic, in its order and in float32: (v * (1 / max_value) - mean) *
+  // inv_std, so a runtime fed raw pixels sees what the network was trained on.
+  void Normalization(const topiary::v1::InputFormat& input) {
+    const int c = model_.input_shape().c;
+    g_.Initializer("input.scale", ChannelDims(c), std::vector<float>(c, 1.0f / input.max_value()));
+    g_.Initializer("input.mean", ChannelDims(c), {input.mean().begin(), input.mean().end()});
+    g_.Initializer("input.inv_std", ChannelDims(c),
+                   {input.inv_std().begin(), input.inv_std().end()});
+    g_.Node("Mul", "input.scale", {"input", "input.scale"}, "input.scaled");
+    g_.Node("Sub", "input.center", {"input.scaled", "input.mean"}, "input.centered");
+    g_.Node("Mul", "input.normalize", {"input.centered", "input.inv_std"}, "input.normalized");
+    names_[0] = "input.normalized";
+  }
+
+  void Layers() {
+    for (size_t j = 0; j < nodes_.size(); ++j) {
+      if (done_[j]) continue;
+      done_[j] = true;
+      switch (nodes_[j].layer->kind()) {
+        case LayerKind::kConv2d:
+          Conv(j);
+          break;
+        case LayerKind::kBatchNorm:
+          BatchNorm(j);
+          break;
+        case LayerKind::kLinear:
+          Gemm(j);
+          break;
+        case LayerKind::kRelu:
+          flat_[nodes_[j].output] = flat_[nodes_[j].inputs[0]];
+          Simple(j, "Relu");
+          break;
+        case LayerKind::kAdd:
+          Simple(j, "Add", static_cast<Add*>(nodes_[j].layer)->fused_relu());
+          break;
+        case LayerKind::kMaxPool:
+          Pool(j, "MaxPool");
+          break;
+        case LayerKind::kAvgPool:
+          // Topiary's average pooling counts padding as zeros.
+          GraphWriter::Int(Pool(j, "AveragePool"), "count_include_pad", 1);
+          break;
+        case LayerKind::kGlobalAvgPool:
+          Simple(j, "GlobalAveragePool");
+          break;
+        case LayerKind::kFlatten:
+          GraphWriter::Int(Simple(j, "Flatten"), "axis", 1);
+          flat_[nodes_[j].output] = true;
+          break;
+      }
+    }
+  }
+
+ private:
+  const std::string& Input(size_t j, int i = 0) const { return names_[nodes_[j].inputs[i]]; }
+
+  // The node for `layer` (producing `value`) reading `inputs`; with `relu`, a Relu after it.
+  onnx::NodeProto* Emit(const std::string& op, const std::string& layer, int value,
+                        const std::vector<std::string>& inputs, bool relu = false) {
+    const std::string out = value == model_.output() ? std::string("logits") : layer;
+    onnx::NodeProto* n = g_.Node(op, layer, inputs, relu ? layer + ".pre_relu" : out);
+    if (relu) g_.Node("Relu", layer + ".relu", {layer + ".pre_relu"}, out);
+    names_[value] = out;
+    return n;
+  }
+
+  onnx::NodeProto* Simple(size_t j, const std::string& op, bool relu = false) {
+    std::vector<std::string> inputs;
+    for (size_t i = 0; i < nodes_[j].inputs.size(); ++i) inputs.push_back(Input(j, i));
+    return Emit(op, nodes_[j].layer->name(), nodes_[j].output, inputs, relu);
+  }
+
+  onnx::NodeProto* Pool(size_t j, const std::string& op) {
+    auto* pool = static_cast<Pool2d*>(nodes_[j].layer);
+    onnx::NodeProto* n = Simple(j, op);
+    GraphWriter::Ints(n, "kernel_shape", {pool->window(), pool->window()});
+    GraphWriter::Ints(n, "strides", {pool->stride(), pool->stride()});
+    GraphWriter::Ints(n, "pads", {pool->pad(), pool->pad(), pool->pad(), pool->pad()});
+    return n;
+  }
+
+  // The batch norm that alone reads node j's output, if folding is on; else -1.
+  int FoldableBatchNorm(size_t j) const {
+    const int out = nodes_[j].output;
+    if (!options_.fold_batch_norm || consumers_[out] != 1) return -1;
+    for (size_t k = j + 1; k < nodes_.size(); ++k) {
+      if (nodes_[k].inputs[0] == out) {
+        return nodes_[k].layer->kind() == LayerKind::kBatchNorm ? static_cast<int>(k) : -1;
+      }
+    }
+    return -1;
+  }
+
+  void Conv(size_t j) {
+    const auto* conv = static_cast<const Conv2d*>(nodes_[j].layer);
+    const Conv2d::Config& cfg = conv->config();
+    const Parameter& kernel = *conv->kernel();
+    const std::string& name = conv->name();
+    CountZeros(kernel, summary_);
+    if (conv->approximation() != nullptr) summary_->approximate_layers.push_back(name);
+    std::vector<float> w = KernelOihw(kernel);
+    const int K = cfg.out_channels;
+    std::vector<float> b = conv->bias() ? Values(*conv->bias()) : std::vector<float>(K, 0.0f);
+    bool has_bias = conv->bias() != nullptr;
+    // Folding: W' = W * s, b' = b * s + shift per output channel, in double. 0 * s stays an
+    // exact zero, so masked weights survive.
+    std::string layer = name;
+    int value = nodes_[j].output;
+    bool relu = false;
+    if (const int bn = FoldableBatchNorm(j); bn >= 0) {
+      auto* norm = static_cast<BatchNorm2d*>(nodes_[bn].layer);
+      const BnAffine a = AffineOf(norm);
+      const size_t per_filter = w.size() / K;
+      for (int k = 0; k < K; ++k) {
+        for (size_t i = 0; i < per_filter; ++i) {
+          w[k * per_filter + i] = static_cast<float>(w[k * per_filter + i] * a.scale[k]);
+        }
+        b[k] = static_cast<float>(b[k] * a.scale[k] + a.shift[k]);
+      }
+      has_bias = true;
+      done_[bn] = true;
+      ++summary_->folded;
+      layer = norm->name();
+      value = nodes_[bn].output;
+      relu = norm->fused_relu();
+    }
+    std::vector<std::string> inputs = {Input(j), name + ".weight"};
+    g_.Initializer(inputs[1], {K, kernel.value.shape()[3], cfg.kernel_h, cfg.kernel_w}, w);
+    if (has_bias) {
+      inputs.push_back(name + ".bias");
+      g_.Initializer(inputs[2], {K}, b);
+    }
+    onnx::NodeProto* n = Emit("Conv", layer, value, inputs, relu);
+    n->set_name(name);
+    GraphWriter::Ints(n, "kernel_shape", {cfg.kernel_h, cfg.kernel_w});
+    GraphWriter::Ints(n, "strides", {cfg.stride, cfg.stride});
+    GraphWriter::Ints(n, "pads", {cfg.pad, cfg.pad, cfg.pad, cfg.pad});
+    GraphWriter::Ints(n, "dilations", {1, 1});
+    GraphWriter::Int(n, "group", 1);
+  }
+
+  void BatchNorm(size_t j) {
+    auto* norm = static_cast<BatchNorm2d*>(nodes_[j].layer);
+    std::vector<std::string> inputs = {Input(j)};
+    for (ParamRole role :
+         {ParamRole::kGamma, ParamRole::kBeta, ParamRole::kRunningMean, ParamRole::kRunningVar}) {
+      const Parameter& p = *Param(norm, role);
+      inputs.push_back(absl::StrCat(norm->name(), ".", ParamRoleName(role)));
+      g_.Initializer(inputs.back(), {static_cast<int64_t>(p.size())}, Values(p));
+    }
+    onnx::NodeProto* n =
+        Emit("BatchNormalization", norm->name(), nodes_[j].output, inputs, norm->fused_relu());
+    GraphWriter::Float(n, "epsilon", kernels::BatchNormShape{}.eps);
+    GraphWriter::Float(n, "momentum", 0.9f);  // ONNX's momentum weighs the old statistic
+  }
+
+  void Gemm(size_t j) {
+    auto* fc = static_cast<Linear*>(nodes_[j].layer);
+    const std::string& name = fc->name();
+    const Parameter& kernel = *Param(fc, ParamRole::kKernel);
+    CountZeros(kernel, summary_);
+    const int rows = kernel.value.shape()[0], cols = kernel.value.shape()[1];
+    std::vector<float> w = Values(kernel);
+    const int src = nodes_[j].inputs[0];
+    std::string x = Input(j);
+    const int p = producer_[src];
+    if (p >= 0 && nodes_[p].layer->kind() == LayerKind::kFlatten) {
+      // Topiary flattens NHWC (h, w, c); ONNX's Flatten of NCHW gives (c, h, w): the columns
+      // are reordered to match.
+      const Shape4 f = model_.value_shapes()[nodes_[p].inputs[0]];
+      const std::vector<float> hwc = w;
+      for (int r = 0; r < rows; ++r)
+        for (int y = 0; y < f.h; ++y)
+          for (int q = 0; q < f.w; ++q)
+            for (int c = 0; c < f.c; ++c)
+              w[static_cast<size_t>(r) * cols + (c * f.h + y) * f.w + q] =
+                  hwc[static_cast<size_t>(r) * cols + (y * f.w + q) * f.c + c];
+    } else if (!flat_[src]) {
+      // A [N, C, 1, 1] input (after global pooling): Gemm wants [N, C].
+      GraphWriter::Int(g_.Node("Flatten", name + ".flatten", {x}, name + ".flat"), "axis", 1);
+      x = name + ".flat";
+    }
+    g_.Initializer(name + ".weight", {rows, cols}, w);
+    g_.Initializer(name + ".bias", {rows}, Values(*Param(fc, ParamRole::kBias)));
+    GraphWriter::Int(Emit("Gemm", name, nodes_[j].output, {x, name + ".weight", name + ".bias"}),
+                     "transB", 1);
+    flat_[nodes_[j].output] = true;
+  }
+
+  const Model& model_;
+  const OnnxExportOptions& options_;
+  const std::vector<Model::Node>& nodes_;
+  GraphWriter g_;
+  OnnxExportSummary* summary_;
+  std::vector<std::string> names_;  // per value: the tensor holding it
+  std::vector<int> consumers_;      // per value
+  std::vector<int> producer_;       // per value: its node, -1 for the input
+  std::vector<bool> flat_;          // per value: [N, features] in the graph (after Gemm, Flatten)
+  std::vector<bool> done_;          // per node (a folded batch norm is done with its conv)
+};
+
 }  // namespace
 
 absl::StatusOr<OnnxExportSummary> ExportOnnx(
@@ -173,206 +414,10 @@ absl::StatusOr<OnnxExportSummary> ExportOnnx(
   }
   onnx::GraphProto* graph = proto.mutable_graph();
   graph->set_name(model.arch());
-  GraphWriter g(graph, &summary);
   GraphWriter::Io(graph->add_input(), "input", options.batch, {in.c, in.h, in.w});
-
-  // The batcher's arithmetic, in its order: (v * (1 / max_value) - mean) * inv_std.
-  const int C = in.c;
-  g.Initializer("input.scale", ChannelDims(C), std::vector<float>(C, 1.0f / input.max_value()));
-  g.Initializer("input.mean", ChannelDims(C), {input.mean().begin(), input.mean().end()});
-  g.Initializer("input.inv_std", ChannelDims(C), {input.inv_std().begin(), input.inv_std().end()});
-  g.Node("Mul", "input.scale", {"input", "input.scale"}, "input.scaled");
-  g.Node("Sub", "input.center", {"input.scaled", "input.mean"}, "input.centered");
-  g.Node("Mul", "input.normalize", {"input.centered", "input.inv_std"}, "input.normalized");
-
-  const auto& nodes = model.nodes();
-  std::vector<std::string> names(model.value_shapes().size());
-  names[0] = "input.normalized";
-  std::vector<int> consumers(names.size(), 0), producer(names.size(), -1);
-  for (size_t j = 0; j < nodes.size(); ++j) {
-    for (int v : nodes[j].inputs) ++consumers[v];
-    producer[nodes[j].output] = static_cast<int>(j);
-  }
-  auto out_name = [&](int value, const std::string& layer) {
-    return value == model.output() ? std::string("logits") : layer;
-  };
-  // The ReLU a layer fused (its input is LAYER.pre_relu); returns the tensor to read.
-  auto relu_after = [&](const std::string& layer, int value) {
-    const std::string out = out_name(value, layer);
-    g.Node("Relu", layer + ".relu", {layer + ".pre_relu"}, out);
-    return out;
-  };
-  std::vector<bool> done(nodes.size(), false);
-  // Values that are [N, features] in the ONNX graph (after Flatten or Gemm; ReLU keeps it).
-  std::vector<bool> flat(names.size(), false);
-
-  for (size_t j = 0; j < nodes.size(); ++j) {
-    if (done[j]) continue;
-    Layer* layer = nodes[j].layer;
-    const std::string& name = layer->name();
-    const int out = nodes[j].output;
-    const std::string x = names[nodes[j].inputs[0]];
-    switch (layer->kind()) {
-      case LayerKind::kConv2d: {
-        const auto* conv = static_cast<const Conv2d*>(layer);
-        const Conv2d::Config& cfg = conv->config();
-        const Parameter& kernel = *conv->kernel();
-        CountZeros(kernel, &summary);
-        if (conv->approximation() != nullptr) summary.approximate_layers.push_back(name);
-        std::vector<float> w = KernelOihw(kernel);
-        const int K = cfg.out_channels;
-        const size_t per_filter = w.size() / K;
-        std::vector<float> b(K, 0.0f);
-        if (conv->bias() != nullptr) b = Values(*conv->bias());
-        bool has_bias = conv->bias() != nullptr;
-        // Folding: the batch norm that alone reads this convolution becomes its scale and bias.
-        int bn = -1;
-        if (options.fold_batch_norm && consumers[out] == 1) {
-          for (size_t k = j + 1; k < nodes.size(); ++k) {
-            if (nodes[k].inputs.size() == 1 && nodes[k].inputs[0] == out &&
-                nodes[k].layer->kind() == LayerKind::kBatchNorm) {
-              bn = static_cast<int>(k);
-              break;
-            }
-          }
-        }
-        std::string result_layer = name;
-        int result_value = out;
-        bool relu = false;
-        if (bn >= 0) {
-          auto* norm = static_cast<BatchNorm2d*>(nodes[bn].layer);
-          const std::vector<float> gamma = Values(*Param(norm, ParamRole::kGamma)),
-                                   beta = Values(*Param(norm, ParamRole::kBeta)),
-                                   mean = Values(*Param(norm, ParamRole::kRunningMean)),
-                                   var = Values(*Param(norm, ParamRole::kRunningVar));
-          const double eps = kernels::BatchNormShape{}.eps;
-          for (int k = 0; k < K; ++k) {
-            const double scale = gamma[k] / std::sqrt(static_cast<double>(var[k]) + eps);
-            // 0 * scale stays an exact zero: masked weights survive folding.
-            for (size_t i = 0; i < per_filter; ++i) {
-              float& v = w[k * per_filter + i];
-              v = static_cast<float>(v * scale);
-            }
-            b[k] = static_cast<float>((b[k] - mean[k]) * scale + beta[k]);
-          }
-          has_bias = true;
-          done[bn] = true;
-          ++summary.folded;
-          result_layer = norm->name();
-          result_value = nodes[bn].output;
-          relu = norm->fused_relu();
-        }
-        const std::string y =
-            relu ? absl::StrCat(result_layer, ".pre_relu") : out_name(result_value, result_layer);
-        std::vector<std::string> inputs = {x, name + ".weight"};
-        g.Initializer(name + ".weight", {K, kernel.value.shape()[3], cfg.kernel_h, cfg.kernel_w},
-                      w);
-        if (has_bias) {
-          g.Initializer(name + ".bias", {K}, b);
-          inputs.push_back(name + ".bias");
-        }
-        onnx::NodeProto* n = g.Node("Conv", name, inputs, y);
-        GraphWriter::Ints(n, "kernel_shape", {cfg.kernel_h, cfg.kernel_w});
-        GraphWriter::Ints(n, "strides", {cfg.stride, cfg.stride});
-        GraphWriter::Ints(n, "pads", {cfg.pad, cfg.pad, cfg.pad, cfg.pad});
-        GraphWriter::Ints(n, "dilations", {1, 1});
-        GraphWriter::Int(n, "group", 1);
-        names[result_value] = relu ? relu_after(result_layer, result_value) : y;
-        break;
-      }
-      case LayerKind::kBatchNorm: {
-        auto* norm = static_cast<BatchNorm2d*>(layer);
-        std::vector<std::string> inputs = {x};
-        for (ParamRole role : {ParamRole::kGamma, ParamRole::kBeta, ParamRole::kRunningMean,
-                               ParamRole::kRunningVar}) {
-          const Parameter& p = *Param(norm, role);
-          const std::string t = absl::StrCat(name, ".", ParamRoleName(role));
-          g.Initializer(t, {static_cast<int64_t>(p.size())}, Values(p));
-          inputs.push_back(t);
-        }
-        const bool relu = norm->fused_relu();
-        const std::string y = relu ? name + ".pre_relu" : out_name(out, name);
-        onnx::NodeProto* n = g.Node("BatchNormalization", name, inputs, y);
-        GraphWriter::Float(n, "epsilon", kernels::BatchNormShape{}.eps);
-        GraphWriter::Float(n, "momentum", 0.9f);  // ONNX's momentum weighs the old statistic
-        names[out] = relu ? relu_after(name, out) : y;
-        break;
-      }
-      case LayerKind::kRelu:
-        flat[out] = flat[nodes[j].inputs[0]];
-        names[out] = out_name(out, name);
-        g.Node("Relu", name, {x}, names[out]);
-        break;
-      case LayerKind::kAdd: {
-        auto* add = static_cast<Add*>(layer);
-        const std::string y = add->fused_relu() ? name + ".pre_relu" : out_name(out, name);
-        g.Node("Add", name, {x, names[nodes[j].inputs[1]]}, y);
-        names[out] = add->fused_relu() ? relu_after(name, out) : y;
-        break;
-      }
-      case LayerKind::kMaxPool:
-      case LayerKind::kAvgPool: {
-        auto* pool = static_cast<Pool2d*>(layer);
-        const bool max = layer->kind() == LayerKind::kMaxPool;
-        names[out] = out_name(out, name);
-        onnx::NodeProto* n = g.Node(max ? "MaxPool" : "AveragePool", name, {x}, names[out]);
-        GraphWriter::Ints(n, "kernel_shape", {pool->window(), pool->window()});
-        GraphWriter::Ints(n, "strides", {pool->stride(), pool->stride()});
-        GraphWriter::Ints(n, "pads", {pool->pad(), pool->pad(), pool->pad(), pool->pad()});
-        if (!max) GraphWriter::Int(n, "count_include_pad", 1);  // Topiary counts padding
-        break;
-      }
-      case LayerKind::kGlobalAvgPool:
-        names[out] = out_name(out, name);
-        g.Node("GlobalAveragePool", name, {x}, names[out]);
-        break;
-      case LayerKind::kFlatten: {
-        names[out] = out_name(out, name);
-        onnx::NodeProto* n = g.Node("Flatten", name, {x}, names[out]);
-        GraphWriter::Int(n, "axis", 1);
-        flat[out] = true;
-        break;
-      }
-      case LayerKind::kLinear: {
-        auto* fc = static_cast<Linear*>(layer);
-        const Parameter& kernel = *Param(fc, ParamRole::kKernel);
-        CountZeros(kernel, &summary);
-        const int rows = kernel.value.shape()[0], cols = kernel.value.shape()[1];
-        std::vector<float> w = Values(kernel);
-        const int src = nodes[j].inputs[0];
-        std::string xin = x;
-        const int p = producer[src];
-        if (p >= 0 && nodes[p].layer->kind() == LayerKind::kFlatten) {
-          // Topiary flattens NHWC (h, w, c); ONNX's Flatten of NCHW gives (c, h, w): the
-          // columns are reordered to match.
-          const Shape4 f = model.value_shapes()[nodes[p].inputs[0]];
-          if (f.h * f.w > 1) {
-            const std::vector<float> hwc = w;
-            for (int r = 0; r < rows; ++r)
-              for (int y = 0; y < f.h; ++y)
-                for (int q = 0; q < f.w; ++q)
-                  for (int c = 0; c < f.c; ++c)
-                    w[static_cast<size_t>(r) * cols + (c * f.h + y) * f.w + q] =
-                        hwc[static_cast<size_t>(r) * cols + (y * f.w + q) * f.c + c];
-          }
-        } else if (!flat[src]) {
-          // A [N, C, 1, 1] input (after global pooling): Gemm wants [N, C].
-          xin = name + ".flat";
-          onnx::NodeProto* n = g.Node("Flatten", name + ".flatten", {x}, xin);
-          GraphWriter::Int(n, "axis", 1);
-        }
-        g.Initializer(name + ".weight", {rows, cols}, w);
-        g.Initializer(name + ".bias", {rows}, Values(*Param(fc, ParamRole::kBias)));
-        names[out] = out_name(out, name);
-        onnx::NodeProto* n =
-            g.Node("Gemm", name, {xin, name + ".weight", name + ".bias"}, names[out]);
-        GraphWriter::Int(n, "transB", 1);
-        flat[out] = true;
-        break;
-      }
-    }
-    done[j] = true;
-  }
+  ModelToOnnx writer(model, options, graph, &summary);
+  writer.Normalization(input);
+  writer.Layers();
   GraphWriter::Io(graph->add_output(), "logits", options.batch, {model.classes()});
 
   std::string bytes;

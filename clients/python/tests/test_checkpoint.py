@@ -265,3 +265,28 @@ def test_export_of_approximate_layers_says_so(topiary_cli, examples, tmp_path):
     meta = {p.key: p.value for p in onnx.load(str(tmp_path / "a.onnx")).metadata_props}
     assert meta["topiary.approximate_layers_exported_exact"] == "conv2"
     assert json.loads(meta["topiary.input"])["max_value"] == 255
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50", "resnet32"])
+def test_other_zoo_models(topiary_cli, tmp_path, arch):
+    """ImageNet-style stems and bottlenecks (and a deeper CIFAR ResNet), briefly trained at a
+    quarter width: the PyTorch twin and the ONNX export both give the recorded top-1, and
+    their logits agree."""
+    spec = (f'name: "{arch}" seed: 5 model {{ arch: "{arch}" width: 0.25 }}\n'
+            'data { dataset: FASHION_MNIST batch_size: 64 train_limit: 512 test_limit: 200 }\n'
+            'train { epochs: 1 optimizer { lr: 0.05 momentum: 0.9 } }\ndevice { kind: CPU }\n')
+    (tmp_path / "spec.textproto").write_text(spec)
+    subprocess.run([topiary_cli, "run", str(tmp_path / "spec.textproto"), "--out",
+                    str(tmp_path / "run")], check=True, capture_output=True)
+    path = str(tmp_path / "run/checkpoints/dense.h5")
+    ckpt = topiary.load_checkpoint(path)
+    logits, correct, n = _torch_correct(ckpt)
+    assert correct == round(ckpt.test_top1 * n)
+    subprocess.run([topiary_cli, "export", path, "--onnx", str(tmp_path / "m.onnx"), "--batch",
+                    str(n)], check=True, capture_output=True)
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    images, labels = datasets.test_set(ckpt)
+    onnx_logits = onnx_numpy.run(model, images.transpose(0, 3, 1, 2).astype(np.float32))
+    assert int(np.sum(onnx_logits.argmax(1) == labels)) == correct
+    assert np.allclose(onnx_logits, logits, rtol=1e-4, atol=1e-4)

@@ -1,7 +1,6 @@
 """The client against a real topiaryd over loopback: submit, watch to the end (and resume a
 watch), manual rounds, fork, pause/resume, errors as exceptions with code and field, token
 auth and the environment variables."""
-import os
 
 import grpc
 import pytest

@@ -263,7 +263,7 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
     with f:
         a = f.attrs
         if _str_attr(path, a, "format") != FORMAT:
-            raise _bad(path, "/@format", f"not a Topiary checkpoint")
+            raise _bad(path, "/@format", "not a Topiary checkpoint")
         version = _int_attr(path, a, "format_version", 0, 1 << 31)
         if version != FORMAT_VERSION:
             raise _bad(path, "/@format_version", f"{version}; this reader reads {FORMAT_VERSION}")
