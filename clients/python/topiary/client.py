@@ -138,9 +138,16 @@ class Client:
 
     def advance_round(self, experiment_id: str, *, target: Optional[float] = None,
                       step_fraction: Optional[float] = None,
-                      finetune_epochs: Optional[int] = None) -> pb.Experiment:
+                      finetune_epochs: Optional[int] = None,
+                      taken_timeout: float = 60.0) -> pb.Experiment:
         """Starts the next manual round (pruning.manual_rounds) of an experiment in
-        WAITING_FOR_ROUND, optionally changing the target, step fraction or fine-tuning."""
+        WAITING_FOR_ROUND, optionally changing the target, step fraction or fine-tuning.
+
+        The daemon's run takes the request asynchronously; this returns once it has (the
+        experiment left WAITING_FOR_ROUND or completed another round), so that a following
+        wait(id, ["WAITING_FOR_ROUND"]) waits for the new round rather than seeing the old
+        state. Raises TimeoutError if that takes over `taken_timeout` seconds."""
+        before = self.get(experiment_id).round
         req = pb.AdvanceRoundRequest(id=experiment_id)
         if target is not None:
             req.target = target
@@ -148,7 +155,15 @@ class Client:
             req.step_fraction = step_fraction
         if finetune_epochs is not None:
             req.finetune_epochs = finetune_epochs
-        return self._call("AdvanceRound", req)
+        self._call("AdvanceRound", req)
+        end = time.monotonic() + taken_timeout
+        while True:
+            exp = self.get(experiment_id)
+            if exp.state != pb.WAITING_FOR_ROUND or exp.round > before:
+                return exp
+            if time.monotonic() > end:
+                raise TimeoutError(f"{experiment_id}: the round was not taken in {taken_timeout} s")
+            time.sleep(0.05)
 
     def fork(self, checkpoint: str, set: Union[None, Mapping[str, object], Sequence[str]] = None,
              name: str = "") -> pb.Experiment:
