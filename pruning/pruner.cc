@@ -248,10 +248,7 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
     Layer* layer = node.layer;
     if (layer->kind() != LayerKind::kConv2d && layer->kind() != LayerKind::kLinear) continue;
     names.push_back(layer->name());
-    Parameter* kernel = nullptr;
-    for (Parameter* p : layer->parameters()) {
-      if (p->role == ParamRole::kKernel) kernel = p;
-    }
+    Parameter* kernel = layer->parameter(ParamRole::kKernel);
     if (kernel == nullptr) continue;
     Target t;
     t.kernel = kernel;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "kernels/batch_norm.h"
 #include "kernels/status_macros.h"
 #include "onnx/onnx.pb.h"
@@ -25,13 +26,8 @@
 namespace topiary {
 namespace {
 
-const Parameter* Param(Layer* layer, ParamRole role) {
-  for (Parameter* p : layer->parameters()) {
-    if (p->role == role) return p;
-  }
-  return nullptr;
-}
-
+// A CPU model's parameter values, in place; Values copies them (to be changed).
+absl::Span<const float> HostValues(const Parameter& p) { return {p.value.data(), p.size()}; }
 std::vector<float> Values(const Parameter& p) {
   return std::vector<float>(p.value.data(), p.value.data() + p.size());
 }
@@ -43,7 +39,7 @@ class GraphWriter {
       : graph_(graph), summary_(summary) {}
 
   void Initializer(const std::string& name, const std::vector<int64_t>& dims,
-                   const std::vector<float>& values) {
+                   absl::Span<const float> values) {
     onnx::TensorProto* t = graph_->add_initializer();
     t->set_name(name);
     t->set_data_type(onnx::TensorProto::FLOAT);
@@ -104,21 +100,6 @@ class GraphWriter {
   OnnxExportSummary* summary_;
 };
 
-// Conv kernel [K, R, S, C] in memory -> OIHW [K, C, R, S].
-std::vector<float> KernelOihw(const Parameter& p) {
-  const auto& s = p.value.shape();
-  const int K = s[0], R = s[1], S = s[2], C = s[3];
-  std::vector<float> out(p.size());
-  const float* src = p.value.data();
-  for (int k = 0; k < K; ++k)
-    for (int r = 0; r < R; ++r)
-      for (int q = 0; q < S; ++q)
-        for (int c = 0; c < C; ++c)
-          out[((static_cast<size_t>(k) * C + c) * R + r) * S + q] =
-              src[((static_cast<size_t>(k) * R + r) * S + q) * C + c];
-  return out;
-}
-
 // Zeros and masked entries of a conv or linear kernel.
 void CountZeros(const Parameter& p, OnnxExportSummary* summary) {
   for (size_t i = 0; i < p.size(); ++i) summary->zeros += p.value.data()[i] == 0.0f;
@@ -134,10 +115,10 @@ struct BnAffine {
   std::vector<double> scale, shift;
 };
 BnAffine AffineOf(BatchNorm2d* norm) {
-  const std::vector<float> gamma = Values(*Param(norm, ParamRole::kGamma)),
-                           beta = Values(*Param(norm, ParamRole::kBeta)),
-                           mean = Values(*Param(norm, ParamRole::kRunningMean)),
-                           var = Values(*Param(norm, ParamRole::kRunningVar));
+  const std::vector<float> gamma = Values(*norm->parameter(ParamRole::kGamma)),
+                           beta = Values(*norm->parameter(ParamRole::kBeta)),
+                           mean = Values(*norm->parameter(ParamRole::kRunningMean)),
+                           var = Values(*norm->parameter(ParamRole::kRunningVar));
   const double eps = kernels::BatchNormShape{}.eps;
   BnAffine a;
   for (size_t k = 0; k < gamma.size(); ++k) {
@@ -174,9 +155,8 @@ class ModelToOnnx {
   void Normalization(const topiary::v1::InputFormat& input) {
     const int c = model_.input_shape().c;
     g_.Initializer("input.scale", ChannelDims(c), std::vector<float>(c, 1.0f / input.max_value()));
-    g_.Initializer("input.mean", ChannelDims(c), {input.mean().begin(), input.mean().end()});
-    g_.Initializer("input.inv_std", ChannelDims(c),
-                   {input.inv_std().begin(), input.inv_std().end()});
+    g_.Initializer("input.mean", ChannelDims(c), input.mean());
+    g_.Initializer("input.inv_std", ChannelDims(c), input.inv_std());
     g_.Node("Mul", "input.scale", {"input", "input.scale"}, "input.scaled");
     g_.Node("Sub", "input.center", {"input.scaled", "input.mean"}, "input.centered");
     g_.Node("Mul", "input.normalize", {"input.centered", "input.inv_std"}, "input.normalized");
@@ -269,7 +249,7 @@ class ModelToOnnx {
     const std::string& name = conv->name();
     CountZeros(kernel, summary_);
     if (conv->approximation() != nullptr) summary_->approximate_layers.push_back(name);
-    std::vector<float> w = KernelOihw(kernel);
+    FloatArray w = ToDisk(kernel, kernel.value.data(), kernel.size());  // OIHW
     const int K = cfg.out_channels;
     std::vector<float> b = conv->bias() ? Values(*conv->bias()) : std::vector<float>(K, 0.0f);
     bool has_bias = conv->bias() != nullptr;
@@ -315,9 +295,9 @@ class ModelToOnnx {
     std::vector<std::string> inputs = {Input(j)};
     for (ParamRole role :
          {ParamRole::kGamma, ParamRole::kBeta, ParamRole::kRunningMean, ParamRole::kRunningVar}) {
-      const Parameter& p = *Param(norm, role);
+      const Parameter& p = *norm->parameter(role);
       inputs.push_back(absl::StrCat(norm->name(), ".", ParamRoleName(role)));
-      g_.Initializer(inputs.back(), {static_cast<int64_t>(p.size())}, Values(p));
+      g_.Initializer(inputs.back(), {static_cast<int64_t>(p.size())}, HostValues(p));
     }
     onnx::NodeProto* n =
         Emit("BatchNormalization", norm->name(), nodes_[j].output, inputs, norm->fused_relu());
@@ -328,7 +308,7 @@ class ModelToOnnx {
   void Gemm(size_t j) {
     auto* fc = static_cast<Linear*>(nodes_[j].layer);
     const std::string& name = fc->name();
-    const Parameter& kernel = *Param(fc, ParamRole::kKernel);
+    const Parameter& kernel = *fc->parameter(ParamRole::kKernel);
     CountZeros(kernel, summary_);
     const int rows = kernel.value.shape()[0], cols = kernel.value.shape()[1];
     std::vector<float> w = Values(kernel);
@@ -352,7 +332,7 @@ class ModelToOnnx {
       x = name + ".flat";
     }
     g_.Initializer(name + ".weight", {rows, cols}, w);
-    g_.Initializer(name + ".bias", {rows}, Values(*Param(fc, ParamRole::kBias)));
+    g_.Initializer(name + ".bias", {rows}, HostValues(*fc->parameter(ParamRole::kBias)));
     GraphWriter::Int(Emit("Gemm", name, nodes_[j].output, {x, name + ".weight", name + ".bias"}),
                      "transB", 1);
     flat_[nodes_[j].output] = true;
@@ -473,7 +453,7 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
                           Shape4{1, input.height(), input.width(), input.channels()},
                           input.classes(), device->get());
   if (!model.ok()) return model.status();
-  auto loaded = LoadCheckpoint(checkpoint, model->get(), /*with_optimizer=*/false);
+  auto loaded = LoadCheckpoint(*doc, checkpoint, model->get(), /*with_optimizer=*/false);
   if (!loaded.ok()) return loaded.status();
 
   std::vector<std::string> approximate;

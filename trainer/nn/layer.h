@@ -185,6 +185,13 @@ class Layer {
     for (auto& p : params_) out.push_back(p.get());
     return out;
   }
+  // The parameter with `role` (kernel, gamma, ...), or null when the layer has none.
+  Parameter* parameter(ParamRole role) const {
+    for (const auto& p : params_) {
+      if (p->role == role) return p.get();
+    }
+    return nullptr;
+  }
 
  protected:
   // Creates a parameter (with gradient and momentum when trainable).

@@ -83,7 +83,8 @@ void Permute(const std::vector<int>& krsc, const T* src, T* dst, bool to_oihw) {
         }
 }
 
-// The disk-layout copy of `n` values of p laid out as in memory.
+}  // namespace
+
 FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
   FloatArray out(n);
   if (IsConvKernel(p)) {
@@ -93,6 +94,8 @@ FloatArray ToDisk(const Parameter& p, const float* mem, size_t n) {
   }
   return out;
 }
+
+namespace {
 
 std::vector<uint8_t> MaskToDisk(const Parameter& p, const std::vector<uint8_t>& mem) {
   if (!IsConvKernel(p)) return mem;
@@ -331,7 +334,12 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
                                                bool with_optimizer) {
   auto doc = ReadCheckpointFile(path);
   if (!doc.ok()) return doc.status();
-  const CheckpointState state = CheckpointStateOf(*doc);
+  return LoadCheckpoint(*doc, path, model, with_optimizer);
+}
+
+absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,
+                                               Model* model, bool with_optimizer) {
+  const CheckpointState state = CheckpointStateOf(doc);
   if (state.model_arch != model->arch()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
@@ -340,8 +348,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
   if (with_optimizer) {
     for (const Model::Node& node : model->nodes()) {
       const ConvApproximation* a = ApproximationOf(*node.layer);
-      auto group = doc->groups.find(LayerGroup(node.layer->name()));
-      const std::string had = group == doc->groups.end()
+      auto group = doc.groups.find(LayerGroup(node.layer->name()));
+      const std::string had = group == doc.groups.end()
                                   ? std::string()
                                   : AttrString(group->second, "multiplier_sha256");
       const std::string has = a ? a->sha256 : std::string();
@@ -364,10 +372,10 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
   std::vector<PendingMask> masks;
   for (Parameter* p : model->parameters()) {
     const std::string where = absl::StrCat(path, ": ", LayerPath(*p));
-    auto it = doc->datasets.find(LayerPath(*p));
+    auto it = doc.datasets.find(LayerPath(*p));
     // A checkpoint of the layer before it was approximate: the range starts unobserved.
-    if (it == doc->datasets.end() && p->role == ParamRole::kActivationRange) continue;
-    if (it == doc->datasets.end()) return absl::DataLossError(where + ": missing");
+    if (it == doc.datasets.end() && p->role == ParamRole::kActivationRange) continue;
+    if (it == doc.datasets.end()) return absl::DataLossError(where + ": missing");
     if (it->second.shape != DiskShape(*p) || it->second.f32.size() != p->size()) {
       return absl::DataLossError(absl::StrFormat("%s: shape %s, the model has %s", where,
                                                  ShapeText(it->second.shape),
@@ -375,16 +383,16 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
     }
     const H5Dataset* mom = nullptr;
     if (with_optimizer && p->trainable) {
-      auto m = doc->datasets.find(MomentumPath(*p));
-      if (m == doc->datasets.end() || m->second.f32.size() != p->size()) {
+      auto m = doc.datasets.find(MomentumPath(*p));
+      if (m == doc.datasets.end() || m->second.f32.size() != p->size()) {
         return absl::DataLossError(
             absl::StrCat(path, ": ", MomentumPath(*p), ": missing or of the wrong size"));
       }
       mom = &m->second;
     }
     values.push_back({p, &it->second, mom});
-    auto mask = doc->datasets.find(MaskPath(*p));
-    if (mask != doc->datasets.end() && p->role == ParamRole::kKernel) {
+    auto mask = doc.datasets.find(MaskPath(*p));
+    if (mask != doc.datasets.end() && p->role == ParamRole::kKernel) {
       masks.push_back(ParseMask(p, mask->second));
     }
   }

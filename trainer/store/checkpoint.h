@@ -36,6 +36,10 @@ struct CheckpointState {
   uint64_t seed = 0;        // the experiment's seed (every random stream derives from it)
 };
 
+// The disk layout (conv kernels OIHW, everything else as in memory) of `n` host values of p
+// laid out as in memory.
+FloatArray ToDisk(const Parameter& p, const float* mem, size_t n);
+
 // Writes the model (values, masks, momentum) and `state` to `path`, atomically.
 absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state);
 
@@ -49,6 +53,10 @@ CheckpointState CheckpointStateOf(const H5Document& doc);
 // shapes, mask sizes) before anything is changed, so a failed load leaves the model as it was.
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
                                                bool with_optimizer);
+// The same, from `doc` as ReadCheckpointFile(path) returned it (a caller that has read the
+// file for its metadata does not read it again).
+absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,
+                                               Model* model, bool with_optimizer);
 
 }  // namespace topiary
 

@@ -20,7 +20,8 @@ from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 import grpc
 from google.protobuf import json_format, text_format
 
-from topiary.errors import InvalidArgument, TopiaryError, Unavailable, from_rpc_error
+from topiary.errors import (FailedPrecondition, InvalidArgument, TopiaryError, Unavailable,
+                            from_rpc_error)
 from topiary.v1 import checkpoint_pb2, events_pb2, experiment_pb2, multiplier_pb2
 from topiary.v1 import service_pb2 as pb
 from topiary.v1 import service_pb2_grpc
@@ -219,7 +220,7 @@ class Client:
             if exp.state in wanted:
                 return exp
             if exp.state in TERMINAL:
-                raise TopiaryError(grpc.StatusCode.FAILED_PRECONDITION,
+                raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
                                    f"{experiment_id} ended {pb.ExperimentState.Name(exp.state)}"
                                    f" ({exp.error or 'no error'}) before reaching "
                                    f"{sorted(pb.ExperimentState.Name(s) for s in wanted)}")
