@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda_timing.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace topiary::kernels {
 

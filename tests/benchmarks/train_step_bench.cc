@@ -33,7 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/text_format.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "tests/benchmarks/block_grid_util.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/elementwise.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/dist/collective.h"
 
 namespace topiary {

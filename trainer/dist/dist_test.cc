@@ -6,7 +6,7 @@
 #include <random>
 
 #include "kernels/elementwise.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "kernels/test_util.h"
 #include "trainer/dist/collective.h"
 #include "trainer/dist/gradient_sync.h"

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

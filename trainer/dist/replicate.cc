@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/masks.h"
 
 namespace topiary {

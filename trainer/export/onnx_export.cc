@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "kernels/batch_norm.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "onnx/onnx.pb.h"
 #include "protos/version.h"
 #include "trainer/core/device.h"

@@ -1,4 +1,4 @@
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 

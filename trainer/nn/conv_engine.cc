@@ -9,7 +9,7 @@
 #include "kernels/approx_conv.h"
 #include "kernels/conv_onednn.h"
 #include "kernels/sampled_grad.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
 

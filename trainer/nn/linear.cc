@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 

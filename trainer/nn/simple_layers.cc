@@ -4,7 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/pooling.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/layers.h"
 
 namespace topiary {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/conv.h"
 #include "kernels/cuda_timing.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 

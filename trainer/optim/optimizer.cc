@@ -1,7 +1,7 @@
 #include "trainer/optim/optimizer.h"
 
 #include "kernels/sgd.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 

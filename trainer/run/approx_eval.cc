@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"

@@ -1,6 +1,6 @@
 #include "trainer/run/step_runner.h"
 
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
