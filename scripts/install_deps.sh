@@ -11,10 +11,10 @@ PACKAGES=(
   libdnnl-dev               # oneDNN: CPU convolutions (kernels/conv_onednn.h)
   libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist
-  python3                   # tests/cli_test.sh checks `topiary inspect --json` with it
+  python3                   # Debian's interpreter (/usr/bin/python3) runs every Python test
   python3-grpcio            # tests/daemon_test.sh calls grpc.health.v1 and reflection with it
   libonnx-dev               # onnx.proto: `topiary export --onnx` writes through ONNX's schema
-  # clients/python (the `topiary` package) and its tests: pip into a venv, offline
+  # clients/python (the `topiary` package) and its tests: pip into a venv that sees these
   python3-protobuf python3-h5py python3-numpy python3-venv python3-pip python3-pytest
   python3-onnx python3-torch python3-matplotlib
   openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
@@ -25,9 +25,6 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js and npm run onnxruntime for the ONNX export tests; any node will do (a machine may
-# have it from elsewhere, whose package conflicts with Debian's npm).
-command -v npm >/dev/null && command -v node >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   SUDO=""
@@ -40,14 +37,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# onnxruntime for the ONNX export tests, from the npm registry (Debian has no onnxruntime):
-# the CPU build that onnxruntime-node ships; its install script (GPU downloads) is skipped.
-ORT_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/topiary/npm"
-ORT_VERSION=1.30.0
-if [ ! -f "$ORT_DIR/node_modules/onnxruntime-node/package.json" ] ||
-   ! grep -q "\"version\": \"$ORT_VERSION\"" "$ORT_DIR/node_modules/onnxruntime-node/package.json"; then
-  mkdir -p "$ORT_DIR"
-  (cd "$ORT_DIR" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error \
-      "onnxruntime-node@$ORT_VERSION" >&2) ||
-    echo "warning: npm could not install onnxruntime-node; the ONNX tests will say so" >&2
+# Wheels from the Python package index that Debian does not package (or packages under a
+# name pip does not count), pinned by version and hash in scripts/test_wheels.txt:
+# onnxruntime (the ONNX export tests run exports in it) and h5py (a declared dependency of the
+# `topiary` package; Debian's python3-h5py is named "h5py._debian_h5py_serial", which pip does
+# not count as h5py). They go into a wheelhouse, so that the tests install the package
+# offline, the way a user installs it.
+WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/topiary/wheels"
+REQS="$(dirname "$0")/test_wheels.txt"
+have_all=1
+for w in $(grep -oE '^[a-z0-9_]+==[^ ]+' "$REQS"); do
+  ls "$WHEELS/${w%%==*}-${w##*==}-"*.whl >/dev/null 2>&1 || have_all=0
+done
+if [ "$have_all" -eq 0 ]; then
+  /usr/bin/python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+      --no-deps --require-hashes -r "$REQS" -d "$WHEELS" >&2 ||
+    { echo "cannot download the wheels of $REQS from the Python package index" >&2; exit 1; }
 fi

@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 1
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(//...)
-# onnxruntime-node (installed by install_deps.sh) for //clients/python:python_test.
-export TOPIARY_ONNXRUNTIME_NODE="${XDG_CACHE_HOME:-$HOME/.cache}/topiary/npm/node_modules/onnxruntime-node"
+# The wheelhouse install_deps.sh fills (h5py, onnxruntime) for //clients/python:python_test.
+export TOPIARY_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/topiary/wheels"
 log=$(mktemp)
 bazel test -c opt --nocache_test_results --test_output=errors \
-  --test_env=TOPIARY_ONNXRUNTIME_NODE "${targets[@]}" 2>&1 | tee "$log"
+  --test_env=TOPIARY_WHEELS "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log")
 # A test whose every case was skipped (GPU tests on a machine without one: gtest's
