@@ -27,6 +27,7 @@
 #include "trainer/run/events.h"
 #include "trainer/run/runner.h"
 #include "trainer/spec/spec.h"
+#include "trainer/store/hdf5_file.h"
 
 namespace topiary {
 namespace {
@@ -82,6 +83,12 @@ Local commands (no daemon needed):
       'dynamic'. --batch_norm: fold into the convolutions (default) or keep the nodes.
       Approximate convolutions are exported exact (ONNX has no multiplier tables); the
       summary names them. See docs/onnx-export.md.
+  topiary seal FILE.h5... [--json]
+      Give HDF5 files Topiary's seal (a CRC-32 of the whole file in a 512-byte user block),
+      rewriting each in place: checkpoints written before the seal existed (0.9), or edited
+      by another tool. Every reader (and topiaryd) refuses a file without a valid seal
+      before libhdf5 parses it; sealing parses the file unchecked, so seal only files you
+      trust. Checkpoints written by Topiary are sealed already.
   topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--json]
       For every conv layer and each multiplier, the test top-1 with only that layer
       approximate; then a greedy assignment that minimizes the multipliers' power (summed over
@@ -259,6 +266,22 @@ int Info(const Args& a) {
   return kExitOk;
 }
 
+int Seal(const Args& a) {
+  if (a.positional.empty()) {
+    absl::FPrintF(stderr, "topiary: seal needs one or more FILE.h5 (see topiary --help)\n");
+    return kExitUsage;
+  }
+  for (const std::string& path : a.positional) {
+    if (absl::Status st = SealH5File(path); !st.ok()) return Fail(a, st);
+    if (a.json) {
+      absl::PrintF("{\"sealed\":%s}\n", JsonString(path));
+    } else {
+      absl::PrintF("%s: sealed\n", path);
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 }  // namespace topiary
 
@@ -285,6 +308,7 @@ int main(int argc, char** argv) {
   if (c == "evaluate") return EvaluateCommand(args);
   if (c == "sensitivity") return SensitivityCommand(args);
   if (c == "export") return Export(args);
+  if (c == "seal") return Seal(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"
 #include "trainer/store/checkpoint_schema.h"

@@ -181,7 +181,8 @@ TEST(Checkpoint, RefusesMissingForeignTruncatedCorruptedAndMismatchedFiles) {
 
   const std::string truncated = TempPath("truncated.h5");
   WriteAll(truncated, bytes.substr(0, bytes.size() / 2));
-  ExpectRefused(truncated, "");
+  ExpectRefused(truncated, "truncated or extended");
+
 
   const std::string corrupted = TempPath("corrupted.h5");
   float probe = 1234.5f;
@@ -192,6 +193,9 @@ TEST(Checkpoint, RefusesMissingForeignTruncatedCorruptedAndMismatchedFiles) {
   std::string flipped = bytes;
   flipped[at + 2] ^= 0x10;
   WriteAll(corrupted, flipped);
+  ExpectRefused(corrupted, "whole-file checksum mismatch");
+  // Sealed again after the damage: each dataset's own checksum still finds it.
+  ASSERT_TRUE(WriteH5Seal(corrupted).ok());
   ExpectRefused(corrupted, "Fletcher32");
 
   H5Document foreign_doc;
@@ -239,9 +243,14 @@ TEST(Checkpoint, RewritingReplacesTheFileAtomically) {
 namespace topiary {
 namespace {
 
-// Writes `data` as a one-chunk dataset through HDF5's own Fletcher-32 filter.
-void WriteWithHdf5Filter(const std::string& path, const std::vector<uint8_t>& data) {
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+// Writes `data` as a one-chunk dataset through HDF5's own Fletcher-32 filter, sealed or
+// (as any other tool writes HDF5) not.
+void WriteWithHdf5Filter(const std::string& path, const std::vector<uint8_t>& data,
+                         bool sealed = true) {
+  hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+  if (sealed) H5Pset_userblock(fcpl, 512);  // for the seal (hdf5_file.h)
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+  H5Pclose(fcpl);
   hsize_t dims[1] = {data.size()};
   hid_t space = H5Screate_simple(1, dims, nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -253,6 +262,57 @@ void WriteWithHdf5Filter(const std::string& path, const std::vector<uint8_t>& da
   H5Pclose(dcpl);
   H5Sclose(space);
   H5Fclose(f);
+  if (sealed) {
+    ASSERT_TRUE(WriteH5Seal(path).ok());
+  }
+}
+
+// A file without the seal is refused before libhdf5 parses it; `topiary seal` (SealH5File)
+// rewrites it sealed, with the same contents.
+TEST(Hdf5File, UnsealedFilesAreRefusedUntilSealed) {
+  const std::string path = TempPath("unsealed.h5");
+  const std::vector<uint8_t> data = {1, 2, 3, 250};
+  WriteWithHdf5Filter(path, data, /*sealed=*/false);
+  auto refused = ReadH5File(path);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("without Topiary's seal"), std::string::npos)
+      << refused.status();
+  EXPECT_FALSE(ReadH5RootAttrs(path).ok());
+  ASSERT_TRUE(SealH5File(path).ok());
+  auto doc = ReadH5File(path);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->datasets.at("/d").u8, data);
+}
+
+// The seal covers every byte: one flipped anywhere after it (metadata included, where
+// libhdf5 itself would be the first to look) is refused as DATA_LOSS, and so is a file
+// with bytes appended or a damaged seal.
+TEST(Hdf5File, TheSealCoversEveryByte) {
+  const std::string path = TempPath("sealed.h5");
+  H5Document doc;
+  doc.groups["/"]["spec"] = std::string("name: \"x\"");
+  doc.datasets["/d"].shape = {3};
+  doc.datasets["/d"].u8 = {1, 2, 3};
+  ASSERT_TRUE(WriteH5File(path, doc).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(bytes.compare(0, 15, "topiary-seal 1\n"), 0);
+  const std::string damaged = TempPath("damaged.h5");
+  for (size_t at = 512; at < bytes.size(); at += 97) {
+    std::string b = bytes;
+    b[at] ^= 0x01;
+    std::ofstream(damaged, std::ios::binary | std::ios::trunc) << b;
+    auto r = ReadH5File(damaged);
+    ASSERT_FALSE(r.ok()) << "byte " << at;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  }
+  std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes << "x";
+  EXPECT_EQ(ReadH5File(damaged).status().code(), absl::StatusCode::kDataLoss);
+  std::string seal = bytes;
+  seal[20] = '9';
+  std::ofstream(damaged, std::ios::binary | std::ios::trunc) << seal;
+  EXPECT_EQ(ReadH5File(damaged).status().code(), absl::StatusCode::kDataLoss);
 }
 
 // Reads dataset "d" through HDF5's filter pipeline (which verifies the checksum itself).

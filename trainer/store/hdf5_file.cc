@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <hdf5_hl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
@@ -16,9 +18,63 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/parallel.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
+
+// The seal (docs/checkpoint-format.md): HDF5's user block, the first kSealBytes of the file,
+// which libhdf5 skips, holds "topiary-seal 1\nbytes N\ncrc32 XXXXXXXX\n" (zero padded) for
+// the N bytes after it (zlib's CRC-32). A reader checks it before libhdf5 parses anything:
+// the library crashes on some damaged metadata, and the daemon must not.
+constexpr size_t kSealBytes = 512;
+constexpr char kSealMagic[] = "topiary-seal 1\n";
+constexpr char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+
+bool Hdf5SignatureAt(const std::string& bytes, size_t at) {
+  return bytes.size() >= at + 8 && bytes.compare(at, 8, kHdf5Signature, 8) == 0;
+}
+
+uint32_t Crc32Of(const char* data, size_t n) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(data), n));
+}
+
+std::string SealText(uint64_t n, uint32_t crc) {
+  std::string text = absl::StrFormat("%sbytes %d\ncrc32 %08x\n", kSealMagic, n, crc);
+  text.resize(kSealBytes, '\0');
+  return text;
+}
+
+absl::Status CheckSeal(const std::string& path, const std::string& bytes) {
+  const bool has_magic = bytes.rfind(kSealMagic, 0) == 0;
+  if (!has_magic || bytes.size() < kSealBytes) {
+    if (Hdf5SignatureAt(bytes, 0) || Hdf5SignatureAt(bytes, kSealBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": an HDF5 file without Topiary's seal (its whole-file checksum): written by "
+          "another tool or a Topiary before 0.9; `topiary seal FILE` adds one"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
+  }
+  const uint64_t held = bytes.size() - kSealBytes;
+  const std::string header = bytes.substr(0, kSealBytes);
+  uint64_t declared = 0;
+  unsigned int crc = 0;
+  if (std::sscanf(header.c_str() + sizeof(kSealMagic) - 1, "bytes %lu\ncrc32 %8x\n", &declared,
+                  &crc) != 2 ||
+      header != SealText(declared, crc)) {
+    return absl::DataLossError(absl::StrCat(path, ": its seal is damaged"));
+  }
+  if (declared != held) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated or extended: its seal counts ",
+                                            declared, " bytes after it, the file holds ", held));
+  }
+  if (Crc32Of(bytes.data() + kSealBytes, held) != crc) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": whole-file checksum mismatch (the file is damaged)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Mutex& Hdf5Lock() {
   static absl::Mutex* m = new absl::Mutex;
@@ -52,6 +108,10 @@ class Handle {
   explicit Handle(hid_t id = -1) : id_(id) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  void reset(hid_t id) {
+    if (id_ >= 0) H5Idec_ref(id_);
+    id_ = id;
+  }
   ~Handle() {
     if (id_ >= 0) H5Idec_ref(id_);
   }
@@ -214,6 +274,39 @@ absl::Status WriteDocument(hid_t file_id, const H5Document& doc, const std::stri
     if (auto st = WriteAttrs(ds.get(), d.attrs, file, path); !st.ok()) return st;
   }
   return absl::OkStatus();
+}
+
+// Computes and writes the seal of the closed file `path`, whose first kSealBytes are its
+// (reserved) user block.
+absl::Status WriteSeal(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, path + ": cannot open to seal");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < kSealBytes) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(path, ": not a file with a user block to seal"));
+  }
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  std::vector<char> buf(size_t{8} << 20);
+  uint64_t total = 0;
+  for (off_t at = kSealBytes;;) {
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return ErrnoStatus(errno, path + ": read failed while sealing");
+    }
+    if (n == 0) break;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<size_t>(n));
+    at += n;
+    total += static_cast<uint64_t>(n);
+  }
+  const std::string seal = SealText(total, static_cast<uint32_t>(crc));
+  const bool ok = ::pwrite(fd, seal.data(), seal.size(), 0) == static_cast<ssize_t>(seal.size());
+  const int err = errno;
+  ::close(fd);
+  return ok ? absl::OkStatus() : ErrnoStatus(err, path + ": cannot write the seal");
 }
 
 absl::Status SyncPath(const std::string& path, int flags) {
@@ -460,14 +553,24 @@ size_t H5Dataset::count() const {
 absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
   absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
+  // Made fresh (H5F_ACC_EXCL after removing a stale one: a planted link is not followed),
+  // in a folder the write roots allow (file_util.h).
+  TOPIARY_RETURN_IF_ERROR(CheckWritable(path));
   const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  TOPIARY_RETURN_IF_ERROR(CheckWritable(tmp));
+  ::unlink(tmp.c_str());
   absl::Status status;
   {
-    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+    if (!fcpl.ok() || H5Pset_userblock(fcpl.get(), kSealBytes) < 0) {
+      return Fail(path, "cannot reserve the seal's user block");
+    }
+    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT));
     if (!file.ok()) return Fail(path, "cannot create " + tmp);
     status = WriteDocument(file.get(), doc, path);
     if (status.ok() && H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) status = Fail(path, "flush");
   }
+  if (status.ok()) status = WriteSeal(tmp);
   if (status.ok()) status = SyncPath(tmp, O_RDONLY);
   if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
     status = absl::InternalError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
@@ -483,23 +586,28 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
 
 namespace {
 
-// Checks `path` against the process's read policy (file_util.h) and opens it read-only.
-// `size` receives the file's size, the budget for everything the file declares.
-absl::StatusOr<hid_t> OpenForReading(const std::string& path, uint64_t* size) {
-  auto resolved = ResolveReadableFile(path);
-  if (!resolved.ok()) return resolved.status();
-  struct stat st;
-  if (::stat(resolved->c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  }
-  *size = static_cast<uint64_t>(st.st_size);
-  if (H5Fis_hdf5(resolved->c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
+// A file read whole (through the read policy, file_util.h) and opened by libhdf5 from memory:
+// what the seal covered is exactly what the library parses (the file cannot change in
+// between), and the library never opens the path itself.
+struct OpenedFile {
+  std::string bytes;  // outlives `file` (members are destroyed in reverse order)
+  Handle file;
+  uint64_t size() const { return bytes.size(); }  // the budget for what the file declares
+};
+
+absl::Status OpenForReading(const std::string& path, bool sealed, OpenedFile* out) {
+  TOPIARY_ASSIGN_OR_RETURN(out->bytes, ReadFile(path));
+  if (sealed) {
+    TOPIARY_RETURN_IF_ERROR(CheckSeal(path, out->bytes));
+  } else if (!Hdf5SignatureAt(out->bytes, 0) && !Hdf5SignatureAt(out->bytes, kSealBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
   }
-  const hid_t file = H5Fopen(resolved->c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  // Read-only, neither copied nor freed by the library.
+  const hid_t file = H5LTopen_file_image(out->bytes.data(), out->bytes.size(),
+                                         H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
   if (file < 0) return Fail(path, "cannot open (truncated or damaged?)");
-  return file;
+  out->file.reset(file);
+  return absl::OkStatus();
 }
 
 absl::Status ReadRootAttrs(hid_t file, const std::string& path, H5Attrs* out) {
@@ -512,13 +620,30 @@ absl::Status ReadRootAttrs(hid_t file, const std::string& path, H5Attrs* out) {
 
 }  // namespace
 
+absl::StatusOr<H5Document> ReadH5FileChecked(const std::string& path, bool sealed);
+
 absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
+  return ReadH5FileChecked(path, /*sealed=*/true);
+}
+
+absl::StatusOr<H5Document> ReadUnsealedH5File(const std::string& path) {
+  return ReadH5FileChecked(path, /*sealed=*/false);
+}
+
+absl::Status WriteH5Seal(const std::string& path) { return WriteSeal(path); }
+
+absl::Status SealH5File(const std::string& path) {
+  TOPIARY_ASSIGN_OR_RETURN(const H5Document doc, ReadUnsealedH5File(path));
+  return WriteH5File(path, doc);
+}
+
+absl::StatusOr<H5Document> ReadH5FileChecked(const std::string& path, bool sealed) {
   absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
-  uint64_t file_size = 0;
-  auto opened = OpenForReading(path, &file_size);
-  if (!opened.ok()) return opened.status();
-  Handle file(*opened);
+  OpenedFile opened;
+  TOPIARY_RETURN_IF_ERROR(OpenForReading(path, sealed, &opened));
+  const Handle& file = opened.file;
+  const uint64_t file_size = opened.size();
   H5Document doc;
   struct Ctx {
     H5Document* doc;
@@ -590,12 +715,10 @@ absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
   absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
-  uint64_t file_size = 0;
-  auto opened = OpenForReading(path, &file_size);
-  if (!opened.ok()) return opened.status();
-  Handle file(*opened);
+  OpenedFile opened;
+  TOPIARY_RETURN_IF_ERROR(OpenForReading(path, /*sealed=*/true, &opened));
   H5Attrs attrs;
-  if (auto st = ReadRootAttrs(file.get(), path, &attrs); !st.ok()) return st;
+  TOPIARY_RETURN_IF_ERROR(ReadRootAttrs(opened.file.get(), path, &attrs));
   return attrs;
 }
 

@@ -58,22 +58,35 @@ struct H5Document {
   std::map<std::string, H5Dataset> datasets;  // absolute dataset path -> dataset
 };
 
-// Writes `doc` to `path` atomically (temporary file, fsync, rename, fsync of the folder).
-// Errors name the file and what HDF5 or the OS reported.
+// Writes `doc` to `path` atomically (temporary file, fsync, rename, fsync of the folder),
+// sealed: a 512-byte HDF5 user block at the start holds a CRC-32 of the rest of the file
+// (docs/checkpoint-format.md). Errors name the file and what HDF5 or the OS reported.
 absl::Status WriteH5File(const std::string& path, const H5Document& doc);
 
 // Reads every group attribute and dataset of `path`. Errors (missing, truncated, not HDF5,
 // checksum mismatch, an unsupported type) name the file and the object.
 //
-// The file is untrusted: it is resolved and checked against the read policy (file_util.h)
-// before HDF5 opens it; soft and external links, external storage, virtual datasets and any
-// filter but Fletcher-32 are refused; ranks are 1..8, element types float32 or uint8; the
+// The file is untrusted: it is resolved and checked against the read policy (file_util.h),
+// read whole, and its seal checked before libhdf5 parses a byte (from memory: the library
+// never opens the path, and what it parses is what the seal covered). A file without a
+// seal is refused (INVALID_ARGUMENT), a damaged one is DATA_LOSS. Then soft and external
+// links, external storage, virtual datasets and any filter but Fletcher-32 are refused; ranks are 1..8, element types float32 or uint8; the
 // declared sizes together must fit in the file's size, and every byte must be stored, all
 // before anything is allocated for a dataset. Attributes must be scalars.
 absl::StatusOr<H5Document> ReadH5File(const std::string& path);
 
-// Only the root group's attributes of `path` (cheap, for listings).
+// Only the root group's attributes of `path` (for listings; the seal is checked all the same).
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path);
+
+// For `topiary seal` only: reads a file without a seal (libhdf5 parses it unchecked: never
+// in the daemon), then rewrites it sealed, in place.
+absl::StatusOr<H5Document> ReadUnsealedH5File(const std::string& path);
+absl::Status SealH5File(const std::string& path);
+
+// Writes the seal of `path` as it is, whose first 512 bytes are a reserved HDF5 user block
+// (H5Pset_userblock), without parsing it: for test tools that make damaged and hostile files
+// through libhdf5 itself, so that readers' deeper checks are reached.
+absl::Status WriteH5Seal(const std::string& path);
 
 // A canonical text of every group and dataset path, dataset type and shape, and attribute
 // (sorted by name; the root attribute `skip_root_attr` left out), which a checksum over

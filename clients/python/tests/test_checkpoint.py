@@ -8,11 +8,12 @@ import subprocess
 
 import h5py
 import numpy as np
+import onnxruntime
 import pytest
 
 import topiary
 from topiary import datasets
-from topiary.checksum import CHECKSUM_ATTR, metadata_crc32c
+from topiary.checksum import CHECKSUM_ATTR, metadata_crc32c, seal
 
 import onnx_numpy
 
@@ -50,12 +51,13 @@ def test_arrays_match_topiarys_report(topiary_cli, pruned_checkpoint):
 
 
 def _copy(src, dst, edit):
-    """A copy of src changed by edit(h5py.File), its checksum made right again, so that the
-    reader must find the damage itself."""
+    """A copy of src changed by edit(h5py.File), its checksum and seal made right again, so
+    that the reader must find the damage itself."""
     shutil.copy(src, dst)
     with h5py.File(dst, "r+") as f:
         edit(f)
         f.attrs[CHECKSUM_ATTR] = np.int64(metadata_crc32c(f))
+    seal(str(dst))
     return str(dst)
 
 
@@ -125,11 +127,20 @@ def test_topiarys_hostile_corpus(tmp_path):
 def test_damaged_files(pruned_checkpoint, tmp_path):
     changed = tmp_path / "changed.h5"
     shutil.copy(pruned_checkpoint, changed)
-    with h5py.File(changed, "r+") as f:  # an attribute changed without the checksum
+    with h5py.File(changed, "r+") as f:  # an attribute changed without the checksums
         f.attrs["round"] = np.int64(99)
-    with pytest.raises(topiary.CheckpointError, match="checksum mismatch"):
+    with pytest.raises(topiary.CheckpointError, match="whole-file checksum mismatch"):
+        topiary.load_checkpoint(str(changed))
+    seal(str(changed))  # sealed again: the metadata checksum still finds the change
+    with pytest.raises(topiary.CheckpointError, match="metadata_crc32c: checksum mismatch"):
         topiary.load_checkpoint(str(changed))
     assert topiary.load_checkpoint(str(changed), verify_checksum=False).round == 99
+    with h5py.File(tmp_path / "foreign.h5", "w") as f:  # HDF5 from another tool: no seal
+        f["x"] = np.zeros(3, np.float32)
+    with pytest.raises(topiary.CheckpointError, match="without Topiary's seal"):
+        topiary.load_checkpoint(str(tmp_path / "foreign.h5"))
+    with pytest.raises(topiary.CheckpointError, match="missing.h5: no such file"):
+        topiary.load_checkpoint(str(tmp_path / "missing.h5"))
     truncated = tmp_path / "truncated.h5"
     truncated.write_bytes(open(pruned_checkpoint, "rb").read()[:5000])
     with pytest.raises(topiary.CheckpointError, match="truncated.h5"):
@@ -223,18 +234,9 @@ def test_onnx_export(request, topiary_cli, tmp_path, which, batch_norm):
     logits = onnx_numpy.run(model, raw)
     recorded = round(ckpt.test_top1 * len(labels))
     assert int(np.sum(logits.argmax(1) == labels)) == recorded, ckpt.test_top1
-    # The same file in a real runtime: onnxruntime (npm's onnxruntime-node, CPU).
-    ort = os.environ.get("TOPIARY_ONNXRUNTIME_NODE", "")
-    if not os.path.isdir(ort) or not shutil.which("node"):
-        print(f"onnxruntime check left out: no onnxruntime-node at {ort!r} "
-              "(scripts/install_deps.sh installs it with npm)")
-        return
-    (tmp_path / "x.f32").write_bytes(raw.tobytes())
-    r = subprocess.run(["node", os.path.join(os.path.dirname(__file__), "ort_run.js"), ort,
-                        str(out), str(tmp_path / "x.f32"), *map(str, raw.shape),
-                        str(tmp_path / "y.f32")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    ort_logits = np.fromfile(tmp_path / "y.f32", np.float32).reshape(logits.shape)
+    # The same file in a real runtime: onnxruntime (the package index's wheel, CPU).
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    ort_logits = session.run(None, {session.get_inputs()[0].name: raw})[0]
     assert int(np.sum(ort_logits.argmax(1) == labels)) == recorded
     assert np.allclose(ort_logits, logits, rtol=1e-4, atol=1e-4)
 

@@ -15,6 +15,7 @@ naming the file and the object.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -24,7 +25,7 @@ from typing import Dict, List, Optional
 import h5py
 import numpy as np
 
-from topiary.checksum import CHECKSUM_ATTR, metadata_crc32c
+from topiary.checksum import CHECKSUM_ATTR, metadata_crc32c, seal_error
 
 FORMAT = "topiary-checkpoint"
 FORMAT_VERSION = 2
@@ -251,13 +252,25 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
     """Reads a checkpoint: weights, masks, batch-norm statistics, provenance and metrics (and
     the momentum buffers with momentum=True). Raises CheckpointError for anything that is not
     a valid Topiary checkpoint, before reading what the file declares."""
+    if not os.path.lexists(path):
+        raise CheckpointError(f"{path}: no such file")
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: not a regular file")
     size = os.path.getsize(path)
     if size > max_bytes:
         raise CheckpointError(f"{path}: {size} bytes, over the {max_bytes}-byte limit")
+    # Read whole and the seal checked before libhdf5 parses a byte (it crashes on some damaged
+    # metadata); h5py then parses exactly those bytes, from memory.
+    with open(path, "rb") as raw:
+        data = raw.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise CheckpointError(f"{path}: over the {max_bytes}-byte limit")
+    if verify_checksum:
+        problem = seal_error(data)
+        if problem is not None:
+            raise CheckpointError(f"{path}: {problem[0]}")
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(io.BytesIO(data), "r")
     except OSError as e:
         raise CheckpointError(f"{path}: not an HDF5 file ({e})") from None
     with f:
