@@ -226,10 +226,15 @@ int RunRemoteCommand(const Args& a) {
       }
       req.set_state(s);
     }
-    topiary::v1::ListExperimentsResponse resp;
-    auto ctx = c.Context();
-    st = c.stub().ListExperiments(ctx.get(), req, &resp);
-    if (!st.ok()) return Report(a, c, st);
+    topiary::v1::ListExperimentsResponse resp;  // every page, merged
+    do {
+      topiary::v1::ListExperimentsResponse page;
+      auto ctx = c.Context();
+      st = c.stub().ListExperiments(ctx.get(), req, &page);
+      if (!st.ok()) return Report(a, c, st);
+      for (auto& e : *page.mutable_experiments()) *resp.add_experiments() = std::move(e);
+      req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
     if (a.json) {
       absl::PrintF("%s\n", MessageToJson(resp));
       return kExitOk;

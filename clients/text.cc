@@ -34,12 +34,6 @@ std::string JsonString(absl::string_view s) {
   return out + "\"";
 }
 
-std::string OneLine(absl::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return out;
-}
+std::string OneLine(absl::string_view s) { return Printable(s); }
 
 }  // namespace topiary

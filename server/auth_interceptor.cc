@@ -10,24 +10,19 @@ using grpc::experimental::InterceptionHookPoints;
 
 // gRPC C++ server interceptors cannot end a call before its handler runs (they have no
 // Hijack), so an unauthenticated call is neutralized instead: the handler receives an empty
-// request (every handler here refuses or ignores one: an empty id is NOT_FOUND, an empty spec
-// INVALID_ARGUMENT), whatever it would send is replaced by an empty message, and the status
-// the client receives is UNAUTHENTICATED. Nothing the caller sent reaches a handler, and
-// nothing a handler produces reaches the caller. tests/daemon_test.sh checks every RPC.
+// request, whatever it would send is replaced by an empty message, and the status the client
+// receives is UNAUTHENTICATED. Nothing the caller sent reaches a handler, and nothing a
+// handler produces reaches the caller. The Topiary service's handlers also check the token
+// themselves first (service.cc), so a refused call does no work there; this interceptor is
+// what guards the services the daemon does not write (server reflection).
+// tests/daemon_test.sh checks every RPC.
 class AuthInterceptor : public grpc::experimental::Interceptor {
  public:
   explicit AuthInterceptor(const std::string* token) : token_(token) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
-      const auto* md = methods->GetRecvInitialMetadata();
-      bool ok = false;
-      const std::string want = "Bearer " + *token_;
-      auto range = md->equal_range("authorization");
-      for (auto it = range.first; it != range.second; ++it) {
-        ok = ok || std::string(it->second.data(), it->second.size()) == want;
-      }
-      denied_ = !ok;
+      denied_ = !HasBearerToken(*methods->GetRecvInitialMetadata(), *token_);
     }
     if (denied_) {
       if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
@@ -39,9 +34,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
         if (grpc::ByteBuffer* out = methods->GetSerializedSendMessage()) out->Clear();
       }
       if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-        methods->ModifySendStatus(
-            grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                         "missing or wrong bearer token (metadata 'authorization: Bearer ...')"));
+        methods->ModifySendStatus(Unauthenticated());
       }
     }
     methods->Proceed();
@@ -66,6 +59,30 @@ class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFacto
 };
 
 }  // namespace
+
+bool HasBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                    const std::string& token) {
+  if (token.empty()) return true;
+  const std::string want = "Bearer " + token;
+  bool ok = false;
+  auto range = metadata.equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    // Every byte compared, whatever differs first (no early exit on a mismatch).
+    const grpc::string_ref& have = it->second;
+    unsigned diff = have.size() != want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff |= static_cast<unsigned char>(want[i]) ^
+              static_cast<unsigned char>(i < have.size() ? have.data()[i] : 0);
+    }
+    ok |= diff == 0;
+  }
+  return ok;
+}
+
+grpc::Status Unauthenticated() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing or wrong bearer token (metadata 'authorization: Bearer ...')");
+}
 
 bool IsOpenMethod(const std::string& method) {
   return method.rfind("/grpc.health.v1.Health/", 0) == 0;

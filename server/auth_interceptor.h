@@ -5,7 +5,10 @@
 #define TOPIARY_SERVER_AUTH_INTERCEPTOR_H_
 
 #include <grpcpp/support/server_interceptor.h>
+#include <grpcpp/support/status.h>
+#include <grpcpp/support/string_ref.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +21,14 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeAuthI
 
 // True when `method` ("/package.Service/Method") is served without a token.
 bool IsOpenMethod(const std::string& method);
+
+// True when `metadata` carries "authorization: Bearer <token>" (an empty token: always).
+// Compared in time that does not depend on where a wrong token first differs.
+bool HasBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                    const std::string& token);
+
+// What a refused call receives.
+grpc::Status Unauthenticated();
 
 }  // namespace topiary::server
 

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "trainer/run/events.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/utf8.h"
 
 namespace topiary::server {
 namespace {
@@ -23,14 +26,24 @@ namespace {
 using topiary::v1::ExperimentState;
 using topiary::v1::ExperimentState_Name;
 
-// Appends one line to a file; fsyncs when `sync` (state changes, rounds, checkpoints).
+// Appends one line to the event log; fsyncs when `sync` (state changes, rounds,
+// checkpoints). The log's own copy in memory stays whole; a failed write is said on stderr.
 void AppendLine(const std::string& path, const std::string& line, bool sync) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  const std::string text = line + "\n";
-  (void)!::write(fd, text.data(), text.size());
-  if (sync) ::fdatasync(fd);
-  ::close(fd);
+  absl::Status st = AppendToFile(path, line + "\n", sync);
+  if (!st.ok()) std::fprintf(stderr, "topiaryd: %s\n", std::string(st.message()).c_str());
+}
+
+// An error for a record and a table cell: libraries' multi-line texts (HDF5's error stack)
+// on one line, without controls.
+std::string SingleLine(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool space = c == '\n' || c == '\r' || c == '\t';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out.push_back(space ? ' ' : c);
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return Printable(out);
 }
 
 std::string Relative(const std::string& data_dir, const std::string& path) {
@@ -39,6 +52,11 @@ std::string Relative(const std::string& data_dir, const std::string& path) {
 }
 
 }  // namespace
+
+bool IsExperimentId(const std::string& id) {
+  if (id.size() < 8 || id.size() > 12 || id.rfind("exp-", 0) != 0) return false;
+  return std::all_of(id.begin() + 4, id.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 bool IsTerminal(ExperimentState s) {
   return s == topiary::v1::SUCCEEDED || s == topiary::v1::FAILED || s == topiary::v1::CANCELLED;
@@ -65,7 +83,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
   if (DIR* dir = ::opendir(root.c_str())) {
     while (dirent* d = ::readdir(dir)) {
       const std::string name = d->d_name;
-      if (name.rfind("exp-", 0) == 0) ids.push_back(name);
+      if (IsExperimentId(name)) ids.push_back(name);
     }
     ::closedir(dir);
   }
@@ -73,12 +91,24 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
   std::vector<std::string> queue;
   absl::MutexLock lock(&mu_);
   for (const std::string& id : ids) {
+    // Every folder's number stays taken, whatever is (or is not) in it: a new experiment
+    // never reuses a folder and its old checkpoints.
+    next_number_ = std::max(next_number_, std::atoi(id.c_str() + 4) + 1);
     auto json = ReadFile(Folder(id) + "/experiment.json");
     if (!json.ok()) continue;  // created but never acknowledged: the record is written first
     auto entry = std::make_unique<Entry>();
     google::protobuf::util::JsonParseOptions lenient;
     lenient.ignore_unknown_fields = true;
     if (!google::protobuf::util::JsonStringToMessage(*json, &entry->record, lenient).ok()) {
+      std::fprintf(stderr, "topiaryd: %s/experiment.json does not parse; left out\n",
+                   Folder(id).c_str());
+      continue;
+    }
+    // The record names its own folder: it must be this one (a record whose id pointed
+    // elsewhere would have the daemon write there).
+    if (entry->record.id() != id || entry->record.folder() != "experiments/" + id) {
+      std::fprintf(stderr, "topiaryd: %s/experiment.json names id '%s' and folder '%s'; left out\n",
+                   Folder(id).c_str(), entry->record.id().c_str(), entry->record.folder().c_str());
       continue;
     }
     std::ifstream events(Folder(id) + "/events.jsonl");
@@ -88,7 +118,6 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
         entry->events.push_back(std::move(e));  // a line cut by a crash fails and is skipped
       }
     }
-    next_number_ = std::max(next_number_, std::atoi(id.c_str() + 4) + 1);
     Entry* raw = entry.get();
     entries_[id] = std::move(entry);
     const ExperimentState state = raw->record.state();
@@ -96,7 +125,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
       Experiment& r = raw->record;
       r.set_crashes(r.crashes() + 1);
       if (r.crashes() >= max_restarts_) {
-        (void)SetStateLocked(
+        ForceStateLocked(
             raw, topiary::v1::FAILED,
             absl::StrCat("the daemon stopped ", r.crashes(),
                          " times while this experiment ran, without a checkpoint in between; "
@@ -104,7 +133,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
                          r.last_checkpoint().empty() ? "" : "; last checkpoint ",
                          r.last_checkpoint()));
       } else {
-        (void)SetStateLocked(
+        ForceStateLocked(
             raw, topiary::v1::QUEUED,
             r.last_checkpoint().empty()
                 ? "the daemon restarted; the run starts again"
@@ -119,7 +148,17 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
 absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& spec,
                                             const std::string& parent) {
   absl::MutexLock lock(&mu_);
-  const std::string id = absl::StrFormat("exp-%04d", next_number_++);
+  // A folder of its own, made now: a name that exists (left over, or planted: a link) is
+  // passed over rather than written into.
+  std::string id;
+  for (int tries = 0; id.empty(); ++tries) {
+    const std::string candidate = absl::StrFormat("exp-%04d", next_number_++);
+    if (::mkdir(Folder(candidate).c_str(), 0755) == 0) {
+      id = candidate;
+    } else if (errno != EEXIST || tries >= 1000) {
+      return ErrnoStatus(errno, "cannot create the experiment's folder " + Folder(candidate));
+    }
+  }
   auto entry = std::make_unique<Entry>();
   Experiment& r = entry->record;
   r.set_id(id);
@@ -130,8 +169,10 @@ absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& s
   r.set_updated_at(r.created_at());
   r.set_parent(parent);
   r.set_folder("experiments/" + id);
-  if (auto st = MakeDirs(Folder(id)); !st.ok()) return st;
-  if (auto st = Persist(r); !st.ok()) return st;
+  if (auto st = Persist(r); !st.ok()) {
+    ::rmdir(Folder(id).c_str());
+    return st;
+  }
   Entry* raw = entry.get();
   entries_[id] = std::move(entry);
   Event e;
@@ -155,6 +196,28 @@ std::vector<Experiment> Registry::List(ExperimentState filter) const {
     if (filter == topiary::v1::STATE_UNSPECIFIED || e->record.state() == filter) {
       out.push_back(e->record);
     }
+  }
+  return out;
+}
+
+std::vector<Experiment> Registry::ListPage(ExperimentState filter, const std::string& after,
+                                           size_t max_count, size_t max_bytes,
+                                           std::string* next) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Experiment> out;
+  size_t bytes = 0;
+  next->clear();
+  for (auto it = after.empty() ? entries_.begin() : entries_.upper_bound(after);
+       it != entries_.end(); ++it) {
+    const Experiment& r = it->second->record;
+    if (filter != topiary::v1::STATE_UNSPECIFIED && r.state() != filter) continue;
+    const size_t size = r.ByteSizeLong();
+    if (!out.empty() && (out.size() >= max_count || bytes + size > max_bytes)) {
+      *next = out.back().id();
+      break;
+    }
+    out.push_back(r);
+    bytes += size;
   }
   return out;
 }
@@ -221,6 +284,27 @@ absl::Status Registry::RequestPause(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Experiment> Registry::RequestCancel(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  Entry* e = Find(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
+  const ExperimentState s = e->record.state();
+  if (IsTerminal(s)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(id, " is already ", ExperimentState_Name(s)));
+  }
+  if (s == topiary::v1::PAUSED) {  // no run: cancelled now
+    if (auto st = SetStateLocked(e, topiary::v1::CANCELLED, "cancelled"); !st.ok()) return st;
+    return e->record;
+  }
+  // A run under way (or taken by a worker): it stops at its next step boundary, and
+  // FinishRun records CANCELLED even if it was pausing meanwhile.
+  e->stop = static_cast<int>(RunControl::Stop::kCancel);
+  e->resume_after_pause = false;
+  changed_.SignalAll();
+  return e->record;
+}
+
 absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue) {
   absl::MutexLock lock(&mu_);
   *requeue = false;
@@ -253,31 +337,42 @@ bool Registry::FinishRun(const std::string& id, const std::string& run_state,
   Entry* e = Find(id);
   if (e == nullptr) return false;
   bool requeue = false;
+  const bool cancel_pending = e->stop.load() == static_cast<int>(RunControl::Stop::kCancel);
   if (run_state == "SUCCEEDED") {
-    (void)SetStateLocked(e, topiary::v1::SUCCEEDED, "finished");
+    ForceStateLocked(e, topiary::v1::SUCCEEDED, "finished");
+  } else if (run_state == "PAUSED" && cancel_pending) {
+    // A Cancel that came while the run wrote its pause checkpoint: acknowledged, so kept.
+    ForceStateLocked(e, topiary::v1::CANCELLED, "cancelled while it paused");
   } else if (run_state == "PAUSED") {
     if (daemon_stopping) {
-      (void)SetStateLocked(e, topiary::v1::QUEUED,
-                           "the daemon stopped; it resumes when it restarts");
+      ForceStateLocked(e, topiary::v1::QUEUED, "the daemon stopped; it resumes when it restarts");
     } else if (e->resume_after_pause) {
       requeue = true;
-      (void)SetStateLocked(e, topiary::v1::QUEUED, "resumed right after it paused");
+      ForceStateLocked(e, topiary::v1::QUEUED, "resumed right after it paused");
     } else {
-      (void)SetStateLocked(e, topiary::v1::PAUSED, "paused");
+      ForceStateLocked(e, topiary::v1::PAUSED, "paused");
     }
   } else if (run_state == "CANCELLED") {
-    (void)SetStateLocked(e, topiary::v1::CANCELLED, "cancelled");
+    ForceStateLocked(e, topiary::v1::CANCELLED, "cancelled");
   } else {
-    (void)SetStateLocked(e, topiary::v1::FAILED, error);
+    ForceStateLocked(e, topiary::v1::FAILED, SingleLine(error));
   }
   e->resume_after_pause = false;
   return requeue;
 }
 
 absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
-  e->record.set_state(state);
-  e->record.set_updated_at(NowIso8601());
-  if (state == topiary::v1::FAILED) e->record.set_error(reason);
+  // Written first: a state the disk does not hold is never reported (after a restart the
+  // daemon would act on the old one), so a failed write fails the transition unchanged.
+  Experiment next = e->record;
+  next.set_state(state);
+  next.set_updated_at(NowIso8601());
+  if (state == topiary::v1::FAILED) next.set_error(reason);
+  if (absl::Status st = Persist(next); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("cannot record ", next.id(), " as ",
+                                                ExperimentState_Name(state), ": ", st.message()));
+  }
+  e->record = std::move(next);
   // A stop request is cleared when the experiment is queued again (resume, restart), not
   // when it starts running: a pause that raced with the start must still take effect.
   if (state == topiary::v1::QUEUED) e->stop = 0;
@@ -285,7 +380,23 @@ absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std
   ev.mutable_state()->set_state(ExperimentState_Name(state));
   ev.mutable_state()->set_reason(reason);
   AppendLocked(e, std::move(ev));
-  return Persist(e->record);
+  return absl::OkStatus();
+}
+
+void Registry::ForceStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
+  if (absl::Status st = SetStateLocked(e, state, reason); !st.ok()) {
+    // The run has ended whatever the disk says: the daemon reports that, and says that a
+    // restart will not know it (the experiment then resumes from its last checkpoint).
+    std::fprintf(stderr, "topiaryd: %s\n", std::string(st.message()).c_str());
+    e->record.set_state(state);
+    e->record.set_updated_at(NowIso8601());
+    if (state == topiary::v1::FAILED) e->record.set_error(reason);
+    Event ev;
+    ev.mutable_state()->set_state(ExperimentState_Name(state));
+    ev.mutable_state()->set_reason(absl::StrCat(reason, " (not saved: ", st.message(),
+                                                "; a restarted daemon runs it again)"));
+    AppendLocked(e, std::move(ev));
+  }
 }
 
 absl::Status Registry::Update(const std::string& id,
@@ -334,7 +445,10 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
   AppendLocked(e, std::move(event));
   if (persist) {
     r.set_updated_at(NowIso8601());
-    (void)Persist(r);
+    if (absl::Status st = Persist(r); !st.ok()) {
+      std::fprintf(stderr, "topiaryd: %s: cannot save the record: %s\n", id.c_str(),
+                   std::string(st.message()).c_str());
+    }
   }
 }
 
@@ -396,11 +510,11 @@ class Registry::Control : public RunControl {
   Stop ShouldStop() override { return static_cast<Stop>(entry_->stop.load()); }
 
   Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) override {
-    (void)registry_->SetState(id_, topiary::v1::WAITING_FOR_ROUND,
-                              absl::StrCat("round ", completed_round, " done"));
     {
       absl::MutexLock lock(&registry_->mu_);
       Entry* e = entry_;
+      registry_->ForceStateLocked(e, topiary::v1::WAITING_FOR_ROUND,
+                                  absl::StrCat("round ", completed_round, " done"));
       while (!e->advance && e->stop.load() == 0) registry_->changed_.Wait(&registry_->mu_);
       if (e->stop.load() != 0) return static_cast<Stop>(e->stop.load());
       const auto& c = e->changes;
@@ -409,9 +523,9 @@ class Registry::Control : public RunControl {
       if (c.has_finetune_epochs()) next->set_finetune_epochs(c.finetune_epochs());
       e->advance = false;
       *e->record.mutable_spec()->mutable_pruning() = *next;
+      registry_->ForceStateLocked(e, topiary::v1::RUNNING,
+                                  absl::StrCat("advanced after round ", completed_round));
     }
-    (void)registry_->SetState(id_, topiary::v1::RUNNING,
-                              absl::StrCat("advanced after round ", completed_round));
     return Stop::kNone;
   }
 

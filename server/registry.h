@@ -26,6 +26,8 @@ using topiary::v1::Experiment;
 using topiary::v1::ExperimentState;
 
 bool IsTerminal(ExperimentState state);
+// "exp-" and 4 to 8 digits: the only folder names under experiments/ the daemon reads.
+bool IsExperimentId(const std::string& id);
 
 class Registry {
  public:
@@ -46,6 +48,11 @@ class Registry {
 
   absl::StatusOr<Experiment> Get(const std::string& id) const;
   std::vector<Experiment> List(ExperimentState filter) const;
+  // One page of List: the experiments after id `after` ("" : from the first), at most
+  // `max_count` of them and about `max_bytes` of records (at least one). `*next` is the
+  // last id returned when more follow, else empty.
+  std::vector<Experiment> ListPage(ExperimentState filter, const std::string& after,
+                                   size_t max_count, size_t max_bytes, std::string* next) const;
   int Count(ExperimentState state) const;
 
   // Sets the state (persisted) and logs a StateChanged event.
@@ -65,6 +72,10 @@ class Registry {
   // pending is withdrawn instead, and should the run have stopped for it meanwhile,
   // FinishRun queues it again: a Resume that follows a Pause is never lost.
   absl::StatusOr<Experiment> Resume(const std::string& id, bool* requeue);
+  // Cancel of an experiment that is not in the scheduler's queue: PAUSED becomes CANCELLED
+  // (persisted before this returns); a run under way is asked to stop and ends CANCELLED,
+  // also when it was writing a pause checkpoint. FAILED_PRECONDITION when terminal.
+  absl::StatusOr<Experiment> RequestCancel(const std::string& id);
   // The end of a run: its final state from the run's summary state ("SUCCEEDED", "PAUSED",
   // "CANCELLED", else FAILED with `error`). `daemon_stopping` turns a pause into QUEUED.
   // True when the experiment must be queued again.
@@ -105,7 +116,13 @@ class Registry {
 
   Entry* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(const Experiment& record) const;
+  // Persists the new state, then applies it; a failed write changes nothing and is returned.
   absl::Status SetStateLocked(Entry* e, ExperimentState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A change that has happened whatever the disk says (a run's end, a round done, the
+  // state found at start): applied even when it cannot be persisted, and then said on
+  // stderr and in the state event.
+  void ForceStateLocked(Entry* e, ExperimentState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AppendLocked(Entry* entry, Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "pruning/pruner.h"
@@ -92,6 +93,12 @@ void Scheduler::Dispatch() {
     bool started = false;
     if (!queue_.empty()) {
       const std::string id = queue_.front();
+      // Queued again (a Resume, a pause withdrawn) before its previous run's thread was
+      // joined: that thread releases its GPUs and is joined first (one thread per id).
+      if (runs_.count(id) != 0) {
+        wake_.Wait(&mu_);
+        continue;
+      }
       auto record = registry_->Get(id);
       if (!record.ok() || record->state() != topiary::v1::QUEUED) {
         queue_.pop_front();  // gone, or no longer waiting
@@ -101,17 +108,22 @@ void Scheduler::Dispatch() {
       if (absl::Status st = placement_.Feasible(need); !st.ok()) {
         // Queued by an earlier daemon with other GPUs (kept across restarts).
         queue_.pop_front();
-        (void)registry_->Transition(id, {topiary::v1::QUEUED}, topiary::v1::FAILED,
-                                    std::string(st.message()), "place");
+        if (auto failed = registry_->Transition(id, {topiary::v1::QUEUED}, topiary::v1::FAILED,
+                                                std::string(st.message()), "place");
+            !failed.ok()) {
+          std::fprintf(stderr, "topiaryd: %s\n", std::string(failed.status().message()).c_str());
+        }
         continue;
       }
       if (auto gpus = placement_.TryTake(id, need)) {
         queue_.pop_front();
         runs_[id] = std::thread([this, id, granted = *gpus] {
-          Run(id, granted);
+          const bool again = Run(id, granted);
+          if (options_.after_run) options_.after_run(id);
           absl::MutexLock lock(&mu_);
           placement_.Release(id);
           finished_.push_back(id);
+          if (again) queue_.push_back(id);
           wake_.SignalAll();
         });
         started = true;
@@ -121,9 +133,9 @@ void Scheduler::Dispatch() {
   }
 }
 
-void Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
+bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   auto record = registry_->Get(id);
-  if (!record.ok() || record->state() != topiary::v1::QUEUED) return;
+  if (!record.ok() || record->state() != topiary::v1::QUEUED) return false;
   topiary::v1::ExperimentSpec spec = record->spec();
   if (!gpus.empty()) {  // the GPUs placement granted, whatever the spec asked
     spec.mutable_device()->clear_gpus();
@@ -131,8 +143,14 @@ void Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
     for (int g : gpus) spec.mutable_device()->add_gpus(g);
   }
   const std::string resume = record->last_checkpoint();
-  (void)registry_->SetState(id, topiary::v1::RUNNING,
-                            resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
+  if (absl::Status st = registry_->SetState(
+          id, topiary::v1::RUNNING,
+          resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
+      !st.ok()) {
+    // Not started: a run the record does not know of would start again after a restart.
+    registry_->FinishRun(id, "FAILED", absl::StrCat("cannot start: ", st.message()), false);
+    return false;
+  }
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);
   RunOptions options;
   options.out_dir = registry_->Folder(id);
@@ -153,7 +171,7 @@ void Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
     stopping = stopping_;
   }
   // A daemon that is stopping queues its paused runs again, so the next start resumes them.
-  if (registry_->FinishRun(id, summary.state(), summary.error(), stopping)) Enqueue(id);
+  return registry_->FinishRun(id, summary.state(), summary.error(), stopping);
 }
 
 }  // namespace topiary::server

@@ -6,6 +6,7 @@
 #define TOPIARY_SERVER_SCHEDULER_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -22,6 +23,9 @@ struct SchedulerOptions {
   std::vector<int> gpus;  // the GPU ordinals to schedule; empty: CPU slots only
   int cpu_slots = 1;      // experiments running on the CPU at once
   double progress_interval_s = 1.0;
+  // Called in a run's thread after the run has ended and before it gives its GPUs back
+  // (tests widen that window with it); may be empty.
+  std::function<void(const std::string& id)> after_run;
 };
 
 class Scheduler {
@@ -44,7 +48,9 @@ class Scheduler {
 
  private:
   void Dispatch();
-  void Run(const std::string& id, const std::vector<int>& gpus);
+  // Runs `id` on `gpus` to its end; true when it must be queued again (a Resume that came
+  // while it paused), which its thread does once it has released the GPUs.
+  bool Run(const std::string& id, const std::vector<int>& gpus);
 
   Registry* registry_;
   SchedulerOptions options_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
 #include "pruning/checkpoint_report.h"
+#include "server/auth_interceptor.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
 #include "trainer/spec/spec.h"
@@ -27,6 +28,8 @@ namespace {
 
 using grpc::Status;
 using grpc::StatusCode;
+
+constexpr int kMaxPageSize = 1000;
 using topiary::v1::ExperimentState_Name;
 
 // Lexically normalized absolute path ("a/./b/../c" -> "a/c"); empty if ".." leaves the root.
@@ -54,6 +57,11 @@ std::string RealOrSelf(const std::string& path) {
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return Status::OK;
   return Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
+}
+
+Status TopiaryService::Authorize(grpc::ServerContext* ctx) const {
+  if (options_.token.empty() || ctx == nullptr) return Status::OK;
+  return HasBearerToken(ctx->client_metadata(), options_.token) ? Status::OK : Unauthenticated();
 }
 
 Status TopiaryService::ResolvePath(const std::string& field, const std::string& path,
@@ -146,6 +154,7 @@ Status TopiaryService::Admit(const topiary::v1::ExperimentSpec& spec, const std:
 Status TopiaryService::SubmitExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::SubmitExperimentRequest* req,
                                         topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   topiary::v1::ExperimentSpec spec = req->spec();
   if (Status st = CheckSpec(&spec); !st.ok()) return st;
   return Admit(spec, "", out);
@@ -154,6 +163,7 @@ Status TopiaryService::SubmitExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::GetExperiment(grpc::ServerContext* ctx,
                                      const topiary::v1::ExperimentRef* req,
                                      topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
   *out = *r;
@@ -163,14 +173,41 @@ Status TopiaryService::GetExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::ListExperiments(grpc::ServerContext* ctx,
                                        const topiary::v1::ListExperimentsRequest* req,
                                        topiary::v1::ListExperimentsResponse* out) {
-  for (auto& e : registry_->List(req->state())) *out->add_experiments() = std::move(e);
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  if (req->page_size() < 0 || req->page_size() > kMaxPageSize) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("page_size: must be in [0, ", kMaxPageSize, "] (0: 100)"));
+  }
+  if (!req->page_token().empty() && !IsExperimentId(req->page_token())) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  "page_token: not one a previous ListExperiments returned");
+  }
+  std::string next;
+  // Pages stay far under any client's 4 MiB message limit, however large the specs.
+  for (auto& e : registry_->ListPage(req->state(), req->page_token(),
+                                     req->page_size() == 0 ? 100 : req->page_size(),
+                                     size_t{1} << 20, &next)) {
+    *out->add_experiments() = std::move(e);
+  }
+  out->set_next_page_token(next);
   return Status::OK;
 }
 
 Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
                                        const topiary::v1::WatchExperimentRequest* req,
                                        grpc::ServerWriter<topiary::v1::Event>* writer) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   if (auto r = registry_->Get(req->id()); !r.ok()) return ToGrpc(r.status());
+  // Each stream holds a server thread for as long as it lasts.
+  struct Slot {
+    std::atomic<int>* n;
+    ~Slot() { --*n; }
+  } slot{&watchers_};
+  if (++watchers_ > options_.max_watchers) {
+    return Status(StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat(options_.max_watchers,
+                               " watch streams are open; close one or try again later"));
+  }
   uint32_t seq = req->from_seq();
   while (!ctx->IsCancelled()) {
     bool done = false;
@@ -188,12 +225,16 @@ Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::PauseExperiment(grpc::ServerContext* ctx,
                                        const topiary::v1::ExperimentRef* req,
                                        topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   // Still in the queue: paused there. Otherwise its run (under way, or just taken by a
   // worker) checkpoints at its next step boundary and ends PAUSED.
   if (scheduler_->Dequeue(req->id())) {
     auto r = registry_->Transition(req->id(), {topiary::v1::QUEUED}, topiary::v1::PAUSED,
                                    "paused while queued", "pause");
-    if (!r.ok()) return ToGrpc(r.status());
+    if (!r.ok()) {
+      scheduler_->Enqueue(req->id());  // still QUEUED on disk: keep it queued
+      return ToGrpc(r.status());
+    }
   } else if (auto st = registry_->RequestPause(req->id()); !st.ok()) {
     return ToGrpc(st);
   }
@@ -206,6 +247,7 @@ Status TopiaryService::PauseExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::ResumeExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::ExperimentRef* req,
                                         topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   bool requeue = false;
   auto r = registry_->Resume(req->id(), &requeue);
   if (!r.ok()) return ToGrpc(r.status());
@@ -217,36 +259,40 @@ Status TopiaryService::ResumeExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::CancelExperiment(grpc::ServerContext* ctx,
                                         const topiary::v1::ExperimentRef* req,
                                         topiary::v1::Experiment* out) {
-  auto r = registry_->Get(req->id());
-  if (!r.ok()) return ToGrpc(r.status());
-  const auto state = r->state();
-  if (IsTerminal(state)) {
-    return Status(StatusCode::FAILED_PRECONDITION,
-                  absl::StrCat(req->id(), " is already ", ExperimentState_Name(state)));
-  }
-  if (state == topiary::v1::PAUSED ||
-      (state == topiary::v1::QUEUED && scheduler_->Dequeue(req->id()))) {
-    if (auto st = registry_->SetState(req->id(), topiary::v1::CANCELLED, "cancelled"); !st.ok()) {
-      return ToGrpc(st);
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  // Still in the queue: cancelled there (back in the queue if that cannot be recorded).
+  // Otherwise decided under the registry's lock, so a run that pauses meanwhile cannot
+  // lose it.
+  if (scheduler_->Dequeue(req->id())) {
+    auto r = registry_->Transition(req->id(), {topiary::v1::QUEUED}, topiary::v1::CANCELLED,
+                                   "cancelled", "cancel");
+    if (!r.ok()) {
+      scheduler_->Enqueue(req->id());
+      return ToGrpc(r.status());
     }
-  } else {
-    registry_->RequestStop(req->id(), RunControl::Stop::kCancel);
+    *out = *r;
+    return Status::OK;
   }
-  *out = *registry_->Get(req->id());
+  auto r = registry_->RequestCancel(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  *out = *r;
   return Status::OK;
 }
 
 Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
                                     const topiary::v1::AdvanceRoundRequest* req,
                                     topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   if (req->has_target() && !(req->target() > 0 && req->target() < 1)) {
     return Status(StatusCode::INVALID_ARGUMENT, "target: must be in (0, 1)");
   }
   if (req->has_step_fraction() && !(req->step_fraction() > 0 && req->step_fraction() <= 1)) {
     return Status(StatusCode::INVALID_ARGUMENT, "step_fraction: must be in (0, 1]");
   }
-  if (req->has_finetune_epochs() && req->finetune_epochs() <= 0) {
-    return Status(StatusCode::INVALID_ARGUMENT, "finetune_epochs: must be > 0");
+  if (req->has_finetune_epochs() &&
+      !(req->finetune_epochs() > 0 && req->finetune_epochs() <= kMaxEpochs)) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("finetune_epochs: must be in [1, ", kMaxEpochs, "]"));
   }
   if (auto st = registry_->Advance(*req); !st.ok()) return ToGrpc(st);
   *out = *registry_->Get(req->id());
@@ -256,6 +302,7 @@ Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
 Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
                                       const topiary::v1::ForkExperimentRequest* req,
                                       topiary::v1::Experiment* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
   auto attrs = ReadH5RootAttrs(path);
@@ -291,6 +338,7 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
 Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
                                        const topiary::v1::ExperimentRef* req,
                                        topiary::v1::ListCheckpointsResponse* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   auto r = registry_->Get(req->id());
   if (!r.ok()) return ToGrpc(r.status());
   const std::string dir = registry_->Folder(req->id()) + "/checkpoints";
@@ -332,6 +380,7 @@ Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
 Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
                                          const topiary::v1::InspectCheckpointRequest* req,
                                          topiary::v1::CheckpointReport* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("path", req->path(), &path); !st.ok()) return st;
   auto report = pruning::InspectCheckpoint(path, req->layer());
@@ -344,6 +393,7 @@ Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
 Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
                                      const topiary::v1::GetServerInfoRequest*,
                                      topiary::v1::ServerInfo* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   out->set_version(kTopiaryVersion);
   for (const std::string& d : options_.devices) out->add_devices(d);
   for (const char* c :
@@ -370,6 +420,7 @@ Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
 Status TopiaryService::ListMultipliers(grpc::ServerContext* ctx,
                                        const topiary::v1::ListMultipliersRequest*,
                                        topiary::v1::ListMultipliersResponse* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
   for (auto& info : ListMultiplierFolder(MultiplierFolder())) {
     // Paths relative to the data directory, like every other path the daemon reports.
     const std::string root = registry_->data_dir() + "/";

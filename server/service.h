@@ -1,9 +1,11 @@
 // The Topiary gRPC service (protos/topiary/v1/service.proto) over the registry and the
 // scheduler: request checks (paths, sizes, states) and the mapping to gRPC codes.
-// Authentication is not here: one interceptor covers every service (auth_interceptor.h).
+// Each handler checks the bearer token before anything else (auth_interceptor.h), so a
+// refused call does no work.
 #ifndef TOPIARY_SERVER_SERVICE_H_
 #define TOPIARY_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
 #include "server/registry.h"
@@ -13,6 +15,8 @@
 namespace topiary::server {
 
 struct ServiceOptions {
+  std::string token;                   // the bearer token every call needs ("" : none)
+  int max_watchers = 64;               // Watch streams open at once; more: RESOURCE_EXHAUSTED
   int max_queued = 256;                // QUEUED experiments beyond this: RESOURCE_EXHAUSTED
   std::vector<std::string> devices;    // for GetServerInfo
   std::vector<std::string> gpu_names;  // per scheduled GPU, in the scheduler's order
@@ -59,6 +63,9 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                              topiary::v1::ServerInfo* out) override;
 
  private:
+  // OK when the call carries the token (or none is needed; or `ctx` is null: a call from
+  // inside the process).
+  grpc::Status Authorize(grpc::ServerContext* ctx) const;
   // Resolves a data-directory-relative path; PERMISSION_DENIED outside it (or a missing file).
   grpc::Status ResolvePath(const std::string& field, const std::string& path,
                            std::string* absolute) const;
@@ -75,6 +82,7 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   Registry* registry_;
   Scheduler* scheduler_;
   ServiceOptions options_;
+  std::atomic<int> watchers_{0};
 };
 
 // absl::Status -> grpc::Status with the same code and message.

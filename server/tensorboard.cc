@@ -1,13 +1,12 @@
 #include "server/tensorboard.h"
 
-#include <sys/stat.h>
-
 #include <array>
+#include <cstdio>
 #include <ctime>
-#include <fstream>
 
 #include "tensorboard/event.pb.h"
 #include "trainer/util/crc32c.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary::server {
 namespace {
@@ -21,10 +20,9 @@ void PutLittleEndian(std::string* out, uint64_t value, int bytes) {
 uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 TensorBoardWriter::TensorBoardWriter(std::string dir) {
-  ::mkdir(dir.c_str(), 0755);
   path_ = dir + "/events.out.tfevents.topiaryd";
-  std::ifstream existing(path_);
-  if (!existing.good()) {
+  if (absl::Status st = MakeDirs(dir); !st.ok()) Report(st);
+  if (!PathExists(path_)) {
     topiary::tensorboard::Event first;
     first.set_wall_time(static_cast<double>(std::time(nullptr)));
     first.set_file_version("brain.Event:2");
@@ -39,7 +37,16 @@ void TensorBoardWriter::Append(const std::string& record) {
   PutLittleEndian(&framed, length_crc, 4);
   framed += record;
   PutLittleEndian(&framed, MaskCrc(Crc32c(record.data(), record.size())), 4);
-  std::ofstream(path_, std::ios::binary | std::ios::app) << framed;
+  if (absl::Status st = AppendToFile(path_, framed, /*sync=*/false); !st.ok()) Report(st);
+}
+
+void TensorBoardWriter::Report(const absl::Status& st) {
+  // Metrics are a convenience beside the event log: a run goes on without them, and the
+  // reason is said once.
+  if (reported_) return;
+  reported_ = true;
+  std::fprintf(stderr, "topiaryd: TensorBoard file left out: %s\n",
+               std::string(st.message()).c_str());
 }
 
 void TensorBoardWriter::Scalar(const std::string& tag, int64_t step, double value) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "topiary/v1/events.pb.h"
 #include "trainer/util/crc32c.h"
 
@@ -28,7 +29,9 @@ class TensorBoardWriter {
  private:
   void Scalar(const std::string& tag, int64_t step, double value);
   void Append(const std::string& record);
+  void Report(const absl::Status& st);
   std::string path_;
+  bool reported_ = false;
   int epoch_ = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "server/tensorboard.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -28,7 +30,7 @@ TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
     w.Write(e);
     topiary::v1::Event r;
     r.mutable_round()->set_round(2);
-    r.mutable_round()->set_sparsity(0.25);
+    r.mutable_round()->set_sparsity(0);  // round 0's sparsity: a value of 0 must be written
     w.Write(r);
   }
   std::ifstream f(dir + "/events.out.tfevents.topiaryd", std::ios::binary);
@@ -57,6 +59,29 @@ TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
   EXPECT_FLOAT_EQ(events[1].summary().value(0).simple_value(), 0.5f);
   EXPECT_EQ(events[4].summary().value(0).tag(), "round/sparsity");
   EXPECT_EQ(events[4].step(), 2);
+  // Scalars of 0 carry their value (readers drop a summary value without one).
+  EXPECT_EQ(events[3].summary().value(0).tag(), "train/images_per_s");
+  EXPECT_EQ(events[3].summary().value(0).value_case(),
+            topiary::tensorboard::Summary::Value::kSimpleValue);
+  EXPECT_EQ(events[4].summary().value(0).value_case(),
+            topiary::tensorboard::Summary::Value::kSimpleValue);
+  // What TensorBoard itself parses: tag (field 1), then simple_value (field 2, fixed32 0).
+  const std::string wire = events[4].summary().value(0).SerializeAsString();
+  EXPECT_NE(wire.find(std::string("\x15\0\0\0\0", 5)), std::string::npos);
+}
+
+TEST(TensorBoard, AFifoInPlaceOfTheFileNeitherBlocksNorIsWritten) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/tb_fifo";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::mkfifo((dir + "/events.out.tfevents.topiaryd").c_str(), 0644), 0);
+  TensorBoardWriter w(dir);  // would block forever opening the FIFO for writing
+  topiary::v1::Event e;
+  e.mutable_progress()->set_step(1);
+  w.Write(e);
+  struct stat st;
+  ASSERT_EQ(::lstat(w.path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 }  // namespace

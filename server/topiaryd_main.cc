@@ -57,6 +57,10 @@ ABSL_FLAG(std::string, port_file, "", "write the port actually listened on here 
 namespace topiary::server {
 namespace {
 
+constexpr int kMaxMetadataBytes = 16 << 10;
+constexpr int kMaxStreamsPerConnection = 64;
+constexpr int kMaxServerThreads = 256;
+
 constexpr char kUsage[] = R"(topiaryd: the Topiary daemon (gRPC service topiary.v1.Topiary)
 
 Usage: topiaryd [--listen ADDR] [--data_dir DIR] [--gpus 0,1|none] [--max_running N]
@@ -156,6 +160,7 @@ int Main(int argc, char** argv) {
   scheduler_options.cpu_slots = f.max_running;
   if (scheduler_options.gpus.empty()) service_options.devices.push_back("cpu");
   service_options.max_queued = f.max_queued;
+  service_options.token = token;
 
   // SIGINT/SIGTERM are taken by sigwait below, in the main thread only.
   sigset_t signals;
@@ -176,6 +181,16 @@ int Main(int argc, char** argv) {
   policy.roots.push_back(f.data_dir);
   policy.max_file_bytes = static_cast<uint64_t>(f.max_file_bytes);
 
+  // Writes stay in the data directory too, whatever links are planted in it (and in the
+  // folders of the operator's own files: --port_file, the user's plan cache).
+  std::vector<std::string> write_roots = {f.data_dir};
+  std::vector<std::string> own_files = ConvPlanCache::Global().files();
+  if (!f.port_file.empty()) own_files.push_back(f.port_file);
+  for (const std::string& file : own_files) {
+    const size_t slash = file.rfind('/');
+    write_roots.push_back(slash == std::string::npos ? "." : file.substr(0, slash + 1));
+  }
+  SetWriteRoots(write_roots);
   Registry registry(f.data_dir, f.max_restarts);
   auto queued = registry.Load();
   SetReadPolicy(policy);
@@ -192,10 +207,22 @@ int Main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(f.listen, creds, &port);
   builder.SetMaxReceiveMessageSize(1 << 20);  // larger requests: RESOURCE_EXHAUSTED
+  // Bounds before authentication: request metadata (the token is ~100 bytes; an endless
+  // header block is cut off here), streams per connection, and the threads that serve calls
+  // (a sync server runs one per call; Watch streams are capped below that in the service).
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  grpc::ResourceQuota quota("topiaryd");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", f.listen));
-  if (!f.port_file.empty()) (void)WriteFileAtomic(f.port_file, absl::StrCat(port, "\n"));
+  if (!f.port_file.empty()) {
+    if (auto st = WriteFileAtomic(f.port_file, absl::StrCat(port, "\n")); !st.ok()) {
+      return Fail(absl::StrCat("--port_file: ", st.message()));
+    }
+  }
   scheduler->Start();
   for (const std::string& id : *queued) scheduler->Enqueue(id);
   const std::string host = f.listen.substr(0, f.listen.rfind(':'));

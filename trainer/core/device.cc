@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "absl/strings/str_format.h"
@@ -62,9 +63,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
   const std::vector<GpuInfo> gpus =
       spec.kind() == DeviceSpec::CPU ? std::vector<GpuInfo>{} : ListGpus(&why);
   if (spec.kind() == DeviceSpec::CPU || (gpus.empty() && spec.kind() == DeviceSpec::AUTO)) {
-    for (int r = 0; r < std::max(1, spec.cpu_ranks()); ++r) {
-      out.push_back(MakeCpuDevice(spec.threads()));
-    }
+    // threads 0 ("all cores") shares the cores among the ranks rather than giving each
+    // rank all of them (ranks x cores threads, oversubscribed).
+    const int ranks = std::max(1, spec.cpu_ranks());
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int threads = spec.threads() > 0 ? spec.threads() : std::max(1, cores / ranks);
+    for (int r = 0; r < ranks; ++r) out.push_back(MakeCpuDevice(threads));
     return out;
   }
   if (gpus.empty()) {

@@ -105,28 +105,14 @@ absl::StatusOr<std::string> ReadCacheFile(const std::string& path) {
   return data;
 }
 
-// Appends one line with a single write (O_APPEND: concurrent writers do not interleave lines).
+// Appends one line with a single write (O_APPEND: concurrent writers do not interleave lines),
+// creating the folder; the file stays under kMaxFileBytes.
 absl::Status AppendLine(const std::string& path, const std::string& line) {
   const size_t slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
     if (auto st = MakeDirs(path.substr(0, slash)); !st.ok()) return st;
   }
-  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::FailedPreconditionError(std::strerror(errno));
-  struct stat st {};
-  absl::Status status;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = absl::FailedPreconditionError("not a regular file");
-  } else if (static_cast<uint64_t>(st.st_size) + line.size() > ConvPlanCache::kMaxFileBytes) {
-    status = absl::ResourceExhaustedError("full");
-  } else {
-    const std::string text = line + "\n";
-    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      status = absl::DataLossError(std::strerror(errno));
-    }
-  }
-  close(fd);
-  return status;
+  return AppendToFile(path, line + "\n", /*sync=*/false, ConvPlanCache::kMaxFileBytes);
 }
 
 }  // namespace

@@ -39,7 +39,6 @@ absl::Status Invalid(const std::string& field, const std::string& rule) {
 
 // Bounds on counts: far beyond any sensible experiment, small enough that nothing sized by
 // them (schedules, tables, threads) can exhaust a machine.
-constexpr int kMaxEpochs = 10000;
 constexpr int kMaxRounds = 1000;
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxListEntries = 1000;   // milestones, overrides, gpus
@@ -50,13 +49,7 @@ bool Finite(double v) { return std::isfinite(v); }
 
 // Names and paths are printed in tables and logs and stored as JSON: valid UTF-8 (proto3
 // strings must be; the text-format parser does not check), no control characters.
-bool PlainText(const std::string& s) {
-  if (s.size() > kMaxText || !IsValidUtf8(s)) return false;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) return false;
-  }
-  return true;
-}
+bool PlainText(const std::string& s) { return s.size() <= kMaxText && IsPlainText(s); }
 
 // Proto3 enums are open: a number no enumerator names parses fine and must be refused here.
 #define CHECK_ENUM(valid, value, field) \
@@ -287,7 +280,8 @@ absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
 absl::Status ValidateSpec(const ExperimentSpec& spec) {
   CHECK_RULE(
       PlainText(spec.name()) && spec.name().size() <= 256, "name",
-      "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs)");
+      "must be valid UTF-8 of at most 256 bytes, without control characters (newlines, tabs, "
+      "C1 controls, bidirectional formatting)");
   CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
              "must be valid UTF-8 of at most 4096 bytes, without control characters");
   const auto names = ModelNames();
@@ -338,6 +332,12 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
                           " ordinals of device.gpus (give one of them)"));
   CHECK_RULE(dev.cpu_ranks() >= 0 && dev.cpu_ranks() <= 64, "device.cpu_ranks",
              "must be in [0, 64] (0: one)");
+  // Every CPU rank starts its own threads: bounded together, since a thread the system
+  // refuses ends the whole process (the OpenMP runtime aborts).
+  CHECK_RULE(static_cast<int64_t>(std::max(1, dev.threads())) * CpuRanks(dev) <= kMaxThreads,
+             "device.threads",
+             absl::StrCat(dev.threads(), " threads on each of ", CpuRanks(dev),
+                          " CPU ranks: at most ", kMaxThreads, " threads in all"));
   // The global batch (defaulted as the run will) is split evenly: every rank takes the same
   // number of images, on GPUs or, AUTO without one, on CPU ranks.
   const int batch = spec.data().batch_size() > 0 ? spec.data().batch_size() : kDefaultBatchSize;

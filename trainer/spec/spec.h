@@ -10,6 +10,11 @@
 
 namespace topiary {
 
+// The most epochs any count of epochs may ask for (train.epochs, pruning.finetune_epochs, a
+// manual round's epochs): far beyond any sensible experiment, small enough that the tables
+// sized by them cannot exhaust memory.
+inline constexpr int kMaxEpochs = 10000;
+
 // Parses `text` as JSON when it starts with '{', otherwise as text format. `source` names
 // the origin in errors (a file name).
 absl::StatusOr<topiary::v1::ExperimentSpec> ParseSpec(const std::string& text,

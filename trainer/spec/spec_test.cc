@@ -89,6 +89,9 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
   EXPECT_EQ(Error(WithTrain("precision: 7")), "train.precision: unknown value 7");
   EXPECT_EQ(Error(WithTrain("") + "device { threads: 100000 }"),
             "device.threads: must be in [0, 1024] (0: all cores)");
+  // Bounded apart, they multiply: each CPU rank starts its own threads.
+  EXPECT_EQ(Error(WithTrain("") + "data { batch_size: 64 } device { threads: 1000 cpu_ranks: 64 }"),
+            "device.threads: 1000 threads on each of 64 CPU ranks: at most 1024 threads in all");
   EXPECT_EQ(Error(WithTrain("") + "device { kind: 5 }"), "device.kind: unknown value 5");
   EXPECT_EQ(
       Error(WithTrain("") + "data { dataset: SYNTHETIC synthetic { train_size: 2147483647 } }"),
@@ -99,7 +102,11 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
             "pruning.finetune_lr: must be a finite number in (0, 1000]");
   EXPECT_EQ(Error("name: 'two\\nlines' " + WithTrain("")),
             "name: must be valid UTF-8 of at most 256 bytes, without control characters "
-            "(newlines, tabs)");
+            "(newlines, tabs, C1 controls, bidirectional formatting)");
+  // Names that print as other names: a right-to-left override, a C1 control (CSI).
+  EXPECT_EQ(Error("name: 'exp\342\200\256txt' " + WithTrain("")).substr(0, 25),
+            "name: must be valid UTF-8");
+  EXPECT_EQ(Error("name: 'a\302\233b' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
   // Found by spec_fuzz: the text-format parser accepts bytes that are not UTF-8.
   EXPECT_EQ(Error("name: 'caf\\351' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
   EXPECT_EQ(Error(WithTrain("") + "data { path: '/a\\300\\200' }").substr(0, 30),

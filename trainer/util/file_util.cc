@@ -15,8 +15,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "util/status_macros.h"
 
 namespace topiary {
+namespace {
+// `folder`, once links are followed, lies inside the write roots (SetWriteRoots).
+absl::Status CheckFolderWritable(const std::string& folder, const std::string& what);
+}  // namespace
 
 bool PathExists(const std::string& path) {
   struct stat st;
@@ -29,12 +34,12 @@ absl::Status MakeDirs(const std::string& path) {
     if (i == path.size() || path[i] == '/') {
       if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0 &&
           errno != EEXIST) {
-        return absl::PermissionDeniedError(absl::StrCat("cannot create folder ", partial));
+        return ErrnoStatus(errno, "cannot create folder " + partial);
       }
     }
     if (i < path.size()) partial += path[i];
   }
-  return absl::OkStatus();
+  return CheckFolderWritable(path, path);
 }
 
 std::string NowIso8601() {
@@ -68,7 +73,129 @@ uint64_t EffectiveLimit(uint64_t max_bytes) {
   return max_bytes == 0 ? policy : std::min(max_bytes, policy);
 }
 
+std::vector<std::string>& WriteRoots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(PolicyLock()) {
+  static auto* roots = new std::vector<std::string>;
+  return *roots;
+}
+
+std::string Canonical(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : canonical.string();
+}
+
 }  // namespace
+
+void SetWriteRoots(std::vector<std::string> roots) {
+  for (std::string& root : roots) root = Canonical(root);
+  absl::MutexLock lock(&PolicyLock());
+  WriteRoots() = std::move(roots);
+}
+
+absl::Status ErrnoStatus(int err, const std::string& what) {
+  const std::string text = absl::StrCat(what, ": ", std::strerror(err));
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(absl::StrCat(text, " (the disk is full)"));
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(text);
+    case ELOOP:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a symbolic link (never followed when writing)"));
+    case ENXIO:
+    case EISDIR:
+      return absl::InvalidArgumentError(absl::StrCat(what, ": not a regular file"));
+    case ENOENT:
+      return absl::NotFoundError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+namespace {
+
+absl::Status CheckFolderWritable(const std::string& folder, const std::string& what) {
+  std::vector<std::string> roots;
+  {
+    absl::MutexLock lock(&PolicyLock());
+    roots = WriteRoots();
+  }
+  if (roots.empty()) return absl::OkStatus();
+  char buf[PATH_MAX];
+  if (::realpath(folder.empty() ? "." : folder.c_str(), buf) == nullptr) {
+    return ErrnoStatus(errno, what);
+  }
+  for (const std::string& root : roots) {
+    if (IsInsideFolder(buf, root)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, ": its folder resolves to ", buf, ", outside where this process writes (",
+      absl::StrJoin(roots, ", "), "); a symbolic link was planted?"));
+}
+
+}  // namespace
+
+absl::Status CheckWritable(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  TOPIARY_RETURN_IF_ERROR(CheckFolderWritable(folder, path));
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : ErrnoStatus(errno, path);
+  }
+  if (S_ISLNK(st.st_mode)) return ErrnoStatus(ELOOP, path);
+  if (!S_ISREG(st.st_mode)) return ErrnoStatus(ENXIO, path);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Opens `path` for writing as CheckWritable describes; `flags` adds O_APPEND or O_EXCL.
+absl::StatusOr<int> OpenForWriting(const std::string& path, int flags) {
+  TOPIARY_RETURN_IF_ERROR(CheckWritable(path));
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | flags, 0644);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat(path, ": cannot open for writing"));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped since it was checked
+    ::close(fd);
+    return ErrnoStatus(ENXIO, path);
+  }
+  return fd;
+}
+
+absl::Status WriteAll(int fd, const std::string& path, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, absl::StrCat(path, ": write failed"));
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AppendToFile(const std::string& path, const std::string& text, bool sync,
+                          uint64_t max_bytes) {
+  auto fd = OpenForWriting(path, O_APPEND);
+  if (!fd.ok()) return fd.status();
+  struct stat info;
+  absl::Status st;
+  if (max_bytes > 0 && (::fstat(*fd, &info) != 0 ||
+                        static_cast<uint64_t>(info.st_size) + text.size() > max_bytes)) {
+    st = absl::ResourceExhaustedError(
+        absl::StrCat(path, ": full (", HumanBytes(max_bytes), "); delete it to start a new one"));
+  }
+  if (st.ok()) st = WriteAll(*fd, path, text);
+  if (st.ok() && sync && ::fdatasync(*fd) != 0) st = ErrnoStatus(errno, path + ": fdatasync");
+  ::close(*fd);
+  return st;
+}
 
 bool IsInsideFolder(const std::string& path, const std::string& root) {
   return path == root || root == "/" || path.rfind(root + "/", 0) == 0;
@@ -142,14 +269,20 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
   auto resolved = ResolveReadableFile(path, max_bytes);
   if (!resolved.ok()) return resolved.status();
-  const int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC);
+  // Swapped since it was resolved: a link is not followed, a FIFO does not block the open,
+  // and what was opened is checked again.
+  const int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped since it was resolved
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > EffectiveLimit(max_bytes)) {
+    ::close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": over the size limit"));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -214,28 +347,21 @@ absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
 }
 
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents) {
+  // The target itself is replaced by rename (which never follows a link there), but it
+  // must not be a folder; the temporary file is made fresh (O_EXCL: no planted link).
+  TOPIARY_RETURN_IF_ERROR(CheckWritable(path));
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+  ::unlink(tmp.c_str());
+  auto fd = OpenForWriting(tmp, O_EXCL);
+  if (!fd.ok()) return fd.status();
+  absl::Status st = WriteAll(*fd, tmp, contents);
+  if (st.ok() && ::fsync(*fd) != 0) st = ErrnoStatus(errno, tmp + ": fsync failed");
+  if (::close(*fd) != 0 && st.ok()) st = ErrnoStatus(errno, tmp + ": close failed");
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = ErrnoStatus(errno, path + ": rename failed");
   }
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat(tmp, ": write failed: ", std::strerror(errno)));
-    }
-    done += n;
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return absl::DataLossError(absl::StrCat(tmp, ": fsync/close failed: ", std::strerror(errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
 }
 
 }  // namespace topiary

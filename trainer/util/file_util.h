@@ -53,11 +53,29 @@ absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t 
 absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
                                              const std::string& name);
 
+// The write side. Someone who can write into topiaryd's data directory could plant links
+// or special files where the daemon writes; every writer here therefore (1) checks that the
+// file's folder, once links are followed, lies inside the process's write roots (topiaryd:
+// its data directory; none set: anywhere), (2) never follows a link in the last component
+// (O_NOFOLLOW; temporary files are made with O_EXCL after removing a stale one) and (3)
+// writes only regular files, opening without blocking (a FIFO never hangs a writer).
+void SetWriteRoots(std::vector<std::string> roots);  // made canonical here
+// OK when `path` may be written as above (absent, or a regular file).
+absl::Status CheckWritable(const std::string& path);
+// errno as a Status naming `what`: a full disk is RESOURCE_EXHAUSTED, no access
+// PERMISSION_DENIED, a link or special file INVALID_ARGUMENT, the rest INTERNAL.
+absl::Status ErrnoStatus(int err, const std::string& what);
+
 // Writes atomically: a temporary file in the same folder, fsync, rename.
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents);
+// Appends `text` to `path` (created if absent) in one write; fdatasync when `sync`. With
+// `max_bytes`, a file that would grow beyond it is left as it is (RESOURCE_EXHAUSTED).
+absl::Status AppendToFile(const std::string& path, const std::string& text, bool sync,
+                          uint64_t max_bytes = 0);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
-// Creates `path` and its missing parents (like mkdir -p); errors name the folder.
+// Creates `path` and its missing parents (like mkdir -p); errors name the folder. The
+// result must be a folder inside the write roots once links are followed.
 absl::Status MakeDirs(const std::string& path);
 // The current time as ISO 8601 UTC, e.g. "2026-11-21T14:05:31Z" (records, checkpoints).
 std::string NowIso8601();

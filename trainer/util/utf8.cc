@@ -32,6 +32,48 @@ size_t Utf8SequenceLength(absl::string_view s, size_t i) {
   return n;
 }
 
+namespace {
+
+// The code point of the well-formed sequence of `n` bytes at s[i].
+uint32_t Decode(absl::string_view s, size_t i, size_t n) {
+  if (n == 1) return static_cast<unsigned char>(s[i]);
+  uint32_t cp = static_cast<unsigned char>(s[i]) & (0x7f >> n);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  return cp;
+}
+
+}  // namespace
+
+bool IsControlOrBidi(uint32_t cp) {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
+         cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+bool IsPlainText(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0 || IsControlOrBidi(Decode(s, i, n))) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string Printable(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0 || IsControlOrBidi(Decode(s, i, n))) {
+      out.push_back('?');
+      i += n == 0 ? 1 : n;
+      continue;
+    }
+    out.append(s.data() + i, n);
+    i += n;
+  }
+  return out;
+}
+
 bool IsValidUtf8(absl::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8SequenceLength(s, i);

@@ -3,6 +3,8 @@
 #define TOPIARY_TRAINER_UTIL_UTF8_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -14,6 +16,19 @@ namespace topiary {
 size_t Utf8SequenceLength(absl::string_view s, size_t i);
 
 bool IsValidUtf8(absl::string_view s);
+
+// True for characters that change how a terminal or an editor shows the text around them
+// rather than show themselves: C0 and C1 controls, DEL, and the bidirectional formatting
+// characters (U+061C, U+200E/F, U+202A..E, U+2066..9), which can make a name print as
+// another.
+bool IsControlOrBidi(uint32_t code_point);
+
+// Valid UTF-8 without controls or bidirectional formatting (names and paths must be).
+bool IsPlainText(absl::string_view s);
+
+// `s` fit to print on one line: every control, bidirectional formatting character and
+// invalid byte becomes '?'.
+std::string Printable(absl::string_view s);
 
 }  // namespace topiary
 

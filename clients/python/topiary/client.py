@@ -124,8 +124,14 @@ class Client:
 
     def list(self, state: Union[None, str, int] = None) -> List[pb.Experiment]:
         """Experiments, oldest first; only those in `state` ("RUNNING", pb.RUNNING) if given."""
-        return list(self._call("ListExperiments",
-                               pb.ListExperimentsRequest(state=_state(state))).experiments)
+        out, token = [], ""
+        while True:  # the daemon answers in pages
+            page = self._call("ListExperiments",
+                              pb.ListExperimentsRequest(state=_state(state), page_token=token))
+            out.extend(page.experiments)
+            token = page.next_page_token
+            if not token:
+                return out
 
     def pause(self, experiment_id: str) -> pb.Experiment:
         """Checkpoints at the next step and stops (a queued one leaves the queue)."""
