@@ -1,0 +1,99 @@
+// The registry against a data directory someone else could write into, and its pages.
+#include "server/registry.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "trainer/util/file_util.h"
+
+namespace topiary::server {
+namespace {
+
+std::string DataDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/" + name;
+}
+
+topiary::v1::ExperimentSpec Spec(const std::string& name) {
+  topiary::v1::ExperimentSpec spec;
+  spec.set_name(name);
+  return spec;
+}
+
+// A record that names another folder (its own id "../../x") would have the daemon write
+// there; a record that does not parse used to leave its number free, so the next
+// submission reused the folder with its old checkpoints.
+TEST(Registry, RecoveryTrustsNoRecordAboutItsOwnFolder) {
+  const std::string dir = DataDir("recovery");
+  {
+    Registry r(dir);
+    ASSERT_TRUE(r.Load().ok());
+    for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(r.Create(Spec(n), "").ok());
+  }
+  const std::string exp = dir + "/experiments/";
+  // exp-0001 claims to be elsewhere; exp-0003's record is damaged; exp-0007 is an empty
+  // folder (never acknowledged); exp-0009 a link someone planted.
+  ASSERT_TRUE(WriteFileAtomic(exp + "exp-0001/experiment.json",
+                              R"({"id": "../../escape", "folder": "../../escape",
+                                  "state": "QUEUED"})")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomic(exp + "exp-0003/experiment.json", "{not json").ok());
+  ASSERT_EQ(::mkdir((exp + "exp-0007").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("/tmp", (exp + "exp-0010").c_str()), 0);
+  Registry r(dir);
+  auto queued = r.Load();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_FALSE(r.Get("exp-0001").ok());
+  EXPECT_FALSE(r.Get("../../escape").ok());
+  EXPECT_TRUE(r.Get("exp-0002").ok());
+  EXPECT_FALSE(r.Get("exp-0003").ok());
+  EXPECT_EQ(*queued, std::vector<std::string>{"exp-0002"});
+  // New experiments take numbers no folder has had, and pass over a planted name.
+  auto next = r.Create(Spec("d"), "");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->id(), "exp-0011");
+  struct stat st;
+  EXPECT_NE(::stat((dir + "/../escape").c_str(), &st), 0);
+}
+
+TEST(Registry, ListsInPagesThatFitAMessage) {
+  const std::string dir = DataDir("pages");
+  Registry r(dir);
+  ASSERT_TRUE(r.Load().ok());
+  for (int i = 0; i < 25; ++i) {
+    topiary::v1::ExperimentSpec spec = Spec("e" + std::to_string(i));
+    spec.mutable_data()->set_path(std::string(3000, 'p'));  // ~3 KB per record
+    ASSERT_TRUE(r.Create(spec, "").ok());
+  }
+  std::vector<std::string> ids;
+  std::string after, next;
+  int pages = 0;
+  do {
+    auto page = r.ListPage(topiary::v1::STATE_UNSPECIFIED, after, 10, 16 << 10, &next);
+    ASSERT_FALSE(page.empty());
+    EXPECT_LE(page.size(), 10u);
+    size_t bytes = 0;
+    for (const auto& e : page) {
+      ids.push_back(e.id());
+      bytes += e.ByteSizeLong();
+    }
+    EXPECT_LE(bytes, size_t{16} << 10);
+    after = next;
+    ++pages;
+  } while (!next.empty());
+  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_EQ(ids.front(), "exp-0001");
+  EXPECT_EQ(ids.back(), "exp-0025");
+  EXPECT_GE(pages, 5);  // the byte limit, not the count, cut most pages
+  // A filter that matches nothing gives one empty last page.
+  auto none = r.ListPage(topiary::v1::RUNNING, "", 10, 1 << 20, &next);
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(next.empty());
+}
+
+}  // namespace
+}  // namespace topiary::server
