@@ -211,12 +211,14 @@ int Export(const Args& a) {
   if (!s.ok()) return Fail(a, s.status());
   if (a.json) {
     absl::PrintF(R"({"onnx":%s,"opset":%d,"ir_version":%d,"batch":%s,"batch_norm":"%s","nodes":%d,)"
-                 R"("parameters":%d,"weight_zeros":%d,"masked":%d,"folded":%d,"bytes":%d,)"
+                 R"("parameters":%d,"initializer_floats":%d,"weight_zeros":%d,"masked":%d,)"
+                 R"("folded":%d,"bytes":%d,)"
                  R"("approximate_layers_exported_exact":[%s]})"
                  "\n",
                  JsonString(a.onnx), kOnnxOpset, kOnnxIrVersion,
                  options.batch > 0 ? std::to_string(options.batch) : std::string("\"dynamic\""),
-                 a.batch_norm, s->nodes, s->parameters, s->zeros, s->masked, s->folded, s->bytes,
+                 a.batch_norm, s->nodes, s->parameters, s->initializer_floats, s->zeros, s->masked,
+                 s->folded, s->bytes,
                  s->approximate_layers.empty()
                      ? std::string()
                      : "\"" + absl::StrJoin(s->approximate_layers, "\",\"") + "\"");

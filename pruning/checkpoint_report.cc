@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,7 +129,11 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   int64_t parameters = 0, weights = 0, zeros = 0;
   for (const auto& [name, d] : doc->datasets) {
     if (name.rfind("/layers/", 0) != 0) continue;
-    if (!d.f32.empty()) parameters += static_cast<int64_t>(d.count());
+    // Trainable parameters, as a run counts them (batch-norm statistics are not).
+    const std::string role = name.substr(name.rfind('/') + 1);
+    if (role == "kernel" || role == "bias" || role == "gamma" || role == "beta") {
+      parameters += static_cast<int64_t>(d.count());
+    }
     const std::string suffix = "/kernel";
     if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) {
       kernels.push_back(name.substr(8, name.size() - 8 - suffix.size()));
@@ -135,14 +141,24 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
       weights += static_cast<int64_t>(d.count());
     }
   }
-  // Model order when the file records it (layer_order), else by name.
-  const std::vector<std::string> order =
-      absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',', absl::SkipEmpty());
-  std::stable_sort(kernels.begin(), kernels.end(), [&](const std::string& a, const std::string& b) {
-    auto ia = std::find(order.begin(), order.end(), a),
-         ib = std::find(order.begin(), order.end(), b);
-    return ia < ib;
-  });
+  // Model order when the file records it (layer_order), else by name. Each name's rank is
+  // looked up once (a crafted file's long order list must not make this quadratic).
+  std::unordered_map<std::string, size_t> rank;
+  size_t next = 0;
+  for (absl::string_view name : absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',',
+                                               absl::SkipEmpty())) {
+    rank.emplace(std::string(name), next++);
+  }
+  auto rank_of = [&](const std::string& layer) {
+    auto it = rank.find(layer);
+    return it == rank.end() ? next : it->second;
+  };
+  std::vector<std::pair<size_t, std::string>> ranked;
+  for (std::string& layer : kernels) ranked.emplace_back(rank_of(layer), std::move(layer));
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  kernels.clear();
+  for (auto& [r, layer] : ranked) kernels.push_back(std::move(layer));
   report.set_parameters(parameters);
   report.set_sparsity(weights > 0 ? static_cast<double>(zeros) / weights : 0);
   std::vector<std::string> matched;

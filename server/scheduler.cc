@@ -154,6 +154,7 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);
   RunOptions options;
   options.out_dir = registry_->Folder(id);
+  options.experiment_id = id;
   options.write_event_log = false;  // the registry keeps the experiment's log
   options.progress_interval_s = options_.progress_interval_s;
   options.make_pruner = pruning::MakePruner;

@@ -47,7 +47,7 @@ class GraphWriter {
     // raw_data is little-endian, as x86 and ARM hosts store floats.
     t->set_raw_data(
         std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
-    summary_->parameters += static_cast<int64_t>(values.size());
+    summary_->initializer_floats += static_cast<int64_t>(values.size());
   }
 
   onnx::NodeProto* Node(const std::string& op, const std::string& name,
@@ -376,6 +376,7 @@ absl::StatusOr<OnnxExportSummary> ExportOnnx(
   if (options.batch < 0) return absl::InvalidArgumentError("--batch: must be >= 0");
 
   OnnxExportSummary summary;
+  summary.parameters = model.trainable_parameter_count();
   onnx::ModelProto proto;
   proto.set_ir_version(kOnnxIrVersion);
   proto.set_producer_name("topiary");

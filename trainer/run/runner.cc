@@ -1,6 +1,7 @@
 #include "trainer/run/runner.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,10 +11,11 @@
 #include <fstream>
 #include <optional>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "util/status_macros.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"
@@ -33,6 +35,7 @@
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -71,6 +74,27 @@ class EventSink {
   std::ofstream file_;
   uint32_t seq_ = 0;
 };
+
+// epoch-NNNN.h5 files in `dir` of epochs before `epoch`, oldest first.
+std::vector<std::string> EarlierPeriodicCheckpoints(const std::string& dir, int epoch) {
+  std::vector<std::pair<int, std::string>> found;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const absl::string_view name = e->d_name;
+      int n = 0;
+      if (absl::StartsWith(name, "epoch-") && absl::EndsWith(name, ".h5") &&
+          absl::SimpleAtoi(name.substr(6, name.size() - 9), &n) &&
+          absl::StrFormat("epoch-%04d.h5", n) == name && n < epoch) {
+        found.emplace_back(n, dir + "/" + std::string(name));
+      }
+    }
+    ::closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [n, path] : found) out.push_back(std::move(path));
+  return out;
+}
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -702,7 +726,7 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/" + name;
   CheckpointState state;
-  state.experiment_id = spec_.name();
+  state.experiment_id = options_.experiment_id.empty() ? spec_.name() : options_.experiment_id;
   state.parent = parent_;
   state.spec_text = SpecToText(spec_);
   state.round = round_;
@@ -735,6 +759,9 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   if (ranks_.size() > 1) c->set_ranks_identical(static_cast<int32_t>(ranks_.size()));
   sink_.Emit(e);
   if (periodic) {
+    // The periodic checkpoints of earlier starts of this run (before a pause, a restart)
+    // count towards keep_last too.
+    if (periodic_.empty()) periodic_ = EarlierPeriodicCheckpoints(dir, epoch_);
     periodic_.push_back(path);
     const int keep = spec_.checkpoints().keep_last();
     while (keep > 0 && static_cast<int>(periodic_.size()) > keep) {

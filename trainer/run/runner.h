@@ -53,6 +53,9 @@ struct RunOptions {
   RunControl* control = nullptr;
   // Write events.jsonl in out_dir (the daemon keeps its own event log instead).
   bool write_event_log = true;
+  // What checkpoints record as experiment_id (topiaryd: its id, e.g. "exp-0007"); empty: the
+  // spec's name.
+  std::string experiment_id;
 };
 
 // Checkpoints go to <out_dir>/checkpoints/: dense.h5 at the end of dense training,

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "trainer/run/runner_test_util.h"
+#include "absl/strings/str_format.h"
 #include "trainer/spec/spec.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {
@@ -34,6 +37,46 @@ TEST(Runner, SameSpecAndSeedGiveBitIdenticalLosses) {
   auto other = spec;
   other.set_seed(12);
   EXPECT_NE(RunAndTrace(other).losses, a.losses);
+}
+
+// Pauses at the n-th step boundary it is asked about.
+class PauseAt : public RunControl {
+ public:
+  explicit PauseAt(int n) : left_(n) {}
+  Stop ShouldStop() override { return --left_ == 0 ? Stop::kPause : Stop::kNone; }
+  Stop WaitForRound(int, topiary::v1::PruningSpec*) override { return Stop::kNone; }
+
+ private:
+  int left_;
+};
+
+// keep_last counts the periodic checkpoints of earlier starts of the run too: a run paused
+// and resumed (or restarted by the daemon) used to forget them and keep them forever.
+TEST(Runner, KeepLastCountsCheckpointsFromBeforeAPause) {
+  auto spec = Parse(kSynthetic);
+  spec.mutable_train()->set_epochs(5);
+  spec.mutable_checkpoints()->set_every_epochs(1);
+  spec.mutable_checkpoints()->set_keep_last(2);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  RunOptions options;
+  options.out_dir = std::string(tmp ? tmp : "/tmp") + "/keep_last";
+  PauseAt pause(50);  // in epoch 3, after epoch-0001.h5 and epoch-0002.h5
+  options.control = &pause;
+  const auto first = RunExperiment(spec, options);
+  ASSERT_EQ(first.state(), "PAUSED") << first.error();
+  RunOptions again;
+  again.out_dir = options.out_dir;
+  again.resume_from = first.checkpoint();
+  const auto s = RunExperiment(spec, again);
+  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  std::vector<std::string> periodic;
+  for (int e = 1; e <= 5; ++e) {
+    const std::string name = absl::StrFormat("epoch-%04d.h5", e);
+    if (PathExists(options.out_dir + "/checkpoints/" + name)) periodic.push_back(name);
+  }
+  // The newest two (the last epoch ends the run without one); 0001 and 0002, written before
+  // the pause, are gone.
+  EXPECT_EQ(periodic, (std::vector<std::string>{"epoch-0003.h5", "epoch-0004.h5"}));
 }
 
 TEST(Runner, LearnsSyntheticClasses) {
