@@ -18,6 +18,7 @@ PACKAGES=(
   python3-protobuf python3-h5py python3-numpy python3-venv python3-pip python3-pytest
   python3-onnx python3-torch python3-matplotlib
   openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
+  nginx-light               # deploy/nginx-topiaryd.conf, the front end (tests/frontend_test.sh)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
 )
 
