@@ -22,6 +22,7 @@
 #include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/core/device.h"
+#include "trainer/data/dataset.h"
 #include "trainer/export/onnx_export.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/events.h"
@@ -122,7 +123,7 @@ Specs: see examples/ and protos/topiary/v1/experiment.proto.
 
 int Run(const Args& a) {
   if (a.positional.size() != 1) {
-    absl::FPrintF(stderr, "topiary: run needs exactly one SPEC file\n\n%s", kUsage);
+    absl::FPrintF(stderr, "topiary: run needs exactly one SPEC file (see topiary --help)\n");
     return kExitUsage;
   }
   const auto spec = LoadValidSpec(a.positional[0]);
@@ -157,7 +158,7 @@ int Run(const Args& a) {
 
 int Validate(const Args& a) {
   if (a.positional.size() != 1) {
-    absl::FPrintF(stderr, "topiary: validate needs exactly one SPEC file\n\n%s", kUsage);
+    absl::FPrintF(stderr, "topiary: validate needs exactly one SPEC file (see topiary --help)\n");
     return kExitUsage;
   }
   const auto spec = LoadValidSpec(a.positional[0]);
@@ -170,6 +171,15 @@ int Validate(const Args& a) {
     return kExitInvalid;
   }
   const auto full = WithDefaults(*spec);
+  // The dataset's files as this machine has them (a daemon checks its own at submission).
+  if (auto st = CheckDatasetFiles(full.data()); !st.ok()) {
+    if (a.json) {
+      absl::PrintF("{\"valid\":false,\"error\":%s}\n", JsonString(st.message()));
+    } else {
+      absl::FPrintF(stderr, "topiary: %s\n", st.message());
+    }
+    return kExitInvalid;
+  }
   if (a.json) {
     absl::PrintF("{\"valid\":true,\"spec\":%s}\n", MessageToJson(full));
   } else {
@@ -191,7 +201,7 @@ int Inspect(const Args& a) {
 
 int Export(const Args& a) {
   if (a.positional.size() != 1 || a.onnx.empty()) {
-    absl::FPrintF(stderr, "topiary: export needs one CKPT and --onnx FILE\n\n%s", kUsage);
+    absl::FPrintF(stderr, "topiary: export needs one CKPT and --onnx FILE (see topiary --help)\n");
     return kExitUsage;
   }
   OnnxExportOptions options;
@@ -313,6 +323,6 @@ int main(int argc, char** argv) {
   if (c == "seal") return Seal(args);
   if (c == "inspect" && !args.file.empty()) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
-  absl::FPrintF(stderr, "topiary: unknown command '%s'\n\n%s", c, kUsage);
+  absl::FPrintF(stderr, "topiary: unknown command '%s' (see topiary --help)\n", c);
   return kExitUsage;
 }

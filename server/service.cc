@@ -18,6 +18,7 @@
 #include "server/auth_interceptor.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
+#include "trainer/data/dataset.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/hdf5_file.h"
@@ -72,7 +73,8 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   if (joined.empty() || !IsInsideFolder(joined, root) ||
       !IsInsideFolder(RealOrSelf(joined), root)) {
     return Status(StatusCode::PERMISSION_DENIED,
-                  absl::StrCat(field, ": '", path, "' is outside the daemon's data directory"));
+                  absl::StrCat(field, ": '", path, "' is outside the daemon's data directory (",
+                               root, "); copy the file into it and name it by its path there"));
   }
   *absolute = joined;
   return Status::OK;
@@ -133,6 +135,10 @@ Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
                                  "' is outside the data directory and the dataset folders (",
                                  absl::StrJoin(options_.dataset_roots, ", "), ")"));
     }
+  }
+  // The dataset's files are there now, not only when the run starts.
+  if (auto st = CheckDatasetFiles(spec->data()); !st.ok()) {
+    return Status(StatusCode::INVALID_ARGUMENT, std::string(st.message()));
   }
   return Status::OK;
 }
@@ -306,28 +312,14 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
   std::string path;
   if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
   auto attrs = ReadH5RootAttrs(path);
-  if (!attrs.ok()) return Status(StatusCode::NOT_FOUND, std::string(attrs.status().message()));
+  if (!attrs.ok()) return ToGrpc(attrs.status());  // NOT_FOUND only when it is missing
   auto spec = ParseSpec(AttrString(*attrs, "spec"), req->checkpoint());
   if (!spec.ok()) {
     return Status(StatusCode::FAILED_PRECONDITION,
                   absl::StrCat("checkpoint: its spec does not parse: ", spec.status().message()));
   }
   for (const std::string& change : req->set()) {
-    // "pruning.target=0.75" -> "pruning { target: 0.75 }", merged into the spec.
-    const size_t eq = change.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return Status(StatusCode::INVALID_ARGUMENT,
-                    absl::StrCat("set: '", change, "' is not field.path=value"));
-    }
-    std::vector<std::string> fields = absl::StrSplit(change.substr(0, eq), '.');
-    std::string text = absl::StrCat(fields.back(), ": ", change.substr(eq + 1));
-    for (int i = static_cast<int>(fields.size()) - 2; i >= 0; --i) {
-      text = absl::StrCat(fields[i], " { ", text, " }");
-    }
-    if (!google::protobuf::TextFormat::MergeFromString(text, &*spec)) {
-      return Status(StatusCode::INVALID_ARGUMENT,
-                    absl::StrCat("set: '", change, "' does not fit the ExperimentSpec"));
-    }
+    if (auto st = ApplySpecChange(change, &*spec); !st.ok()) return ToGrpc(st);
   }
   spec->set_name(req->name().empty() ? spec->name() + "-fork" : req->name());
   spec->set_init_from_checkpoint(path);

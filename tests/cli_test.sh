@@ -87,6 +87,13 @@ check "invalid spec names the field" bash -c '[[ "$0" == *"data.batch_size: must
 printf 'model { arch: "lenet5" colour: 3 }\n' > "$tmp/unknown.textproto"
 err=$("$TOPIARY" validate "$tmp/unknown.textproto" 2>&1); rc=$?
 check "unknown spec field is an error naming it" bash -c '[[ $1 -eq 3 && "$0" == *colour* ]]' "$err" "$rc"
+sed 's|^data {|data { path: "/nonexistent/fashion"|' "$SPEC" > "$tmp/nodata.textproto"
+err=$("$TOPIARY" validate "$tmp/nodata.textproto" 2>&1); rc=$?
+check "validate refuses a dataset folder that is not there (exit 3, naming data.path)" \
+  bash -c '[[ $1 -eq 3 && "$0" == *"data.path: dataset folder /nonexistent/fashion does not exist"* ]]' "$err" "$rc"
+err=$("$TOPIARY" run 2>&1); rc=$?
+check "a usage error is one line and a pointer to --help" \
+  bash -c '[[ $1 -eq 2 && $(printf "%s\n" "$0" | wc -l) -eq 1 && "$0" == *"see topiary --help"* ]]' "$err" "$rc"
 out=$("$TOPIARY" validate "$SPEC"); rc=$?
 check "validate prints defaults" bash -c '[[ $1 -eq 0 && "$0" == *"eval_batch_size: 64"* ]]' "$out" "$rc"
 

@@ -101,12 +101,22 @@ printf 'model { arch: "lenet5" }\ndata { dataset: MNIST path: "/etc" }\ntrain { 
 err=$("$TOPIARY" submit "$tmp/etc.textproto" 2>&1); rc=$?
 check "a dataset path outside the data directory and dataset folders refused (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"data.path: '"'"'/etc'"'"' is outside"* ]]' "$err" "$rc"
 
-# A run that fails records why, and the client sees it.
-printf 'name: "broken"\nmodel { arch: "lenet5" }\ndata { dataset: MNIST path: "%s/data/no-such-dataset" }\ntrain { epochs: 1 }\n' "$tmp" > "$tmp/broken.textproto"
+# A dataset folder that is not there is refused at submission (not when the run starts).
+printf 'name: "nodata"\nmodel { arch: "lenet5" }\ndata { dataset: MNIST path: "%s/data/no-such-dataset" }\ntrain { epochs: 1 }\n' "$tmp" > "$tmp/nodata.textproto"
+err=$("$TOPIARY" submit "$tmp/nodata.textproto" 2>&1); rc=$?
+check "a missing dataset folder is refused at submit (exit 3, naming data.path)" \
+  bash -c '[[ $1 -eq 3 && "$0" == *"data.path: dataset folder"*"does not exist"* ]]' "$err" "$rc"
+# A run that fails records why, and the client sees it: its dataset files are there but
+# are not IDX files.
+mkdir -p "$tmp/data/broken-dataset"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  echo "not idx" > "$tmp/data/broken-dataset/$f"
+done
+printf 'name: "broken"\nmodel { arch: "lenet5" }\ndata { dataset: MNIST path: "%s/data/broken-dataset" }\ntrain { epochs: 1 }\n' "$tmp" > "$tmp/broken.textproto"
 id=$(submit "$tmp/broken.textproto")
 check "a run that cannot start ends FAILED" wait_state "$id" FAILED 30
 err=$("$TOPIARY" get "$id")
-check "the error text reaches the client" bash -c '[[ "$0" == *"error: "*no-such-dataset* ]]' "$err"
+check "the error text reaches the client" bash -c '[[ "$0" == *"error: "*train-images-idx3-ubyte* ]]' "$err"
 "$TOPIARY" watch "$id" > /dev/null 2>&1; rc=$?
 check "watch of a FAILED experiment exits 1" test "$rc" -eq 1
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "trainer/core/random.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -91,7 +94,66 @@ absl::Status CheckFolder(const std::string& dir, const std::string& hint) {
                                           hint.empty() ? "" : "; ", hint));
 }
 
+// The names an IDX file of `prefix` ("train", "t10k") and `kind` ("images", "labels") goes
+// by: as Yann LeCun's and Zalando's downloads name them, gzipped or not, and as Debian does.
+std::vector<std::string> IdxNames(const std::string& prefix, const std::string& kind) {
+  const std::string dims = kind == "images" ? "idx3" : "idx1";
+  return {prefix + "-" + kind + "-" + dims + "-ubyte", prefix + "-" + kind + "-" + dims + "-ubyte.gz",
+          prefix + "-" + kind + "." + dims + "-ubyte"};
+}
+
+std::string IdxHint(const std::string& name) {
+  return name == "fashion_mnist" ? "install Debian's dataset-fashion-mnist package (apt-get "
+                                   "install dataset-fashion-mnist) or set data.path"
+                                 : "";
+}
+
+// The CIFAR binary files of a folder: (train files, test files).
+std::pair<std::vector<std::string>, std::vector<std::string>> CifarFiles(bool cifar100) {
+  if (cifar100) return {{"train.bin"}, {"test.bin"}};
+  std::vector<std::string> train;
+  for (int i = 1; i <= 5; ++i) train.push_back(absl::StrCat("data_batch_", i, ".bin"));
+  return {train, {"test_batch.bin"}};
+}
+
 }  // namespace
+
+absl::Status CheckDatasetFiles(const DataSpec& data) {
+  auto in_field = [](const absl::Status& st) {
+    return st.ok() || absl::StartsWith(st.message(), "data.path")
+               ? st
+               : absl::Status(st.code(), absl::StrCat("data.path: ", st.message()));
+  };
+  switch (data.dataset()) {
+    case DataSpec::FASHION_MNIST:
+    case DataSpec::DATASET_UNSPECIFIED:
+    case DataSpec::MNIST: {
+      const std::string name = data.dataset() == DataSpec::MNIST ? "mnist" : "fashion_mnist";
+      TOPIARY_RETURN_IF_ERROR(CheckFolder(data.path(), IdxHint(name)));
+      for (const char* prefix : {"train", "t10k"}) {
+        for (const char* kind : {"images", "labels"}) {
+          TOPIARY_RETURN_IF_ERROR(in_field(FindFile(data.path(), IdxNames(prefix, kind)).status()));
+        }
+      }
+      return absl::OkStatus();
+    }
+    case DataSpec::CIFAR10:
+    case DataSpec::CIFAR100: {
+      TOPIARY_RETURN_IF_ERROR(CheckFolder(data.path(), ""));
+      const auto [train, test] = CifarFiles(data.dataset() == DataSpec::CIFAR100);
+      for (const auto* files : {&train, &test}) {
+        for (const std::string& f : *files) {
+          TOPIARY_RETURN_IF_ERROR(in_field(ResolveReadableFile(data.path() + "/" + f).status()));
+        }
+      }
+      return absl::OkStatus();
+    }
+    case DataSpec::DIGITS:
+      return in_field(ResolveReadableFile(data.path()).status());
+    default:
+      return absl::OkStatus();
+  }
+}
 
 void ImageSet::Truncate(int64_t n) {
   if (n <= 0 || n >= size()) return;
@@ -135,21 +197,15 @@ absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::
 }
 
 absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name) {
-  const std::string hint = name == "fashion_mnist"
-                               ? "install Debian's dataset-fashion-mnist package (apt-get install "
-                                 "dataset-fashion-mnist) or set data.path"
-                               : "";
-  if (auto st = CheckFolder(dir, hint); !st.ok()) return st;
+  if (auto st = CheckFolder(dir, IdxHint(name)); !st.ok()) return st;
   Dataset ds;
   ds.name = name;
   ds.classes = 10;
   for (auto [prefix, set] : {std::pair{"train", &ds.train}, std::pair{"t10k", &ds.test}}) {
     const std::string p(prefix);
-    auto images = FindFile(
-        dir, {p + "-images-idx3-ubyte", p + "-images-idx3-ubyte.gz", p + "-images.idx3-ubyte"});
+    auto images = FindFile(dir, IdxNames(p, "images"));
     if (!images.ok()) return images.status();
-    auto labels = FindFile(
-        dir, {p + "-labels-idx1-ubyte", p + "-labels-idx1-ubyte.gz", p + "-labels.idx1-ubyte"});
+    auto labels = FindFile(dir, IdxNames(p, "labels"));
     if (!labels.ok()) return labels.status();
     auto s = ReadIdxPair(*images, *labels, ds.classes);
     if (!s.ok()) return s.status();
@@ -190,14 +246,7 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
   Dataset ds;
   ds.name = cifar100 ? "cifar100" : "cifar10";
   ds.classes = cifar100 ? 100 : 10;
-  std::vector<std::string> train_files, test_files;
-  if (cifar100) {
-    train_files = {"train.bin"};
-    test_files = {"test.bin"};
-  } else {
-    for (int i = 1; i <= 5; ++i) train_files.push_back(absl::StrCat("data_batch_", i, ".bin"));
-    test_files = {"test_batch.bin"};
-  }
+  auto [train_files, test_files] = CifarFiles(cifar100);
   for (auto [files, set] : {std::pair{&train_files, &ds.train}, std::pair{&test_files, &ds.test}}) {
     for (const auto& f : *files) {
       const std::string path = dir + "/" + f;

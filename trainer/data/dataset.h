@@ -34,6 +34,11 @@ struct Dataset {
 // defaults filled in (see spec.h).
 absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t seed);
 
+// Whether the files LoadDataset would read are there (present, regular, within the read
+// policy), without reading them: checked when a spec is submitted or validated, so that a
+// wrong data.path is refused then and not when the run starts. Errors name data.path.
+absl::Status CheckDatasetFiles(const topiary::v1::DataSpec& data);
+
 // One IDX image file ([n, rows, cols] ubyte) and its label file ([n] ubyte), raw or gzipped
 // (found by content, not by name). Labels must be < classes.
 absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,

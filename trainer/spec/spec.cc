@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "trainer/spec/catalog.h"
@@ -255,6 +256,33 @@ absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::str
     return absl::InvalidArgumentError(absl::StrCat(source, ": invalid spec: ", errors.first));
   }
   return spec;
+}
+
+absl::Status ApplySpecChange(const std::string& change, ExperimentSpec* spec) {
+  const size_t eq = change.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("set: '", change, "' is not field.path=value (e.g. pruning.target=0.75)"));
+  }
+  const std::vector<std::string> fields = absl::StrSplit(change.substr(0, eq), '.');
+  std::string text = absl::StrCat(fields.back(), ": ", change.substr(eq + 1));
+  for (int i = static_cast<int>(fields.size()) - 2; i >= 0; --i) {
+    text = absl::StrCat(fields[i], " { ", text, " }");
+  }
+  ExperimentSpec changed = *spec;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.MergeFromString(text, &changed)) {
+    // The parser's own words without its position in our one-line text.
+    std::string why = errors.first;
+    if (const size_t colon = why.find(": "); why.rfind("line ", 0) == 0 && colon != why.npos) {
+      why = why.substr(colon + 2);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("set: '", change, "': ", why));
+  }
+  *spec = std::move(changed);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ExperimentSpec> LoadSpecFile(const std::string& path) {

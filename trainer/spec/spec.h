@@ -22,6 +22,11 @@ absl::StatusOr<topiary::v1::ExperimentSpec> ParseSpec(const std::string& text,
 // Reads and parses a spec file; the name defaults to the file's base name.
 absl::StatusOr<topiary::v1::ExperimentSpec> LoadSpecFile(const std::string& path);
 
+// Applies one "field.path=value" change (fork --set) to `spec`: "pruning.target=0.75" merges
+// "pruning { target: 0.75 }". INVALID_ARGUMENT naming the change and what the parser found
+// (an unknown field, a value of the wrong type) leaves `spec` unchanged.
+absl::Status ApplySpecChange(const std::string& change, topiary::v1::ExperimentSpec* spec);
+
 // Checks every field's rule; returns the first violation as INVALID_ARGUMENT.
 absl::Status ValidateSpec(const topiary::v1::ExperimentSpec& spec);
 

@@ -226,3 +226,25 @@ TEST(Philox, StreamsDifferAndRestoreResumesExactly) {
 
 }  // namespace
 }  // namespace topiary
+
+namespace topiary {
+namespace {
+
+// fork --set: what is wrong with a change is said, not only that it does not fit.
+TEST(ApplySpecChange, MergesAChangeOrSaysWhyNot) {
+  topiary::v1::ExperimentSpec spec;
+  spec.mutable_pruning()->set_target(0.5f);
+  ASSERT_TRUE(ApplySpecChange("pruning.target=0.75", &spec).ok());
+  EXPECT_FLOAT_EQ(spec.pruning().target(), 0.75f);
+  auto typo = ApplySpecChange("pruning.targt=0.7", &spec);
+  EXPECT_EQ(typo.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(typo.message().find("set: 'pruning.targt=0.7': "), std::string::npos) << typo;
+  EXPECT_NE(typo.message().find("no field named \"targt\""), std::string::npos) << typo;
+  auto word = ApplySpecChange("pruning.target=high", &spec);
+  EXPECT_NE(word.message().find("high"), std::string::npos) << word;
+  EXPECT_EQ(ApplySpecChange("=1", &spec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FLOAT_EQ(spec.pruning().target(), 0.75f);  // failures change nothing
+}
+
+}  // namespace
+}  // namespace topiary

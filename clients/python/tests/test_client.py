@@ -60,6 +60,12 @@ def test_errors_are_exceptions_with_code_and_field(daemon, examples):
             c.submit(bad)
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert e.value.field == "data.batch_size", e.value.message
+        # A dataset folder that is not there: refused at submission, not when the run starts.
+        gone = read_spec(examples, "tiny.textproto",
+                         **{"data {": 'data { path: "/usr/share/datasets/no-such-dataset"'})
+        with pytest.raises(topiary.InvalidArgument) as e:
+            c.submit(gone)
+        assert e.value.field == "data.path" and "does not exist" in e.value.message, e.value
         with pytest.raises(topiary.InvalidArgument) as e:
             c.submit("model { arch: ")  # not even text format: refused before sending
         assert e.value.field == "spec"
