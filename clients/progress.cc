@@ -214,6 +214,7 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     s.gradient_sampling().sampled_steps(), s.gradient_sampling().exact_steps());
     }
     if (s.rounds_size() > 1) PrintRoundTable(out_, s);
+    if (!s.target_note().empty()) absl::FPrintF(out_, "note: %s\n", s.target_note());
     if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());
   }
   std::fflush(out_);

@@ -246,3 +246,37 @@ TEST(Rounds, BadCheckpointsAreRefusedNamingTheField) {
 
 }  // namespace
 }  // namespace topiary
+
+namespace topiary {
+namespace {
+
+// Rounds stop once no layer below its target can gain a zero (the block rules cap them),
+// and the summary says the target was not reached, why, and which layers fell short; they
+// used to go on to max_rounds and end as if the target had been met.
+TEST(Rounds, StopWhenNoLayerCanProgressAndSayTheTargetWasMissed) {
+  auto spec = testing::Parse(kSpec);
+  spec.mutable_train()->set_epochs(1);
+  spec.mutable_pruning()->set_target(0.99f);
+  spec.mutable_pruning()->set_step_fraction(1.0f);
+  spec.mutable_pruning()->set_max_rounds(8);
+  spec.clear_checkpoints();
+  const auto s = RunExperiment(spec, PruningOptions(""));
+  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  EXPECT_LT(s.rounds_size() - 1, 8) << "rounds went on after every layer had stalled";
+  EXPECT_GT(s.rounds(s.rounds_size() - 1).layers_stalled(), 0);
+  EXPECT_FALSE(s.target_reached());
+  EXPECT_NE(s.target_note().find("target 99.0% not reached: no layer below its target could "
+                                 "gain a zero"),
+            std::string::npos)
+      << s.target_note();
+  EXPECT_NE(s.target_note().find("short of their target: "), std::string::npos);
+  // A reachable target is reported reached, without a note.
+  spec.mutable_pruning()->set_target(0.3f);
+  const auto ok = RunExperiment(spec, PruningOptions(""));
+  ASSERT_EQ(ok.state(), "SUCCEEDED") << ok.error();
+  EXPECT_TRUE(ok.target_reached());
+  EXPECT_EQ(ok.target_note(), "");
+}
+
+}  // namespace
+}  // namespace topiary

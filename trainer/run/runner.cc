@@ -143,6 +143,9 @@ class ExperimentRun {
   // Stops the run at the current step when the control asks: pause writes pause.h5 there.
   // Returns an error (ABORTED) that unwinds Execute when it stops.
   absl::Status CheckStop(int step_in_epoch);
+  // After the rounds: whether the pruning target was reached, and if not why the rounds
+  // ended and which layers fell short (the summary's target_reached and target_note).
+  absl::Status NoteTarget();
 
   ExperimentSpec spec_;  // a copy: manual rounds may change the pruning fields
   const RunOptions& options_;
@@ -197,6 +200,7 @@ class ExperimentRun {
   std::optional<SamplingPolicy> sampling_;
   topiary::v1::GradientSamplingReport sampling_applied_;
   std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
+  int stalled_round_ = 0;  // the round after which no layer could progress (0: none)
   double train_seconds_ = 0;
   int64_t images_trained_ = 0;
   std::optional<EvalResult> last_eval_;  // the last evaluation of the current phase
@@ -714,10 +718,40 @@ RoundSummary ExperimentRun::SparsityRow(int round,
       }
       row.set_layers_pruned(row.layers_pruned() + 1);
       row.set_layers_at_target(row.layers_at_target() + (r.reached ? 1 : 0));
+      row.set_layers_stalled(row.layers_stalled() + (r.stalled && !r.reached ? 1 : 0));
     }
   }
   row.set_sparsity(total > 0 ? static_cast<double>(zeros) / total : 0);
   return row;
+}
+
+absl::Status ExperimentRun::NoteTarget() {
+  auto pruner = options_.make_pruner(spec_.pruning(), model(), spec_.seed());
+  if (!pruner.ok()) return pruner.status();
+  summary_->set_target_reached((*pruner)->finished());
+  if (summary_->target_reached()) return absl::OkStatus();
+  std::vector<std::string> short_layers;
+  const RoundSummary now = SparsityRow(round_, nullptr);
+  const RoundSummary& last = metrics_.rounds(metrics_.rounds_size() - 1);
+  for (const LayerSparsity& l : last.layers()) {
+    if (l.target_units() > 0 && l.zero_units() < l.target_units()) {
+      short_layers.push_back(absl::StrFormat("%s %.1f%%", l.layer(), 100 * l.sparsity()));
+    }
+  }
+  const size_t shown = std::min<size_t>(short_layers.size(), 4);
+  summary_->set_target_note(absl::StrFormat(
+      "target %.1f%% not reached: %s; sparsity %.1f%% after %d round(s)%s%s",
+      100 * spec_.pruning().target(),
+      stalled_round_ > 0 ? "no layer below its target could gain a zero"
+                         : absl::StrFormat("max_rounds (%d) ended the rounds",
+                                           spec_.pruning().max_rounds()),
+      100 * now.sparsity(), round_,
+      short_layers.empty() ? "" : "; short of their target: ",
+      absl::StrJoin(short_layers.begin(), short_layers.begin() + shown, ", ") +
+          (short_layers.size() > shown
+               ? absl::StrFormat(" and %d more", short_layers.size() - shown)
+               : "")));
+  return absl::OkStatus();
 }
 
 absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
@@ -871,7 +905,16 @@ absl::Status ExperimentRun::Execute() {
         if (!pruner.ok()) return pruner.status();
       }
       TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner->get()));
+      // Every layer at its target or unable to add a zero: more rounds would only repeat
+      // this one (the pruner is made anew each round, so the runner remembers this).
+      const RoundSummary& last = metrics_.rounds(metrics_.rounds_size() - 1);
+      if (last.layers_stalled() > 0 &&
+          last.layers_at_target() + last.layers_stalled() >= last.layers_pruned()) {
+        stalled_round_ = round_;
+        break;
+      }
     }
+    TOPIARY_RETURN_IF_ERROR(NoteTarget());
   }
   summary_->set_epochs(epoch_);
   summary_->set_dense_top1(metrics_.dense_top1());
