@@ -166,6 +166,11 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     bar_open_ = false;
     absl::FPrintF(out_, "state: %s%s%s\n", e.state().state(),
                   e.state().reason().empty() ? "" : " - ", e.state().reason());
+    if (e.state().state() == "WAITING_FOR_ROUND") {
+      absl::FPrintF(out_,
+                    "  waiting: `topiary round ID [--target X] [--step F] [--epochs N]` starts "
+                    "the next round, `topiary cancel ID` ends the experiment\n");
+    }
   } else if (e.has_round()) {
     const auto& r = e.round();
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");

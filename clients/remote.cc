@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -114,6 +115,8 @@ int Report(const Args& a, const Connection& c, const grpc::Status& st) {
 }
 
 std::string Percent(double x) { return absl::StrFormat("%.2f%%", 100 * x); }
+// A test top-1 of 0 is one never measured (chance level is far above it): "-".
+std::string Top1(double x) { return x == 0 ? "-" : Percent(x); }
 
 void PrintExperiment(const Experiment& e) {
   absl::PrintF("%s  %s  %s\n", e.id(), OneLine(e.name()),
@@ -121,7 +124,7 @@ void PrintExperiment(const Experiment& e) {
   absl::PrintF("  model %s, device %s\n", e.spec().model().arch(),
                e.device().empty() ? "-" : e.device());
   absl::PrintF("  round %d, epoch %d, test top-1 %s, sparsity %.1f%%\n", e.round(), e.epoch(),
-               Percent(e.test_top1()), 100 * e.sparsity());
+               Top1(e.test_top1()), 100 * e.sparsity());
   absl::PrintF("  created %s, updated %s\n", e.created_at(), e.updated_at());
   absl::PrintF("  folder %s (in the daemon's data directory)\n", e.folder());
   if (!e.last_checkpoint().empty()) absl::PrintF("  last checkpoint %s\n", e.last_checkpoint());
@@ -132,8 +135,27 @@ void PrintExperiment(const Experiment& e) {
 int PrintOrJson(const Args& a, const Experiment& e, const std::string& verb) {
   if (a.json) {
     absl::PrintF("%s\n", MessageToJson(e));
+    return kExitOk;
+  }
+  // Requests a run carries out at its next step boundary: say what happens, not only the
+  // state it is still in.
+  const auto state = e.state();
+  const std::string name = topiary::v1::ExperimentState_Name(state);
+  const bool under_way = state == topiary::v1::RUNNING || state == topiary::v1::QUEUED ||
+                         state == topiary::v1::WAITING_FOR_ROUND;
+  if (verb == "paused" && under_way) {
+    absl::PrintF("pause requested for %s (%s): it checkpoints at its next step and becomes "
+                 "PAUSED; `topiary watch %s` follows it\n",
+                 e.id(), name, e.id());
+  } else if (verb == "cancelled" && under_way) {
+    absl::PrintF("cancel requested for %s (%s): it stops at its next step and becomes "
+                 "CANCELLED\n",
+                 e.id(), name);
+  } else if (verb == "advanced") {
+    absl::PrintF("advanced %s: the next round starts now; `topiary watch %s` follows it\n",
+                 e.id(), e.id());
   } else {
-    absl::PrintF("%s %s (%s)\n", verb, e.id(), topiary::v1::ExperimentState_Name(e.state()));
+    absl::PrintF("%s %s (%s)\n", verb, e.id(), name);
   }
   return kExitOk;
 }
@@ -218,7 +240,7 @@ int RunRemoteCommand(const Args& a) {
     topiary::v1::ListExperimentsRequest req;
     if (!a.state.empty()) {
       topiary::v1::ExperimentState s;
-      if (!topiary::v1::ExperimentState_Parse(a.state, &s)) {
+      if (!topiary::v1::ExperimentState_Parse(absl::AsciiStrToUpper(a.state), &s)) {
         absl::FPrintF(stderr,
                       "topiary: --state: one of QUEUED, RUNNING, PAUSED, "
                       "WAITING_FOR_ROUND, SUCCEEDED, FAILED, CANCELLED\n");
@@ -244,7 +266,7 @@ int RunRemoteCommand(const Args& a) {
     for (const auto& e : resp.experiments()) {
       absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), OneLine(e.name()),
                    topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
-                   Percent(e.test_top1()), 100 * e.sparsity(), e.updated_at());
+                   Top1(e.test_top1()), 100 * e.sparsity(), e.updated_at());
     }
     return kExitOk;
   }
