@@ -19,6 +19,7 @@
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
 #include "trainer/data/dataset.h"
+#include "trainer/spec/catalog.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/hdf5_file.h"
@@ -51,6 +52,38 @@ std::string Normalize(const std::string& path) {
 std::string RealOrSelf(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// What this daemon serves, derived from the spec it accepts (so the list cannot fall behind
+// it): every value of the spec's enums that name a feature (pruning methods and scores,
+// precisions, datasets, approximation range modes, gradient-sampling scales), the spec's
+// optional blocks, the models, and the service's features.
+std::vector<std::string> Capabilities() {
+  std::vector<std::string> out;
+  auto values = [&](const std::string& prefix, const google::protobuf::EnumDescriptor* e) {
+    for (int i = 0; i < e->value_count(); ++i) {
+      if (absl::EndsWith(e->value(i)->name(), "UNSPECIFIED")) continue;
+      out.push_back(absl::StrCat(prefix, ":", e->value(i)->name()));
+    }
+  };
+  values("pruning", topiary::v1::PruningSpec::Method_descriptor());
+  values("pruning.score", topiary::v1::PruningSpec::Score_descriptor());
+  values("precision", topiary::v1::TrainSpec::Precision_descriptor());
+  values("dataset", topiary::v1::DataSpec::Dataset_descriptor());
+  values("approximation.range", topiary::v1::ApproximationSpec::RangeMode_descriptor());
+  values("gradient_sampling.scale", topiary::v1::GradientSamplingSpec::Scale_descriptor());
+  const auto* spec = topiary::v1::ExperimentSpec::descriptor();
+  for (int i = 0; i < spec->field_count(); ++i) {
+    if (spec->field(i)->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+      out.push_back(absl::StrCat("spec:", spec->field(i)->name()));
+    }
+  }
+  for (const std::string& m : ModelNames()) out.push_back("model:" + m);
+  for (const char* c : {"manual_rounds", "fork", "checkpoints:hdf5-sealed", "data_parallel",
+                        "watch:resumable", "list:pages"}) {
+    out.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace
@@ -388,11 +421,7 @@ Status TopiaryService::GetServerInfo(grpc::ServerContext* ctx,
   if (Status st = Authorize(ctx); !st.ok()) return st;
   out->set_version(kTopiaryVersion);
   for (const std::string& d : options_.devices) out->add_devices(d);
-  for (const char* c :
-       {"pruning:BLOCK", "pruning:MAGNITUDE", "pruning:N_OF_M", "precision:FP32", "precision:TF32",
-        "manual_rounds", "fork", "checkpoints:hdf5", "approximation"}) {
-    out->add_capabilities(c);
-  }
+  for (const std::string& c : Capabilities()) out->add_capabilities(c);
   out->set_max_running(scheduler_->slots());
   out->set_running(scheduler_->running());
   out->set_queued(registry_->Count(topiary::v1::QUEUED));

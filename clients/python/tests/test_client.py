@@ -167,6 +167,14 @@ def test_daemon_queries(daemon):
     with topiary.Client(daemon.address) as c:
         info = c.info()
         assert info.version and info.devices and info.max_running == 2
+        # Derived from the spec the daemon accepts: what was missing from the hand-written list.
+        caps = set(info.capabilities)
+        for cap in ("precision:BF16", "spec:gradient_sampling", "spec:approximation",
+                    "pruning:N_OF_M", "data_parallel", "model:resnet50", "dataset:FASHION_MNIST"):
+            assert cap in caps, (cap, sorted(caps))
+        assert not any(c.endswith("UNSPECIFIED") for c in caps)
+        # Pages: the client follows next_page_token.
+        assert [e.id for e in c.list()] == sorted(e.id for e in c.list())
         m = c.multipliers()
         assert "exact" in list(m.families)
 
