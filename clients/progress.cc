@@ -164,9 +164,9 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
   } else if (e.has_state()) {
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");
     bar_open_ = false;
-    absl::FPrintF(out_, "state: %s%s%s\n", e.state().state(),
+    absl::FPrintF(out_, "state: %s%s%s\n", topiary::v1::ExperimentState_Name(e.state().state()),
                   e.state().reason().empty() ? "" : " - ", e.state().reason());
-    if (e.state().state() == "WAITING_FOR_ROUND") {
+    if (e.state().state() == topiary::v1::WAITING_FOR_ROUND) {
       absl::FPrintF(out_,
                     "  waiting: `topiary round ID [--target X] [--step F] [--epochs N]` starts "
                     "the next round, `topiary cancel ID` ends the experiment\n");
@@ -200,13 +200,14 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     const auto& s = e.summary();
     if (bar_open_) absl::FPrintF(out_, "\n");
     bar_open_ = false;
-    if (s.state() != "SUCCEEDED") {
-      absl::FPrintF(out_, "%s: %s\n", s.state(), s.error());
+    if (s.state() != topiary::v1::SUCCEEDED) {
+      absl::FPrintF(out_, "%s: %s\n", topiary::v1::ExperimentState_Name(s.state()), s.error());
     } else {
       absl::FPrintF(out_,
                     "%s: test top-1 %.2f%%, top-5 %.2f%%, loss %.4f after %d epochs in %s on %s "
                     "(%.0f train img/s)\n",
-                    s.state(), 100 * s.test_top1(), 100 * s.test_top5(), s.test_loss(), s.epochs(),
+                    topiary::v1::ExperimentState_Name(s.state()), 100 * s.test_top1(),
+                    100 * s.test_top5(), s.test_loss(), s.epochs(),
                     FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
     }
     if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());

@@ -131,7 +131,7 @@ int Run(const Args& a) {
     if (a.json) {
       topiary::v1::Event e;
       e.set_seq(1);
-      e.mutable_summary()->set_state("FAILED");
+      e.mutable_summary()->set_state(topiary::v1::FAILED);
       e.mutable_summary()->set_error(std::string(spec.status().message()));
       absl::PrintF("%s\n", EventToJsonLine(e));
     } else {
@@ -153,7 +153,7 @@ int Run(const Args& a) {
     }
   };
   const auto summary = RunExperiment(*spec, options);
-  return summary.state() == "SUCCEEDED" ? kExitOk : kExitFailed;
+  return summary.state() == topiary::v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
 int Validate(const Args& a) {

@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 import topiary  # noqa: E402
-from topiary.v1 import experiment_pb2, service_pb2  # noqa: E402
+from topiary.v1 import experiment_pb2  # noqa: E402
 
 # %% Arguments: the base spec (its pruning block is kept; only the target changes) and targets.
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -58,8 +58,8 @@ for target, exp in experiments.items():
             print(f"{exp.id} round {r.round}: sparsity {r.sparsity:.3f}, top-1 {r.test_top1:.4f}",
                   file=sys.stderr)
     final = client.get(exp.id)
-    if final.state != service_pb2.SUCCEEDED:
-        sys.exit(f"{exp.id} ended {service_pb2.ExperimentState.Name(final.state)}: "
+    if final.state != topiary.SUCCEEDED:
+        sys.exit(f"{exp.id} ended {topiary.state_name(final.state)}: "
                  f"{final.error}")
     results[target] = {"id": exp.id, "sparsity": final.sparsity, "test_top1": final.test_top1,
                        "rounds": rounds}

@@ -38,7 +38,7 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
                       method + R"( }
       device { kind: CUDA })");
     const auto s = RunExperiment(spec, PruningOptions(OutDir(method)));
-    ASSERT_EQ(s.state(), "SUCCEEDED") << method << ": " << s.error();
+    ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << method << ": " << s.error();
     const auto& last = s.rounds(s.rounds_size() - 1);
     EXPECT_EQ(last.layers_at_target(), last.layers_pruned()) << method;
     const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
@@ -49,7 +49,7 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
       RunOptions options = PruningOptions(OutDir("resumed"));
       options.resume_from = OutDir(method) + "/checkpoints/round-001.h5";
       const auto resumed = RunExperiment(spec, options);
-      ASSERT_EQ(resumed.state(), "SUCCEEDED") << resumed.error();
+      ASSERT_EQ(resumed.state(), topiary::v1::SUCCEEDED) << resumed.error();
       EXPECT_EQ(resumed.rounds_size(), s.rounds_size());
       EXPECT_EQ(resumed.sparsity(), s.sparsity());
       EXPECT_EQ(CheckMaskedCheckpoint(resumed.checkpoint(), 0.5).block_layers_at_target, 20);
@@ -70,7 +70,7 @@ TEST_F(RoundsGpu, MasksHoldInBf16) {
               method: BLOCK score: GRAD_L2 }
     device { kind: CUDA })");
   const auto s = RunExperiment(spec, PruningOptions(OutDir("bf16")));
-  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
   EXPECT_EQ(check.block_layers_at_target, 20);
   EXPECT_GT(s.test_top1(), 0.5);
@@ -97,8 +97,8 @@ TEST_F(RoundsGpu, BlockSparseKernelsTrainLikeDenseOnes) {
     return t;
   };
   const testing::Trace sparse = run("on"), sparse2 = run("on"), dense = run("off");
-  ASSERT_EQ(sparse.summary.state(), "SUCCEEDED") << sparse.summary.error();
-  ASSERT_EQ(dense.summary.state(), "SUCCEEDED") << dense.summary.error();
+  ASSERT_EQ(sparse.summary.state(), topiary::v1::SUCCEEDED) << sparse.summary.error();
+  ASSERT_EQ(dense.summary.state(), topiary::v1::SUCCEEDED) << dense.summary.error();
   EXPECT_EQ(sparse.losses, sparse2.losses);  // the kernels use no atomics
   ASSERT_EQ(sparse.losses.size(), dense.losses.size());
   const size_t n = sparse.losses.size();

@@ -47,7 +47,7 @@ StepLosses RunWithLosses(const topiary::v1::ExperimentSpec& spec, RunOptions opt
 TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
   const StepLosses a = RunWithLosses(Parse(kSpec), PruningOptions(OutDir("block")));
   const auto& s = a.summary;
-  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   ASSERT_GE(s.rounds_size(), 3);  // round 0 (dense) and at least two prune steps
   const auto& last = s.rounds(s.rounds_size() - 1);
   EXPECT_EQ(last.layers_pruned(), 20);
@@ -69,13 +69,13 @@ TEST(Rounds, ResumedRunsContinueBitIdentically) {
   const auto spec = Parse(kSpec);
   const std::string dir = OutDir("full");
   const StepLosses full = RunWithLosses(spec, PruningOptions(dir));
-  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   // From inside the dense phase (after epoch 1 of 2) and from the end of round 1.
   for (const char* from : {"epoch-0001.h5", "round-001.h5"}) {
     RunOptions options = PruningOptions(OutDir(std::string("resumed-") + from));
     options.resume_from = dir + "/checkpoints/" + from;
     const StepLosses resumed = RunWithLosses(spec, options);
-    ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+    ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << resumed.summary.error();
     ASSERT_FALSE(resumed.loss.empty());
     const int first = resumed.loss.begin()->first;
     EXPECT_GT(first, 1) << from;
@@ -121,12 +121,12 @@ TEST(Rounds, DataParallelPruningKeepsRanksIdentical) {
     if (e.has_checkpoint()) identical.push_back(e.checkpoint().ranks_identical());
   };
   const auto first = RunExperiment(spec, options);
-  ASSERT_EQ(first.state(), "PAUSED") << first.error();
+  ASSERT_EQ(first.state(), topiary::v1::PAUSED) << first.error();
   spec.mutable_device()->set_cpu_ranks(1);
   RunOptions again = PruningOptions(OutDir("dp"));
   again.resume_from = first.checkpoint();
   const auto s = RunExperiment(spec, again);
-  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   ASSERT_GE(identical.size(), 3u);  // epoch-0001, dense, round-001... and pause.h5
   for (int n : identical) EXPECT_EQ(n, 2);
   const auto& last = s.rounds(s.rounds_size() - 1);
@@ -138,7 +138,7 @@ TEST(Rounds, DataParallelPruningKeepsRanksIdentical) {
 TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
   const auto spec = Parse(kSpec);
   const StepLosses full = RunWithLosses(spec, PruningOptions(OutDir("nopause")));
-  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   // 10 steps per epoch: step 15 is inside the second dense epoch; step 27 inside round 1.
   for (int at : {15, 27}) {
     const std::string dir = OutDir("paused" + std::to_string(at));
@@ -146,13 +146,13 @@ TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
     RunOptions options = PruningOptions(dir);
     options.control = &pause;
     const StepLosses first = RunWithLosses(spec, options);
-    ASSERT_EQ(first.summary.state(), "PAUSED") << first.summary.error();
+    ASSERT_EQ(first.summary.state(), topiary::v1::PAUSED) << first.summary.error();
     EXPECT_EQ(first.summary.checkpoint(), dir + "/checkpoints/pause.h5");
     EXPECT_EQ(first.loss.rbegin()->first, at - 1);
     RunOptions again = PruningOptions(dir);
     again.resume_from = first.summary.checkpoint();
     const StepLosses second = RunWithLosses(spec, again);
-    ASSERT_EQ(second.summary.state(), "SUCCEEDED") << second.summary.error();
+    ASSERT_EQ(second.summary.state(), topiary::v1::SUCCEEDED) << second.summary.error();
     EXPECT_EQ(second.loss.begin()->first, at);
     std::map<int, double> joined = first.loss;
     joined.insert(second.loss.begin(), second.loss.end());
@@ -162,7 +162,7 @@ TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
   StopAt cancel(5, RunControl::Stop::kCancel);
   RunOptions options = PruningOptions(OutDir("cancelled"));
   options.control = &cancel;
-  EXPECT_EQ(RunWithLosses(spec, options).summary.state(), "CANCELLED");
+  EXPECT_EQ(RunWithLosses(spec, options).summary.state(), topiary::v1::CANCELLED);
 }
 
 // Advances manual rounds, raising the target after the first round.
@@ -184,7 +184,7 @@ TEST(Rounds, ManualRoundsWaitAfterEachRoundAndTakeChanges) {
   RunOptions options = PruningOptions(OutDir("manual"));
   options.control = &control;
   const StepLosses r = RunWithLosses(spec, options);
-  ASSERT_EQ(r.summary.state(), "SUCCEEDED") << r.summary.error();
+  ASSERT_EQ(r.summary.state(), topiary::v1::SUCCEEDED) << r.summary.error();
   ASSERT_GE(control.seen.size(), 3u);
   EXPECT_EQ(control.seen[0], 0);  // after the dense phase
   EXPECT_EQ(control.seen[1], 1);
@@ -194,12 +194,12 @@ TEST(Rounds, ManualRoundsWaitAfterEachRoundAndTakeChanges) {
 TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
   const std::string dir = OutDir("parent");
   const StepLosses parent = RunWithLosses(Parse(kSpec), PruningOptions(dir));
-  ASSERT_EQ(parent.summary.state(), "SUCCEEDED") << parent.summary.error();
+  ASSERT_EQ(parent.summary.state(), topiary::v1::SUCCEEDED) << parent.summary.error();
   auto spec = Parse(kSpec);
   spec.set_init_from_checkpoint(dir + "/checkpoints/round-001.h5");
   spec.mutable_pruning()->set_target(0.75f);
   const StepLosses child = RunWithLosses(spec, PruningOptions(OutDir("child")));
-  ASSERT_EQ(child.summary.state(), "SUCCEEDED") << child.summary.error();
+  ASSERT_EQ(child.summary.state(), topiary::v1::SUCCEEDED) << child.summary.error();
   EXPECT_EQ(child.summary.rounds(0).sparsity(), parent.summary.rounds(1).sparsity())
       << "round 0 of the child is the parent's round-1 model, masks included";
   EXPECT_EQ(child.summary.epochs(), child.summary.rounds_size() - 1) << "no dense epochs";
@@ -213,7 +213,7 @@ TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
   auto spec = Parse(kSpec);
   spec.mutable_pruning()->set_score(topiary::v1::PruningSpec::GRAD_L2);
   const StepLosses grad = RunWithLosses(spec, PruningOptions(OutDir("grad")));
-  ASSERT_EQ(grad.summary.state(), "SUCCEEDED") << grad.summary.error();
+  ASSERT_EQ(grad.summary.state(), topiary::v1::SUCCEEDED) << grad.summary.error();
   const auto& last = grad.summary.rounds(grad.summary.rounds_size() - 1);
   EXPECT_EQ(last.layers_at_target(), 20);
   EXPECT_EQ(CheckMaskedCheckpoint(grad.summary.checkpoint(), 0.5).block_layers_at_target, 20);
@@ -223,7 +223,7 @@ TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
   spec.mutable_pruning()->add_overrides()->set_layer("fc");
   spec.mutable_pruning()->mutable_overrides(0)->set_exclude(true);
   const StepLosses mag = RunWithLosses(spec, PruningOptions(OutDir("magnitude")));
-  ASSERT_EQ(mag.summary.state(), "SUCCEEDED") << mag.summary.error();
+  ASSERT_EQ(mag.summary.state(), topiary::v1::SUCCEEDED) << mag.summary.error();
   const auto& m = mag.summary.rounds(mag.summary.rounds_size() - 1);
   EXPECT_EQ(m.layers_pruned(), 21);  // every conv, the stem included; not the excluded fc
   EXPECT_EQ(m.layers_at_target(), 21);
@@ -238,7 +238,7 @@ TEST(Rounds, BadCheckpointsAreRefusedNamingTheField) {
   auto spec = Parse(kSpec);
   spec.set_init_from_checkpoint(OutDir("nope.h5"));
   const StepLosses r = RunWithLosses(spec, PruningOptions(OutDir("bad")));
-  EXPECT_EQ(r.summary.state(), "FAILED");
+  EXPECT_EQ(r.summary.state(), topiary::v1::FAILED);
   EXPECT_NE(r.summary.error().find("init_from_checkpoint: "), std::string::npos)
       << r.summary.error();
   EXPECT_NE(r.summary.error().find("no such file"), std::string::npos) << r.summary.error();
@@ -261,7 +261,7 @@ TEST(Rounds, StopWhenNoLayerCanProgressAndSayTheTargetWasMissed) {
   spec.mutable_pruning()->set_max_rounds(8);
   spec.clear_checkpoints();
   const auto s = RunExperiment(spec, PruningOptions(""));
-  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   EXPECT_LT(s.rounds_size() - 1, 8) << "rounds went on after every layer had stalled";
   EXPECT_GT(s.rounds(s.rounds_size() - 1).layers_stalled(), 0);
   EXPECT_FALSE(s.target_reached());
@@ -273,7 +273,7 @@ TEST(Rounds, StopWhenNoLayerCanProgressAndSayTheTargetWasMissed) {
   // A reachable target is reported reached, without a note.
   spec.mutable_pruning()->set_target(0.3f);
   const auto ok = RunExperiment(spec, PruningOptions(""));
-  ASSERT_EQ(ok.state(), "SUCCEEDED") << ok.error();
+  ASSERT_EQ(ok.state(), topiary::v1::SUCCEEDED) << ok.error();
   EXPECT_TRUE(ok.target_reached());
   EXPECT_EQ(ok.target_note(), "");
 }

@@ -176,7 +176,7 @@ absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& s
   Entry* raw = entry.get();
   entries_[id] = std::move(entry);
   Event e;
-  e.mutable_state()->set_state("QUEUED");
+  e.mutable_state()->set_state(topiary::v1::QUEUED);
   e.mutable_state()->set_reason("submitted");
   AppendLocked(raw, std::move(e));
   return raw->record;
@@ -322,7 +322,7 @@ absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue
     e->stop = 0;
     e->resume_after_pause = true;
     Event ev;
-    ev.mutable_state()->set_state(ExperimentState_Name(s));
+    ev.mutable_state()->set_state(s);
     ev.mutable_state()->set_reason("resumed: the pending pause is withdrawn");
     AppendLocked(e, std::move(ev));
     return e->record;
@@ -331,19 +331,19 @@ absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue
       absl::StrCat(id, " is ", ExperimentState_Name(s), "; only PAUSED can resume"));
 }
 
-bool Registry::FinishRun(const std::string& id, const std::string& run_state,
+bool Registry::FinishRun(const std::string& id, ExperimentState run_state,
                          const std::string& error, bool daemon_stopping) {
   absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return false;
   bool requeue = false;
   const bool cancel_pending = e->stop.load() == static_cast<int>(RunControl::Stop::kCancel);
-  if (run_state == "SUCCEEDED") {
+  if (run_state == topiary::v1::SUCCEEDED) {
     ForceStateLocked(e, topiary::v1::SUCCEEDED, "finished");
-  } else if (run_state == "PAUSED" && cancel_pending) {
+  } else if (run_state == topiary::v1::PAUSED && cancel_pending) {
     // A Cancel that came while the run wrote its pause checkpoint: acknowledged, so kept.
     ForceStateLocked(e, topiary::v1::CANCELLED, "cancelled while it paused");
-  } else if (run_state == "PAUSED") {
+  } else if (run_state == topiary::v1::PAUSED) {
     if (daemon_stopping) {
       ForceStateLocked(e, topiary::v1::QUEUED, "the daemon stopped; it resumes when it restarts");
     } else if (e->resume_after_pause) {
@@ -352,7 +352,7 @@ bool Registry::FinishRun(const std::string& id, const std::string& run_state,
     } else {
       ForceStateLocked(e, topiary::v1::PAUSED, "paused");
     }
-  } else if (run_state == "CANCELLED") {
+  } else if (run_state == topiary::v1::CANCELLED) {
     ForceStateLocked(e, topiary::v1::CANCELLED, "cancelled");
   } else {
     ForceStateLocked(e, topiary::v1::FAILED, SingleLine(error));
@@ -377,7 +377,7 @@ absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std
   // when it starts running: a pause that raced with the start must still take effect.
   if (state == topiary::v1::QUEUED) e->stop = 0;
   Event ev;
-  ev.mutable_state()->set_state(ExperimentState_Name(state));
+  ev.mutable_state()->set_state(state);
   ev.mutable_state()->set_reason(reason);
   AppendLocked(e, std::move(ev));
   return absl::OkStatus();
@@ -392,7 +392,7 @@ void Registry::ForceStateLocked(Entry* e, ExperimentState state, const std::stri
     e->record.set_updated_at(NowIso8601());
     if (state == topiary::v1::FAILED) e->record.set_error(reason);
     Event ev;
-    ev.mutable_state()->set_state(ExperimentState_Name(state));
+    ev.mutable_state()->set_state(state);
     ev.mutable_state()->set_reason(absl::StrCat(reason, " (not saved: ", st.message(),
                                                 "; a restarted daemon runs it again)"));
     AppendLocked(e, std::move(ev));
@@ -432,7 +432,7 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
   }
   if (event.has_summary()) {
     const auto& s = event.summary();
-    if (s.state() == "SUCCEEDED") {
+    if (s.state() == topiary::v1::SUCCEEDED) {
       r.set_test_top1(s.test_top1());
       r.set_sparsity(s.sparsity());
       r.set_epoch(s.epochs());

@@ -79,7 +79,7 @@ class Registry {
   // The end of a run: its final state from the run's summary state ("SUCCEEDED", "PAUSED",
   // "CANCELLED", else FAILED with `error`). `daemon_stopping` turns a pause into QUEUED.
   // True when the experiment must be queued again.
-  bool FinishRun(const std::string& id, const std::string& run_state, const std::string& error,
+  bool FinishRun(const std::string& id, ExperimentState run_state, const std::string& error,
                  bool daemon_stopping);
   // Applies `change` to the record under the lock and persists it.
   absl::Status Update(const std::string& id, const std::function<void(Experiment*)>& change);

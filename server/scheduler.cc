@@ -148,7 +148,7 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
           resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
       !st.ok()) {
     // Not started: a run the record does not know of would start again after a restart.
-    registry_->FinishRun(id, "FAILED", absl::StrCat("cannot start: ", st.message()), false);
+    registry_->FinishRun(id, topiary::v1::FAILED, absl::StrCat("cannot start: ", st.message()), false);
     return false;
   }
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);

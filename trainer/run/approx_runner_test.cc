@@ -48,7 +48,7 @@ TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
   const auto spec = Parse(kApprox);
   const std::string out = TempDir("approx");
   const Trace full = RunTo(spec, out);
-  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   ASSERT_EQ(full.losses.size(), 20u);  // 2 epochs x 10 steps
 
   auto doc = ReadCheckpointFile(out + "/checkpoints/epoch-0001.h5");
@@ -71,7 +71,7 @@ TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
 
   // Resumed after epoch 1: the second epoch's losses, bit for bit.
   const Trace resumed = RunTo(spec, TempDir("approx_resumed"), out + "/checkpoints/epoch-0001.h5");
-  ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+  ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << resumed.summary.error();
   EXPECT_EQ(resumed.losses, std::vector<double>(full.losses.begin() + 10, full.losses.end()));
   EXPECT_EQ(resumed.summary.test_top1(), full.summary.test_top1());
 
@@ -79,7 +79,7 @@ TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
   auto other = spec;
   other.mutable_approximation()->mutable_rules(0)->set_multiplier("drum:5");
   const Trace refused = RunTo(other, TempDir("approx_other"), out + "/checkpoints/epoch-0001.h5");
-  EXPECT_EQ(refused.summary.state(), "FAILED");
+  EXPECT_EQ(refused.summary.state(), topiary::v1::FAILED);
   EXPECT_NE(refused.summary.error().find("stage1.block0.conv1 was trained with multiplier"),
             std::string::npos)
       << refused.summary.error();
@@ -97,7 +97,7 @@ TEST(ApproxRunner, ExactTableTrainsLikeFakeQuantization) {
   a->mutable_rules(0)->set_multiplier("exact");
   a->set_range(topiary::v1::ApproximationSpec::PER_BATCH);
   const Trace t = RunAndTrace(spec);
-  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  ASSERT_EQ(t.summary.state(), topiary::v1::SUCCEEDED) << t.summary.error();
   EXPECT_GT(t.summary.test_top1(), 0.9);
   EXPECT_LT(t.losses.back(), t.losses.front());
 }
@@ -122,7 +122,7 @@ TEST(ApproxRunner, BadRulesFailNamingTheRule) {
     a->add_rules()->set_layer(c.layer);
     a->mutable_rules(0)->set_multiplier(c.multiplier);
     const auto s = RunAndTrace(spec).summary;
-    EXPECT_EQ(s.state(), "FAILED") << c.multiplier;
+    EXPECT_EQ(s.state(), topiary::v1::FAILED) << c.multiplier;
     EXPECT_NE(s.error().find(c.message), std::string::npos) << s.error();
   }
   // Caught by validation before anything runs.
@@ -144,7 +144,7 @@ TEST(ApproxEval, EvaluatesCheckpointsUnderAssignmentsAndRanksLayers) {
   spec.mutable_train()->set_epochs(3);
   const std::string out = TempDir("eval");
   const Trace trained = RunTo(spec, out);
-  ASSERT_EQ(trained.summary.state(), "SUCCEEDED") << trained.summary.error();
+  ASSERT_EQ(trained.summary.state(), topiary::v1::SUCCEEDED) << trained.summary.error();
   auto ev = CheckpointEvaluator::Open(out + "/checkpoints/dense.h5");
   ASSERT_TRUE(ev.ok()) << ev.status();
   // Its own (empty) approximation: the run's own final evaluation, to the bit.

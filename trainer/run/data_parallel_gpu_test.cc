@@ -64,7 +64,7 @@ topiary::v1::ExperimentSpec WithGpus(int n) {
 
 TEST_F(DataParallelGpu, OrderedReductionRepeatsBitForBitAndGraphsMatchEager) {
   const Trace a = RunSpec(WithGpus(2), "a"), b = RunSpec(WithGpus(2), "b");
-  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   EXPECT_NE(a.started.gradient_reduction().find("ordered"), std::string::npos)
       << a.started.gradient_reduction();
   EXPECT_EQ(a.losses.size(), 40u);
@@ -76,7 +76,7 @@ TEST_F(DataParallelGpu, OrderedReductionRepeatsBitForBitAndGraphsMatchEager) {
   // One GPU, the same global batch: the same training up to batch norm's per-rank
   // statistics (32 images each instead of 64).
   const Trace one = RunSpec(WithGpus(1), "one");
-  ASSERT_EQ(one.summary.state(), "SUCCEEDED") << one.summary.error();
+  ASSERT_EQ(one.summary.state(), topiary::v1::SUCCEEDED) << one.summary.error();
   printf("loss after 2 epochs: 2 GPUs %.4f, 1 GPU %.4f; top-1 %.4f vs %.4f\n", a.losses.back(),
          one.losses.back(), a.summary.test_top1(), one.summary.test_top1());
   EXPECT_NEAR(a.losses.front(), one.losses.front(), 0.05);
@@ -88,7 +88,7 @@ TEST_F(DataParallelGpu, Bf16KeepsRanksIdenticalAndResumesOnOneGpu) {
   spec.mutable_device()->set_deterministic(false);
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   const Trace full = RunSpec(spec, "bf16");
-  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   EXPECT_EQ(full.started.gradient_reduction().find("ordered"), std::string::npos)
       << full.started.gradient_reduction();
   EXPECT_EQ(RanksIdentical(full), (std::vector<int>{2, 2}));
@@ -97,7 +97,7 @@ TEST_F(DataParallelGpu, Bf16KeepsRanksIdenticalAndResumesOnOneGpu) {
   one.mutable_device()->set_gpu_count(1);
   const Trace resumed =
       RunSpec(one, "bf16-resumed", testing::TempDir("bf16") + "/checkpoints/epoch-0001.h5");
-  ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << resumed.summary.error();
+  ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << resumed.summary.error();
   EXPECT_EQ(resumed.losses.size(), 20u);
   EXPECT_NEAR(resumed.summary.test_top1(), full.summary.test_top1(), 0.1);
 }

@@ -45,8 +45,8 @@ void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, dou
 TEST(DataParallel, TwoRanksTrainAsOneRankDoes) {
   const Trace one = RunAndTrace(WithRanks(1));
   const Trace two = RunAndTrace(WithRanks(2));
-  ASSERT_EQ(one.summary.state(), "SUCCEEDED") << one.summary.error();
-  ASSERT_EQ(two.summary.state(), "SUCCEEDED") << two.summary.error();
+  ASSERT_EQ(one.summary.state(), topiary::v1::SUCCEEDED) << one.summary.error();
+  ASSERT_EQ(two.summary.state(), topiary::v1::SUCCEEDED) << two.summary.error();
   EXPECT_EQ(two.started.ranks(), 2);
   EXPECT_EQ(two.started.gradient_reduction(), "host");
   EXPECT_EQ(one.started.ranks(), 0) << "one rank: no collective";
@@ -66,13 +66,13 @@ TEST(DataParallel, ResumesOnAnotherRankCount) {
   RunOptions full_options;
   full_options.out_dir = dir;
   const Trace full = RunAndTrace(WithRanks(2), full_options);
-  ASSERT_EQ(full.summary.state(), "SUCCEEDED") << full.summary.error();
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   for (int ranks : {1, 2, 4}) {
     RunOptions o;
     o.out_dir = testing::TempDir("dp-resumed-" + std::to_string(ranks));
     o.resume_from = dir + "/checkpoints/epoch-0001.h5";
     const Trace resumed = RunAndTrace(WithRanks(ranks), o);
-    ASSERT_EQ(resumed.summary.state(), "SUCCEEDED") << ranks << ": " << resumed.summary.error();
+    ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << ranks << ": " << resumed.summary.error();
     ASSERT_EQ(resumed.losses.size(), 20u) << "the second epoch only";
     const std::vector<double> tail(full.losses.end() - 20, full.losses.end());
     if (ranks == 2) {
@@ -86,7 +86,7 @@ TEST(DataParallel, ResumesOnAnotherRankCount) {
 TEST(DataParallel, RefusesBatchesThatDoNotSplit) {
   auto spec = WithRanks(3);
   const Trace t = RunAndTrace(spec);
-  EXPECT_EQ(t.summary.state(), "FAILED");
+  EXPECT_EQ(t.summary.state(), topiary::v1::FAILED);
   EXPECT_NE(t.summary.error().find("data.batch_size"), std::string::npos) << t.summary.error();
   EXPECT_NE(t.summary.error().find("3 CPU ranks"), std::string::npos) << t.summary.error();
 
@@ -94,7 +94,7 @@ TEST(DataParallel, RefusesBatchesThatDoNotSplit) {
   gpus.mutable_device()->add_gpus(0);
   gpus.mutable_device()->set_gpu_count(2);
   const Trace g = RunAndTrace(gpus);
-  EXPECT_EQ(g.summary.state(), "FAILED");
+  EXPECT_EQ(g.summary.state(), topiary::v1::FAILED);
   EXPECT_NE(g.summary.error().find("device.gpu_count"), std::string::npos) << g.summary.error();
 
   auto twice = Parse(kLenet);

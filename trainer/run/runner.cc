@@ -1032,11 +1032,14 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
                        "): probably out of host memory for this model, batch or dataset"));
     }
     if (run.stopped() != RunControl::Stop::kNone) {
-      summary.set_state(run.stopped() == RunControl::Stop::kPause ? "PAUSED" : "CANCELLED");
+      summary.set_state(run.stopped() == RunControl::Stop::kPause ? topiary::v1::PAUSED
+                                                                   : topiary::v1::CANCELLED);
       status = absl::OkStatus();
     }
   }
-  if (summary.state().empty()) summary.set_state(status.ok() ? "SUCCEEDED" : "FAILED");
+  if (summary.state() == topiary::v1::STATE_UNSPECIFIED) {
+    summary.set_state(status.ok() ? topiary::v1::SUCCEEDED : topiary::v1::FAILED);
+  }
   if (!status.ok()) summary.set_error(std::string(status.message()));
   summary.set_seconds(Seconds(start));
   Event e = sink.New();

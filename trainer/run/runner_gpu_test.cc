@@ -37,7 +37,7 @@ class RunnerGpu : public ::testing::Test {
 TEST_F(RunnerGpu, LearnsAndIsDeterministic) {
   const auto spec = Parse(kSynthetic);
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
-  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   EXPECT_NE(a.summary.device().find("cuda:0"), std::string::npos) << a.summary.device();
   EXPECT_GT(a.summary.test_top1(), 0.9);
   ASSERT_EQ(a.losses.size(), 60u);
@@ -51,8 +51,8 @@ TEST_F(RunnerGpu, GraphReplayEqualsEagerLaunches) {
   const Trace graphs = RunAndTrace(spec);
   spec.mutable_device()->set_cuda_graphs(topiary::v1::DeviceSpec::GRAPHS_OFF);
   const Trace eager = RunAndTrace(spec);
-  ASSERT_EQ(graphs.summary.state(), "SUCCEEDED") << graphs.summary.error();
-  ASSERT_EQ(eager.summary.state(), "SUCCEEDED") << eager.summary.error();
+  ASSERT_EQ(graphs.summary.state(), topiary::v1::SUCCEEDED) << graphs.summary.error();
+  ASSERT_EQ(eager.summary.state(), topiary::v1::SUCCEEDED) << eager.summary.error();
   EXPECT_EQ(graphs.losses, eager.losses);
   EXPECT_EQ(graphs.summary.test_loss(), eager.summary.test_loss());
 }
@@ -81,7 +81,7 @@ TEST_F(RunnerGpu, ApproximateConvolutionsLearnDeterministicallyAndMatchTheCpu) {
   a->mutable_rules(0)->set_multiplier("drum:6");
   a->set_range(topiary::v1::ApproximationSpec::MOVING_AVERAGE);
   const Trace x = RunAndTrace(spec), y = RunAndTrace(spec);
-  ASSERT_EQ(x.summary.state(), "SUCCEEDED") << x.summary.error();
+  ASSERT_EQ(x.summary.state(), topiary::v1::SUCCEEDED) << x.summary.error();
   EXPECT_GT(x.summary.test_top1(), 0.9);
   EXPECT_EQ(x.losses, y.losses);
   auto eager = spec;
@@ -120,7 +120,7 @@ TEST_F(RunnerGpu, SampledWeightGradientsLearnDeterministicallyInFp32AndBf16) {
       a->mutable_rules(0)->set_multiplier("drum:6");
     }
     const Trace x = RunAndTrace(spec), y = RunAndTrace(spec);
-    ASSERT_EQ(x.summary.state(), "SUCCEEDED") << x.summary.error();
+    ASSERT_EQ(x.summary.state(), topiary::v1::SUCCEEDED) << x.summary.error();
     std::printf("%s: top-1 %.4f, sampled steps %d of %d\n",
                 topiary::v1::TrainSpec::Precision_Name(precision).c_str(), x.summary.test_top1(),
                 static_cast<int>(x.summary.gradient_sampling().sampled_steps()),
@@ -154,7 +154,7 @@ TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {
   auto spec = Parse(kSynthetic);
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
-  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   EXPECT_GT(a.summary.test_top1(), 0.9);
   ASSERT_EQ(a.losses.size(), 60u);
   EXPECT_EQ(a.losses, b.losses);
@@ -196,7 +196,7 @@ TEST_F(RunnerGpu, ClearErrorsForMemoryAndDevice) {
   }
   // The process survives and the GPU is usable again.
   const auto ok = RunAndTrace(Parse(kSynthetic)).summary;
-  EXPECT_EQ(ok.state(), "SUCCEEDED") << ok.error();
+  EXPECT_EQ(ok.state(), topiary::v1::SUCCEEDED) << ok.error();
   auto bad = Parse(kSynthetic);
   bad.mutable_device()->add_gpus(63);  // a valid ordinal that no test machine has
   const auto s = RunAndTrace(bad).summary;

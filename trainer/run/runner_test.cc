@@ -31,7 +31,7 @@ constexpr char kSynthetic[] = R"(
 TEST(Runner, SameSpecAndSeedGiveBitIdenticalLosses) {
   const auto spec = Parse(kSynthetic);
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
-  ASSERT_EQ(a.summary.state(), "SUCCEEDED") << a.summary.error();
+  ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   ASSERT_EQ(a.losses.size(), 60u);  // 3 epochs x 20 steps
   EXPECT_EQ(a.losses, b.losses);    // exact equality, not a tolerance
   auto other = spec;
@@ -63,12 +63,12 @@ TEST(Runner, KeepLastCountsCheckpointsFromBeforeAPause) {
   PauseAt pause(50);  // in epoch 3, after epoch-0001.h5 and epoch-0002.h5
   options.control = &pause;
   const auto first = RunExperiment(spec, options);
-  ASSERT_EQ(first.state(), "PAUSED") << first.error();
+  ASSERT_EQ(first.state(), topiary::v1::PAUSED) << first.error();
   RunOptions again;
   again.out_dir = options.out_dir;
   again.resume_from = first.checkpoint();
   const auto s = RunExperiment(spec, again);
-  ASSERT_EQ(s.state(), "SUCCEEDED") << s.error();
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   std::vector<std::string> periodic;
   for (int e = 1; e <= 5; ++e) {
     const std::string name = absl::StrFormat("epoch-%04d.h5", e);
@@ -85,7 +85,7 @@ TEST(Runner, LearnsSyntheticClasses) {
   auto spec = Parse(kSynthetic);
   spec.mutable_data()->clear_augment();
   const Trace t = RunAndTrace(spec);
-  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  ASSERT_EQ(t.summary.state(), topiary::v1::SUCCEEDED) << t.summary.error();
   EXPECT_GT(t.summary.test_top1(), 0.9) << "synthetic prototypes are easy to separate";
   EXPECT_LT(t.losses.back(), t.losses.front());
   EXPECT_EQ(t.summary.epochs(), 3);
@@ -117,7 +117,7 @@ TEST(Runner, SaysOnceWhyThereAreNoEnergyFigures) {
     }
   };
   const auto summary = RunExperiment(spec, opt);
-  ASSERT_EQ(summary.state(), "SUCCEEDED") << summary.error();
+  ASSERT_EQ(summary.state(), topiary::v1::SUCCEEDED) << summary.error();
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("no energy figures on the CPU"), std::string::npos) << notes[0];
 }
@@ -128,7 +128,7 @@ TEST(Runner, LenetLearnsFashionMnistSubset) {
     data { batch_size: 64 train_limit: 6000 test_limit: 2000 }
     train { epochs: 2 optimizer { lr: 0.05 nesterov: true } }
     device { kind: CPU })"));
-  ASSERT_EQ(t.summary.state(), "SUCCEEDED") << t.summary.error();
+  ASSERT_EQ(t.summary.state(), topiary::v1::SUCCEEDED) << t.summary.error();
   EXPECT_GT(t.summary.test_top1(), 0.75);
   EXPECT_GT(t.summary.test_top5(), t.summary.test_top1());
 }
@@ -137,23 +137,23 @@ TEST(Runner, FailuresAreReportedNotThrown) {
   auto spec = Parse(kSynthetic);
   spec.mutable_data()->set_batch_size(10000);
   auto s = RunAndTrace(spec).summary;
-  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_EQ(s.error(), "data.batch_size: 10000 exceeds the 640 training images");
   spec = Parse(kSynthetic);
   spec.mutable_device()->set_kind(topiary::v1::DeviceSpec::CUDA);
   s = RunAndTrace(spec).summary;
-  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_NE(s.error().find("device.kind: CUDA"), std::string::npos) << s.error();
   spec = Parse(kSynthetic);
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   s = RunAndTrace(spec).summary;
-  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_NE(s.error().find("train.precision: BF16 needs a GPU"), std::string::npos) << s.error();
   spec = Parse(kSynthetic);
   spec.mutable_train()->mutable_optimizer()->set_lr(1000.0f);  // the largest lr validation allows
   spec.mutable_train()->mutable_optimizer()->set_weight_decay(1.0f);
   s = RunAndTrace(spec).summary;
-  EXPECT_EQ(s.state(), "FAILED");
+  EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_NE(s.error().find("diverged"), std::string::npos) << s.error();
 }
 

@@ -25,9 +25,9 @@ def test_submit_watch_to_the_end(daemon, examples):
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and seqs[0] == 1
         assert "started" in kinds(events) and "epoch" in kinds(events)
         summary = [e.summary for e in events if e.WhichOneof("kind") == "summary"]
-        assert summary and summary[-1].state == "SUCCEEDED"
+        assert summary and summary[-1].state == topiary.SUCCEEDED
         done = c.get(exp.id)
-        assert done.state == pb.SUCCEEDED and done.test_top1 == pytest.approx(summary[-1].test_top1)
+        assert done.state == topiary.SUCCEEDED and done.test_top1 == pytest.approx(summary[-1].test_top1)
         assert done.test_top1 > 0.5
         # Resumable: from any sequence number, exactly the events after it.
         k = seqs[len(seqs) // 2]
@@ -45,12 +45,12 @@ def test_submit_forms_and_list(daemon, examples):
         as_dict["name"] = "from-dict"
         ids = [c.submit(spec).id, c.submit(as_dict).id, c.submit(json_format.MessageToJson(spec)).id]
         for i in ids:
-            assert c.wait(i, timeout=120).state == pb.SUCCEEDED
+            assert c.wait(i, timeout=120).state == topiary.SUCCEEDED
         listed = [e.id for e in c.list()]
         assert all(i in listed for i in ids) and listed == sorted(listed)
         assert c.get(ids[1]).name == "from-dict"
         assert {e.id for e in c.list("SUCCEEDED")} >= set(ids)
-        assert not any(e.id in ids for e in c.list(pb.FAILED))
+        assert not any(e.id in ids for e in c.list(topiary.FAILED))
 
 
 def test_errors_are_exceptions_with_code_and_field(daemon, examples):
@@ -105,10 +105,10 @@ def test_manual_rounds_and_fork(daemon, examples):
         # The sparsity counts every conv and linear kernel; the stem and fc stay dense.
         assert after.round == 1 and 0.15 < after.sparsity <= 0.25
         assert after.spec.pruning.target == pytest.approx(0.25)
-        while after.state == pb.WAITING_FOR_ROUND:
+        while after.state == topiary.WAITING_FOR_ROUND:
             c.advance_round(exp.id)
             after = c.wait(exp.id, ["WAITING_FOR_ROUND", "SUCCEEDED"], timeout=300)
-        assert after.state == pb.SUCCEEDED
+        assert after.state == topiary.SUCCEEDED
         rounds = [e.round for e in c.watch(exp.id) if e.WhichOneof("kind") == "round"]
         assert [r.round for r in rounds] == list(range(len(rounds))) and len(rounds) >= 2
 
@@ -119,7 +119,7 @@ def test_manual_rounds_and_fork(daemon, examples):
         assert child.parent == ckpts[-1].path and child.name == "forked"
         assert child.spec.pruning.target == pytest.approx(0.5)
         done = c.wait(child.id, timeout=300)
-        assert done.state == pb.SUCCEEDED and after.sparsity < done.sparsity <= 0.5
+        assert done.state == topiary.SUCCEEDED and after.sparsity < done.sparsity <= 0.5
         report = c.inspect(c.checkpoints(child.id)[-1].path)
         assert report.model_arch == "resnet20" and report.sparsity == pytest.approx(done.sparsity)
 
@@ -142,7 +142,7 @@ def test_watch_survives_a_daemon_restart(tmp_path, examples):
             assert restarted and seqs == list(range(1, len(seqs) + 1))
             done = c.get(exp.id)
             # The new daemon ran the experiment again (from its last checkpoint): two starts.
-            assert done.state == pb.SUCCEEDED and started == 2 and done.last_seq == seqs[-1]
+            assert done.state == topiary.SUCCEEDED and started == 2 and done.last_seq == seqs[-1]
     finally:
         d.stop()
 
@@ -160,7 +160,7 @@ def test_pause_resume_cancel(daemon, examples):
         c.resume(exp.id)
         c.wait(exp.id, ["RUNNING"], timeout=60)
         assert c.cancel(exp.id).id == exp.id
-        assert c.wait(exp.id, ["CANCELLED"], timeout=120).state == pb.CANCELLED
+        assert c.wait(exp.id, ["CANCELLED"], timeout=120).state == topiary.CANCELLED
 
 
 def test_daemon_queries(daemon):
@@ -199,7 +199,7 @@ def test_token_auth_and_environment(token_daemon, examples, monkeypatch, tmp_pat
     with topiary.Client() as c:
         assert c.server == token_daemon.address
         exp = c.submit(read_spec(examples, "tiny.textproto", **{"epochs: 2": "epochs: 1"}))
-        assert c.wait(exp.id, timeout=120).state == pb.SUCCEEDED
+        assert c.wait(exp.id, timeout=120).state == topiary.SUCCEEDED
 
 
 def test_tls(tls_daemon):

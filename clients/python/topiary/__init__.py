@@ -12,12 +12,23 @@ from topiary.checkpoint import (Checkpoint, CheckpointError, InputFormat, LayerP
 from topiary.client import TERMINAL, Client, parse_spec
 from topiary.errors import (FailedPrecondition, InvalidArgument, NotFound, PermissionDenied,
                             ResourceExhausted, TopiaryError, Unauthenticated, Unavailable)
+# Experiment states, as the protos define them (an experiment's .state, a summary's .state
+# and a state event's .state are these values): compare with them, print with state_name.
+from topiary.v1.events_pb2 import (CANCELLED, FAILED, PAUSED, QUEUED, RUNNING, SUCCEEDED,
+                                   WAITING_FOR_ROUND, ExperimentState)
+
+
+def state_name(state: int) -> str:
+    """'SUCCEEDED' for topiary.SUCCEEDED (an Experiment's or a RunSummary's .state)."""
+    return ExperimentState.Name(state)
+
 
 __all__ = [
     "Checkpoint", "CheckpointError", "Client", "FailedPrecondition", "InputFormat",
     "InvalidArgument", "LayerParams", "NotFound", "PermissionDenied", "ResourceExhausted",
     "TERMINAL", "TopiaryError", "Unauthenticated", "Unavailable", "load_checkpoint",
-    "parse_spec", "to_torch_model", "to_torch_state_dict",
+    "parse_spec", "to_torch_model", "to_torch_state_dict", "ExperimentState", "state_name",
+    "QUEUED", "RUNNING", "PAUSED", "WAITING_FOR_ROUND", "SUCCEEDED", "FAILED", "CANCELLED",
 ]
 
 

@@ -27,7 +27,7 @@ from topiary.v1 import service_pb2 as pb
 from topiary.v1 import service_pb2_grpc
 
 DEFAULT_SERVER = "127.0.0.1:7077"
-TERMINAL = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED})
+TERMINAL = frozenset({events_pb2.SUCCEEDED, events_pb2.FAILED, events_pb2.CANCELLED})
 
 SpecLike = Union[str, Mapping, experiment_pb2.ExperimentSpec]
 
@@ -54,8 +54,8 @@ def parse_spec(spec: SpecLike) -> experiment_pb2.ExperimentSpec:
 
 def _state(state: Union[None, str, int]) -> int:
     if state is None:
-        return pb.STATE_UNSPECIFIED
-    return pb.ExperimentState.Value(state) if isinstance(state, str) else int(state)
+        return events_pb2.STATE_UNSPECIFIED
+    return events_pb2.ExperimentState.Value(state) if isinstance(state, str) else int(state)
 
 
 class Client:
@@ -123,7 +123,7 @@ class Client:
         return self._call("GetExperiment", pb.ExperimentRef(id=experiment_id))
 
     def list(self, state: Union[None, str, int] = None) -> List[pb.Experiment]:
-        """Experiments, oldest first; only those in `state` ("RUNNING", pb.RUNNING) if given."""
+        """Experiments, oldest first; only those in `state` ("RUNNING", events_pb2.RUNNING) if given."""
         out, token = [], ""
         while True:  # the daemon answers in pages
             page = self._call("ListExperiments",
@@ -166,7 +166,7 @@ class Client:
         end = time.monotonic() + taken_timeout
         while True:
             exp = self.get(experiment_id)
-            if exp.state != pb.WAITING_FOR_ROUND or exp.round > before:
+            if exp.state != events_pb2.WAITING_FOR_ROUND or exp.round > before:
                 return exp
             if time.monotonic() > end:
                 raise TimeoutError(f"{experiment_id}: the round was not taken in {taken_timeout} s")
@@ -227,11 +227,11 @@ class Client:
                 return exp
             if exp.state in TERMINAL:
                 raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
-                                   f"{experiment_id} ended {pb.ExperimentState.Name(exp.state)}"
+                                   f"{experiment_id} ended {events_pb2.ExperimentState.Name(exp.state)}"
                                    f" ({exp.error or 'no error'}) before reaching "
-                                   f"{sorted(pb.ExperimentState.Name(s) for s in wanted)}")
+                                   f"{sorted(events_pb2.ExperimentState.Name(s) for s in wanted)}")
             if end is not None and time.monotonic() > end:
-                raise TimeoutError(f"{experiment_id} is {pb.ExperimentState.Name(exp.state)} "
+                raise TimeoutError(f"{experiment_id} is {events_pb2.ExperimentState.Name(exp.state)} "
                                    f"after {timeout} s")
             time.sleep(poll)
 
