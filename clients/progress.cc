@@ -175,7 +175,11 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     const auto& r = e.round();
     if (bar_open_) absl::FPrintF(out_, "\r\033[K");
     bar_open_ = false;
-    if (r.round() == 0) {
+    if (r.round() == 0 && r.sparsity() > 0) {
+      // A fork of a pruned checkpoint starts from that model, not from a dense one.
+      absl::FPrintF(out_, "starting model (sparsity %.1f%%): test top-1 %.2f%%, loss %.4f\n",
+                    100 * r.sparsity(), 100 * r.test_top1(), r.test_loss());
+    } else if (r.round() == 0) {
       absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
                     r.test_loss());
     } else {

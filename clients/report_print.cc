@@ -107,8 +107,8 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
                r.epoch(), r.global_step(), r.created_at());
   if (!r.parent().empty()) absl::PrintF("parent %s\n", r.parent());
   absl::PrintF(
-      "test top-1 %.2f%%, loss %.4f (dense model: %.2f%%); %d parameters; conv and "
-      "linear sparsity %.1f%%\n\n",
+      "test top-1 %.2f%%, loss %.4f (before the first prune step: %.2f%%); %d parameters; "
+      "conv and linear sparsity %.1f%%\n\n",
       100 * metrics.test_top1(), metrics.test_loss(), 100 * metrics.dense_top1(), r.parameters(),
       100 * r.sparsity());
   absl::PrintF("%-30s %-16s %-8s %-13s %8s %9s %9s %9s\n", "layer", "shape (OIHW)", "mask",

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "pruning/pruner.h"
-#include "server/tensorboard.h"
 #include "trainer/run/runner.h"
 
 namespace topiary::server {
@@ -148,7 +147,8 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
           resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
       !st.ok()) {
     // Not started: a run the record does not know of would start again after a restart.
-    registry_->FinishRun(id, topiary::v1::FAILED, absl::StrCat("cannot start: ", st.message()), false);
+    registry_->FinishRun(id, topiary::v1::FAILED, absl::StrCat("cannot start: ", st.message()),
+                         false);
     return false;
   }
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);
@@ -160,9 +160,7 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   options.make_pruner = pruning::MakePruner;
   options.control = control.get();
   if (!resume.empty()) options.resume_from = registry_->data_dir() + "/" + resume;
-  TensorBoardWriter tensorboard(registry_->Folder(id) + "/tensorboard");
   options.on_event = [&](const Event& e) {
-    tensorboard.Write(e);
     registry_->AppendRunEvent(id, e);
   };
   const topiary::v1::RunSummary summary = RunExperiment(spec, options);

@@ -98,8 +98,8 @@ absl::Status CheckFolder(const std::string& dir, const std::string& hint) {
 // by: as Yann LeCun's and Zalando's downloads name them, gzipped or not, and as Debian does.
 std::vector<std::string> IdxNames(const std::string& prefix, const std::string& kind) {
   const std::string dims = kind == "images" ? "idx3" : "idx1";
-  return {prefix + "-" + kind + "-" + dims + "-ubyte", prefix + "-" + kind + "-" + dims + "-ubyte.gz",
-          prefix + "-" + kind + "." + dims + "-ubyte"};
+  const std::string stem = prefix + "-" + kind;
+  return {stem + "-" + dims + "-ubyte", stem + "-" + dims + "-ubyte.gz", stem + "." + dims + "-ubyte"};
 }
 
 std::string IdxHint(const std::string& name) {

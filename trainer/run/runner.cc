@@ -32,6 +32,7 @@
 #include "trainer/run/events.h"
 #include "trainer/run/gradient_sampling.h"
 #include "trainer/run/step_runner.h"
+#include "trainer/run/tensorboard.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/util/file_util.h"
@@ -55,6 +56,9 @@ class EventSink {
     if (!options.out_dir.empty() && options.write_event_log) {
       file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
     }
+    // TensorBoard files beside the checkpoints: `tensorboard --logdir OUT_DIR` (topiaryd:
+    // DATA_DIR/experiments shows every experiment).
+    if (!options.out_dir.empty()) tensorboard_.emplace(options.out_dir + "/tensorboard");
   }
   Event New() {
     Event e;
@@ -65,6 +69,7 @@ class EventSink {
   double progress_interval_s() const { return options_.progress_interval_s; }
   void Emit(const Event& e) {
     if (file_.is_open()) file_ << EventToJsonLine(e) << "\n" << std::flush;
+    if (tensorboard_) tensorboard_->Write(e);
     if (options_.on_event) options_.on_event(e);
   }
 
@@ -72,6 +77,7 @@ class EventSink {
   const RunOptions& options_;
   Clock::time_point start_;
   std::ofstream file_;
+  std::optional<TensorBoardWriter> tensorboard_;
   uint32_t seq_ = 0;
 };
 

@@ -106,7 +106,8 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
   // Names that print as other names: a right-to-left override, a C1 control (CSI).
   EXPECT_EQ(Error("name: 'exp\342\200\256txt' " + WithTrain("")).substr(0, 25),
             "name: must be valid UTF-8");
-  EXPECT_EQ(Error("name: 'a\302\233b' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
+  EXPECT_EQ(Error("name: 'a\302\233b' " + WithTrain("")).substr(0, 25),
+            "name: must be valid UTF-8");
   // Found by spec_fuzz: the text-format parser accepts bytes that are not UTF-8.
   EXPECT_EQ(Error("name: 'caf\\351' " + WithTrain("")).substr(0, 25), "name: must be valid UTF-8");
   EXPECT_EQ(Error(WithTrain("") + "data { path: '/a\\300\\200' }").substr(0, 30),

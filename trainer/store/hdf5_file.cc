@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
-#include <hdf5_hl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -586,6 +585,35 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
 
 namespace {
 
+// libhdf5's core driver reading `bytes` in place, read-only: the image callbacks hand the
+// library our buffer wherever it would allocate and copy one, and free nothing (the hl
+// library's H5LTopen_file_image does the same but leaks its bookkeeping on every open).
+hid_t OpenImage(std::string* bytes) {
+  H5FD_file_image_callbacks_t callbacks;
+  callbacks.image_malloc = [](size_t, H5FD_file_image_op_t, void* udata) -> void* {
+    return static_cast<std::string*>(udata)->data();
+  };
+  callbacks.image_memcpy = [](void* dest, const void* src, size_t size, H5FD_file_image_op_t,
+                              void*) -> void* {
+    if (dest != src) std::memmove(dest, src, size);  // only ever our buffer onto itself
+    return dest;
+  };
+  callbacks.image_realloc = [](void*, size_t, H5FD_file_image_op_t, void*) -> void* {
+    return nullptr;  // read-only: the image never grows
+  };
+  callbacks.image_free = [](void*, H5FD_file_image_op_t, void*) -> herr_t { return 0; };
+  callbacks.udata_copy = [](void* udata) -> void* { return udata; };
+  callbacks.udata_free = [](void*) -> herr_t { return 0; };
+  callbacks.udata = bytes;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0) < 0 ||
+      H5Pset_file_image_callbacks(fapl.get(), &callbacks) < 0 ||
+      H5Pset_file_image(fapl.get(), bytes->data(), bytes->size()) < 0) {
+    return -1;
+  }
+  return H5Fopen("topiary-image", H5F_ACC_RDONLY, fapl.get());
+}
+
 // A file read whole (through the read policy, file_util.h) and opened by libhdf5 from memory:
 // what the seal covered is exactly what the library parses (the file cannot change in
 // between), and the library never opens the path itself.
@@ -602,9 +630,7 @@ absl::Status OpenForReading(const std::string& path, bool sealed, OpenedFile* ou
   } else if (!Hdf5SignatureAt(out->bytes, 0) && !Hdf5SignatureAt(out->bytes, kSealBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
   }
-  // Read-only, neither copied nor freed by the library.
-  const hid_t file = H5LTopen_file_image(out->bytes.data(), out->bytes.size(),
-                                         H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
+  const hid_t file = OpenImage(&out->bytes);
   if (file < 0) return Fail(path, "cannot open (truncated or damaged?)");
   out->file.reset(file);
   return absl::OkStatus();

@@ -1,8 +1,8 @@
 // TensorBoard event files of an experiment's metrics: TFRecord framing (length, masked
 // CRC-32C of the length, the record, masked CRC-32C of the record) around Event protos with
 // scalar summaries. `tensorboard --logdir DATA_DIR/experiments` shows every experiment.
-#ifndef TOPIARY_SERVER_TENSORBOARD_H_
-#define TOPIARY_SERVER_TENSORBOARD_H_
+#ifndef TOPIARY_TRAINER_RUN_TENSORBOARD_H_
+#define TOPIARY_TRAINER_RUN_TENSORBOARD_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 #include "topiary/v1/events.pb.h"
 #include "trainer/util/crc32c.h"
 
-namespace topiary::server {
+namespace topiary {
 
 // TFRecord's masking of a CRC-32C (trainer/util/crc32c.h).
 uint32_t MaskCrc(uint32_t crc);
@@ -35,6 +35,6 @@ class TensorBoardWriter {
   int epoch_ = 0;
 };
 
-}  // namespace topiary::server
+}  // namespace topiary
 
-#endif  // TOPIARY_SERVER_TENSORBOARD_H_
+#endif  // TOPIARY_TRAINER_RUN_TENSORBOARD_H_

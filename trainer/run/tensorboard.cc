@@ -1,4 +1,4 @@
-#include "server/tensorboard.h"
+#include "trainer/run/tensorboard.h"
 
 #include <array>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include "trainer/util/crc32c.h"
 #include "trainer/util/file_util.h"
 
-namespace topiary::server {
+namespace topiary {
 namespace {
 
 void PutLittleEndian(std::string* out, uint64_t value, int bytes) {
@@ -45,7 +45,7 @@ void TensorBoardWriter::Report(const absl::Status& st) {
   // reason is said once.
   if (reported_) return;
   reported_ = true;
-  std::fprintf(stderr, "topiaryd: TensorBoard file left out: %s\n",
+  std::fprintf(stderr, "topiary: TensorBoard file left out: %s\n",
                std::string(st.message()).c_str());
 }
 
@@ -85,4 +85,4 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
   }
 }
 
-}  // namespace topiary::server
+}  // namespace topiary

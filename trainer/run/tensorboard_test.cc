@@ -1,4 +1,4 @@
-#include "server/tensorboard.h"
+#include "trainer/run/tensorboard.h"
 
 #include <sys/stat.h>
 
@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tensorboard/event.pb.h"
 
-namespace topiary::server {
+namespace topiary {
 namespace {
 
 TEST(TensorBoard, Crc32cMatchesTheStandardCheckValue) {
@@ -85,4 +85,4 @@ TEST(TensorBoard, AFifoInPlaceOfTheFileNeitherBlocksNorIsWritten) {
 }
 
 }  // namespace
-}  // namespace topiary::server
+}  // namespace topiary
