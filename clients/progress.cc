@@ -68,7 +68,7 @@ void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& r) {
                 r.round(), "layer", "blocks", "forward", "backward data", "backward filter");
   auto cell = [](const topiary::v1::ConvPassChoice& c) -> std::string {
     if (c.dense_ms() < 0) return "dense (not measured)";
-    const bool sparse = c.engine() == "block-sparse";
+    const bool sparse = c.chosen() == topiary::v1::ConvPassChoice::BLOCK_SPARSE;
     return absl::StrFormat("%s%.3f / %s%.3f", sparse ? "*" : "", c.sparse_ms(), sparse ? "" : "*",
                            c.dense_ms());
   };

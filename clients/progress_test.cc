@@ -31,14 +31,15 @@ TEST(Progress, EngineChoicesShowBothTimesAndTheChoice) {
   a->set_layer("stage3.block0.conv2");
   a->set_units(64);
   a->set_zero_units(32);
-  auto set = [](topiary::v1::ConvPassChoice* c, const char* engine, double dense, double sparse) {
-    c->set_engine(engine);
+  using Choice = topiary::v1::ConvPassChoice;
+  auto set = [](Choice* c, Choice::Engine engine, double dense, double sparse) {
+    c->set_chosen(engine);
     c->set_dense_ms(dense);
     c->set_sparse_ms(sparse);
   };
-  set(a->mutable_forward(), "block-sparse", 0.020, 0.010);
-  set(a->mutable_backward_data(), "dense", 0.015, 0.030);
-  set(a->mutable_backward_filter(), "dense", -1, -1);
+  set(a->mutable_forward(), Choice::BLOCK_SPARSE, 0.020, 0.010);
+  set(a->mutable_backward_data(), Choice::DENSE, 0.015, 0.030);
+  set(a->mutable_backward_filter(), Choice::DENSE, -1, -1);
   r.add_layers()->set_layer("fc");  // no block mask: no row
   const std::string out = Printed(r);
   EXPECT_NE(out.find("round 3"), std::string::npos) << out;

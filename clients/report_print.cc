@@ -96,6 +96,25 @@ void PrintSampling(const topiary::v1::CheckpointReport& r,
 
 }  // namespace
 
+namespace {
+
+// The mask column: the file's own word for the kind ("block", "element"), n:m for N:M masks,
+// "-" for none.
+std::string MaskLabel(const topiary::v1::LayerReport& l) {
+  switch (l.mask()) {
+    case topiary::v1::MASK_BLOCK:
+      return "block";
+    case topiary::v1::MASK_ELEMENT:
+      return "element";
+    case topiary::v1::MASK_N_OF_M:
+      return absl::StrFormat("%d:%d", l.n(), l.m());
+    default:
+      return "-";
+  }
+}
+
+}  // namespace
+
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
   topiary::v1::CheckpointMetrics metrics;
   google::protobuf::util::JsonParseOptions lenient;
@@ -116,11 +135,9 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
   for (const auto& l : r.layers()) {
     std::vector<std::string> dims;
     for (int64_t d : l.shape()) dims.push_back(std::to_string(d));
-    const std::string mask = l.mask_kind() == "n_of_m"
-                                 ? absl::StrFormat("%d:%d", l.n(), l.m())
-                                 : (l.mask_kind().empty() ? "-" : l.mask_kind());
+    const std::string mask = MaskLabel(l);
     const std::string blocks =
-        l.mask_kind() == "block"
+        l.mask() == topiary::v1::MASK_BLOCK
             ? absl::StrFormat("%d/%d", l.blocks_kept(), l.block_rows() * l.block_cols())
             : "-";
     absl::PrintF("%-30s %-16s %-8s %-13s %7.1f%% %9.4f %9.4f %9.4f%s\n", l.layer(),
@@ -140,7 +157,7 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
     }
   }
   PrintSampling(r, metrics);
-  if (r.layers_size() == 1 && !r.layers(0).mask_kind().empty()) {
+  if (r.layers_size() == 1 && r.layers(0).mask() != topiary::v1::MASK_NONE) {
     absl::PrintF("\n%s", MaskHeatMap(r.layers(0)));
   }
 }

@@ -38,8 +38,13 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
   MaskView view;
   view.mask = mask;
   if (mask != nullptr) {
-    r->set_mask_kind(AttrString(mask->attrs, "kind"));
-    view.block = r->mask_kind() == "block";
+    // The file's attribute names the kind (the schema check admitted only these three).
+    const std::string kind = AttrString(mask->attrs, "kind");
+    r->set_mask(kind == "block"     ? topiary::v1::MASK_BLOCK
+                : kind == "element" ? topiary::v1::MASK_ELEMENT
+                : kind == "n_of_m"  ? topiary::v1::MASK_N_OF_M
+                                    : topiary::v1::MASK_NONE);
+    view.block = r->mask() == topiary::v1::MASK_BLOCK;
     if (view.block) {
       view.bi = std::max<int64_t>(1, AttrInt(mask->attrs, "block_in", 1));
       view.bo = std::max<int64_t>(1, AttrInt(mask->attrs, "block_out", 1));
@@ -57,7 +62,7 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
       if (one_layer) {
         for (uint8_t v : mask->u8) r->add_block_grid(v != 0);
       }
-    } else if (r->mask_kind() == "n_of_m") {
+    } else if (r->mask() == topiary::v1::MASK_N_OF_M) {
       r->set_n(static_cast<int32_t>(AttrInt(mask->attrs, "n")));
       r->set_m(static_cast<int32_t>(AttrInt(mask->attrs, "m")));
     }

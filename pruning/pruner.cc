@@ -111,9 +111,6 @@ class SpecPruner : public Pruner {
   LayerPruneReport Report(const Target& t, int64_t before) const {
     LayerPruneReport r;
     r.layer = t.kernel->layer;
-    r.mask_kind = spec_.method() == PruningSpec::BLOCK    ? "block"
-                  : spec_.method() == PruningSpec::N_OF_M ? "n_of_m"
-                                                          : "element";
     r.units = Units(t);
     r.zeros_before = before;
     r.zeros_after = Zeros(t);

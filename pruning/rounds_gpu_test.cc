@@ -121,9 +121,10 @@ TEST_F(RoundsGpu, BlockSparseKernelsTrainLikeDenseOnes) {
   ASSERT_EQ(sparse.summary.rounds_size(), dense.summary.rounds_size());
   int sparse_layers = 0;
   for (const auto& l : sparse.summary.rounds(sparse.summary.rounds_size() - 1).layers()) {
-    if (l.mask_kind() != "block") continue;
-    EXPECT_EQ(l.forward().engine(), "block-sparse") << l.layer();
-    EXPECT_EQ(l.backward_filter().engine(), "block-sparse") << l.layer();
+    if (l.mask() != topiary::v1::MASK_BLOCK) continue;
+    EXPECT_EQ(l.forward().chosen(), topiary::v1::ConvPassChoice::BLOCK_SPARSE) << l.layer();
+    EXPECT_EQ(l.backward_filter().chosen(), topiary::v1::ConvPassChoice::BLOCK_SPARSE)
+        << l.layer();
     ++sparse_layers;
   }
   EXPECT_GT(sparse_layers, 10);

@@ -214,14 +214,14 @@ check "inspect --json exits 0" test "$rc" -eq 0
 check "every eligible conv has 50% zero blocks" python3 -c '
 import json, sys
 r = json.loads(sys.argv[1])
-blocks = [l for l in r["layers"] if l["mask_kind"] == "block"]
+blocks = [l for l in r["layers"] if l["mask"] == "MASK_BLOCK"]
 assert len(blocks) == 20, len(blocks)
 for l in blocks:
     assert 2 * int(l["blocks_kept"]) == l["block_rows"] * l["block_cols"], l["layer"]
     assert l["mask_consistent"], l["layer"]
     assert all(k > 0 for k in l["row_occupancy"]), l["layer"]
 stem = [l for l in r["layers"] if l["layer"] == "stem.conv"][0]
-assert stem["mask_kind"] == "" and stem["sparsity"] == 0
+assert stem.get("mask", "MASK_NONE") == "MASK_NONE" and stem["sparsity"] == 0
 ' "$report"
 heat=$("$TOPIARY" inspect --file "$final" --layer 'stage3.block0.conv1')
 check "inspect --layer draws the block grid" bash -c '[[ "$0" == *"rows = input blocks"* && "$0" == *"#"* ]]' "$heat"

@@ -25,7 +25,6 @@ namespace topiary {
 // What one prune step did to one layer. Units are blocks for block masks, weights otherwise.
 struct LayerPruneReport {
   std::string layer;
-  std::string mask_kind;  // "block" | "element" | "n_of_m"
   int64_t units = 0;
   int64_t zeros_before = 0, zeros_after = 0, target_zeros = 0;
   // floor(target * units): above target_zeros when the block rules make it unreachable.

@@ -670,12 +670,27 @@ absl::StatusOr<GradientStats> ExperimentRun::GradientStatistics() {
 
 namespace {
 
+topiary::v1::MaskKind MaskKindOf(MaskInfo::Kind kind) {
+  switch (kind) {
+    case MaskInfo::Kind::kBlock:
+      return topiary::v1::MASK_BLOCK;
+    case MaskInfo::Kind::kElement:
+      return topiary::v1::MASK_ELEMENT;
+    case MaskInfo::Kind::kNofM:
+      return topiary::v1::MASK_N_OF_M;
+    case MaskInfo::Kind::kNone:
+      break;
+  }
+  return topiary::v1::MASK_NONE;
+}
+
 // A layer's measured block-sparse dispatch (trainer/nn/sparse_dispatch.h) in a round's report.
 void SetEngineChoice(const SparseConvChoice& c, LayerSparsity* l) {
   topiary::v1::ConvPassChoice* passes[3] = {l->mutable_forward(), l->mutable_backward_data(),
                                             l->mutable_backward_filter()};
   for (int i = 0; i < 3; ++i) {
-    passes[i]->set_engine(c.sparse[i] ? "block-sparse" : "dense");
+    passes[i]->set_chosen(c.sparse[i] ? topiary::v1::ConvPassChoice::BLOCK_SPARSE
+                                      : topiary::v1::ConvPassChoice::DENSE);
     passes[i]->set_dense_ms(c.dense_ms[i]);
     passes[i]->set_sparse_ms(c.sparse_ms[i]);
     passes[i]->set_config(c.config[i]);
@@ -699,7 +714,7 @@ RoundSummary ExperimentRun::SparsityRow(int round,
       if (p->mask_info.kind == MaskInfo::Kind::kNone) continue;
       LayerSparsity* l = row.add_layers();
       l->set_layer(p->layer);
-      l->set_mask_kind(MaskKindName(p->mask_info.kind));
+      l->set_mask(MaskKindOf(p->mask_info.kind));
       l->set_sparsity(static_cast<double>(masked) / p->size());
       if (p->mask_info.kind == MaskInfo::Kind::kBlock) {
         l->set_units(static_cast<int64_t>(p->mask_info.grid.size()));
