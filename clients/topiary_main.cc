@@ -58,8 +58,9 @@ Local commands (no daemon needed):
   topiary multipliers [NAME|FILE.bin ...] [--json] [--png FILE]
       Error metrics of 8x8-bit multipliers over all 2^16 operand pairs (MAE, WCE and their %,
       EP%, MRE%, MSE), the table's SHA-256, and power and area where the table is a known
-      EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K;
-      FILE.bin: a 131,072-byte table (e.g. data/multipliers/evoapprox8b/mul8u_L40.bin).
+      EvoApprox circuit. NAME: exact, trunc:T, trunc_a:T, trunc_w:T, bam:V, mitchell, drum:K,
+      or a shipped EvoApprox table by name (mul8u_L40, ...: $TOPIARY_MULTIPLIERS, else the
+      folder installed beside topiary); FILE.bin: a 131,072-byte table.
       Without arguments, a sample of the generated families. With --server ADDR, the
       tables in the daemon's DATA_DIR/multipliers/ folder and its families (a spec's rule
       names such a table by its stem, e.g. multiplier: "mul8u_L40"). --png FILE (one

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +29,7 @@
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "server/service.h"
+#include "trainer/approx/multiplier.h"
 #include "trainer/core/device.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/util/file_util.h"
@@ -60,6 +63,31 @@ namespace {
 constexpr int kMaxMetadataBytes = 16 << 10;
 constexpr int kMaxStreamsPerConnection = 64;
 constexpr int kMaxServerThreads = 256;
+
+// A fresh daemon's multiplier library (DATA_DIR/multipliers/, which specs name tables from)
+// starts with the EvoApprox tables shipped with Topiary; an existing folder is left as it is.
+void SeedMultiplierLibrary(const std::string& folder) {
+  if (PathExists(folder)) return;
+  const std::vector<std::string> shipped = ShippedMultiplierFolders();
+  if (shipped.empty()) {
+    absl::FPrintF(stderr,
+                  "topiaryd: %s/ holds no multiplier tables and no shipped ones were found (set "
+                  "TOPIARY_MULTIPLIERS to data/multipliers/evoapprox8b); put NAME.bin files "
+                  "(131,072 bytes) there to name them in specs\n",
+                  folder);
+    return;
+  }
+  if (!MakeDirs(folder).ok()) return;
+  int copied = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(shipped[0])) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::EndsWith(name, ".bin")) continue;
+    auto bytes = ReadFile(entry.path().string());
+    if (bytes.ok() && WriteFileAtomic(folder + "/" + name, *bytes).ok()) ++copied;
+  }
+  absl::FPrintF(stderr, "topiaryd: %s/: %d shipped EvoApprox tables copied from %s\n", folder,
+                copied, shipped[0]);
+}
 
 constexpr char kUsage[] = R"(topiaryd: the Topiary daemon (gRPC service topiary.v1.Topiary)
 
@@ -191,6 +219,7 @@ int Main(int argc, char** argv) {
     write_roots.push_back(slash == std::string::npos ? "." : file.substr(0, slash + 1));
   }
   SetWriteRoots(write_roots);
+  SeedMultiplierLibrary(f.data_dir + "/multipliers");
   Registry registry(f.data_dir, f.max_restarts);
   auto queued = registry.Load();
   SetReadPolicy(policy);

@@ -40,6 +40,9 @@ assert l40["power_mw"] == 0.189 and l40["area_um2"] == 437.4 and len(l40["sha256
 assert exact["mae"] == 0 and exact["known_circuit"] == "mul8u_1JFF", exact
 ' "$tmp/mult.json"
 head -c 131072 /dev/urandom > "$tmp/held_out.bin"
+out=$("$TOPIARY" multipliers mul8u_L40 --json 2>&1); rc=$?
+check "a shipped table by its name alone (mul8u_L40, 0.189 mW)" \
+  bash -c '[[ $1 -eq 0 && "$0" == *"\"power_mw\":0.189"* ]]' "$out" "$rc"
 "$TOPIARY" multipliers "$tmp/held_out.bin" > "$tmp/held.out"; rc=$?
 check "a held-out 131,072-byte table works (exit 0, metrics printed)" \
   bash -c '[[ $1 -eq 0 ]] && grep -q "^held_out " "$0"' "$tmp/held.out" "$rc"

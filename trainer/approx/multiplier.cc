@@ -1,5 +1,7 @@
 #include "trainer/approx/multiplier.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "trainer/util/file_util.h"
 #include "trainer/util/sha256.h"
 
@@ -171,7 +175,49 @@ absl::StatusOr<Multiplier> MultiplierFromBytes(const std::string& bytes, const s
   return m;
 }
 
+std::vector<std::string> ShippedMultiplierFolders() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TOPIARY_MULTIPLIERS")) {
+    for (absl::string_view d : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+      candidates.emplace_back(d);
+    }
+  }
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    const std::string self(exe, static_cast<size_t>(n));
+    candidates.push_back(self + ".runfiles/topiary/data/multipliers/evoapprox8b");
+    const std::string dir = self.substr(0, self.rfind('/'));
+    candidates.push_back(dir + "/../share/topiary/multipliers");
+  }
+  candidates.push_back("/usr/share/topiary/multipliers");
+  candidates.push_back("data/multipliers/evoapprox8b");
+  std::vector<std::string> out;
+  for (const std::string& c : candidates) {
+    if (IsDirectory(c)) out.push_back(c);
+  }
+  return out;
+}
+
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name) {
+  // A bare stem that is no family: a shipped table of that name, where one is found.
+  if (!absl::EndsWith(name, ".bin") && name.find('/') == std::string::npos) {
+    auto family = GenerateFamily(name);
+    if (!family.ok()) {
+      const std::vector<std::string> folders = ShippedMultiplierFolders();
+      for (const std::string& folder : folders) {
+        const std::string path = folder + "/" + name + ".bin";
+        if (PathExists(path)) return LoadMultiplier(path);
+      }
+      return absl::Status(
+          family.status().code(),
+          absl::StrCat(family.status().message(), "; no shipped table ", name, ".bin either (",
+                       folders.empty() ? "no folder of shipped tables found: set "
+                                         "TOPIARY_MULTIPLIERS"
+                                       : absl::StrCat("looked in ", absl::StrJoin(folders, ", ")),
+                       ")"));
+    }
+  }
   if (absl::EndsWith(name, ".bin")) {
     // One byte more than a table: a larger file is refused for its size, not read whole.
     auto raw = ReadFile(name, kMultiplierFileBytes + 1);

@@ -48,9 +48,16 @@ struct MultiplierMetrics {
 //   mitchell       Mitchell's logarithmic multiplier (log2 by leading one, linear mantissa)
 //   drum:K         DRUM: each operand cut to the K bits below its leading one, the lowest
 //                  kept bit set to 1 (unbiased truncation; K in 3..7)
+// or the stem of a table shipped with Topiary (e.g. mul8u_L40: ShippedMultiplierFolders).
 // Errors are INVALID_ARGUMENT naming what is wrong (unknown family, bad parameter, wrong
 // size) or the read policy's (NOT_FOUND, PERMISSION_DENIED, ...).
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name);
+
+// Where the EvoApprox tables shipped with Topiary (data/multipliers/evoapprox8b) are found,
+// the first existing of: $TOPIARY_MULTIPLIERS (folders separated by ':'), the running
+// binary's Bazel runfiles, <binary>/../share/topiary/multipliers,
+// /usr/share/topiary/multipliers, ./data/multipliers/evoapprox8b (a source checkout).
+std::vector<std::string> ShippedMultiplierFolders();
 
 // A table file's contents, read from `path` (named in errors; its stem becomes the name).
 absl::StatusOr<Multiplier> MultiplierFromBytes(const std::string& bytes, const std::string& path);
