@@ -211,8 +211,8 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
                     "%s: test top-1 %.2f%%, top-5 %.2f%%, loss %.4f after %d epochs in %s on %s "
                     "(%.0f train img/s)\n",
                     topiary::v1::ExperimentState_Name(s.state()), 100 * s.test_top1(),
-                    100 * s.test_top5(), s.test_loss(), s.epochs(),
-                    FormatDuration(s.seconds()), s.device(), s.train_images_per_s());
+                    100 * s.test_top5(), s.test_loss(), s.epochs(), FormatDuration(s.seconds()),
+                    s.device(), s.train_images_per_s());
     }
     if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());
     if (s.train_joules_per_image() > 0) {

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -144,16 +144,18 @@ int PrintOrJson(const Args& a, const Experiment& e, const std::string& verb) {
   const bool under_way = state == topiary::v1::RUNNING || state == topiary::v1::QUEUED ||
                          state == topiary::v1::WAITING_FOR_ROUND;
   if (verb == "paused" && under_way) {
-    absl::PrintF("pause requested for %s (%s): it checkpoints at its next step and becomes "
-                 "PAUSED; `topiary watch %s` follows it\n",
-                 e.id(), name, e.id());
+    absl::PrintF(
+        "pause requested for %s (%s): it checkpoints at its next step and becomes "
+        "PAUSED; `topiary watch %s` follows it\n",
+        e.id(), name, e.id());
   } else if (verb == "cancelled" && under_way) {
-    absl::PrintF("cancel requested for %s (%s): it stops at its next step and becomes "
-                 "CANCELLED\n",
-                 e.id(), name);
+    absl::PrintF(
+        "cancel requested for %s (%s): it stops at its next step and becomes "
+        "CANCELLED\n",
+        e.id(), name);
   } else if (verb == "advanced") {
-    absl::PrintF("advanced %s: the next round starts now; `topiary watch %s` follows it\n",
-                 e.id(), e.id());
+    absl::PrintF("advanced %s: the next round starts now; `topiary watch %s` follows it\n", e.id(),
+                 e.id());
   } else {
     absl::PrintF("%s %s (%s)\n", verb, e.id(), name);
   }

@@ -17,7 +17,10 @@ TEST(JsonString, EscapesWhatJsonRequires) {
 TEST(OneLine, ControlCharactersCannotBreakATable) {
   EXPECT_EQ(OneLine("two\nlines\x1b[2J"), "two?lines?[2J");
   // C1 controls (NEL, CSI), bidirectional overrides and isolates, invalid bytes.
-  EXPECT_EQ(OneLine("a\xc2\x85" "b\xc2\x9b" "c"), "a?b?c");
+  EXPECT_EQ(OneLine("a\xc2\x85"
+                    "b\xc2\x9b"
+                    "c"),
+            "a?b?c");
   EXPECT_EQ(OneLine("exp\xe2\x80\xaetxt.exe"), "exp?txt.exe");
   EXPECT_EQ(OneLine("\xe2\x81\xa6x\xe2\x81\xa9"), "?x?");
   EXPECT_EQ(OneLine("bad\xff\xc3"), "bad??");

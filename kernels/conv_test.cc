@@ -130,17 +130,17 @@ TEST_P(ConvTest, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvTest,
-    ::testing::Values(MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1),     // same padding
-                      MakeConv(1, 7, 6, 3, 5, 3, 3, 2, 1),     // batch 1, odd, stride 2
-                      MakeConv(3, 6, 6, 8, 16, 1, 1, 1, 0),    // pointwise (no im2col)
-                      MakeConv(2, 7, 7, 5, 3, 1, 1, 2, 0),     // 1x1 stride 2 (shortcut)
-                      MakeConv(2, 9, 8, 2, 3, 5, 3, 1, 2),     // non-square filter
-                      MakeConv(1, 28, 28, 1, 6, 5, 5, 1, 2),   // lenet stem
-                      MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0),     // filter covers the whole input
-                      MakeConv(2, 3, 3, 2, 3, 1, 1, 1, 1),     // padded 1x1: pad > R-1
-                      MakeConv(2, 6, 6, 4, 3, 1, 1, 2, 0),     // stride 2 skips the last row
-                      MakeConv(1, 8, 8, 16, 32, 3, 3, 2, 1),   // resnet downsampling
-                      MakeConv(300, 3, 3, 2, 3, 3, 3, 1, 1),   // many chunks
+    ::testing::Values(MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1),    // same padding
+                      MakeConv(1, 7, 6, 3, 5, 3, 3, 2, 1),    // batch 1, odd, stride 2
+                      MakeConv(3, 6, 6, 8, 16, 1, 1, 1, 0),   // pointwise (no im2col)
+                      MakeConv(2, 7, 7, 5, 3, 1, 1, 2, 0),    // 1x1 stride 2 (shortcut)
+                      MakeConv(2, 9, 8, 2, 3, 5, 3, 1, 2),    // non-square filter
+                      MakeConv(1, 28, 28, 1, 6, 5, 5, 1, 2),  // lenet stem
+                      MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0),    // filter covers the whole input
+                      MakeConv(2, 3, 3, 2, 3, 1, 1, 1, 1),    // padded 1x1: pad > R-1
+                      MakeConv(2, 6, 6, 4, 3, 1, 1, 2, 0),    // stride 2 skips the last row
+                      MakeConv(1, 8, 8, 16, 32, 3, 3, 2, 1),  // resnet downsampling
+                      MakeConv(300, 3, 3, 2, 3, 3, 3, 1, 1),  // many chunks
                       // resnet20 at width 0.75 (12, 24, 48 channels), odd batch 33: the
                       // oneDNN path crashed the process on these
                       MakeConv(33, 28, 28, 1, 12, 3, 3, 1, 1),   // stem

@@ -150,8 +150,8 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   // looked up once (a crafted file's long order list must not make this quadratic).
   std::unordered_map<std::string, size_t> rank;
   size_t next = 0;
-  for (absl::string_view name : absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',',
-                                               absl::SkipEmpty())) {
+  for (absl::string_view name :
+       absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',', absl::SkipEmpty())) {
     rank.emplace(std::string(name), next++);
   }
   auto rank_of = [&](const std::string& layer) {

@@ -123,8 +123,7 @@ TEST_F(RoundsGpu, BlockSparseKernelsTrainLikeDenseOnes) {
   for (const auto& l : sparse.summary.rounds(sparse.summary.rounds_size() - 1).layers()) {
     if (l.mask() != topiary::v1::MASK_BLOCK) continue;
     EXPECT_EQ(l.forward().chosen(), topiary::v1::ConvPassChoice::BLOCK_SPARSE) << l.layer();
-    EXPECT_EQ(l.backward_filter().chosen(), topiary::v1::ConvPassChoice::BLOCK_SPARSE)
-        << l.layer();
+    EXPECT_EQ(l.backward_filter().chosen(), topiary::v1::ConvPassChoice::BLOCK_SPARSE) << l.layer();
     ++sparse_layers;
   }
   EXPECT_GT(sparse_layers, 10);

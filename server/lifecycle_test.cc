@@ -53,8 +53,8 @@ class Daemon {
     options.after_run = std::move(after_run);
     scheduler_ = std::make_unique<Scheduler>(registry_.get(), options);
     scheduler_->Start();
-    service_ = std::make_unique<TopiaryService>(registry_.get(), scheduler_.get(),
-                                                ServiceOptions{});
+    service_ =
+        std::make_unique<TopiaryService>(registry_.get(), scheduler_.get(), ServiceOptions{});
   }
   ~Daemon() {
     for (const auto& e : registry_->List(topiary::v1::STATE_UNSPECIFIED)) {
@@ -70,7 +70,7 @@ class Daemon {
     return created->id();
   }
   grpc::Status Call(grpc::Status (TopiaryService::*method)(grpc::ServerContext*,
-                                                          const ExperimentRef*, Experiment*),
+                                                           const ExperimentRef*, Experiment*),
                     const std::string& id, Experiment* out = nullptr) {
     ExperimentRef ref;
     ref.set_id(id);
@@ -106,9 +106,8 @@ class Daemon {
 // at once in a second slot and overwrite the running std::thread: the process aborted.
 TEST(Lifecycle, ResumeDuringThePauseCheckpointNeverRunsAnExperimentTwice) {
   // Each run's thread lingers after its run, as a slow machine's might.
-  Daemon d("resume_race", 2, [](const std::string&) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  });
+  Daemon d("resume_race", 2,
+           [](const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
   const std::string id = d.Submit();
   int requeued = 0;
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -173,8 +172,7 @@ TEST(Lifecycle, AFailedWriteFailsTheTransitionAndChangesNothing) {
     Experiment out;
     grpc::Status st = d.Call(&TopiaryService::CancelExperiment, id, &out);
     EXPECT_FALSE(st.ok());
-    EXPECT_NE(st.error_message().find("cannot record " + id + " as CANCELLED"),
-              std::string::npos)
+    EXPECT_NE(st.error_message().find("cannot record " + id + " as CANCELLED"), std::string::npos)
         << st.error_message();
     EXPECT_EQ(d.State(id), topiary::v1::QUEUED);
     st = d.Call(&TopiaryService::PauseExperiment, id);

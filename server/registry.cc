@@ -133,11 +133,10 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
                          r.last_checkpoint().empty() ? "" : "; last checkpoint ",
                          r.last_checkpoint()));
       } else {
-        ForceStateLocked(
-            raw, topiary::v1::QUEUED,
-            r.last_checkpoint().empty()
-                ? "the daemon restarted; the run starts again"
-                : "the daemon restarted; the run resumes from " + r.last_checkpoint());
+        ForceStateLocked(raw, topiary::v1::QUEUED,
+                         r.last_checkpoint().empty()
+                             ? "the daemon restarted; the run starts again"
+                             : "the daemon restarted; the run resumes from " + r.last_checkpoint());
       }
     }
     if (raw->record.state() == topiary::v1::QUEUED) queue.push_back(id);
@@ -290,8 +289,7 @@ absl::StatusOr<Experiment> Registry::RequestCancel(const std::string& id) {
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no experiment '", id, "'"));
   const ExperimentState s = e->record.state();
   if (IsTerminal(s)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(id, " is already ", ExperimentState_Name(s)));
+    return absl::FailedPreconditionError(absl::StrCat(id, " is already ", ExperimentState_Name(s)));
   }
   if (s == topiary::v1::PAUSED) {  // no run: cancelled now
     if (auto st = SetStateLocked(e, topiary::v1::CANCELLED, "cancelled"); !st.ok()) return st;
@@ -331,8 +329,8 @@ absl::StatusOr<Experiment> Registry::Resume(const std::string& id, bool* requeue
       absl::StrCat(id, " is ", ExperimentState_Name(s), "; only PAUSED can resume"));
 }
 
-bool Registry::FinishRun(const std::string& id, ExperimentState run_state,
-                         const std::string& error, bool daemon_stopping) {
+bool Registry::FinishRun(const std::string& id, ExperimentState run_state, const std::string& error,
+                         bool daemon_stopping) {
   absl::MutexLock lock(&mu_);
   Entry* e = Find(id);
   if (e == nullptr) return false;
@@ -361,16 +359,19 @@ bool Registry::FinishRun(const std::string& id, ExperimentState run_state,
   return requeue;
 }
 
-absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
-  // Written first: a state the disk does not hold is never reported (after a restart the
-  // daemon would act on the old one), so a failed write fails the transition unchanged.
+absl::Status Registry::ChangeStateLocked(Entry* e, ExperimentState state, const std::string& reason,
+                                         bool force) {
   Experiment next = e->record;
   next.set_state(state);
   next.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) next.set_error(reason);
-  if (absl::Status st = Persist(next); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("cannot record ", next.id(), " as ",
-                                                ExperimentState_Name(state), ": ", st.message()));
+  absl::Status saved = Persist(next);
+  if (!saved.ok()) {
+    saved = absl::Status(
+        saved.code(), absl::StrCat("cannot record ", next.id(), " as ", ExperimentState_Name(state),
+                                   ": ", saved.message()));
+    if (!force) return saved;
+    std::fprintf(stderr, "topiaryd: %s\n", std::string(saved.message()).c_str());
   }
   e->record = std::move(next);
   // A stop request is cleared when the experiment is queued again (resume, restart), not
@@ -378,25 +379,20 @@ absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std
   if (state == topiary::v1::QUEUED) e->stop = 0;
   Event ev;
   ev.mutable_state()->set_state(state);
-  ev.mutable_state()->set_reason(reason);
+  ev.mutable_state()->set_reason(
+      saved.ok() ? reason
+                 : absl::StrCat(reason, " (not saved: ", saved.message(),
+                                "; a restarted daemon acts on the state it last saved)"));
   AppendLocked(e, std::move(ev));
-  return absl::OkStatus();
+  return saved;
+}
+
+absl::Status Registry::SetStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
+  return ChangeStateLocked(e, state, reason, /*force=*/false);
 }
 
 void Registry::ForceStateLocked(Entry* e, ExperimentState state, const std::string& reason) {
-  if (absl::Status st = SetStateLocked(e, state, reason); !st.ok()) {
-    // The run has ended whatever the disk says: the daemon reports that, and says that a
-    // restart will not know it (the experiment then resumes from its last checkpoint).
-    std::fprintf(stderr, "topiaryd: %s\n", std::string(st.message()).c_str());
-    e->record.set_state(state);
-    e->record.set_updated_at(NowIso8601());
-    if (state == topiary::v1::FAILED) e->record.set_error(reason);
-    Event ev;
-    ev.mutable_state()->set_state(state);
-    ev.mutable_state()->set_reason(absl::StrCat(reason, " (not saved: ", st.message(),
-                                                "; a restarted daemon runs it again)"));
-    AppendLocked(e, std::move(ev));
-  }
+  (void)ChangeStateLocked(e, state, reason, /*force=*/true);  // said on stderr and in the event
 }
 
 absl::Status Registry::Update(const std::string& id,

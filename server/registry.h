@@ -116,7 +116,12 @@ class Registry {
 
   Entry* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(const Experiment& record) const;
-  // Persists the new state, then applies it; a failed write changes nothing and is returned.
+  // Persists the new state, then applies it (record, stop flag, state event). A failed write
+  // is returned; it changes nothing unless `force`, when the state is applied all the same
+  // and the failure said on stderr and in the event.
+  absl::Status ChangeStateLocked(Entry* e, ExperimentState state, const std::string& reason,
+                                 bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ChangeStateLocked without force: a failed write changes nothing and is returned.
   absl::Status SetStateLocked(Entry* e, ExperimentState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change that has happened whatever the disk says (a run's end, a round done, the

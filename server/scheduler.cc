@@ -142,9 +142,9 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
     for (int g : gpus) spec.mutable_device()->add_gpus(g);
   }
   const std::string resume = record->last_checkpoint();
-  if (absl::Status st = registry_->SetState(
-          id, topiary::v1::RUNNING,
-          resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
+  if (absl::Status st =
+          registry_->SetState(id, topiary::v1::RUNNING,
+                              resume.empty() ? "started" : absl::StrCat("resuming from ", resume));
       !st.ok()) {
     // Not started: a run the record does not know of would start again after a restart.
     registry_->FinishRun(id, topiary::v1::FAILED, absl::StrCat("cannot start: ", st.message()),
@@ -160,9 +160,7 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   options.make_pruner = pruning::MakePruner;
   options.control = control.get();
   if (!resume.empty()) options.resume_from = registry_->data_dir() + "/" + resume;
-  options.on_event = [&](const Event& e) {
-    registry_->AppendRunEvent(id, e);
-  };
+  options.on_event = [&](const Event& e) { registry_->AppendRunEvent(id, e); };
   const topiary::v1::RunSummary summary = RunExperiment(spec, options);
   bool stopping;
   {

@@ -79,7 +79,8 @@ void SeedMultiplierLibrary(const std::string& folder) {
   }
   if (!MakeDirs(folder).ok()) return;
   int copied = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(shipped[0])) {
+  std::error_code ec;  // the non-throwing iterator: an unreadable folder copies nothing
+  for (const auto& entry : std::filesystem::directory_iterator(shipped[0], ec)) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, ".bin")) continue;
     auto bytes = ReadFile(entry.path().string());

@@ -33,7 +33,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/text_format.h"
-#include "util/status_macros.h"
 #include "tests/benchmarks/block_grid_util.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
@@ -42,6 +41,7 @@
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/gradient_sampling.h"
 #include "trainer/run/step_runner.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

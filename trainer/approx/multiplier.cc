@@ -200,24 +200,6 @@ std::vector<std::string> ShippedMultiplierFolders() {
 }
 
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name) {
-  // A bare stem that is no family: a shipped table of that name, where one is found.
-  if (!absl::EndsWith(name, ".bin") && name.find('/') == std::string::npos) {
-    auto family = GenerateFamily(name);
-    if (!family.ok()) {
-      const std::vector<std::string> folders = ShippedMultiplierFolders();
-      for (const std::string& folder : folders) {
-        const std::string path = folder + "/" + name + ".bin";
-        if (PathExists(path)) return LoadMultiplier(path);
-      }
-      return absl::Status(
-          family.status().code(),
-          absl::StrCat(family.status().message(), "; no shipped table ", name, ".bin either (",
-                       folders.empty() ? "no folder of shipped tables found: set "
-                                         "TOPIARY_MULTIPLIERS"
-                                       : absl::StrCat("looked in ", absl::StrJoin(folders, ", ")),
-                       ")"));
-    }
-  }
   if (absl::EndsWith(name, ".bin")) {
     // One byte more than a table: a larger file is refused for its size, not read whole.
     auto raw = ReadFile(name, kMultiplierFileBytes + 1);
@@ -229,13 +211,27 @@ absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name) {
                         absl::StrCat("multiplier file ", name, ": ", raw.status().message()));
   }
   auto table = GenerateFamily(name);
-  if (!table.ok()) return table.status();
-  Multiplier m;
-  m.name = name;
-  m.source = "generated";
-  m.table = std::move(*table);
-  Identify(TableBytes(m.table), &m);
-  return m;
+  if (table.ok()) {
+    Multiplier m;
+    m.name = name;
+    m.source = "generated";
+    m.table = std::move(*table);
+    Identify(TableBytes(m.table), &m);
+    return m;
+  }
+  // A bare stem that is no family: a shipped table of that name, where one is found.
+  if (name.find('/') != std::string::npos) return table.status();
+  const std::vector<std::string> folders = ShippedMultiplierFolders();
+  for (const std::string& folder : folders) {
+    const std::string path = folder + "/" + name + ".bin";
+    if (PathExists(path)) return LoadMultiplier(path);
+  }
+  return absl::Status(
+      table.status().code(),
+      absl::StrCat(table.status().message(), "; no shipped table ", name, ".bin either (",
+                   folders.empty() ? "no folder of shipped tables found: set TOPIARY_MULTIPLIERS"
+                                   : absl::StrCat("looked in ", absl::StrJoin(folders, ", ")),
+                   ")"));
 }
 
 MultiplierMetrics ComputeMetrics(const std::vector<uint16_t>& t) {

@@ -99,7 +99,8 @@ absl::Status CheckFolder(const std::string& dir, const std::string& hint) {
 std::vector<std::string> IdxNames(const std::string& prefix, const std::string& kind) {
   const std::string dims = kind == "images" ? "idx3" : "idx1";
   const std::string stem = prefix + "-" + kind;
-  return {stem + "-" + dims + "-ubyte", stem + "-" + dims + "-ubyte.gz", stem + "." + dims + "-ubyte"};
+  return {stem + "-" + dims + "-ubyte", stem + "-" + dims + "-ubyte.gz",
+          stem + "." + dims + "-ubyte"};
 }
 
 std::string IdxHint(const std::string& name) {

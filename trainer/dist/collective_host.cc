@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/elementwise.h"
-#include "util/status_macros.h"
 #include "trainer/dist/collective.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

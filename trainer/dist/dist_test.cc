@@ -6,7 +6,6 @@
 #include <random>
 
 #include "kernels/elementwise.h"
-#include "util/status_macros.h"
 #include "kernels/test_util.h"
 #include "trainer/dist/collective.h"
 #include "trainer/dist/gradient_sync.h"
@@ -14,6 +13,7 @@
 #include "trainer/dist/replicate.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "util/status_macros.h"
 #include "trainer/nn/masks.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

@@ -11,7 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "kernels/batch_norm.h"
-#include "util/status_macros.h"
 #include "onnx/onnx.pb.h"
 #include "protos/version.h"
 #include "trainer/core/device.h"
@@ -22,6 +21,7 @@
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

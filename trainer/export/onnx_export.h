@@ -29,11 +29,11 @@ struct OnnxExportOptions {
 
 struct OnnxExportSummary {
   int nodes = 0;
-  int64_t parameters = 0;           // the model's trainable parameters (as run and inspect count)
-  int64_t initializer_floats = 0;   // floats in the graph's initializers (folding changes it)
-  int64_t zeros = 0;                            // exact zeros among the conv and linear weights
-  int64_t masked = 0;                           // weights under a mask (each one of the zeros)
-  int folded = 0;                               // batch norms folded into convolutions
+  int64_t parameters = 0;          // the model's trainable parameters (as run and inspect count)
+  int64_t initializer_floats = 0;  // floats in the graph's initializers (folding changes it)
+  int64_t zeros = 0;               // exact zeros among the conv and linear weights
+  int64_t masked = 0;              // weights under a mask (each one of the zeros)
+  int folded = 0;                  // batch norms folded into convolutions
   std::vector<std::string> approximate_layers;  // exported as exact convolutions
   int64_t bytes = 0;                            // of the serialized model
 };

@@ -1,6 +1,6 @@
-#include "util/status_macros.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 

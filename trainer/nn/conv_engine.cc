@@ -9,9 +9,9 @@
 #include "kernels/approx_conv.h"
 #include "kernels/conv_onednn.h"
 #include "kernels/sampled_grad.h"
-#include "util/status_macros.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {

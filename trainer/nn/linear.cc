@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "util/status_macros.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 

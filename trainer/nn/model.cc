@@ -6,9 +6,9 @@
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
-#include "util/status_macros.h"
 #include "trainer/nn/memory_plan.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 

@@ -26,18 +26,24 @@ TensorBoardWriter::TensorBoardWriter(std::string dir) {
     topiary::tensorboard::Event first;
     first.set_wall_time(static_cast<double>(std::time(nullptr)));
     first.set_file_version("brain.Event:2");
-    Append(first.SerializeAsString());
+    Frame(first.SerializeAsString());
+    Flush();
   }
 }
 
-void TensorBoardWriter::Append(const std::string& record) {
-  std::string framed;
-  PutLittleEndian(&framed, record.size(), 8);
-  const uint32_t length_crc = MaskCrc(Crc32c(framed.data(), 8));
-  PutLittleEndian(&framed, length_crc, 4);
-  framed += record;
-  PutLittleEndian(&framed, MaskCrc(Crc32c(record.data(), record.size())), 4);
-  if (absl::Status st = AppendToFile(path_, framed, /*sync=*/false); !st.ok()) Report(st);
+void TensorBoardWriter::Frame(const std::string& record) {
+  std::string length;
+  PutLittleEndian(&length, record.size(), 8);
+  pending_ += length;
+  PutLittleEndian(&pending_, MaskCrc(Crc32c(length.data(), 8)), 4);
+  pending_ += record;
+  PutLittleEndian(&pending_, MaskCrc(Crc32c(record.data(), record.size())), 4);
+}
+
+void TensorBoardWriter::Flush() {
+  if (pending_.empty()) return;
+  if (absl::Status st = AppendToFile(path_, pending_, /*sync=*/false); !st.ok()) Report(st);
+  pending_.clear();
 }
 
 void TensorBoardWriter::Report(const absl::Status& st) {
@@ -56,7 +62,7 @@ void TensorBoardWriter::Scalar(const std::string& tag, int64_t step, double valu
   auto* v = e.mutable_summary()->add_value();
   v->set_tag(tag);
   v->set_simple_value(static_cast<float>(value));
-  Append(e.SerializeAsString());
+  Frame(e.SerializeAsString());
 }
 
 void TensorBoardWriter::Write(const topiary::v1::Event& event) {
@@ -83,6 +89,7 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
     Scalar("round/sparsity", event.round().round(), event.round().sparsity());
     Scalar("round/test_top1", event.round().round(), event.round().test_top1());
   }
+  Flush();  // one write per event, however many scalars it carries
 }
 
 }  // namespace topiary

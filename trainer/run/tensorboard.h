@@ -28,9 +28,12 @@ class TensorBoardWriter {
 
  private:
   void Scalar(const std::string& tag, int64_t step, double value);
-  void Append(const std::string& record);
+  // Frames a record into pending_; Flush appends what is pending to the file in one write.
+  void Frame(const std::string& record);
+  void Flush();
   void Report(const absl::Status& st);
   std::string path_;
+  std::string pending_;
   bool reported_ = false;
   int epoch_ = 0;
 };

@@ -50,7 +50,8 @@ absl::Status CheckSeal(const std::string& path, const std::string& bytes) {
   if (!has_magic || bytes.size() < kSealBytes) {
     if (Hdf5SignatureAt(bytes, 0) || Hdf5SignatureAt(bytes, kSealBytes)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": an HDF5 file without Topiary's seal (its whole-file checksum): written by "
+          path,
+          ": an HDF5 file without Topiary's seal (its whole-file checksum): written by "
           "another tool or a Topiary before 0.9; `topiary seal FILE` adds one"));
     }
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an HDF5 file"));
@@ -646,7 +647,10 @@ absl::Status ReadRootAttrs(hid_t file, const std::string& path, H5Attrs* out) {
 
 }  // namespace
 
+namespace {
+// Every group attribute and dataset of `path`; `sealed`: its seal must check first.
 absl::StatusOr<H5Document> ReadH5FileChecked(const std::string& path, bool sealed);
+}  // namespace
 
 absl::StatusOr<H5Document> ReadH5File(const std::string& path) {
   return ReadH5FileChecked(path, /*sealed=*/true);
@@ -662,6 +666,8 @@ absl::Status SealH5File(const std::string& path) {
   TOPIARY_ASSIGN_OR_RETURN(const H5Document doc, ReadUnsealedH5File(path));
   return WriteH5File(path, doc);
 }
+
+namespace {
 
 absl::StatusOr<H5Document> ReadH5FileChecked(const std::string& path, bool sealed) {
   absl::MutexLock lock(&Hdf5Lock());
@@ -737,6 +743,8 @@ absl::StatusOr<H5Document> ReadH5FileChecked(const std::string& path, bool seale
   }
   return doc;
 }
+
+}  // namespace
 
 absl::StatusOr<H5Attrs> ReadH5RootAttrs(const std::string& path) {
   absl::MutexLock lock(&Hdf5Lock());

@@ -18,28 +18,10 @@
 #include "util/status_macros.h"
 
 namespace topiary {
-namespace {
-// `folder`, once links are followed, lies inside the write roots (SetWriteRoots).
-absl::Status CheckFolderWritable(const std::string& folder, const std::string& what);
-}  // namespace
 
 bool PathExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
-}
-
-absl::Status MakeDirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0 &&
-          errno != EEXIST) {
-        return ErrnoStatus(errno, "cannot create folder " + partial);
-      }
-    }
-    if (i < path.size()) partial += path[i];
-  }
-  return CheckFolderWritable(path, path);
 }
 
 std::string NowIso8601() {
@@ -84,6 +66,26 @@ std::string Canonical(const std::string& path) {
   return ec ? path : canonical.string();
 }
 
+// `folder`, once links are followed, lies inside the write roots (SetWriteRoots).
+absl::Status CheckFolderWritable(const std::string& folder, const std::string& what) {
+  std::vector<std::string> roots;
+  {
+    absl::MutexLock lock(&PolicyLock());
+    roots = WriteRoots();
+  }
+  if (roots.empty()) return absl::OkStatus();
+  char buf[PATH_MAX];
+  if (::realpath(folder.empty() ? "." : folder.c_str(), buf) == nullptr) {
+    return ErrnoStatus(errno, what);
+  }
+  for (const std::string& root : roots) {
+    if (IsInsideFolder(buf, root)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": its folder resolves to ", buf, ", outside where this process writes (",
+                   absl::StrJoin(roots, ", "), "); a symbolic link was planted?"));
+}
+
 }  // namespace
 
 void SetWriteRoots(std::vector<std::string> roots) {
@@ -114,29 +116,6 @@ absl::Status ErrnoStatus(int err, const std::string& what) {
       return absl::InternalError(text);
   }
 }
-
-namespace {
-
-absl::Status CheckFolderWritable(const std::string& folder, const std::string& what) {
-  std::vector<std::string> roots;
-  {
-    absl::MutexLock lock(&PolicyLock());
-    roots = WriteRoots();
-  }
-  if (roots.empty()) return absl::OkStatus();
-  char buf[PATH_MAX];
-  if (::realpath(folder.empty() ? "." : folder.c_str(), buf) == nullptr) {
-    return ErrnoStatus(errno, what);
-  }
-  for (const std::string& root : roots) {
-    if (IsInsideFolder(buf, root)) return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      what, ": its folder resolves to ", buf, ", outside where this process writes (",
-      absl::StrJoin(roots, ", "), "); a symbolic link was planted?"));
-}
-
-}  // namespace
 
 absl::Status CheckWritable(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -180,14 +159,28 @@ absl::Status WriteAll(int fd, const std::string& path, const std::string& data) 
 
 }  // namespace
 
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0 &&
+          errno != EEXIST) {
+        return ErrnoStatus(errno, "cannot create folder " + partial);
+      }
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return CheckFolderWritable(path, path);
+}
+
 absl::Status AppendToFile(const std::string& path, const std::string& text, bool sync,
                           uint64_t max_bytes) {
   auto fd = OpenForWriting(path, O_APPEND);
   if (!fd.ok()) return fd.status();
   struct stat info;
   absl::Status st;
-  if (max_bytes > 0 && (::fstat(*fd, &info) != 0 ||
-                        static_cast<uint64_t>(info.st_size) + text.size() > max_bytes)) {
+  if (max_bytes > 0 &&
+      (::fstat(*fd, &info) != 0 || static_cast<uint64_t>(info.st_size) + text.size() > max_bytes)) {
     st = absl::ResourceExhaustedError(
         absl::StrCat(path, ": full (", HumanBytes(max_bytes), "); delete it to start a new one"));
   }
