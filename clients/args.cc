@@ -42,6 +42,7 @@ ABSL_FLAG(std::string, batch_norm, "fold",
           "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
+ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
 
 namespace topiary {
 
@@ -159,6 +160,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->onnx = absl::GetFlag(FLAGS_onnx);
   a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
   a->watch = absl::GetFlag(FLAGS_watch);
+  a->finish = absl::GetFlag(FLAGS_finish);
   return true;
 }
 

@@ -169,7 +169,8 @@ void ProgressPrinter::Print(const topiary::v1::Event& e) {
     if (e.state().state() == topiary::v1::WAITING_FOR_ROUND) {
       absl::FPrintF(out_,
                     "  waiting: `topiary round ID [--target X] [--step F] [--epochs N]` starts "
-                    "the next round, `topiary cancel ID` ends the experiment\n");
+                    "the next round, `topiary round ID --finish` ends the rounds here, "
+                    "`topiary cancel ID` ends the experiment\n");
     }
   } else if (e.has_round()) {
     const auto& r = e.round();

@@ -153,6 +153,8 @@ int PrintOrJson(const Args& a, const Experiment& e, const std::string& verb) {
         "cancel requested for %s (%s): it stops at its next step and becomes "
         "CANCELLED\n",
         e.id(), name);
+  } else if (verb == "finishing") {
+    absl::PrintF("finishing %s: no more rounds; it ends after the round it has done\n", e.id());
   } else if (verb == "advanced") {
     absl::PrintF("advanced %s: the next round starts now; `topiary watch %s` follows it\n", e.id(),
                  e.id());
@@ -300,11 +302,12 @@ int RunRemoteCommand(const Args& a) {
     if (a.target) req.set_target(static_cast<float>(*a.target));
     if (a.step) req.set_step_fraction(static_cast<float>(*a.step));
     if (a.epochs) req.set_finetune_epochs(*a.epochs);
+    req.set_finish(a.finish);
     Experiment e;
     auto ctx = c.Context();
     st = c.stub().AdvanceRound(ctx.get(), req, &e);
     if (!st.ok()) return Report(a, c, st);
-    return PrintOrJson(a, e, "advanced");
+    return PrintOrJson(a, e, a.finish ? "finishing" : "advanced");
   }
   if (cmd == "fork") {
     if (a.positional.size() != 1) {

@@ -19,7 +19,6 @@
 #include "clients/report_print.h"
 #include "clients/text.h"
 #include "protos/version.h"
-#include "pruning/checkpoint_report.h"
 #include "pruning/pruner.h"
 #include "trainer/core/device.h"
 #include "trainer/data/dataset.h"
@@ -28,6 +27,7 @@
 #include "trainer/run/events.h"
 #include "trainer/run/runner.h"
 #include "trainer/spec/spec.h"
+#include "trainer/store/checkpoint_report.h"
 #include "trainer/store/hdf5_file.h"
 
 namespace topiary {
@@ -106,6 +106,7 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary pause ID | resume ID | cancel ID
   topiary round ID [--target X] [--step F] [--epochs N]
                                          start the next manual round (pruning.manual_rounds)
+  topiary round ID --finish              end the manual rounds: the run finishes now
   topiary fork CKPT [--set field=value]... [--name NAME] [--watch]
                                          new experiment from a checkpoint, e.g.
                                          --set pruning.target=0.75
@@ -190,7 +191,7 @@ int Validate(const Args& a) {
 }
 
 int Inspect(const Args& a) {
-  const auto report = pruning::InspectCheckpoint(a.file, a.layer);
+  const auto report = InspectCheckpoint(a.file, a.layer);
   if (!report.ok()) return Fail(a, report.status());
   if (a.json) {
     absl::PrintF("%s\n", MessageToJson(*report));

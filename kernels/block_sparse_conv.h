@@ -24,26 +24,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/block_grid.h"
 #include "kernels/conv.h"
 #include "kernels/dtype.h"
 
 namespace topiary::kernels {
 
 struct CudaContext;
-
-// Which blocks of a [K, R, S, C] filter are kept: rows are input-channel blocks of block_in
-// channels (ceil(C / block_in) of them), columns output-channel blocks of block_out
-// (ceil(K / block_out)); kept is row-major, 1 = kept. The last block of a row or column may
-// be ragged.
-struct BlockGrid {
-  int block_in = 8, block_out = 8;
-  int rows = 0, cols = 0;
-  std::vector<uint8_t> kept;
-
-  bool Kept(int row, int col) const { return kept[static_cast<size_t>(row) * cols + col] != 0; }
-  // Kept blocks / all blocks.
-  double density() const;
-};
 
 // OK when the grid's dimensions match the shape's channels and every entry is 0 or 1;
 // otherwise names the problem.

@@ -8,13 +8,6 @@
 
 namespace topiary::kernels {
 
-double BlockGrid::density() const {
-  if (kept.empty()) return 1.0;
-  size_t n = 0;
-  for (uint8_t k : kept) n += k;
-  return static_cast<double>(n) / static_cast<double>(kept.size());
-}
-
 absl::Status CheckBlockGrid(const ConvShape& s, const BlockGrid& g) {
   if (g.block_in < 1 || g.block_out < 1) {
     return absl::InvalidArgumentError(

@@ -18,7 +18,7 @@ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 std::vector<int> AscendingKept(const std::vector<double>& scores, const BlockGrid& grid) {
   std::vector<int> order;
   for (int i = 0; i < grid.rows * grid.cols; ++i) {
-    if (grid.keep[i]) order.push_back(i);
+    if (grid.kept[i]) order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return scores[a] < scores[b]; });
   return order;
@@ -44,7 +44,7 @@ int HighestNewZero(const BlockGrid& g, const BlockGrid& before, const std::vecto
                    InLine in_line) {
   int best = -1;
   for (int i = 0; i < g.rows * g.cols; ++i) {
-    if (g.keep[i] || !before.keep[i] || !in_line(i)) continue;
+    if (g.kept[i] || !before.kept[i] || !in_line(i)) continue;
     if (best < 0 || scores[i] >= scores[best]) best = i;
   }
   return best;
@@ -58,13 +58,13 @@ void Repair(const BlockGrid& before, const std::vector<double>& scores, int colu
     while (ColumnZeros(*g, c) > column_cap) {
       const int i = HighestNewZero(*g, before, scores, [&](int j) { return j % g->cols == c; });
       if (i < 0) break;  // over the cap before this step (a lowered target): keep, monotone
-      g->keep[i] = 1;
+      g->kept[i] = 1;
     }
   }
   for (int r = 0; r < g->rows; ++r) {
     if (!RowEmpty(*g, r)) continue;
     const int i = HighestNewZero(*g, before, scores, [&](int j) { return j / g->cols == r; });
-    if (i >= 0) g->keep[i] = 1;
+    if (i >= 0) g->kept[i] = 1;
   }
 }
 
@@ -89,7 +89,7 @@ BlockGrid Fallback(const BlockGrid& before, const std::vector<double>& scores, i
     for (int c : columns) {
       int quota = std::min({per_column, column_cap - ColumnZeros(g, c), need - added});
       while (quota > 0 && next[c] < ranked[c].size()) {
-        g.keep[ranked[c][next[c]++]] = 0;
+        g.kept[ranked[c][next[c]++]] = 0;
         ++added;
         --quota;
         progress = true;
@@ -100,7 +100,7 @@ BlockGrid Fallback(const BlockGrid& before, const std::vector<double>& scores, i
     if (!RowEmpty(g, r)) continue;
     const int i = HighestNewZero(g, before, scores, [&](int j) { return j / g.cols == r; });
     if (i < 0) continue;
-    g.keep[i] = 1;
+    g.kept[i] = 1;
     // Swap: zero instead the next-ranked kept block of the same column whose row keeps
     // another block (bounded by the column's length).
     const int c = i % g.cols;
@@ -109,8 +109,8 @@ BlockGrid Fallback(const BlockGrid& before, const std::vector<double>& scores, i
       const int row = j / g.cols;
       int kept_in_row = 0;
       for (int cc = 0; cc < g.cols; ++cc) kept_in_row += g.at(row, cc);
-      if (g.keep[j] && kept_in_row > 1) {
-        g.keep[j] = 0;
+      if (g.kept[j] && kept_in_row > 1) {
+        g.kept[j] = 0;
         break;
       }
     }
@@ -119,22 +119,6 @@ BlockGrid Fallback(const BlockGrid& before, const std::vector<double>& scores, i
 }
 
 }  // namespace
-
-BlockGrid BlockGrid::Dense(int in_channels, int out_channels, int block_in, int block_out) {
-  BlockGrid g;
-  g.rows = CeilDiv(in_channels, block_in);
-  g.cols = CeilDiv(out_channels, block_out);
-  g.block_in = block_in;
-  g.block_out = block_out;
-  g.keep.assign(static_cast<size_t>(g.rows) * g.cols, 1);
-  return g;
-}
-
-int BlockGrid::zeros() const { return static_cast<int>(std::count(keep.begin(), keep.end(), 0)); }
-
-std::vector<uint8_t> BlockGrid::Expand(int out, int taps, int in) const {
-  return ExpandBlockGrid(keep, cols, block_in, block_out, out, taps, in);
-}
 
 std::vector<double> BlockScores(const KernelView& v, const BlockGrid& grid,
                                 PruningSpec::Score score) {
@@ -159,7 +143,7 @@ std::vector<double> BlockScores(const KernelView& v, const BlockGrid& grid,
   }
   std::vector<double> out(n, 0.0);
   for (size_t b = 0; b < n; ++b) {
-    if (!grid.keep[b] || count[b] == 0) continue;
+    if (!grid.kept[b] || count[b] == 0) continue;
     const double mean = sum[b] / count[b];
     out[b] =
         score == PruningSpec::VARIANCE ? std::max(0.0, sum_sq[b] / count[b] - mean * mean) : mean;
@@ -192,7 +176,7 @@ BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
   const BlockGrid before = *grid;
   BlockGrid proposal = before;
   const std::vector<int> order = AscendingKept(scores, before);
-  for (int i = 0; i < need && i < static_cast<int>(order.size()); ++i) proposal.keep[order[i]] = 0;
+  for (int i = 0; i < need && i < static_cast<int>(order.size()); ++i) proposal.kept[order[i]] = 0;
   Repair(before, scores, report.column_cap, &proposal);
   const int added = proposal.zeros() - report.zeros_before;
   // 3. Accept when the repaired step keeps at least half of its new zeros. (The reference

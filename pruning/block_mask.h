@@ -9,23 +9,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/block_grid.h"
 #include "pruning/kernel_view.h"
 #include "topiary/v1/experiment.pb.h"
 
 namespace topiary::pruning {
 
-struct BlockGrid {
-  int rows = 0, cols = 0;  // input blocks, output blocks
-  int block_in = 8, block_out = 8;
-  std::vector<uint8_t> keep;  // rows * cols, row-major; 1 = kept
-
-  static BlockGrid Dense(int in_channels, int out_channels, int block_in, int block_out);
-  uint8_t& at(int r, int c) { return keep[static_cast<size_t>(r) * cols + c]; }
-  uint8_t at(int r, int c) const { return keep[static_cast<size_t>(r) * cols + c]; }
-  int zeros() const;
-  // The element mask over the kernel [out, taps, in] that this grid stands for.
-  std::vector<uint8_t> Expand(int out, int taps, int in) const;
-};
+// The grid type is the kernels' (kernels/block_grid.h): one type from pruner to kernel.
+using kernels::BlockGrid;
 
 // Score of every block (row-major like the grid): the mean over the block's weights of
 // VARIANCE (population variance), L1 (|w|), L2 (w^2) or GRAD_L2 (|dW| * w^2, which needs

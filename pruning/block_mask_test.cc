@@ -21,9 +21,9 @@ std::vector<double> RandomScores(int n, uint64_t seed) {
 
 // The invariants of §1 after every step: monotone, column cap, no empty row.
 void ExpectInvariants(const BlockGrid& before, const BlockGrid& after, const BlockStepReport& r) {
-  for (size_t i = 0; i < before.keep.size(); ++i) {
-    if (!before.keep[i]) {
-      EXPECT_EQ(after.keep[i], 0) << "block " << i << " came back";
+  for (size_t i = 0; i < before.kept.size(); ++i) {
+    if (!before.kept[i]) {
+      EXPECT_EQ(after.kept[i], 0) << "block " << i << " came back";
     }
   }
   for (int c = 0; c < after.cols; ++c) {
@@ -52,7 +52,7 @@ TEST(BlockPruneStep, FirstStepZeroesTheLowestScoredBlocks) {
   EXPECT_FALSE(r.fallback);
   // The four lowest scores are 1, 2, 3, 4 at i with (7 i) % 16 = 0, 1, 2, 3: i = 0, 7, 14, 5.
   // Columns: 0, 3, 2, 1; rows: 0, 1, 3, 1: all constraints hold, so exactly these.
-  for (int i : {0, 7, 14, 5}) EXPECT_EQ(g.keep[i], 0) << i;
+  for (int i : {0, 7, 14, 5}) EXPECT_EQ(g.kept[i], 0) << i;
   EXPECT_EQ(g.zeros(), 4);
 }
 

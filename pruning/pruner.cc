@@ -74,12 +74,7 @@ class SpecPruner : public Pruner {
   BlockGrid GridOf(const Target& t) const {
     const MaskInfo& info = t.kernel->mask_info;
     if (info.kind == MaskInfo::Kind::kBlock) {
-      BlockGrid g;
-      g.rows = info.rows;
-      g.cols = info.cols;
-      g.block_in = info.block_in;
-      g.block_out = info.block_out;
-      g.keep = info.grid;
+      BlockGrid g = info.blocks;
       return g;
     }
     return BlockGrid::Dense(t.in, t.out, spec_.block_in(), spec_.block_out());
@@ -148,11 +143,7 @@ class SpecPruner : public Pruner {
       t.stalled = step.zeros_after == step.zeros_before && step.zeros_after < step.target_zeros;
       MaskInfo info;
       info.kind = MaskInfo::Kind::kBlock;
-      info.block_in = grid.block_in;
-      info.block_out = grid.block_out;
-      info.rows = grid.rows;
-      info.cols = grid.cols;
-      info.grid = grid.keep;
+      info.blocks = grid;
       auto st = InstallMask(t.kernel, grid.Expand(t.out, t.taps, t.in), std::move(info));
       if (!st.ok()) return st;
       LayerPruneReport r = Report(t, step.zeros_before);

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/nn/model.h"
-#include "trainer/run/pruner.h"
+#include "trainer/run/pruner_interface.h"
 
 namespace topiary::pruning {
 

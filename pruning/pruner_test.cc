@@ -77,16 +77,10 @@ TEST(Pruner, BlockRoundsReachHalfOfEveryEligibleConvAndNeverTouchTheStem) {
        {"stage1.block0.conv1", "stage2.block0.shortcut.conv", "stage3.block2.conv2"}) {
     const Parameter& p = *f.Kernel(name);
     ASSERT_EQ(p.mask_info.kind, MaskInfo::Kind::kBlock) << name;
-    const int blocks = p.mask_info.rows * p.mask_info.cols;
-    EXPECT_EQ(std::count(p.mask_info.grid.begin(), p.mask_info.grid.end(), 0), blocks / 2) << name;
+    const BlockGrid& g = p.mask_info.blocks;
+    EXPECT_EQ(g.zeros(), g.rows * g.cols / 2) << name;
     ExpectMaskedWeightsZero(p);
     // The element mask is the expanded grid.
-    BlockGrid g;
-    g.rows = p.mask_info.rows;
-    g.cols = p.mask_info.cols;
-    g.block_in = p.mask_info.block_in;
-    g.block_out = p.mask_info.block_out;
-    g.keep = p.mask_info.grid;
     const auto& s = p.value.shape();
     EXPECT_EQ(HostMask(p), g.Expand(s[0], s[1] * s[2], s[3])) << name;
   }

@@ -514,10 +514,15 @@ class Registry::Control : public RunControl {
       while (!e->advance && e->stop.load() == 0) registry_->changed_.Wait(&registry_->mu_);
       if (e->stop.load() != 0) return static_cast<Stop>(e->stop.load());
       const auto& c = e->changes;
+      e->advance = false;
+      if (c.finish()) {
+        registry_->ForceStateLocked(e, topiary::v1::RUNNING,
+                                    absl::StrCat("rounds finished after round ", completed_round));
+        return Stop::kFinish;
+      }
       if (c.has_target()) next->set_target(c.target());
       if (c.has_step_fraction()) next->set_step_fraction(c.step_fraction());
       if (c.has_finetune_epochs()) next->set_finetune_epochs(c.finetune_epochs());
-      e->advance = false;
       *e->record.mutable_spec()->mutable_pruning() = *next;
       registry_->ForceStateLocked(e, topiary::v1::RUNNING,
                                   absl::StrCat("advanced after round ", completed_round));

@@ -14,7 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
-#include "pruning/checkpoint_report.h"
 #include "server/auth_interceptor.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
@@ -22,7 +21,7 @@
 #include "trainer/spec/catalog.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
-#include "trainer/store/hdf5_file.h"
+#include "trainer/store/checkpoint_report.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary::server {
@@ -333,6 +332,11 @@ Status TopiaryService::AdvanceRound(grpc::ServerContext* ctx,
     return Status(StatusCode::INVALID_ARGUMENT,
                   absl::StrCat("finetune_epochs: must be in [1, ", kMaxEpochs, "]"));
   }
+  if (req->finish() &&
+      (req->has_target() || req->has_step_fraction() || req->has_finetune_epochs())) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  "finish: ends the rounds; it takes no target, step_fraction or finetune_epochs");
+  }
   if (auto st = registry_->Advance(*req); !st.ok()) return ToGrpc(st);
   *out = *registry_->Get(req->id());
   return Status::OK;
@@ -344,9 +348,11 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
   if (Status st = Authorize(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
-  auto attrs = ReadH5RootAttrs(path);
-  if (!attrs.ok()) return ToGrpc(attrs.status());  // NOT_FOUND only when it is missing
-  auto spec = ParseSpec(AttrString(*attrs, "spec"), req->checkpoint());
+  // The whole file is checked, as the fork's run will load it: a damaged checkpoint answers
+  // its real code (DATA_LOSS), NOT_FOUND only when it is missing.
+  auto doc = ReadCheckpointFile(path);
+  if (!doc.ok()) return ToGrpc(doc.status());
+  auto spec = ParseSpec(CheckpointStateOf(*doc).spec_text, req->checkpoint());
   if (!spec.ok()) {
     return Status(StatusCode::FAILED_PRECONDITION,
                   absl::StrCat("checkpoint: its spec does not parse: ", spec.status().message()));
@@ -381,21 +387,19 @@ Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
   std::sort(files.begin(), files.end());
   for (const auto& [mtime, name] : files) {
     const std::string abs = dir + "/" + name;
-    auto attrs = ReadH5RootAttrs(abs);
-    if (!attrs.ok()) continue;
+    auto state = ReadCheckpointState(abs);
+    if (!state.ok()) continue;
     auto* c = out->add_checkpoints();
     c->set_path(r->folder() + "/checkpoints/" + name);
-    c->set_round(static_cast<int32_t>(AttrInt(*attrs, "round")));
-    c->set_epoch(static_cast<int32_t>(AttrInt(*attrs, "epoch")));
-    c->set_created_at(AttrString(*attrs, "created_at"));
+    c->set_round(state->position.round);
+    c->set_epoch(state->position.epoch);
+    c->set_created_at(state->created_at);
     struct stat st;
     if (::stat(abs.c_str(), &st) == 0) c->set_bytes(st.st_size);
     topiary::v1::CheckpointMetrics metrics;
     google::protobuf::util::JsonParseOptions lenient;
     lenient.ignore_unknown_fields = true;
-    if (google::protobuf::util::JsonStringToMessage(AttrString(*attrs, "metrics"), &metrics,
-                                                    lenient)
-            .ok()) {
+    if (google::protobuf::util::JsonStringToMessage(state->metrics_json, &metrics, lenient).ok()) {
       c->set_test_top1(metrics.test_top1());
     }
   }
@@ -408,7 +412,7 @@ Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
   if (Status st = Authorize(ctx); !st.ok()) return st;
   std::string path;
   if (Status st = ResolvePath("path", req->path(), &path); !st.ok()) return st;
-  auto report = pruning::InspectCheckpoint(path, req->layer());
+  auto report = topiary::InspectCheckpoint(path, req->layer());
   if (!report.ok()) return ToGrpc(report.status());
   *out = *report;
   out->set_path(req->path());

@@ -157,6 +157,22 @@ done
 check "manual rounds advanced by the client ($advanced) until SUCCEEDED" bash -c '[[ $0 -ge 2 ]] && [[ "$1" == SUCCEEDED ]]' "$advanced" "$(state "$id")"
 err=$("$TOPIARY" round "$id" 2>&1); rc=$?
 check "round when not waiting: FAILED_PRECONDITION (exit 5)" test "$rc" -eq 5
+# Manual rounds ended by the client: one round, then --finish.
+id=$(submit "$tmp/manual.textproto")
+wait_state "$id" WAITING_FOR_ROUND 60 && "$TOPIARY" round "$id" --epochs 1 > /dev/null
+sleep 0.5
+for _ in $(seq 150); do s=$(state "$id"); [[ "$s" == RUNNING ]] || break; sleep 0.2; done
+err=$("$TOPIARY" round "$id" --finish --target 0.7 2>&1); rc=$?
+check "round --finish with a target: INVALID_ARGUMENT (exit 3)" test "$rc" -eq 3
+out=$("$TOPIARY" round "$id" --finish 2>&1)
+check "round --finish says the run is finishing ($out)" grep -q "finishing $id" <<< "$out"
+check "finished rounds: SUCCEEDED" wait_state "$id" SUCCEEDED 60
+check "finished after round 1, target not reached and said so" python3 -c '
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+s = [e["summary"] for e in events if "summary" in e][-1]
+rounds = [r.get("round", 0) for r in s["rounds"]]
+sys.exit(not (rounds == [0, 1] and not s.get("targetReached") and "not reached" in s.get("targetNote", "")))' "$tmp/data/experiments/$id/events.jsonl"
 
 # Fork from a round checkpoint with a spec change; the parent is recorded.
 parent=$("$TOPIARY" checkpoints "$id" --json | python3 -c 'import json,sys; print([c["path"] for c in json.load(sys.stdin)["checkpoints"] if "round-001" in c["path"]][0])')

@@ -59,12 +59,11 @@ absl::Status RandomBlockMasks(Model* model, double zeros) {
                 c = p->value.shape()[3];
       MaskInfo info;
       info.kind = MaskInfo::Kind::kBlock;
-      info.block_in = info.block_out = 8;
-      info.rows = (c + 7) / 8;
-      info.cols = (k + 7) / 8;
-      if (info.rows < 2 || info.cols < 2) continue;
-      info.grid = bench::BalancedBlockGrid(info.rows, info.cols, 1.0 - zeros, gen);
-      const auto mask = ExpandBlockGrid(info.grid, info.cols, 8, 8, k, taps, c);
+      info.blocks = kernels::BlockGrid::Dense(c, k, 8, 8);
+      if (info.blocks.rows < 2 || info.blocks.cols < 2) continue;
+      info.blocks.kept =
+          bench::BalancedBlockGrid(info.blocks.rows, info.blocks.cols, 1.0 - zeros, gen);
+      const auto mask = info.blocks.Expand(k, taps, c);
       TOPIARY_RETURN_IF_ERROR(InstallMask(p, mask, std::move(info)));
     }
   }

@@ -13,10 +13,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "pruning/checkpoint_report.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_report.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
 
@@ -232,7 +232,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!topiary::WriteH5File(path, doc).ok()) return 0;
   RawEdit(path, &in);
   auto read = topiary::ReadCheckpointFile(path);
-  auto report = topiary::pruning::InspectCheckpoint(path, in.Byte() & 1 ? "" : "conv*");
+  auto report = topiary::InspectCheckpoint(path, in.Byte() & 1 ? "" : "conv*");
   // The two readers agree on whether the file is acceptable (the report may still find no
   // layer matching its pattern).
   if (read.ok() != (report.ok() || report.status().code() == absl::StatusCode::kNotFound)) {

@@ -16,6 +16,14 @@ const char* MaskKindName(MaskInfo::Kind kind) {
   return "";
 }
 
+std::optional<MaskInfo::Kind> MaskKindFromName(absl::string_view name) {
+  for (MaskInfo::Kind k :
+       {MaskInfo::Kind::kBlock, MaskInfo::Kind::kElement, MaskInfo::Kind::kNofM}) {
+    if (name == MaskKindName(k)) return k;
+  }
+  return std::nullopt;
+}
+
 namespace {
 constexpr ParamRole kRoles[] = {
     ParamRole::kKernel,      ParamRole::kBias,       ParamRole::kGamma,          ParamRole::kBeta,

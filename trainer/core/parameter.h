@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "kernels/block_grid.h"
 #include "kernels/dtype.h"
 #include "trainer/core/device.h"
 #include "trainer/core/tensor.h"
@@ -21,15 +22,14 @@ namespace topiary {
 struct MaskInfo {
   enum class Kind { kNone, kBlock, kElement, kNofM };
   Kind kind = Kind::kNone;
-  // kBlock: the block grid, rows = input-channel blocks, columns = output-channel blocks
-  // (row-major, 1 = kept), and the block shape.
-  int block_in = 0, block_out = 0, rows = 0, cols = 0;
-  std::vector<uint8_t> grid;
-  int n = 0, m = 0;  // kNofM
+  kernels::BlockGrid blocks;  // kBlock: which blocks are kept, and their shape
+  int n = 0, m = 0;           // kNofM
 };
 
 // "block" | "element" | "n_of_m" | "" (the names used in checkpoints).
 const char* MaskKindName(MaskInfo::Kind kind);
+// The kind a name stands for (kNone is never named); nullopt for any other name.
+std::optional<MaskInfo::Kind> MaskKindFromName(absl::string_view name);
 
 // What a parameter is to its layer. An enum, not a string, so that code which must treat
 // every kernel (pruning, masks, checkpoints, approximation) cannot miss one by a typo.

@@ -32,8 +32,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 bool SameMaskInfo(const MaskInfo& a, const MaskInfo& b) {
-  return a.kind == b.kind && a.block_in == b.block_in && a.block_out == b.block_out &&
-         a.rows == b.rows && a.cols == b.cols && a.grid == b.grid && a.n == b.n && a.m == b.m;
+  return a.kind == b.kind && a.blocks == b.blocks && a.n == b.n && a.m == b.m;
 }
 
 }  // namespace

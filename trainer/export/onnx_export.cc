@@ -20,6 +20,7 @@
 #include "trainer/nn/model_zoo.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
 
@@ -459,7 +460,7 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
 
   std::vector<std::string> approximate;
   for (const auto& [group, attrs] : doc->groups) {
-    if (attrs.count("multiplier") && group.rfind("/layers/", 0) == 0) {
+    if (attrs.count("multiplier") && group.rfind(kLayersPrefix, 0) == 0) {
       approximate.push_back(group.substr(8));
     }
   }
@@ -470,8 +471,8 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"topiary.model_arch", state.model_arch},
       {"topiary.experiment", state.experiment_id},
-      {"topiary.round", std::to_string(state.round)},
-      {"topiary.epoch", std::to_string(state.epoch)},
+      {"topiary.round", std::to_string(state.position.round)},
+      {"topiary.epoch", std::to_string(state.position.epoch)},
       {"topiary.metrics", state.metrics_json},
       {"topiary.input", input_json},
       {"topiary.batch_norm", options.fold_batch_norm ? "folded" : "kept"},

@@ -32,19 +32,6 @@ absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInf
   return absl::OkStatus();
 }
 
-std::vector<uint8_t> ExpandBlockGrid(const std::vector<uint8_t>& grid, int cols, int block_in,
-                                     int block_out, int out, int taps, int in) {
-  std::vector<uint8_t> mask(static_cast<size_t>(out) * taps * in);
-  for (int k = 0; k < out; ++k) {
-    for (int t = 0; t < taps; ++t) {
-      uint8_t* row = &mask[(static_cast<size_t>(k) * taps + t) * in];
-      for (int c = 0; c < in; ++c)
-        row[c] = grid[static_cast<size_t>(c / block_in) * cols + k / block_out];
-    }
-  }
-  return mask;
-}
-
 std::vector<uint8_t> HostMask(const Parameter& p) {
   if (p.mask.empty()) return std::vector<uint8_t>(p.size(), 1);
   return p.mask.ToHost();

@@ -20,11 +20,6 @@ namespace topiary {
 absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInfo info,
                          bool zero_masked = true);
 
-// The element mask, in the memory layout [out, taps, in], of a block grid (row-major, rows =
-// input-channel blocks of `block_in`, `cols` columns = output-channel blocks of `block_out`).
-std::vector<uint8_t> ExpandBlockGrid(const std::vector<uint8_t>& grid, int cols, int block_in,
-                                     int block_out, int out, int taps, int in);
-
 // The element mask on the host (all ones when p is dense).
 std::vector<uint8_t> HostMask(const Parameter& p);
 

@@ -1,5 +1,6 @@
 #include "trainer/nn/model_zoo.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -129,21 +130,25 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& arch, float
   Builder b(model.get(), width);
   const int x = 0;
   int out = -1;
-  if (arch == "lenet5") {
-    out = LeNet5(b, x, classes);
-  } else if (arch == "resnet20" || arch == "resnet32" || arch == "resnet44" || arch == "resnet56" ||
-             arch == "resnet110") {
-    const int depth = std::stoi(arch.substr(6));
-    out = CifarResNet(b, x, classes, (depth - 2) / 6);
-  } else if (arch == "resnet18") {
-    out = ImageNetResNet(b, x, classes, {2, 2, 2, 2}, false);
-  } else if (arch == "resnet34") {
-    out = ImageNetResNet(b, x, classes, {3, 4, 6, 3}, false);
-  } else if (arch == "resnet50") {
-    out = ImageNetResNet(b, x, classes, {3, 4, 6, 3}, true);
-  } else {
+  const auto known = std::find_if(ModelArchs().begin(), ModelArchs().end(),
+                                  [&](const ModelArch& a) { return arch == a.name; });
+  if (known == ModelArchs().end()) {
     return absl::InvalidArgumentError("model.arch: unknown architecture '" + arch + "'; one of " +
                                       absl::StrJoin(ModelNames(), ", "));
+  }
+  switch (known->family) {
+    case ModelArch::Family::kLeNet:
+      out = LeNet5(b, x, classes);
+      break;
+    case ModelArch::Family::kCifarResNet:
+      out = CifarResNet(b, x, classes, known->stage_blocks[0]);
+      break;
+    case ModelArch::Family::kImageNetResNet:
+      out = ImageNetResNet(b, x, classes, known->stage_blocks, false);
+      break;
+    case ModelArch::Family::kImageNetBottleneck:
+      out = ImageNetResNet(b, x, classes, known->stage_blocks, true);
+      break;
   }
   if (auto st = model->Finish(out); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model.arch: ", arch, " does not fit ", input.h,

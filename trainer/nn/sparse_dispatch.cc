@@ -33,12 +33,7 @@ absl::Status SparseConvDispatch::Replan(const Parameter& kernel, const kernels::
   version_ = kernel.mask_version;
   const MaskInfo& info = kernel.mask_info;
   if (info.kind != MaskInfo::Kind::kBlock) return absl::OkStatus();
-  kernels::BlockGrid grid;
-  grid.block_in = info.block_in;
-  grid.block_out = info.block_out;
-  grid.rows = info.rows;
-  grid.cols = info.cols;
-  grid.kept = info.grid;
+  const kernels::BlockGrid& grid = info.blocks;
   auto plan = kernels::BlockSparseConvCuda::Create(shape_, grid, dtype_, ctx);
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),

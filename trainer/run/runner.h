@@ -16,7 +16,8 @@
 #include "trainer/data/batcher.h"
 #include "trainer/nn/model.h"
 #include "trainer/run/device_batches.h"
-#include "trainer/run/pruner.h"
+#include "trainer/run/evaluate.h"
+#include "trainer/run/pruner_interface.h"
 
 namespace topiary {
 
@@ -24,7 +25,7 @@ namespace topiary {
 // on the training thread.
 class RunControl {
  public:
-  enum class Stop { kNone, kPause, kCancel };
+  enum class Stop { kNone, kPause, kCancel, kFinish };
   virtual ~RunControl() = default;
   // Polled between training steps; must be cheap. kPause: the run writes pause.h5 at this
   // step and ends with state PAUSED (resume from that checkpoint); kCancel: it ends with
@@ -33,6 +34,8 @@ class RunControl {
   // With pruning.manual_rounds, called after each round (and after the dense phase) before
   // the next prune step; blocks until the client advances. It may change `next` (target,
   // step_fraction, finetune_epochs) for the rounds that follow.
+  // kFinish: the client ends the rounds here; the run finishes as if the last round were
+  // the last one (SUCCEEDED, its target note saying where it stopped).
   virtual Stop WaitForRound(int completed_round, topiary::v1::PruningSpec* next) = 0;
 };
 
@@ -67,21 +70,6 @@ struct RunOptions {
 // the last event.
 topiary::v1::RunSummary RunExperiment(const topiary::v1::ExperimentSpec& spec,
                                       const RunOptions& options);
-
-struct EvalResult {
-  double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
-  int64_t images = 0;
-  double joules_per_image = 0;  // GPU board energy (NVML); 0 where not measured
-  // Per convolution (model order): the zero fraction of its input over the images evaluated.
-  std::vector<std::pair<std::string, double>> conv_input_zeros;
-};
-
-// Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
-// of net.batch(); the last partial batch counts only its real images.
-absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
-
-// The kernels' numeric mode of a spec's train.precision.
-kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p);
 
 }  // namespace topiary
 

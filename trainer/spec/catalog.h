@@ -9,10 +9,35 @@
 
 namespace topiary {
 
-// The architectures BuildModel (model_zoo.h) knows.
+// The architectures BuildModel (model_zoo.h) builds: the one list of their names, with the
+// shape of each (the zoo turns a family and its stage depths into layers).
+struct ModelArch {
+  enum class Family { kLeNet, kCifarResNet, kImageNetResNet, kImageNetBottleneck };
+  const char* name;
+  Family family;
+  std::vector<int> stage_blocks;  // residual blocks per stage (ResNets)
+};
+
+inline const std::vector<ModelArch>& ModelArchs() {
+  using F = ModelArch::Family;
+  static const std::vector<ModelArch> archs = {
+      {"lenet5", F::kLeNet, {}},
+      {"resnet20", F::kCifarResNet, {3, 3, 3}},
+      {"resnet32", F::kCifarResNet, {5, 5, 5}},
+      {"resnet44", F::kCifarResNet, {7, 7, 7}},
+      {"resnet56", F::kCifarResNet, {9, 9, 9}},
+      {"resnet110", F::kCifarResNet, {18, 18, 18}},
+      {"resnet18", F::kImageNetResNet, {2, 2, 2, 2}},
+      {"resnet34", F::kImageNetResNet, {3, 4, 6, 3}},
+      {"resnet50", F::kImageNetBottleneck, {3, 4, 6, 3}},
+  };
+  return archs;
+}
+
 inline std::vector<std::string> ModelNames() {
-  return {"lenet5",    "resnet20", "resnet32", "resnet44", "resnet56",
-          "resnet110", "resnet18", "resnet34", "resnet50"};
+  std::vector<std::string> names;
+  for (const ModelArch& a : ModelArchs()) names.push_back(a.name);
+  return names;
 }
 
 // Where Debian's dataset-fashion-mnist package puts the files.

@@ -9,19 +9,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
-#include "util/status_macros.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
 
 std::string LayerPath(const Parameter& p) {
-  return absl::StrCat("/layers/", p.layer, "/", ParamRoleName(p.role));
+  return absl::StrCat(kLayersPrefix, p.layer, "/", ParamRoleName(p.role));
 }
-std::string LayerGroup(const std::string& layer) { return absl::StrCat("/layers/", layer); }
+std::string LayerGroup(const std::string& layer) { return absl::StrCat(kLayersPrefix, layer); }
 
 const ConvApproximation* ApproximationOf(const Layer& layer) {
   if (layer.kind() != LayerKind::kConv2d) return nullptr;
@@ -35,23 +35,25 @@ const GradientSampling* SamplingOf(const Layer& layer) {
 
 // What a checkpoint says of an approximate layer (attributes of its group).
 void AddApproximationAttrs(const ConvApproximation& a, H5Attrs& attrs) {
-  attrs["multiplier"] = a.multiplier;
-  attrs["multiplier_sha256"] = a.sha256;
-  attrs["weight_tuning"] = int64_t{a.weight_tuning ? 1 : 0};
-  attrs["activation_range"] = std::string(a.moving_average ? "moving_average" : "per_batch");
+  attrs[kMultiplierAttr] = a.multiplier;
+  attrs[kMultiplierSha256Attr] = a.sha256;
+  attrs[kWeightTuningAttr] = int64_t{a.weight_tuning ? 1 : 0};
+  attrs[kActivationRangeAttr] = std::string(a.moving_average ? "moving_average" : "per_batch");
 }
 
 // ... and of a layer whose weight gradient the run sampled (provenance only: loading ignores
 // it, as the spec decides how a run trains).
 void AddSamplingAttrs(const GradientSampling& g, H5Attrs& attrs) {
-  attrs["weight_gradient"] = std::string("sampled");
-  attrs["weight_gradient_top_k"] = int64_t{g.top_k};
-  attrs["weight_gradient_scale"] = std::string(g.reference_scale ? "reference" : "unbiased");
+  attrs[kWeightGradientAttr] = std::string("sampled");
+  attrs[kWeightGradientTopKAttr] = int64_t{g.top_k};
+  attrs[kWeightGradientScaleAttr] = std::string(g.reference_scale ? "reference" : "unbiased");
 }
 
-std::string MaskPath(const Parameter& p) { return absl::StrCat("/layers/", p.layer, "/mask"); }
+std::string MaskPath(const Parameter& p) {
+  return absl::StrCat(kLayersPrefix, p.layer, "/", kMaskRole);
+}
 std::string MomentumPath(const Parameter& p) {
-  return absl::StrCat("/optimizer/momentum/", p.layer, "/", ParamRoleName(p.role));
+  return absl::StrCat(kMomentumPrefix, p.layer, "/", ParamRoleName(p.role));
 }
 
 // Conv kernels are [K, R, S, C] in memory and [K, C, R, S] (OIHW) on disk; everything else
@@ -147,18 +149,19 @@ std::vector<uint8_t> MaskFromDisk(const Parameter& p, const std::vector<uint8_t>
 H5Dataset MaskDataset(const Parameter& p) {
   H5Dataset d;
   const MaskInfo& info = p.mask_info;
-  d.attrs["kind"] = std::string(MaskKindName(info.kind));
+  d.attrs[kMaskKindAttr] = std::string(MaskKindName(info.kind));
   if (info.kind == MaskInfo::Kind::kBlock) {
-    d.shape = {info.rows, info.cols};
-    d.u8 = info.grid;
-    d.attrs["block_in"] = int64_t{info.block_in};
-    d.attrs["block_out"] = int64_t{info.block_out};
+    d.shape = {info.blocks.rows, info.blocks.cols};
+    d.u8 = info.blocks.kept;
+    d.attrs[kBlockInAttr] = int64_t{info.blocks.block_in};
+    d.attrs[kBlockOutAttr] = int64_t{info.blocks.block_out};
+    d.attrs[kMaskAxesAttr] = std::string(kBlockMaskAxes);
   } else {
     d.shape = DiskShape(p);
     d.u8 = MaskToDisk(p, HostMask(p));
     if (info.kind == MaskInfo::Kind::kNofM) {
-      d.attrs["n"] = int64_t{info.n};
-      d.attrs["m"] = int64_t{info.m};
+      d.attrs[kNAttr] = int64_t{info.n};
+      d.attrs[kMAttr] = int64_t{info.m};
     }
   }
   return d;
@@ -195,26 +198,24 @@ void Expand(PendingMask* m) {
     return;
   }
   const std::vector<int>& s = p.value.shape();
-  m->element = ExpandBlockGrid(m->info.grid, m->info.cols, m->info.block_in, m->info.block_out,
-                               s.front(), s.size() == 4 ? s[1] * s[2] : 1, s.back());
+  m->element = m->info.blocks.Expand(s.front(), s.size() == 4 ? s[1] * s[2] : 1, s.back());
 }
 
 // The mask of `p` read from `d`. ReadCheckpointFile has checked its type, kind, block sizes
 // and its fit to the file's kernel, and the loader the kernel's fit to the model.
 PendingMask ParseMask(Parameter* p, const H5Dataset& d) {
   PendingMask m{p, {}, {}, &d};
-  const std::string kind = AttrString(d.attrs, "kind");
-  if (kind == "block") {
-    m.info.kind = MaskInfo::Kind::kBlock;
-    m.info.block_in = static_cast<int>(AttrInt(d.attrs, "block_in"));
-    m.info.block_out = static_cast<int>(AttrInt(d.attrs, "block_out"));
-    m.info.rows = static_cast<int>(d.shape[0]);
-    m.info.cols = static_cast<int>(d.shape[1]);
-    m.info.grid = d.u8;
+  m.info.kind =
+      MaskKindFromName(AttrString(d.attrs, kMaskKindAttr)).value_or(MaskInfo::Kind::kNone);
+  if (m.info.kind == MaskInfo::Kind::kBlock) {
+    m.info.blocks.block_in = static_cast<int>(AttrInt(d.attrs, kBlockInAttr));
+    m.info.blocks.block_out = static_cast<int>(AttrInt(d.attrs, kBlockOutAttr));
+    m.info.blocks.rows = static_cast<int>(d.shape[0]);
+    m.info.blocks.cols = static_cast<int>(d.shape[1]);
+    m.info.blocks.kept = d.u8;
   } else {
-    m.info.kind = kind == "element" ? MaskInfo::Kind::kElement : MaskInfo::Kind::kNofM;
-    m.info.n = static_cast<int>(AttrInt(d.attrs, "n"));
-    m.info.m = static_cast<int>(AttrInt(d.attrs, "m"));
+    m.info.n = static_cast<int>(AttrInt(d.attrs, kNAttr));
+    m.info.m = static_cast<int>(AttrInt(d.attrs, kMAttr));
   }
   return m;
 }
@@ -225,30 +226,31 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   state.created_at = NowIso8601();
   state.model_arch = model.arch();
   H5Document doc;
-  H5Attrs& root = doc.groups["/"];
-  root["format"] = std::string(kCheckpointFormat);
-  root["format_version"] = kCheckpointFormatVersion;
-  root["experiment_id"] = state.experiment_id;
-  root["round"] = int64_t{state.round};
-  root["epoch"] = int64_t{state.epoch};
-  root["phase_epoch"] = int64_t{state.phase_epoch};
-  root["epoch_step"] = int64_t{state.epoch_step};
-  root["global_step"] = state.global_step;
-  root["model_arch"] = state.model_arch;
-  root["spec"] = state.spec_text;
-  root["parent"] = state.parent;
-  root["created_at"] = state.created_at;
-  root["metrics"] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
-  if (!state.input_json.empty()) root["input"] = state.input_json;
-  doc.groups["/optimizer"]["algorithm"] = std::string("sgd");
-  doc.groups["/optimizer"]["global_step"] = state.global_step;
-  H5Attrs& rng = doc.groups["/rng"];
-  rng["generator"] = std::string("philox4x32-10");
-  rng["seed"] = static_cast<int64_t>(state.seed);
-  rng["streams"] = std::string("init=1 shuffle=2 augment=3 data=4 prune=5 gradient_sampling=6");
+  H5Attrs& root = doc.groups[kRootGroup];
+  root[kFormatAttr] = std::string(kCheckpointFormat);
+  root[kFormatVersionAttr] = kCheckpointFormatVersion;
+  root[kExperimentIdAttr] = state.experiment_id;
+  const RunPosition& at = state.position;
+  root[kRoundAttr] = int64_t{at.round};
+  root[kEpochAttr] = int64_t{at.epoch};
+  root[kPhaseEpochAttr] = int64_t{at.phase_epoch};
+  root[kEpochStepAttr] = int64_t{at.epoch_step};
+  root[kGlobalStepAttr] = at.global_step();
+  root[kModelArchAttr] = state.model_arch;
+  root[kSpecAttr] = state.spec_text;
+  root[kParentAttr] = state.parent;
+  root[kCreatedAtAttr] = state.created_at;
+  root[kMetricsAttr] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
+  if (!state.input_json.empty()) root[kInputAttr] = state.input_json;
+  doc.groups[kOptimizerGroup][kAlgorithmAttr] = std::string("sgd");
+  doc.groups[kOptimizerGroup][kGlobalStepAttr] = at.global_step();
+  H5Attrs& rng = doc.groups[kRngGroup];
+  rng[kGeneratorAttr] = std::string("philox4x32-10");
+  rng[kSeedAttr] = static_cast<int64_t>(state.seed);
+  rng[kStreamsAttr] = std::string("init=1 shuffle=2 augment=3 data=4 prune=5 gradient_sampling=6");
   // Every draw is keyed by (seed, stream) and counted by (epoch, step, image): the next
   // epoch is the whole generator state.
-  rng["next_epoch"] = int64_t{state.epoch};
+  rng[kNextEpochAttr] = int64_t{at.epoch};
   std::vector<std::string> order;  // datasets are listed by name; this keeps model order
   for (const Model::Node& node : model.nodes()) {
     order.push_back(node.layer->name());
@@ -259,7 +261,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
       AddSamplingAttrs(*g, doc.groups[LayerGroup(node.layer->name())]);
     }
   }
-  root["layer_order"] = absl::StrJoin(order, ",");
+  root[kLayerOrderAttr] = absl::StrJoin(order, ",");
   // Copies from the device one by one, layout conversions in parallel (they dominate the
   // time outside HDF5 for large models).
   struct Job {
@@ -291,13 +293,13 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
 absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
   auto doc = ReadH5File(path);
   if (!doc.ok()) return doc.status();
-  const H5Attrs& root = doc->groups["/"];
-  if (AttrString(root, "format") != kCheckpointFormat) {
+  const H5Attrs& root = doc->groups[kRootGroup];
+  if (AttrString(root, kFormatAttr) != kCheckpointFormat) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a Topiary checkpoint (the root attribute format is not '",
                      kCheckpointFormat, "')"));
   }
-  const int64_t version = AttrInt(root, "format_version", -1);
+  const int64_t version = AttrInt(root, kFormatVersionAttr, -1);
   if (version != kCheckpointFormatVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: checkpoint format_version %d; this build reads version %d%s", path, version,
@@ -310,24 +312,42 @@ absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
   return doc;
 }
 
-CheckpointState CheckpointStateOf(const H5Document& doc) {
-  const H5Attrs& root = doc.groups.at("/");
+namespace {
+
+CheckpointState StateOfRoot(const H5Attrs& root) {
   CheckpointState s;
-  s.experiment_id = AttrString(root, "experiment_id");
-  s.parent = AttrString(root, "parent");
-  s.spec_text = AttrString(root, "spec");
-  s.model_arch = AttrString(root, "model_arch");
-  s.created_at = AttrString(root, "created_at");
-  s.metrics_json = AttrString(root, "metrics");
-  if (root.count("input")) s.input_json = AttrString(root, "input");
-  s.round = static_cast<int>(AttrInt(root, "round"));
-  s.epoch = static_cast<int>(AttrInt(root, "epoch"));
-  s.phase_epoch = static_cast<int>(AttrInt(root, "phase_epoch"));
-  s.epoch_step = static_cast<int>(AttrInt(root, "epoch_step"));
-  s.global_step = AttrInt(root, "global_step");
-  auto rng = doc.groups.find("/rng");
-  if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, "seed"));
+  s.experiment_id = AttrString(root, kExperimentIdAttr);
+  s.parent = AttrString(root, kParentAttr);
+  s.spec_text = AttrString(root, kSpecAttr);
+  s.model_arch = AttrString(root, kModelArchAttr);
+  s.created_at = AttrString(root, kCreatedAtAttr);
+  s.metrics_json = AttrString(root, kMetricsAttr);
+  if (root.count(kInputAttr)) s.input_json = AttrString(root, kInputAttr);
+  RunPosition& at = s.position;
+  at.round = static_cast<int>(AttrInt(root, kRoundAttr));
+  at.epoch = static_cast<int>(AttrInt(root, kEpochAttr));
+  at.phase_epoch = static_cast<int>(AttrInt(root, kPhaseEpochAttr));
+  at.epoch_step = static_cast<int>(AttrInt(root, kEpochStepAttr));
+  at.epoch_start_step = AttrInt(root, kGlobalStepAttr) - at.epoch_step;
   return s;
+}
+
+}  // namespace
+
+CheckpointState CheckpointStateOf(const H5Document& doc) {
+  CheckpointState s = StateOfRoot(doc.groups.at(kRootGroup));
+  auto rng = doc.groups.find(kRngGroup);
+  if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, kSeedAttr));
+  return s;
+}
+
+absl::StatusOr<CheckpointState> ReadCheckpointState(const std::string& path) {
+  auto root = ReadH5RootAttrs(path);
+  if (!root.ok()) return root.status();
+  if (AttrString(*root, kFormatAttr) != kCheckpointFormat) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": not a Topiary checkpoint"));
+  }
+  return StateOfRoot(*root);
 }
 
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
@@ -351,7 +371,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std:
       auto group = doc.groups.find(LayerGroup(node.layer->name()));
       const std::string had = group == doc.groups.end()
                                   ? std::string()
-                                  : AttrString(group->second, "multiplier_sha256");
+                                  : AttrString(group->second, kMultiplierSha256Attr);
       const std::string has = a ? a->sha256 : std::string();
       if (had != has) {
         return absl::FailedPreconditionError(absl::StrFormat(

@@ -18,6 +18,18 @@ namespace topiary {
 inline constexpr int64_t kCheckpointFormatVersion = 2;
 inline constexpr char kCheckpointFormat[] = "topiary-checkpoint";
 
+// Where a run stands: the store saves and loads it whole, so a resumed run continues exactly
+// (the same epoch order, learning rate and sampling decisions at every step).
+struct RunPosition {
+  int round = 0;                 // prune steps applied so far
+  int epoch = 0;                 // training epochs completed (dense and fine-tuning)
+  int phase_epoch = 0;           // epochs completed in the current phase (dense, or this round)
+  int epoch_step = 0;            // steps completed in the epoch under way (a paused run)
+  int64_t epoch_start_step = 0;  // optimizer steps completed when that epoch began
+  // Optimizer steps completed (the file's global_step).
+  int64_t global_step() const { return epoch_start_step + epoch_step; }
+};
+
 // Where a run stood when the checkpoint was written, and its provenance.
 struct CheckpointState {
   std::string experiment_id;
@@ -27,13 +39,8 @@ struct CheckpointState {
   std::string created_at;    // ISO 8601, UTC (set by SaveCheckpoint)
   std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
   std::string input_json;    // topiary.v1.InputFormat as JSON (empty: not recorded)
-  int round = 0;             // prune steps applied so far
-  int epoch = 0;             // training epochs completed (dense and fine-tuning)
-  int phase_epoch = 0;       // epochs completed in the current phase
-  int epoch_step =
-      0;  // steps completed in the epoch under way (a paused run) (dense, or this round)
-  int64_t global_step = 0;  // optimizer steps completed
-  uint64_t seed = 0;        // the experiment's seed (every random stream derives from it)
+  RunPosition position;
+  uint64_t seed = 0;  // the experiment's seed (every random stream derives from it)
 };
 
 // The disk layout (conv kernels OIHW, everything else as in memory) of `n` host values of p
@@ -47,6 +54,10 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
 // name the file and the problem (missing, not HDF5, truncated, checksum, foreign, version).
 absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path);
 CheckpointState CheckpointStateOf(const H5Document& doc);
+
+// The state of `path` without its tensors, for listings: the file's seal is checked (DATA_LOSS
+// when damaged) but not the schema of every dataset; NOT_FOUND only when it is missing.
+absl::StatusOr<CheckpointState> ReadCheckpointState(const std::string& path);
 
 // Loads `path` into `model`: every parameter and mask, and the momentum when
 // `with_optimizer`. The file is read and checked against the model completely (names,

@@ -44,23 +44,24 @@ absl::Status CheckString(const std::string& file, const std::string& group, cons
 constexpr int64_t kMaxInt32 = 2147483647;
 
 absl::Status CheckRoot(const std::string& file, const H5Document& doc) {
-  const H5Attrs& root = doc.groups.at("/");
-  for (const char* name : {"round", "epoch", "phase_epoch", "epoch_step"}) {
-    if (auto st = CheckInt(file, "/", root, name, 0, kMaxInt32); !st.ok()) return st;
+  const H5Attrs& root = doc.groups.at(kRootGroup);
+  for (const char* name : {kRoundAttr, kEpochAttr, kPhaseEpochAttr, kEpochStepAttr}) {
+    if (auto st = CheckInt(file, kRootGroup, root, name, 0, kMaxInt32); !st.ok()) return st;
   }
-  if (auto st = CheckInt(file, "/", root, "global_step", 0, int64_t{1} << 62); !st.ok()) return st;
-  for (const char* name :
-       {"experiment_id", "model_arch", "spec", "parent", "created_at", "metrics", "layer_order"}) {
-    if (auto st = CheckString(file, "/", root, name); !st.ok()) return st;
+  if (auto st = CheckInt(file, kRootGroup, root, kGlobalStepAttr, 0, int64_t{1} << 62); !st.ok())
+    return st;
+  for (const char* name : {kExperimentIdAttr, kModelArchAttr, kSpecAttr, kParentAttr,
+                           kCreatedAtAttr, kMetricsAttr, kLayerOrderAttr}) {
+    if (auto st = CheckString(file, kRootGroup, root, name); !st.ok()) return st;
   }
-  auto rng = doc.groups.find("/rng");
+  auto rng = doc.groups.find(kRngGroup);
   if (rng == doc.groups.end()) {
-    return Bad(file, "/rng", "missing (the generator state a resumed run continues from)");
+    return Bad(file, kRngGroup, "missing (the generator state a resumed run continues from)");
   }
-  if (auto st = CheckInt(file, "/rng", rng->second, "seed", INT64_MIN, INT64_MAX); !st.ok()) {
+  if (auto st = CheckInt(file, kRngGroup, rng->second, kSeedAttr, INT64_MIN, INT64_MAX); !st.ok()) {
     return st;
   }
-  return CheckInt(file, "/rng", rng->second, "next_epoch", 0, kMaxInt32);
+  return CheckInt(file, kRngGroup, rng->second, kNextEpochAttr, 0, kMaxInt32);
 }
 
 // Roles of the datasets under /layers/<layer>/ and the ranks they may have.
@@ -73,12 +74,19 @@ bool KnownRole(const std::string& role, size_t rank) {
 absl::Status CheckMask(const std::string& file, const std::string& path, const H5Dataset& mask,
                        const H5Dataset& kernel) {
   if (mask.u8.empty()) return Bad(file, path, "a mask must be uint8");
-  const std::string kind = AttrString(mask.attrs, "kind");
-  if (kind == "block") {
-    for (const char* name : {"block_in", "block_out"}) {
+  const std::optional<MaskInfo::Kind> kind =
+      MaskKindFromName(AttrString(mask.attrs, kMaskKindAttr));
+  if (kind == MaskInfo::Kind::kBlock) {
+    if (mask.attrs.count(kMaskAxesAttr) &&
+        AttrString(mask.attrs, kMaskAxesAttr) != std::string(kBlockMaskAxes)) {
+      return Bad(file, path + "@" + kMaskAxesAttr,
+                 absl::StrCat("'", AttrString(mask.attrs, kMaskAxesAttr), "'; block grids are [",
+                              kBlockMaskAxes, "]"));
+    }
+    for (const char* name : {kBlockInAttr, kBlockOutAttr}) {
       if (auto st = CheckInt(file, path, mask.attrs, name, 1, 1024); !st.ok()) return st;
     }
-    const int64_t bi = AttrInt(mask.attrs, "block_in"), bo = AttrInt(mask.attrs, "block_out");
+    const int64_t bi = AttrInt(mask.attrs, kBlockInAttr), bo = AttrInt(mask.attrs, kBlockOutAttr);
     const int64_t k = kernel.shape[0], c = kernel.shape[1];
     const std::vector<int64_t> want = {(c + bi - 1) / bi, (k + bo - 1) / bo};
     if (mask.shape != want) {
@@ -87,22 +95,23 @@ absl::Status CheckMask(const std::string& file, const std::string& path, const H
                               " does not fit the kernel ", ShapeText(kernel.shape), " (expected ",
                               ShapeText(want), ")"));
     }
-  } else if (kind == "element" || kind == "n_of_m") {
+  } else if (kind == MaskInfo::Kind::kElement || kind == MaskInfo::Kind::kNofM) {
     if (mask.shape != kernel.shape) {
       return Bad(file, path,
                  absl::StrCat("shape ", ShapeText(mask.shape), ", expected the kernel's ",
                               ShapeText(kernel.shape)));
     }
-    if (kind == "n_of_m") {
-      if (auto st = CheckInt(file, path, mask.attrs, "m", 2, 64); !st.ok()) return st;
-      if (auto st = CheckInt(file, path, mask.attrs, "n", 1, AttrInt(mask.attrs, "m") - 1);
+    if (kind == MaskInfo::Kind::kNofM) {
+      if (auto st = CheckInt(file, path, mask.attrs, kMAttr, 2, 64); !st.ok()) return st;
+      if (auto st = CheckInt(file, path, mask.attrs, kNAttr, 1, AttrInt(mask.attrs, kMAttr) - 1);
           !st.ok()) {
         return st;
       }
     }
   } else {
     return Bad(file, path,
-               absl::StrCat("unknown mask kind '", kind, "' (block, element or n_of_m)"));
+               absl::StrCat("unknown mask kind '", AttrString(mask.attrs, kMaskKindAttr),
+                            "' (block, element or n_of_m)"));
   }
   return absl::OkStatus();
 }
@@ -148,7 +157,7 @@ int64_t MetadataChecksum(const H5Document& doc) {
 }
 
 absl::Status ValidateCheckpointDocument(const std::string& file, const H5Document& doc) {
-  const H5Attrs& root = doc.groups.at("/");
+  const H5Attrs& root = doc.groups.at(kRootGroup);
   auto stored = root.find(kMetadataChecksumAttr);
   if (stored == root.end() || !std::holds_alternative<int64_t>(stored->second)) {
     return Bad(file, std::string("/@") + kMetadataChecksumAttr, "missing");
@@ -164,9 +173,10 @@ absl::Status ValidateCheckpointDocument(const std::string& file, const H5Documen
     const bool momentum = parts.size() == 5 && parts[1] == "optimizer" && parts[2] == "momentum";
     if (!layer && !momentum) return Bad(file, path, "not a dataset a checkpoint holds");
     const std::string& role = parts.back();
-    const std::string layer_dir = absl::StrCat("/layers/", parts[parts.size() - 2]);
-    if (layer && role == "mask") {
-      auto kernel = doc.datasets.find(layer_dir + "/kernel");
+    const std::string layer_dir = absl::StrCat(kLayersPrefix, parts[parts.size() - 2]);
+    if (layer && role == kMaskRole) {
+      auto kernel =
+          doc.datasets.find(absl::StrCat(layer_dir, "/", ParamRoleName(ParamRole::kKernel)));
       if (kernel == doc.datasets.end()) return Bad(file, path, "a mask without a kernel");
       if (auto st = CheckMask(file, path, d, kernel->second); !st.ok()) return st;
       if (auto st = CheckValues(file, path, d, false, true); !st.ok()) return st;

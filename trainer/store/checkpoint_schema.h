@@ -15,7 +15,56 @@
 
 namespace topiary {
 
+// The checkpoint's names, here once: the store writes them, the schema check and the report
+// read them, and the service asks the store (docs/checkpoint-format.md describes each).
+// Groups.
+inline constexpr char kRootGroup[] = "/";
+inline constexpr char kRngGroup[] = "/rng";
+inline constexpr char kOptimizerGroup[] = "/optimizer";
+inline constexpr char kLayersPrefix[] = "/layers/";                // + layer + "/" + role
+inline constexpr char kMomentumPrefix[] = "/optimizer/momentum/";  // + layer + "/" + role
+inline constexpr char kMaskRole[] = "mask";  // /layers/<layer>/mask (roles: ParamRoleName)
+// Root attributes.
+inline constexpr char kFormatAttr[] = "format";
+inline constexpr char kFormatVersionAttr[] = "format_version";
 inline constexpr char kMetadataChecksumAttr[] = "metadata_crc32c";
+inline constexpr char kExperimentIdAttr[] = "experiment_id";
+inline constexpr char kRoundAttr[] = "round";
+inline constexpr char kEpochAttr[] = "epoch";
+inline constexpr char kPhaseEpochAttr[] = "phase_epoch";
+inline constexpr char kEpochStepAttr[] = "epoch_step";
+inline constexpr char kGlobalStepAttr[] = "global_step";
+inline constexpr char kModelArchAttr[] = "model_arch";
+inline constexpr char kSpecAttr[] = "spec";
+inline constexpr char kParentAttr[] = "parent";
+inline constexpr char kCreatedAtAttr[] = "created_at";
+inline constexpr char kMetricsAttr[] = "metrics";
+inline constexpr char kInputAttr[] = "input";
+inline constexpr char kLayerOrderAttr[] = "layer_order";
+// /rng and /optimizer attributes.
+inline constexpr char kSeedAttr[] = "seed";
+inline constexpr char kNextEpochAttr[] = "next_epoch";
+inline constexpr char kGeneratorAttr[] = "generator";
+inline constexpr char kStreamsAttr[] = "streams";
+inline constexpr char kAlgorithmAttr[] = "algorithm";
+// Mask attributes. kind: MaskKindName (block, element, n_of_m). A block mask's dataset is the
+// grid [input-channel blocks, output-channel blocks] (the transpose of the kernel's [K, C]
+// order); its `axes` attribute says so in the file.
+inline constexpr char kMaskKindAttr[] = "kind";
+inline constexpr char kBlockInAttr[] = "block_in";
+inline constexpr char kBlockOutAttr[] = "block_out";
+inline constexpr char kMaskAxesAttr[] = "axes";
+inline constexpr char kBlockMaskAxes[] = "input_blocks,output_blocks";
+inline constexpr char kNAttr[] = "n";
+inline constexpr char kMAttr[] = "m";
+// /layers/<layer> group attributes: approximation and sampled weight gradients.
+inline constexpr char kMultiplierAttr[] = "multiplier";
+inline constexpr char kMultiplierSha256Attr[] = "multiplier_sha256";
+inline constexpr char kWeightTuningAttr[] = "weight_tuning";
+inline constexpr char kActivationRangeAttr[] = "activation_range";
+inline constexpr char kWeightGradientAttr[] = "weight_gradient";
+inline constexpr char kWeightGradientTopKAttr[] = "weight_gradient_top_k";
+inline constexpr char kWeightGradientScaleAttr[] = "weight_gradient_scale";
 
 // "[8, 1, 3, 3]": shapes in messages.
 std::string ShapeText(const std::vector<int64_t>& shape);

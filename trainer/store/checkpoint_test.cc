@@ -57,14 +57,12 @@ void Decorate(Fixture& f) {
   Parameter* conv = f.Param("stage2.block0.conv2", "kernel");  // [32, 3, 3, 32]: 4 x 4 blocks
   MaskInfo block;
   block.kind = MaskInfo::Kind::kBlock;
-  block.block_in = block.block_out = 8;
-  block.rows = block.cols = 4;
-  block.grid.assign(16, 1);
-  block.grid[1] = block.grid[6] = 0;  // (0, 1) and (1, 2)
+  block.blocks = kernels::BlockGrid::Dense(32, 32, 8, 8);  // 4 x 4
+  block.blocks.kept[1] = block.blocks.kept[6] = 0;         // (0, 1) and (1, 2)
   std::vector<uint8_t> mask(conv->size());
   for (int k = 0; k < 32; ++k)
     for (int t = 0; t < 9; ++t)
-      for (int c = 0; c < 32; ++c) mask[(k * 9 + t) * 32 + c] = block.grid[(c / 8) * 4 + k / 8];
+      for (int c = 0; c < 32; ++c) mask[(k * 9 + t) * 32 + c] = block.blocks.at(c / 8, k / 8);
   ASSERT_TRUE(InstallMask(conv, mask, block).ok());
   Parameter* fc = f.Param("fc", "kernel");
   std::vector<uint8_t> fc_mask(fc->size(), 1);
@@ -84,7 +82,7 @@ void ExpectSameState(Model& a, Model& b) {
     }
     ASSERT_EQ(HostMask(*pa[i]), HostMask(*pb[i])) << pa[i]->full_name();
     ASSERT_EQ(pa[i]->mask_info.kind, pb[i]->mask_info.kind) << pa[i]->full_name();
-    ASSERT_EQ(pa[i]->mask_info.grid, pb[i]->mask_info.grid) << pa[i]->full_name();
+    ASSERT_EQ(pa[i]->mask_info.blocks, pb[i]->mask_info.blocks) << pa[i]->full_name();
   }
 }
 
@@ -93,10 +91,10 @@ TEST(Checkpoint, RoundTripsParametersMomentumMasksAndState) {
   Decorate(a);
   CheckpointState s;
   s.experiment_id = "exp-1";
-  s.round = 3;
-  s.epoch = 7;
-  s.phase_epoch = 1;
-  s.global_step = 1234;
+  s.position.round = 3;
+  s.position.epoch = 7;
+  s.position.phase_epoch = 1;
+  s.position.epoch_start_step = 1234;
   s.seed = 99;
   s.spec_text = "name: \"x\"\n";
   s.metrics_json = "{\"top1\":0.9}";
@@ -109,10 +107,10 @@ TEST(Checkpoint, RoundTripsParametersMomentumMasksAndState) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ExpectSameState(*a.model, *b.model);
   EXPECT_EQ(loaded->experiment_id, "exp-1");
-  EXPECT_EQ(loaded->round, 3);
-  EXPECT_EQ(loaded->epoch, 7);
-  EXPECT_EQ(loaded->phase_epoch, 1);
-  EXPECT_EQ(loaded->global_step, 1234);
+  EXPECT_EQ(loaded->position.round, 3);
+  EXPECT_EQ(loaded->position.epoch, 7);
+  EXPECT_EQ(loaded->position.phase_epoch, 1);
+  EXPECT_EQ(loaded->position.global_step(), 1234);
   EXPECT_EQ(loaded->seed, 99u);
   EXPECT_EQ(loaded->model_arch, "resnet20");
   EXPECT_EQ(loaded->spec_text, s.spec_text);
@@ -146,6 +144,8 @@ TEST(Checkpoint, StoresConvKernelsOihwAndMaskedWeightsAsZeros) {
   EXPECT_EQ(grid.shape, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(AttrString(grid.attrs, "kind"), "block");
   EXPECT_EQ(AttrInt(grid.attrs, "block_in"), 8);
+  // The grid is [input blocks, output blocks], and the file says so.
+  EXPECT_EQ(AttrString(grid.attrs, "axes"), "input_blocks,output_blocks");
   EXPECT_EQ(AttrString(doc->datasets.at("/layers/fc/mask").attrs, "kind"), "element");
   EXPECT_EQ(doc->datasets.count("/layers/stem.conv/mask"), 0u);
   EXPECT_EQ(doc->datasets.count("/optimizer/momentum/fc/kernel"), 1u);
@@ -182,7 +182,6 @@ TEST(Checkpoint, RefusesMissingForeignTruncatedCorruptedAndMismatchedFiles) {
   const std::string truncated = TempPath("truncated.h5");
   WriteAll(truncated, bytes.substr(0, bytes.size() / 2));
   ExpectRefused(truncated, "truncated or extended");
-
 
   const std::string corrupted = TempPath("corrupted.h5");
   float probe = 1234.5f;
@@ -226,13 +225,13 @@ TEST(Checkpoint, RewritingReplacesTheFileAtomically) {
   Fixture a("lenet5", 1);
   const std::string path = TempPath("rewrite.h5");
   CheckpointState s;
-  s.round = 1;
+  s.position.round = 1;
   ASSERT_TRUE(SaveCheckpoint(path, *a.model, s).ok());
-  s.round = 2;
+  s.position.round = 2;
   ASSERT_TRUE(SaveCheckpoint(path, *a.model, s).ok());
   auto doc = ReadCheckpointFile(path);
   ASSERT_TRUE(doc.ok());
-  EXPECT_EQ(CheckpointStateOf(*doc).round, 2);
+  EXPECT_EQ(CheckpointStateOf(*doc).position.round, 2);
   // A write into a folder that does not exist fails cleanly and leaves nothing behind.
   EXPECT_FALSE(SaveCheckpoint(TempPath("no/such/dir/x.h5"), *a.model, s).ok());
 }

@@ -1,7 +1,8 @@
-#include "pruning/checkpoint_report.h"
+#include "trainer/store/checkpoint_report.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 #include <utility>
 
@@ -9,9 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/glob.h"
 
-namespace topiary::pruning {
+namespace topiary {
 namespace {
 
 using topiary::v1::CheckpointReport;
@@ -39,15 +41,15 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
   view.mask = mask;
   if (mask != nullptr) {
     // The file's attribute names the kind (the schema check admitted only these three).
-    const std::string kind = AttrString(mask->attrs, "kind");
-    r->set_mask(kind == "block"     ? topiary::v1::MASK_BLOCK
-                : kind == "element" ? topiary::v1::MASK_ELEMENT
-                : kind == "n_of_m"  ? topiary::v1::MASK_N_OF_M
-                                    : topiary::v1::MASK_NONE);
+    const auto kind = MaskKindFromName(AttrString(mask->attrs, kMaskKindAttr));
+    r->set_mask(kind == MaskInfo::Kind::kBlock     ? topiary::v1::MASK_BLOCK
+                : kind == MaskInfo::Kind::kElement ? topiary::v1::MASK_ELEMENT
+                : kind == MaskInfo::Kind::kNofM    ? topiary::v1::MASK_N_OF_M
+                                                   : topiary::v1::MASK_NONE);
     view.block = r->mask() == topiary::v1::MASK_BLOCK;
     if (view.block) {
-      view.bi = std::max<int64_t>(1, AttrInt(mask->attrs, "block_in", 1));
-      view.bo = std::max<int64_t>(1, AttrInt(mask->attrs, "block_out", 1));
+      view.bi = std::max<int64_t>(1, AttrInt(mask->attrs, kBlockInAttr, 1));
+      view.bo = std::max<int64_t>(1, AttrInt(mask->attrs, kBlockOutAttr, 1));
       view.cols = mask->shape.size() == 2 ? mask->shape[1] : 1;
       r->set_block_in(static_cast<int32_t>(view.bi));
       r->set_block_out(static_cast<int32_t>(view.bo));
@@ -63,8 +65,8 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
         for (uint8_t v : mask->u8) r->add_block_grid(v != 0);
       }
     } else if (r->mask() == topiary::v1::MASK_N_OF_M) {
-      r->set_n(static_cast<int32_t>(AttrInt(mask->attrs, "n")));
-      r->set_m(static_cast<int32_t>(AttrInt(mask->attrs, "m")));
+      r->set_n(static_cast<int32_t>(AttrInt(mask->attrs, kNAttr)));
+      r->set_m(static_cast<int32_t>(AttrInt(mask->attrs, kMAttr)));
     }
   }
   const int64_t tile_rows = (c_dim + kTile - 1) / kTile, tile_cols = (k_dim + kTile - 1) / kTile;
@@ -119,29 +121,31 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   const CheckpointState state = CheckpointStateOf(*doc);
   CheckpointReport report;
   report.set_path(path);
-  report.set_format_version(AttrInt(doc->groups.at("/"), "format_version"));
+  report.set_format_version(AttrInt(doc->groups.at(kRootGroup), kFormatVersionAttr));
   report.set_experiment_id(state.experiment_id);
   report.set_parent(state.parent);
   report.set_model_arch(state.model_arch);
   report.set_created_at(state.created_at);
-  report.set_round(state.round);
-  report.set_epoch(state.epoch);
-  report.set_global_step(state.global_step);
+  report.set_round(state.position.round);
+  report.set_epoch(state.position.epoch);
+  report.set_global_step(state.position.global_step());
   report.set_metrics_json(state.metrics_json);
   report.set_spec(state.spec_text);
   // Kernels: /layers/<layer>/kernel (datasets are sorted by path).
   std::vector<std::string> kernels;
   int64_t parameters = 0, weights = 0, zeros = 0;
   for (const auto& [name, d] : doc->datasets) {
-    if (name.rfind("/layers/", 0) != 0) continue;
+    if (name.rfind(kLayersPrefix, 0) != 0) continue;
     // Trainable parameters, as a run counts them (batch-norm statistics are not).
-    const std::string role = name.substr(name.rfind('/') + 1);
-    if (role == "kernel" || role == "bias" || role == "gamma" || role == "beta") {
+    const auto role = ParamRoleFromName(name.substr(name.rfind('/') + 1));
+    if (role == ParamRole::kKernel || role == ParamRole::kBias || role == ParamRole::kGamma ||
+        role == ParamRole::kBeta) {
       parameters += static_cast<int64_t>(d.count());
     }
-    const std::string suffix = "/kernel";
+    const std::string suffix = absl::StrCat("/", ParamRoleName(ParamRole::kKernel));
     if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) {
-      kernels.push_back(name.substr(8, name.size() - 8 - suffix.size()));
+      const size_t prefix = std::strlen(kLayersPrefix);
+      kernels.push_back(name.substr(prefix, name.size() - prefix - suffix.size()));
       for (float w : d.f32) zeros += w == 0.0f;
       weights += static_cast<int64_t>(d.count());
     }
@@ -150,8 +154,8 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   // looked up once (a crafted file's long order list must not make this quadratic).
   std::unordered_map<std::string, size_t> rank;
   size_t next = 0;
-  for (absl::string_view name :
-       absl::StrSplit(AttrString(doc->groups.at("/"), "layer_order"), ',', absl::SkipEmpty())) {
+  for (absl::string_view name : absl::StrSplit(
+           AttrString(doc->groups.at(kRootGroup), kLayerOrderAttr), ',', absl::SkipEmpty())) {
     rank.emplace(std::string(name), next++);
   }
   auto rank_of = [&](const std::string& layer) {
@@ -175,28 +179,32 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
                                             path, " (", kernels.size(), " conv/linear layers)"));
   }
   for (const std::string& layer : matched) {
-    const std::string dir = "/layers/" + layer;
-    const auto mask = doc->datasets.find(dir + "/mask");
+    const std::string dir = kLayersPrefix + layer;
+    auto dataset = [&](const char* role) {
+      return doc->datasets.find(absl::StrCat(dir, "/", role));
+    };
+    const auto mask = dataset(kMaskRole);
     LayerReport* r = report.add_layers();
     r->set_layer(layer);
-    r->set_has_bias(doc->datasets.count(dir + "/bias") > 0);
+    r->set_has_bias(dataset(ParamRoleName(ParamRole::kBias)) != doc->datasets.end());
     if (auto g = doc->groups.find(dir); g != doc->groups.end()) {
-      r->set_multiplier(AttrString(g->second, "multiplier"));
-      r->set_multiplier_sha256(AttrString(g->second, "multiplier_sha256"));
-      r->set_range_mode(AttrString(g->second, "activation_range"));
-      r->set_weight_tuning(AttrInt(g->second, "weight_tuning") != 0);
-      r->set_weight_gradient(AttrString(g->second, "weight_gradient"));
+      r->set_multiplier(AttrString(g->second, kMultiplierAttr));
+      r->set_multiplier_sha256(AttrString(g->second, kMultiplierSha256Attr));
+      r->set_range_mode(AttrString(g->second, kActivationRangeAttr));
+      r->set_weight_tuning(AttrInt(g->second, kWeightTuningAttr) != 0);
+      r->set_weight_gradient(AttrString(g->second, kWeightGradientAttr));
       r->set_weight_gradient_top_k(static_cast<int32_t>(
-          std::clamp<int64_t>(AttrInt(g->second, "weight_gradient_top_k"), 0, INT32_MAX)));
-      r->set_weight_gradient_scale(AttrString(g->second, "weight_gradient_scale"));
+          std::clamp<int64_t>(AttrInt(g->second, kWeightGradientTopKAttr), 0, INT32_MAX)));
+      r->set_weight_gradient_scale(AttrString(g->second, kWeightGradientScaleAttr));
     }
-    if (auto range = doc->datasets.find(dir + "/activation_range"); range != doc->datasets.end()) {
+    if (auto range = dataset(ParamRoleName(ParamRole::kActivationRange));
+        range != doc->datasets.end()) {
       for (float v : range->second.f32) r->add_activation_range(v);
     }
-    FillLayer(doc->datasets.at(dir + "/kernel"),
+    FillLayer(dataset(ParamRoleName(ParamRole::kKernel))->second,
               mask == doc->datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);
   }
   return report;
 }
 
-}  // namespace topiary::pruning
+}  // namespace topiary

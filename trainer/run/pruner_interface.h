@@ -6,8 +6,8 @@
 // A pruner keeps no state that a checkpoint would lose: everything it needs is the spec,
 // the model and the masks installed on the model's parameters, so a resumed run continues
 // with the same decisions.
-#ifndef TOPIARY_TRAINER_RUN_PRUNER_H_
-#define TOPIARY_TRAINER_RUN_PRUNER_H_
+#ifndef TOPIARY_TRAINER_RUN_PRUNER_INTERFACE_H_
+#define TOPIARY_TRAINER_RUN_PRUNER_INTERFACE_H_
 
 #include <cstdint>
 #include <functional>
@@ -56,4 +56,4 @@ using PrunerFactory = std::function<absl::StatusOr<std::unique_ptr<Pruner>>(
 
 }  // namespace topiary
 
-#endif  // TOPIARY_TRAINER_RUN_PRUNER_H_
+#endif  // TOPIARY_TRAINER_RUN_PRUNER_INTERFACE_H_

@@ -8,10 +8,10 @@
 #include <cstdlib>
 
 #include "gtest/gtest.h"
-#include "pruning/checkpoint_report.h"
 #include "tests/tools/hostile_files.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/store/checkpoint_report.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -44,7 +44,7 @@ TEST(HostileCheckpoint, TheGoodFileLoadsAndReports) {
   Net n;
   auto loaded = LoadCheckpoint(GoodFile(), n.model.get(), true);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto report = pruning::InspectCheckpoint(GoodFile(), "");
+  auto report = InspectCheckpoint(GoodFile(), "");
   ASSERT_TRUE(report.ok()) << report.status();
 }
 
@@ -67,7 +67,7 @@ TEST(HostileCheckpoint, EveryHostileFileIsRefusedByLoaderAndReport) {
       ASSERT_EQ(target.model->parameters()[i]->value.ToHost(),
                 reference.model->parameters()[i]->value.ToHost());
     }
-    auto report = pruning::InspectCheckpoint(path, "");
+    auto report = InspectCheckpoint(path, "");
     ASSERT_FALSE(report.ok());
     EXPECT_NE(report.status().message().find(c.needle), std::string::npos) << report.status();
   }

@@ -1,0 +1,35 @@
+// Evaluation of a network on a test set, and the numeric mode a spec trains in.
+#ifndef TOPIARY_TRAINER_RUN_EVALUATE_H_
+#define TOPIARY_TRAINER_RUN_EVALUATE_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "topiary/v1/experiment.pb.h"
+#include "trainer/nn/model.h"
+#include "trainer/run/device_batches.h"
+
+namespace topiary {
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
+  int64_t images = 0;
+  double joules_per_image = 0;  // GPU board energy (NVML); 0 where not measured
+  // Per convolution (model order): the zero fraction of its input over the images evaluated.
+  std::vector<std::pair<std::string, double>> conv_input_zeros;
+};
+
+// Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
+// of net.batch(); the last partial batch counts only its real images.
+absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
+
+// The kernels' numeric mode of a spec's train.precision.
+kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p);
+
+}  // namespace topiary
+
+#endif  // TOPIARY_TRAINER_RUN_EVALUATE_H_
