@@ -71,6 +71,11 @@ int MultipliersCommand(const Args& a) {
       if (auto st = WriteFileAtomic(a.png, ErrorSurfacePng(m->table)); !st.ok()) {
         return Fail(a, st);
       }
+      // On stderr: --json keeps stdout to the JSON rows.
+      absl::FPrintF(stderr,
+                    "wrote %s: %s's error T[a,w] - a*w, a down, w across, red too large, blue "
+                    "too small\n",
+                    a.png, m->name);
     }
   }
   PrintMultipliers(a.json, rows);

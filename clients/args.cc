@@ -11,7 +11,9 @@
 ABSL_FLAG(std::string, out, "",
           "run: write the run's files (spec, events, summary, checkpoints) here");
 ABSL_FLAG(std::string, resume, "", "run: continue an interrupted run from this checkpoint");
-ABSL_FLAG(std::string, file, "", "inspect: a local checkpoint file (no daemon)");
+ABSL_FLAG(std::string, file, "", "inspect: a local checkpoint file (the same as naming it)");
+ABSL_FLAG(bool, remote, false,
+          "inspect: the path is in the daemon's data directory (ask the daemon, not the file)");
 ABSL_FLAG(std::string, layer, "", "inspect: a heat map of the one layer matching this glob");
 ABSL_FLAG(std::string, server, "",
           "topiaryd's address (default $TOPIARY_SERVER or 127.0.0.1:7077)");
@@ -142,6 +144,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->out = absl::GetFlag(FLAGS_out);
   a->resume = absl::GetFlag(FLAGS_resume);
   a->file = absl::GetFlag(FLAGS_file);
+  a->remote = absl::GetFlag(FLAGS_remote);
   a->layer = absl::GetFlag(FLAGS_layer);
   a->server = absl::GetFlag(FLAGS_server);
   a->token_file = absl::GetFlag(FLAGS_token_file);

@@ -46,7 +46,7 @@ struct Args {
   std::optional<uint32_t> from;
   std::optional<double> target, step, budget;
   std::optional<int> epochs;
-  bool json = false, watch = false, bench = false, finish = false;
+  bool json = false, watch = false, bench = false, finish = false, remote = false;
 };
 
 // False (with `error`) on an unknown flag, a flag without its value or a value of the

@@ -99,134 +99,165 @@ void PrintInputSparsity(
                 100 * hi->zero_fraction(), hi->layer());
 }
 
+void ProgressPrinter::PrintStarted(const topiary::v1::RunStarted& s) {
+  absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
+                s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
+                s.device());
+  if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
+  if (s.has_gradient_sampling()) {
+    const auto& g = s.gradient_sampling();
+    absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
+                  g.layers_size(), g.top_k(), g.scale(), g.policy());
+  }
+}
+
+// Planning comes before the first step; on a terminal it redraws one line, as the bar.
+void ProgressPrinter::PrintPlanning(const topiary::v1::Planning& p) {
+  if (!p.done() && !tty_) return;
+  const std::string line = absl::StrFormat(
+      "planning %s: %d/%d layers, convolutions: %d cached, %d measured%s  %s", p.network(),
+      p.layers_done(), p.layers_total(), p.convolutions_cached(), p.convolutions_measured(),
+      p.convolutions_untimed() ? absl::StrFormat(", %d untimed", p.convolutions_untimed()) : "",
+      FormatDuration(p.seconds()));
+  if (!p.done()) {
+    absl::FPrintF(out_, "\r\033[K%s", line);
+    bar_open_ = true;
+    return;
+  }
+  if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+  bar_open_ = false;
+  absl::FPrintF(out_, "%s, %s\n", line, HumanBytes(p.planned_bytes()));
+  for (const std::string& n : p.cache_notes()) absl::FPrintF(out_, "plan cache: %s\n", n);
+}
+
+void ProgressPrinter::PrintProgress(const topiary::v1::Progress& p) {
+  const double frac =
+      p.images_total() ? static_cast<double>(p.images_done()) / p.images_total() : 0;
+  constexpr int kWidth = 28;
+  const int filled = static_cast<int>(frac * kWidth);
+  const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+  absl::FPrintF(
+      out_,
+      "\r\033[K%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
+      "ETA %s",
+      PhasePrefix(p.phase()), p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(),
+      100 * p.top1(), p.lr(), FormatDuration(p.eta_s()));
+  bar_open_ = true;
+}
+
+void ProgressPrinter::PrintEpoch(const topiary::v1::EpochSummary& ep) {
+  if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+  bar_open_ = false;
+  absl::FPrintF(out_, "%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
+                PhasePrefix(ep.phase()), ep.epoch(), ep.train_loss(), 100 * ep.train_top1(),
+                ep.images_per_s(), FormatDuration(ep.seconds()));
+  if (ep.evaluated()) {
+    absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
+                  100 * ep.test_top1(), 100 * ep.test_top5());
+  }
+  if (ep.train_joules_per_image() > 0) {
+    absl::FPrintF(out_, "  | %.3f J/train image", ep.train_joules_per_image());
+    if (ep.test_joules_per_image() > 0) {
+      absl::FPrintF(out_, ", %.4f J/test image", ep.test_joules_per_image());
+    }
+  }
+  absl::FPrintF(out_, "\n");
+}
+
+void ProgressPrinter::PrintState(const topiary::v1::StateChanged& st) {
+  if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+  bar_open_ = false;
+  absl::FPrintF(out_, "state: %s%s%s\n", topiary::v1::ExperimentState_Name(st.state()),
+                st.reason().empty() ? "" : " - ", st.reason());
+  if (st.state() == topiary::v1::WAITING_FOR_ROUND) {
+    absl::FPrintF(out_,
+                  "  waiting: `topiary round ID [--target X] [--step F] [--epochs N]` starts "
+                  "the next round, `topiary round ID --finish` ends the rounds here, "
+                  "`topiary cancel ID` ends the experiment\n");
+  }
+}
+
+void ProgressPrinter::PrintRound(const topiary::v1::RoundSummary& r) {
+  if (bar_open_) absl::FPrintF(out_, "\r\033[K");
+  bar_open_ = false;
+  if (r.round() == 0 && r.sparsity() > 0) {
+    // A fork of a pruned checkpoint starts from that model, not from a dense one.
+    absl::FPrintF(out_, "starting model (sparsity %.1f%%): test top-1 %.2f%%, loss %.4f\n",
+                  100 * r.sparsity(), 100 * r.test_top1(), r.test_loss());
+  } else if (r.round() == 0) {
+    absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
+                  r.test_loss());
+  } else {
+    absl::FPrintF(out_,
+                  "round %d: sparsity %.1f%% (%d of %d layers at target)  test top-1 %.2f%% "
+                  "loss %.4f  %s\n",
+                  r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(),
+                  100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+  }
+  if (r.round() == 1) {
+    for (const auto& l : r.layers()) {
+      if (l.requested_units() > l.target_units()) {
+        absl::FPrintF(out_,
+                      "  %s: the target asks %d of %d blocks zero; the column cap and the "
+                      "no-empty-row rule allow %d, its effective target\n",
+                      l.layer(), l.requested_units(), l.units(), l.target_units());
+      }
+    }
+  }
+  if (!r.checkpoint().empty()) absl::FPrintF(out_, "  checkpoint %s\n", r.checkpoint());
+}
+
+void ProgressPrinter::PrintSummary(const topiary::v1::RunSummary& s) {
+  if (bar_open_) absl::FPrintF(out_, "\n");
+  bar_open_ = false;
+  if (s.state() == topiary::v1::PAUSED) {
+    // A pause has no error to show: say where the run stopped and how it goes on.
+    absl::FPrintF(out_,
+                  "PAUSED after %d epochs; it resumes from %s (`topiary resume ID`, or "
+                  "`topiary run SPEC --resume CKPT`)\n",
+                  s.epochs(), s.checkpoint().empty() ? "its last checkpoint" : s.checkpoint());
+  } else if (s.state() == topiary::v1::CANCELLED) {
+    absl::FPrintF(out_, "CANCELLED after %d epochs%s%s\n", s.epochs(),
+                  s.checkpoint().empty() ? "" : "; last checkpoint ", s.checkpoint());
+  } else if (s.state() != topiary::v1::SUCCEEDED) {
+    absl::FPrintF(out_, "%s: %s\n", topiary::v1::ExperimentState_Name(s.state()), s.error());
+  } else {
+    absl::FPrintF(out_,
+                  "%s: test top-1 %.2f%%, top-5 %.2f%%, loss %.4f after %d epochs in %s on %s "
+                  "(%.0f train img/s)\n",
+                  topiary::v1::ExperimentState_Name(s.state()), 100 * s.test_top1(),
+                  100 * s.test_top5(), s.test_loss(), s.epochs(), FormatDuration(s.seconds()),
+                  s.device(), s.train_images_per_s());
+  }
+  if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());
+  if (s.train_joules_per_image() > 0) {
+    absl::FPrintF(out_, "energy: %.3f J per training image, %.4f J per test image\n",
+                  s.train_joules_per_image(), s.test_joules_per_image());
+  }
+  if (s.has_gradient_sampling()) {
+    absl::FPrintF(out_, "weight gradients sampled on %d steps, exact on %d\n",
+                  s.gradient_sampling().sampled_steps(), s.gradient_sampling().exact_steps());
+  }
+  if (s.rounds_size() > 1) PrintRoundTable(out_, s);
+  if (!s.target_note().empty()) absl::FPrintF(out_, "note: %s\n", s.target_note());
+  if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());
+}
+
 void ProgressPrinter::Print(const topiary::v1::Event& e) {
   if (e.has_started()) {
-    const auto& s = e.started();
-    absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
-                  s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
-                  s.device());
-    if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
-    if (s.has_gradient_sampling()) {
-      const auto& g = s.gradient_sampling();
-      absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
-                    g.layers_size(), g.top_k(), g.scale(), g.policy());
-    }
+    PrintStarted(e.started());
   } else if (e.has_planning()) {
-    // Planning comes before the first step; on a terminal it redraws one line, as the bar.
-    const auto& p = e.planning();
-    if (!p.done() && !tty_) return;
-    const std::string line = absl::StrFormat(
-        "planning %s: %d/%d layers, convolutions: %d cached, %d measured%s  %s", p.network(),
-        p.layers_done(), p.layers_total(), p.convolutions_cached(), p.convolutions_measured(),
-        p.convolutions_untimed() ? absl::StrFormat(", %d untimed", p.convolutions_untimed()) : "",
-        FormatDuration(p.seconds()));
-    if (!p.done()) {
-      absl::FPrintF(out_, "\r\033[K%s", line);
-      bar_open_ = true;
-      return;
-    }
-    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
-    bar_open_ = false;
-    absl::FPrintF(out_, "%s, %s\n", line, HumanBytes(p.planned_bytes()));
-    for (const std::string& n : p.cache_notes()) absl::FPrintF(out_, "plan cache: %s\n", n);
+    PrintPlanning(e.planning());
   } else if (e.has_progress() && tty_) {
-    const auto& p = e.progress();
-    const double frac =
-        p.images_total() ? static_cast<double>(p.images_done()) / p.images_total() : 0;
-    constexpr int kWidth = 28;
-    const int filled = static_cast<int>(frac * kWidth);
-    const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
-    absl::FPrintF(
-        out_,
-        "\r\033[K%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
-        "ETA %s",
-        PhasePrefix(p.phase()), p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(),
-        100 * p.top1(), p.lr(), FormatDuration(p.eta_s()));
-    bar_open_ = true;
+    PrintProgress(e.progress());
   } else if (e.has_epoch()) {
-    const auto& ep = e.epoch();
-    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
-    bar_open_ = false;
-    absl::FPrintF(out_, "%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
-                  PhasePrefix(ep.phase()), ep.epoch(), ep.train_loss(), 100 * ep.train_top1(),
-                  ep.images_per_s(), FormatDuration(ep.seconds()));
-    if (ep.evaluated()) {
-      absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
-                    100 * ep.test_top1(), 100 * ep.test_top5());
-    }
-    if (ep.train_joules_per_image() > 0) {
-      absl::FPrintF(out_, "  | %.3f J/train image", ep.train_joules_per_image());
-      if (ep.test_joules_per_image() > 0) {
-        absl::FPrintF(out_, ", %.4f J/test image", ep.test_joules_per_image());
-      }
-    }
-    absl::FPrintF(out_, "\n");
+    PrintEpoch(e.epoch());
   } else if (e.has_state()) {
-    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
-    bar_open_ = false;
-    absl::FPrintF(out_, "state: %s%s%s\n", topiary::v1::ExperimentState_Name(e.state().state()),
-                  e.state().reason().empty() ? "" : " - ", e.state().reason());
-    if (e.state().state() == topiary::v1::WAITING_FOR_ROUND) {
-      absl::FPrintF(out_,
-                    "  waiting: `topiary round ID [--target X] [--step F] [--epochs N]` starts "
-                    "the next round, `topiary round ID --finish` ends the rounds here, "
-                    "`topiary cancel ID` ends the experiment\n");
-    }
+    PrintState(e.state());
   } else if (e.has_round()) {
-    const auto& r = e.round();
-    if (bar_open_) absl::FPrintF(out_, "\r\033[K");
-    bar_open_ = false;
-    if (r.round() == 0 && r.sparsity() > 0) {
-      // A fork of a pruned checkpoint starts from that model, not from a dense one.
-      absl::FPrintF(out_, "starting model (sparsity %.1f%%): test top-1 %.2f%%, loss %.4f\n",
-                    100 * r.sparsity(), 100 * r.test_top1(), r.test_loss());
-    } else if (r.round() == 0) {
-      absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
-                    r.test_loss());
-    } else {
-      absl::FPrintF(out_,
-                    "round %d: sparsity %.1f%% (%d of %d layers at target)  test top-1 %.2f%% "
-                    "loss %.4f  %s\n",
-                    r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(),
-                    100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
-    }
-    if (r.round() == 1) {
-      for (const auto& l : r.layers()) {
-        if (l.requested_units() > l.target_units()) {
-          absl::FPrintF(out_,
-                        "  %s: the target asks %d of %d blocks zero; the column cap and the "
-                        "no-empty-row rule allow %d, its effective target\n",
-                        l.layer(), l.requested_units(), l.units(), l.target_units());
-        }
-      }
-    }
-    if (!r.checkpoint().empty()) absl::FPrintF(out_, "  checkpoint %s\n", r.checkpoint());
+    PrintRound(e.round());
   } else if (e.has_summary()) {
-    const auto& s = e.summary();
-    if (bar_open_) absl::FPrintF(out_, "\n");
-    bar_open_ = false;
-    if (s.state() != topiary::v1::SUCCEEDED) {
-      absl::FPrintF(out_, "%s: %s\n", topiary::v1::ExperimentState_Name(s.state()), s.error());
-    } else {
-      absl::FPrintF(out_,
-                    "%s: test top-1 %.2f%%, top-5 %.2f%%, loss %.4f after %d epochs in %s on %s "
-                    "(%.0f train img/s)\n",
-                    topiary::v1::ExperimentState_Name(s.state()), 100 * s.test_top1(),
-                    100 * s.test_top5(), s.test_loss(), s.epochs(), FormatDuration(s.seconds()),
-                    s.device(), s.train_images_per_s());
-    }
-    if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());
-    if (s.train_joules_per_image() > 0) {
-      absl::FPrintF(out_, "energy: %.3f J per training image, %.4f J per test image\n",
-                    s.train_joules_per_image(), s.test_joules_per_image());
-    }
-    if (s.has_gradient_sampling()) {
-      absl::FPrintF(out_, "weight gradients sampled on %d steps, exact on %d\n",
-                    s.gradient_sampling().sampled_steps(), s.gradient_sampling().exact_steps());
-    }
-    if (s.rounds_size() > 1) PrintRoundTable(out_, s);
-    if (!s.target_note().empty()) absl::FPrintF(out_, "note: %s\n", s.target_note());
-    if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());
+    PrintSummary(e.summary());
   }
   std::fflush(out_);
 }

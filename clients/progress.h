@@ -17,6 +17,14 @@ class ProgressPrinter {
   void Print(const topiary::v1::Event& event);
 
  private:
+  void PrintStarted(const topiary::v1::RunStarted& s);
+  void PrintPlanning(const topiary::v1::Planning& p);
+  void PrintProgress(const topiary::v1::Progress& p);
+  void PrintEpoch(const topiary::v1::EpochSummary& ep);
+  void PrintState(const topiary::v1::StateChanged& st);
+  void PrintRound(const topiary::v1::RoundSummary& r);
+  void PrintSummary(const topiary::v1::RunSummary& s);
+
   std::FILE* out_;
   bool tty_;
   bool bar_open_ = false;

@@ -101,5 +101,19 @@ TEST(Progress, PlanningShowsLayersAndHowConvolutionsWerePlanned) {
   EXPECT_NE(log.find("175/175"), std::string::npos) << log;
 }
 
+TEST(Progress, APausedRunSaysWhereItStoppedNotAnEmptyReason) {
+  std::vector<topiary::v1::Event> events(1);
+  auto* s = events[0].mutable_summary();
+  s->set_state(topiary::v1::PAUSED);
+  s->set_epochs(3);
+  s->set_checkpoint("/data/experiments/exp-0002/checkpoints/pause.h5");
+  const std::string out = PrintedEvents(events, false);
+  EXPECT_NE(out.find("PAUSED after 3 epochs; it resumes from "
+                     "/data/experiments/exp-0002/checkpoints/pause.h5"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("PAUSED: \n"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace topiary

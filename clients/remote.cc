@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -134,7 +135,7 @@ void PrintExperiment(const Experiment& e) {
 
 int PrintOrJson(const Args& a, const Experiment& e, const std::string& verb) {
   if (a.json) {
-    absl::PrintF("%s\n", MessageToJson(e));
+    absl::PrintF("%s\n", ScriptJson(e));
     return kExitOk;
   }
   // Requests a run carries out at its next step boundary: say what happens, not only the
@@ -201,13 +202,207 @@ int Watch(const Args& a, Connection& c, const std::string& id, uint32_t from) {
   return final_state.state() == topiary::v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
+int Submit(const Args& a, Connection& c) {
+  grpc::Status st;
+  if (a.positional.size() != 1) {
+    absl::FPrintF(stderr, "topiary: submit needs exactly one SPEC file\n");
+    return kExitUsage;
+  }
+  auto spec = LoadSpecFile(a.positional[0]);
+  if (!spec.ok()) {
+    absl::FPrintF(stderr, "topiary: %s: %s\n", absl::StatusCodeToString(spec.status().code()),
+                  spec.status().message());
+    return ExitCodeForStatus(static_cast<int>(spec.status().code()));
+  }
+  topiary::v1::SubmitExperimentRequest req;
+  *req.mutable_spec() = *spec;
+  Experiment e;
+  auto ctx = c.Context();
+  st = c.stub().SubmitExperiment(ctx.get(), req, &e);
+  if (!st.ok()) return Report(a, c, st);
+  if (!a.watch) return PrintOrJson(a, e, "submitted");
+  if (!a.json)
+    absl::FPrintF(stderr, "submitted %s; watching (Ctrl-C stops watching, not the experiment)\n",
+                  e.id());
+  return Watch(a, c, e.id(), 0);
+}
+
+int List(const Args& a, Connection& c) {
+  grpc::Status st;
+  topiary::v1::ListExperimentsRequest req;
+  if (!a.state.empty()) {
+    topiary::v1::ExperimentState s;
+    if (!topiary::v1::ExperimentState_Parse(absl::AsciiStrToUpper(a.state), &s)) {
+      absl::FPrintF(stderr,
+                    "topiary: --state: one of QUEUED, RUNNING, PAUSED, "
+                    "WAITING_FOR_ROUND, SUCCEEDED, FAILED, CANCELLED\n");
+      return kExitUsage;
+    }
+    req.set_state(s);
+  }
+  topiary::v1::ListExperimentsResponse resp;  // every page, merged
+  do {
+    topiary::v1::ListExperimentsResponse page;
+    auto ctx = c.Context();
+    st = c.stub().ListExperiments(ctx.get(), req, &page);
+    if (!st.ok()) return Report(a, c, st);
+    for (auto& e : *page.mutable_experiments()) *resp.add_experiments() = std::move(e);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  if (a.json) {
+    absl::PrintF("%s\n", ScriptJson(resp));
+    return kExitOk;
+  }
+  absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
+               "top-1", "sparsity", "updated");
+  for (const auto& e : resp.experiments()) {
+    absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), OneLine(e.name()),
+                 topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
+                 Top1(e.test_top1()), 100 * e.sparsity(), e.updated_at());
+  }
+  return kExitOk;
+}
+
+int WatchCommand(const Args& a, Connection& c) {
+  if (!NeedsId(a, "watch")) return kExitUsage;
+  return Watch(a, c, a.positional[0], a.from.value_or(0));
+}
+
+int Lifecycle(const Args& a, Connection& c) {
+  const std::string& cmd = a.command;
+  grpc::Status st;
+  if (!NeedsId(a, cmd.c_str())) return kExitUsage;
+  topiary::v1::ExperimentRef ref;
+  ref.set_id(a.positional[0]);
+  Experiment e;
+  auto ctx = c.Context();
+  if (cmd == "get") st = c.stub().GetExperiment(ctx.get(), ref, &e);
+  if (cmd == "pause") st = c.stub().PauseExperiment(ctx.get(), ref, &e);
+  if (cmd == "resume") st = c.stub().ResumeExperiment(ctx.get(), ref, &e);
+  if (cmd == "cancel") st = c.stub().CancelExperiment(ctx.get(), ref, &e);
+  if (!st.ok()) return Report(a, c, st);
+  if (cmd == "get" && !a.json) {
+    PrintExperiment(e);
+    return kExitOk;
+  }
+  return PrintOrJson(a, e, cmd == "get" ? "" : absl::StrCat(cmd, cmd == "cancel" ? "led" : "d"));
+}
+
+int Round(const Args& a, Connection& c) {
+  grpc::Status st;
+  if (!NeedsId(a, "round")) return kExitUsage;
+  topiary::v1::AdvanceRoundRequest req;
+  req.set_id(a.positional[0]);
+  if (a.target) req.set_target(static_cast<float>(*a.target));
+  if (a.step) req.set_step_fraction(static_cast<float>(*a.step));
+  if (a.epochs) req.set_finetune_epochs(*a.epochs);
+  req.set_finish(a.finish);
+  Experiment e;
+  auto ctx = c.Context();
+  st = c.stub().AdvanceRound(ctx.get(), req, &e);
+  if (!st.ok()) return Report(a, c, st);
+  return PrintOrJson(a, e, a.finish ? "finishing" : "advanced");
+}
+
+int Fork(const Args& a, Connection& c) {
+  grpc::Status st;
+  if (a.positional.size() != 1) {
+    absl::FPrintF(stderr, "topiary: fork needs exactly one checkpoint path\n");
+    return kExitUsage;
+  }
+  topiary::v1::ForkExperimentRequest req;
+  req.set_checkpoint(a.positional[0]);
+  for (const std::string& s : a.sets) req.add_set(s);
+  req.set_name(a.name);
+  Experiment e;
+  auto ctx = c.Context();
+  st = c.stub().ForkExperiment(ctx.get(), req, &e);
+  if (!st.ok()) return Report(a, c, st);
+  if (!a.watch) return PrintOrJson(a, e, "forked as");
+  return Watch(a, c, e.id(), 0);
+}
+
+int Multipliers(const Args& a, Connection& c) {
+  grpc::Status st;
+  topiary::v1::ListMultipliersResponse resp;
+  auto ctx = c.Context();
+  st = c.stub().ListMultipliers(ctx.get(), topiary::v1::ListMultipliersRequest(), &resp);
+  if (!st.ok()) return Report(a, c, st);
+  PrintMultipliers(a.json, {resp.multipliers().begin(), resp.multipliers().end()});
+  if (!a.json) {
+    absl::PrintF("generated families (name them in a rule): %s\n",
+                 absl::StrJoin(resp.families(), ", "));
+  }
+  return kExitOk;
+}
+
+int Checkpoints(const Args& a, Connection& c) {
+  grpc::Status st;
+  if (!NeedsId(a, "checkpoints")) return kExitUsage;
+  topiary::v1::ExperimentRef ref;
+  ref.set_id(a.positional[0]);
+  topiary::v1::ListCheckpointsResponse resp;
+  auto ctx = c.Context();
+  st = c.stub().ListCheckpoints(ctx.get(), ref, &resp);
+  if (!st.ok()) return Report(a, c, st);
+  if (a.json) {
+    absl::PrintF("%s\n", ScriptJson(resp));
+    return kExitOk;
+  }
+  absl::PrintF("%-52s %5s %5s %10s %9s  %s\n", "path", "round", "epoch", "bytes", "top-1",
+               "written");
+  for (const auto& k : resp.checkpoints()) {
+    absl::PrintF("%-52s %5d %5d %10d %9s  %s\n", k.path(), k.round(), k.epoch(), k.bytes(),
+                 Percent(k.test_top1()), k.created_at());
+  }
+  return kExitOk;
+}
+
+int InspectRemote(const Args& a, Connection& c) {
+  grpc::Status st;
+  if (a.positional.size() != 1) {
+    absl::FPrintF(stderr,
+                  "topiary: inspect --remote needs a checkpoint path in the data directory\n");
+    return kExitUsage;
+  }
+  topiary::v1::InspectCheckpointRequest req;
+  req.set_path(a.positional[0]);
+  req.set_layer(a.layer);
+  topiary::v1::CheckpointReport report;
+  auto ctx = c.Context();
+  st = c.stub().InspectCheckpoint(ctx.get(), req, &report);
+  if (!st.ok()) return Report(a, c, st);
+  if (a.json) {
+    absl::PrintF("%s\n", ScriptJson(report));
+  } else {
+    PrintCheckpointReport(report);
+  }
+  return kExitOk;
+}
+
+using Command = int (*)(const Args&, Connection&);
+
+const std::map<std::string, Command>& Commands() {
+  static const auto* commands = new std::map<std::string, Command>{
+      {"submit", Submit},
+      {"list", List},
+      {"watch", WatchCommand},
+      {"get", Lifecycle},
+      {"pause", Lifecycle},
+      {"resume", Lifecycle},
+      {"cancel", Lifecycle},
+      {"round", Round},
+      {"fork", Fork},
+      {"multipliers", Multipliers},
+      {"checkpoints", Checkpoints},
+      {"inspect", InspectRemote},
+  };
+  return *commands;
+}
+
 }  // namespace
 
-bool IsRemoteCommand(const std::string& c) {
-  return c == "submit" || c == "list" || c == "get" || c == "watch" || c == "pause" ||
-         c == "resume" || c == "cancel" || c == "round" || c == "fork" || c == "checkpoints" ||
-         c == "inspect";
-}
+bool IsRemoteCommand(const std::string& c) { return Commands().count(c) > 0; }
 
 int RunRemoteCommand(const Args& a) {
   Connection c(a);
@@ -215,170 +410,12 @@ int RunRemoteCommand(const Args& a) {
     absl::FPrintF(stderr, "topiary: %s\n", c.token_error());
     return kExitUsage;
   }
-  const std::string& cmd = a.command;
-  grpc::Status st;
-  if (cmd == "submit") {
-    if (a.positional.size() != 1) {
-      absl::FPrintF(stderr, "topiary: submit needs exactly one SPEC file\n");
-      return kExitUsage;
-    }
-    auto spec = LoadSpecFile(a.positional[0]);
-    if (!spec.ok()) {
-      absl::FPrintF(stderr, "topiary: %s: %s\n", absl::StatusCodeToString(spec.status().code()),
-                    spec.status().message());
-      return ExitCodeForStatus(static_cast<int>(spec.status().code()));
-    }
-    topiary::v1::SubmitExperimentRequest req;
-    *req.mutable_spec() = *spec;
-    Experiment e;
-    auto ctx = c.Context();
-    st = c.stub().SubmitExperiment(ctx.get(), req, &e);
-    if (!st.ok()) return Report(a, c, st);
-    if (!a.watch) return PrintOrJson(a, e, "submitted");
-    if (!a.json)
-      absl::FPrintF(stderr, "submitted %s; watching (Ctrl-C stops watching, not the experiment)\n",
-                    e.id());
-    return Watch(a, c, e.id(), 0);
+  const auto it = Commands().find(a.command);
+  if (it == Commands().end()) {
+    absl::FPrintF(stderr, "topiary: unknown command '%s'\n", a.command);
+    return kExitUsage;
   }
-  if (cmd == "list") {
-    topiary::v1::ListExperimentsRequest req;
-    if (!a.state.empty()) {
-      topiary::v1::ExperimentState s;
-      if (!topiary::v1::ExperimentState_Parse(absl::AsciiStrToUpper(a.state), &s)) {
-        absl::FPrintF(stderr,
-                      "topiary: --state: one of QUEUED, RUNNING, PAUSED, "
-                      "WAITING_FOR_ROUND, SUCCEEDED, FAILED, CANCELLED\n");
-        return kExitUsage;
-      }
-      req.set_state(s);
-    }
-    topiary::v1::ListExperimentsResponse resp;  // every page, merged
-    do {
-      topiary::v1::ListExperimentsResponse page;
-      auto ctx = c.Context();
-      st = c.stub().ListExperiments(ctx.get(), req, &page);
-      if (!st.ok()) return Report(a, c, st);
-      for (auto& e : *page.mutable_experiments()) *resp.add_experiments() = std::move(e);
-      req.set_page_token(page.next_page_token());
-    } while (!req.page_token().empty());
-    if (a.json) {
-      absl::PrintF("%s\n", MessageToJson(resp));
-      return kExitOk;
-    }
-    absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
-                 "top-1", "sparsity", "updated");
-    for (const auto& e : resp.experiments()) {
-      absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), OneLine(e.name()),
-                   topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
-                   Top1(e.test_top1()), 100 * e.sparsity(), e.updated_at());
-    }
-    return kExitOk;
-  }
-  if (cmd == "watch") {
-    if (!NeedsId(a, "watch")) return kExitUsage;
-    return Watch(a, c, a.positional[0], a.from.value_or(0));
-  }
-  if (cmd == "get" || cmd == "pause" || cmd == "resume" || cmd == "cancel") {
-    if (!NeedsId(a, cmd.c_str())) return kExitUsage;
-    topiary::v1::ExperimentRef ref;
-    ref.set_id(a.positional[0]);
-    Experiment e;
-    auto ctx = c.Context();
-    if (cmd == "get") st = c.stub().GetExperiment(ctx.get(), ref, &e);
-    if (cmd == "pause") st = c.stub().PauseExperiment(ctx.get(), ref, &e);
-    if (cmd == "resume") st = c.stub().ResumeExperiment(ctx.get(), ref, &e);
-    if (cmd == "cancel") st = c.stub().CancelExperiment(ctx.get(), ref, &e);
-    if (!st.ok()) return Report(a, c, st);
-    if (cmd == "get" && !a.json) {
-      PrintExperiment(e);
-      return kExitOk;
-    }
-    return PrintOrJson(a, e, cmd == "get" ? "" : absl::StrCat(cmd, cmd == "cancel" ? "led" : "d"));
-  }
-  if (cmd == "round") {
-    if (!NeedsId(a, "round")) return kExitUsage;
-    topiary::v1::AdvanceRoundRequest req;
-    req.set_id(a.positional[0]);
-    if (a.target) req.set_target(static_cast<float>(*a.target));
-    if (a.step) req.set_step_fraction(static_cast<float>(*a.step));
-    if (a.epochs) req.set_finetune_epochs(*a.epochs);
-    req.set_finish(a.finish);
-    Experiment e;
-    auto ctx = c.Context();
-    st = c.stub().AdvanceRound(ctx.get(), req, &e);
-    if (!st.ok()) return Report(a, c, st);
-    return PrintOrJson(a, e, a.finish ? "finishing" : "advanced");
-  }
-  if (cmd == "fork") {
-    if (a.positional.size() != 1) {
-      absl::FPrintF(stderr, "topiary: fork needs exactly one checkpoint path\n");
-      return kExitUsage;
-    }
-    topiary::v1::ForkExperimentRequest req;
-    req.set_checkpoint(a.positional[0]);
-    for (const std::string& s : a.sets) req.add_set(s);
-    req.set_name(a.name);
-    Experiment e;
-    auto ctx = c.Context();
-    st = c.stub().ForkExperiment(ctx.get(), req, &e);
-    if (!st.ok()) return Report(a, c, st);
-    if (!a.watch) return PrintOrJson(a, e, "forked as");
-    return Watch(a, c, e.id(), 0);
-  }
-  if (cmd == "multipliers") {
-    topiary::v1::ListMultipliersResponse resp;
-    auto ctx = c.Context();
-    st = c.stub().ListMultipliers(ctx.get(), topiary::v1::ListMultipliersRequest(), &resp);
-    if (!st.ok()) return Report(a, c, st);
-    PrintMultipliers(a.json, {resp.multipliers().begin(), resp.multipliers().end()});
-    if (!a.json) {
-      absl::PrintF("generated families (name them in a rule): %s\n",
-                   absl::StrJoin(resp.families(), ", "));
-    }
-    return kExitOk;
-  }
-  if (cmd == "checkpoints") {
-    if (!NeedsId(a, "checkpoints")) return kExitUsage;
-    topiary::v1::ExperimentRef ref;
-    ref.set_id(a.positional[0]);
-    topiary::v1::ListCheckpointsResponse resp;
-    auto ctx = c.Context();
-    st = c.stub().ListCheckpoints(ctx.get(), ref, &resp);
-    if (!st.ok()) return Report(a, c, st);
-    if (a.json) {
-      absl::PrintF("%s\n", MessageToJson(resp));
-      return kExitOk;
-    }
-    absl::PrintF("%-52s %5s %5s %10s %9s  %s\n", "path", "round", "epoch", "bytes", "top-1",
-                 "written");
-    for (const auto& k : resp.checkpoints()) {
-      absl::PrintF("%-52s %5d %5d %10d %9s  %s\n", k.path(), k.round(), k.epoch(), k.bytes(),
-                   Percent(k.test_top1()), k.created_at());
-    }
-    return kExitOk;
-  }
-  if (cmd == "inspect") {
-    if (a.positional.size() != 1) {
-      absl::FPrintF(stderr,
-                    "topiary: inspect needs a checkpoint path (or --file for a local file)\n");
-      return kExitUsage;
-    }
-    topiary::v1::InspectCheckpointRequest req;
-    req.set_path(a.positional[0]);
-    req.set_layer(a.layer);
-    topiary::v1::CheckpointReport report;
-    auto ctx = c.Context();
-    st = c.stub().InspectCheckpoint(ctx.get(), req, &report);
-    if (!st.ok()) return Report(a, c, st);
-    if (a.json) {
-      absl::PrintF("%s\n", MessageToJson(report));
-    } else {
-      PrintCheckpointReport(report);
-    }
-    return kExitOk;
-  }
-  absl::FPrintF(stderr, "topiary: unknown command '%s'\n", cmd);
-  return kExitUsage;
+  return it->second(a, c);
 }
 
 std::optional<topiary::v1::ServerInfo> FetchRemoteInfo(const Args& a, std::string* why) {

@@ -166,7 +166,7 @@ void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
 void PrintMultipliers(bool json, const std::vector<topiary::v1::MultiplierInfo>& rows) {
   if (json) {
     std::vector<std::string> json;
-    for (const auto& m : rows) json.push_back(MessageToJson(m));
+    for (const auto& m : rows) json.push_back(ScriptJson(m));
     absl::PrintF("[%s]\n", absl::StrJoin(json, ","));
     return;
   }

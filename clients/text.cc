@@ -1,5 +1,13 @@
 #include "clients/text.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/util/utf8.h"
 
@@ -35,5 +43,103 @@ std::string JsonString(absl::string_view s) {
 }
 
 std::string OneLine(absl::string_view s) { return Printable(s); }
+
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+std::string Double(double v) {
+  if (!std::isfinite(v))
+    return JsonString(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip form
+  return std::string(buf, r.ptr);
+}
+
+void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::string* out);
+
+void AppendMessage(const Message& m, std::string* out) {
+  const Reflection* r = m.GetReflection();
+  const auto* d = m.GetDescriptor();
+  out->push_back('{');
+  bool first = true;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const bool set = f->is_repeated() || r->HasField(m, f);
+    // Unset: messages, oneof members and proto3 `optional` fields are left out; other
+    // primitives print their default, as protobuf's JSON does with always_print_primitive_fields.
+    if (!set && (f->message_type() != nullptr || f->containing_oneof() != nullptr)) continue;
+    std::string name = f->name();
+    std::string value;
+    if (f->is_repeated()) {
+      value.push_back('[');
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        if (k > 0) value.push_back(',');
+        AppendValue(m, f, k, &value);
+      }
+      value.push_back(']');
+    } else if (f->type() == FieldDescriptor::TYPE_STRING && absl::EndsWith(name, "_json")) {
+      // Nested when it parses as JSON (re-printed, so nothing but JSON comes through).
+      google::protobuf::Value parsed;
+      const std::string text = r->GetString(m, f);
+      std::string nested;
+      if (!text.empty() && google::protobuf::util::JsonStringToMessage(text, &parsed).ok() &&
+          google::protobuf::util::MessageToJsonString(parsed, &nested).ok()) {
+        name.resize(name.size() - 5);
+        value = nested;
+      } else {
+        AppendValue(m, f, -1, &value);
+      }
+    } else {
+      AppendValue(m, f, -1, &value);
+    }
+    absl::StrAppend(out, first ? "" : ",", JsonString(name), ":", value);
+    first = false;
+  }
+  out->push_back('}');
+}
+
+// Field f of m (element `index` of a repeated field; -1: singular).
+void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::string* out) {
+  const Reflection* r = m.GetReflection();
+  const bool rep = index >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrAppend(out, rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrAppend(out, rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrAppend(out, rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return absl::StrAppend(out,
+                             Double(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f)));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return absl::StrAppend(out,
+                             Double(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f)));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return absl::StrAppend(
+          out, (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false");
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return absl::StrAppend(out, JsonString(rep ? r->GetRepeatedEnum(m, f, index)->name()
+                                                 : r->GetEnum(m, f)->name()));
+    case FieldDescriptor::CPPTYPE_STRING:
+      return absl::StrAppend(
+          out, JsonString(rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f)));
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return AppendMessage(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f), out);
+  }
+}
+
+}  // namespace
+
+std::string ScriptJson(const Message& message) {
+  std::string out;
+  AppendMessage(message, &out);
+  return out;
+}
 
 }  // namespace topiary

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
 
 namespace topiary {
 
@@ -16,6 +17,13 @@ std::string JsonString(absl::string_view s);
 // `s` on one line: control characters (newlines, tabs, escapes) shown as '?', so a name can
 // never break a table or move the terminal's cursor.
 std::string OneLine(absl::string_view s);
+
+// `message` as JSON for scripts (every --json output of the CLI): proto field names, every
+// primitive field (defaults too), enums by name; unlike protobuf's canonical JSON, 64-bit
+// integers are numbers (exact below 2^53: counts, bytes, steps), and a string field named
+// `<x>_json` that holds valid JSON is nested as the value of `<x>` (e.g. a checkpoint's
+// metrics), not quoted as a string.
+std::string ScriptJson(const google::protobuf::Message& message);
 
 }  // namespace topiary
 

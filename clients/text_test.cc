@@ -1,6 +1,7 @@
 #include "clients/text.h"
 
 #include "gtest/gtest.h"
+#include "topiary/v1/checkpoint.pb.h"
 
 namespace topiary {
 namespace {
@@ -25,6 +26,35 @@ TEST(OneLine, ControlCharactersCannotBreakATable) {
   EXPECT_EQ(OneLine("\xe2\x81\xa6x\xe2\x81\xa9"), "?x?");
   EXPECT_EQ(OneLine("bad\xff\xc3"), "bad??");
   EXPECT_EQ(OneLine("caf\xc3\xa9 \xe6\x97\xa5"), "caf\xc3\xa9 \xe6\x97\xa5");  // text stays
+}
+
+TEST(ScriptJson, Int64AsNumbersMetricsNestedEnumsByName) {
+  topiary::v1::CheckpointReport report;
+  report.set_parameters(int64_t{1} << 40);
+  report.set_metrics_json("{\"test_top1\":0.5,\"rounds\":[{\"round\":1}]}");
+  auto* layer = report.add_layers();
+  layer->set_layer("conv1");
+  layer->add_shape(16);
+  layer->add_shape(3);
+  layer->set_mask(topiary::v1::MASK_BLOCK);
+  layer->set_sparsity(0.1);
+  const std::string json = ScriptJson(report);
+  EXPECT_NE(json.find("\"parameters\":1099511627776,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"metrics\":{\"rounds\":[{\"round\":1}],\"test_top1\":0.5}"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(json.find("metrics_json"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"shape\":[16,3]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"mask\":\"MASK_BLOCK\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sparsity\":0.1,"), std::string::npos) << json;  // shortest form
+  EXPECT_NE(json.find("\"global_step\":0"), std::string::npos) << json;  // defaults printed
+}
+
+TEST(ScriptJson, TextThatIsNotJsonStaysAString) {
+  topiary::v1::CheckpointReport report;
+  report.set_metrics_json("{\"a\": 1, \"b\"");  // a damaged attribute cannot break the output
+  const std::string json = ScriptJson(report);
+  EXPECT_NE(json.find("\"metrics_json\":\"{\\\"a\\\": 1, \\\"b\\\"\""), std::string::npos) << json;
 }
 
 }  // namespace

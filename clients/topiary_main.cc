@@ -48,7 +48,7 @@ Local commands (no daemon needed):
                    "epochs", "seconds", "device", "checkpoint", "rounds", ...}
   topiary validate SPEC [--json]
       Check SPEC without running it; print it with every default filled in.
-  topiary inspect --file CKPT.h5 [--layer PATTERN] [--json]
+  topiary inspect CKPT.h5 [--layer PATTERN] [--json]
       Report a checkpoint: provenance (experiment, round, epoch, parent), metrics, and per
       conv/linear layer the shape (OIHW), mask kind, block occupancy, sparsity and weight
       statistics. With a PATTERN (glob: '*', '?') matching one layer, a heat map of its mask.
@@ -111,7 +111,8 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
                                          new experiment from a checkpoint, e.g.
                                          --set pruning.target=0.75
   topiary checkpoints ID                 its checkpoints (paths relative to the data directory)
-  topiary inspect CKPT [--layer PATTERN] a checkpoint report through the daemon
+  topiary inspect --remote CKPT [--layer PATTERN]
+                                         a checkpoint report through the daemon
 Every command takes --json.
 
   topiary help | --help | -h             this text
@@ -183,18 +184,24 @@ int Validate(const Args& a) {
     return kExitInvalid;
   }
   if (a.json) {
-    absl::PrintF("{\"valid\":true,\"spec\":%s}\n", MessageToJson(full));
+    absl::PrintF("{\"valid\":true,\"spec\":%s}\n", ScriptJson(full));
   } else {
     absl::PrintF("%s: valid\n%s", a.positional[0], SpecToText(full));
   }
   return kExitOk;
 }
 
+// Like export, evaluate and sensitivity, a checkpoint named here is a local file (--remote:
+// one in the daemon's data directory).
 int Inspect(const Args& a) {
-  const auto report = InspectCheckpoint(a.file, a.layer);
+  if (a.file.empty() && a.positional.size() != 1) {
+    absl::FPrintF(stderr, "topiary: inspect needs one checkpoint file; see topiary --help\n");
+    return kExitUsage;
+  }
+  const auto report = InspectCheckpoint(a.file.empty() ? a.positional[0] : a.file, a.layer);
   if (!report.ok()) return Fail(a, report.status());
   if (a.json) {
-    absl::PrintF("%s\n", MessageToJson(*report));
+    absl::PrintF("%s\n", ScriptJson(*report));
   } else {
     PrintCheckpointReport(*report);
   }
@@ -266,7 +273,7 @@ int Info(const Args& a) {
                  "\n",
                  kTopiaryVersion, BuiltWithCuda() ? "true" : "false", absl::StrJoin(g, ","),
                  absl::StrJoin(ModelNames(), "\",\""),
-                 daemon ? MessageToJson(*daemon) : std::string("null"));
+                 daemon ? ScriptJson(*daemon) : std::string("null"));
     return kExitOk;
   }
   absl::PrintF("topiary %s (%s build)\n", kTopiaryVersion, BuiltWithCuda() ? "CUDA" : "CPU-only");
@@ -323,7 +330,7 @@ int main(int argc, char** argv) {
   if (c == "sensitivity") return SensitivityCommand(args);
   if (c == "export") return Export(args);
   if (c == "seal") return Seal(args);
-  if (c == "inspect" && !args.file.empty()) return Inspect(args);
+  if (c == "inspect" && !args.remote) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);
   absl::FPrintF(stderr, "topiary: unknown command '%s' (see topiary --help)\n", c);
   return kExitUsage;

@@ -123,53 +123,56 @@ struct Flags {
   int64_t max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
 };
 
-int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  // --version is Abseil's own flag (defining another breaks static links); it prints this.
-  absl::FlagsUsageConfig usage;
-  usage.version_string = [] { return absl::StrCat("topiaryd ", kTopiaryVersion, "\n"); };
-  absl::SetFlagsUsageConfig(usage);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument '", rest[1], "'; see --help"));
-  Flags f;
-  if (f.max_running <= 0) return Fail("--max_running: must be > 0");
-  if (f.max_queued <= 0) return Fail("--max_queued: must be > 0");
-  if (f.max_restarts <= 0) return Fail("--max_restarts: must be > 0");
-  if (f.max_file_bytes <= 0) return Fail("--max_file_bytes: must be > 0");
-  if (f.data_dir.empty()) {
+// The checks of the flags' values; fills in the default data directory.
+absl::Status CheckFlags(Flags* f) {
+  if (f->max_running <= 0) return absl::InvalidArgumentError("--max_running: must be > 0");
+  if (f->max_queued <= 0) return absl::InvalidArgumentError("--max_queued: must be > 0");
+  if (f->max_restarts <= 0) return absl::InvalidArgumentError("--max_restarts: must be > 0");
+  if (f->max_file_bytes <= 0) return absl::InvalidArgumentError("--max_file_bytes: must be > 0");
+  if (f->tls_cert.empty() != f->tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (f->data_dir.empty()) {
     const char* xdg = std::getenv("XDG_DATA_HOME");
     const char* home = std::getenv("HOME");
-    f.data_dir = xdg ? absl::StrCat(xdg, "/topiary")
-                     : absl::StrCat(home ? home : ".", "/.local/share/topiary");
+    f->data_dir = xdg ? absl::StrCat(xdg, "/topiary")
+                      : absl::StrCat(home ? home : ".", "/.local/share/topiary");
   }
-  ServiceOptions service_options;
-  std::string token;
+  return absl::OkStatus();
+}
+
+// The bearer token (--token_file) and the server's credentials (TLS with --tls_cert).
+absl::Status ReadCredentials(const Flags& f, std::string* token,
+                             std::shared_ptr<grpc::ServerCredentials>* creds) {
   if (!f.token_file.empty()) {
     auto text = ReadFile(f.token_file, 4096);
-    if (!text.ok()) return Fail(absl::StrCat("--token_file: ", text.status().message()));
-    token = std::string(absl::StripAsciiWhitespace(*text));
-    if (token.empty()) return Fail("--token_file: the file is empty");
+    if (!text.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--token_file: ", text.status().message()));
+    *token = std::string(absl::StripAsciiWhitespace(*text));
+    if (token->empty()) return absl::InvalidArgumentError("--token_file: the file is empty");
   }
-  if (!IsLoopback(f.listen) && token.empty()) {
-    return Fail(absl::StrCat("--listen ", f.listen,
-                             " is not a loopback address: refusing to serve without "
-                             "--token_file (anyone who can reach it could run code paths on "
-                             "this machine's GPUs and read its checkpoints)"));
+  if (!IsLoopback(f.listen) && token->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", f.listen,
+        " is not a loopback address: refusing to serve without --token_file (anyone who can "
+        "reach it could run code paths on this machine's GPUs and read its checkpoints)"));
   }
-  if (f.tls_cert.empty() != f.tls_key.empty()) return Fail("--tls_cert and --tls_key go together");
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!f.tls_cert.empty()) {
-    auto cert = ReadFile(f.tls_cert, 1 << 20);
-    auto key = ReadFile(f.tls_key, 1 << 20);
-    if (!cert.ok()) return Fail(absl::StrCat("--tls_cert: ", cert.status().message()));
-    if (!key.ok()) return Fail(absl::StrCat("--tls_key: ", key.status().message()));
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    creds = grpc::SslServerCredentials(ssl);
-  }
+  *creds = grpc::InsecureServerCredentials();
+  if (f.tls_cert.empty()) return absl::OkStatus();
+  auto cert = ReadFile(f.tls_cert, 1 << 20);
+  auto key = ReadFile(f.tls_key, 1 << 20);
+  if (!cert.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--tls_cert: ", cert.status().message()));
+  if (!key.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key: ", key.status().message()));
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  *creds = grpc::SslServerCredentials(ssl);
+  return absl::OkStatus();
+}
 
-  // Devices: slots per GPU, or CPU slots.
-  SchedulerOptions scheduler_options;
+// Slots per GPU (--gpus), or CPU slots.
+void ChooseDevices(const Flags& f, SchedulerOptions* scheduler, ServiceOptions* service) {
   std::string why;
   const std::vector<GpuInfo> gpus = ListGpus(&why);
   if (f.gpus != "none") {
@@ -180,38 +183,26 @@ int Main(int argc, char** argv) {
         wanted = wanted || (absl::SimpleAtoi(o, &n) && n == g.ordinal);
       }
       if (wanted) {
-        scheduler_options.gpus.push_back(g.ordinal);
-        service_options.gpu_names.push_back(g.name);
-        service_options.devices.push_back(absl::StrCat("cuda:", g.ordinal, " ", g.name));
+        scheduler->gpus.push_back(g.ordinal);
+        service->gpu_names.push_back(g.name);
+        service->devices.push_back(absl::StrCat("cuda:", g.ordinal, " ", g.name));
       }
     }
   }
-  scheduler_options.cpu_slots = f.max_running;
-  if (scheduler_options.gpus.empty()) service_options.devices.push_back("cpu");
-  service_options.max_queued = f.max_queued;
-  service_options.token = token;
+  scheduler->cpu_slots = f.max_running;
+  if (scheduler->gpus.empty()) service->devices.push_back("cpu");
+  service->max_queued = f.max_queued;
+}
 
-  // SIGINT/SIGTERM are taken by sigwait below, in the main thread only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  // From here on every file read is checked: inside the data directory or the dataset
-  // folders once links are followed, regular, and within --max_file_bytes.
-  if (auto st = MakeDirs(f.data_dir); !st.ok())
-    return Fail(absl::StrCat("--data_dir: ", st.message()));
+// Writes stay in the data directory, whatever links are planted in it (and in the folders of
+// the operator's own files: --port_file, the user's plan cache).
+absl::Status SetFilePolicies(const Flags& f, const ServiceOptions& service) {
+  if (auto st = MakeDirs(f.data_dir); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--data_dir: ", st.message()));
+  }
   // Convolution plans measured by any run are kept here (and in the user's cache folder) for
   // the next start of the same shapes (trainer/nn/plan_cache.h).
   ConvPlanCache::Global().AddFile(f.data_dir + "/plan_cache/conv_plans.tsv");
-  ReadPolicy policy;
-  policy.roots = service_options.dataset_roots;
-  policy.roots.push_back(f.data_dir);
-  policy.max_file_bytes = static_cast<uint64_t>(f.max_file_bytes);
-
-  // Writes stay in the data directory too, whatever links are planted in it (and in the
-  // folders of the operator's own files: --port_file, the user's plan cache).
   std::vector<std::string> write_roots = {f.data_dir};
   std::vector<std::string> own_files = ConvPlanCache::Global().files();
   if (!f.port_file.empty()) own_files.push_back(f.port_file);
@@ -220,34 +211,86 @@ int Main(int argc, char** argv) {
     write_roots.push_back(slash == std::string::npos ? "." : file.substr(0, slash + 1));
   }
   SetWriteRoots(write_roots);
-  SeedMultiplierLibrary(f.data_dir + "/multipliers");
-  Registry registry(f.data_dir, f.max_restarts);
-  auto queued = registry.Load();
-  SetReadPolicy(policy);
-  if (!queued.ok()) return Fail(absl::StrCat("--data_dir: ", queued.status().message()));
-  auto scheduler = std::make_unique<Scheduler>(&registry, scheduler_options);
-  TopiaryService service(&registry, scheduler.get(), service_options);
+  return absl::OkStatus();
+}
 
+// Set once the daemon's own start-up reads are done (the shipped multiplier tables live
+// outside the data directory).
+ReadPolicy ReadPolicyFor(const Flags& f, const ServiceOptions& service) {
+  ReadPolicy policy;
+  policy.roots = service.dataset_roots;
+  policy.roots.push_back(f.data_dir);
+  policy.max_file_bytes = static_cast<uint64_t>(f.max_file_bytes);
+  return policy;
+}
+
+// The gRPC server with its bounds before authentication: request metadata (the token is
+// ~100 bytes; an endless header block is cut off here), streams per connection, and the
+// threads that serve calls (a sync server runs one per call; Watch streams are capped below
+// that in the service). Null when it cannot listen.
+std::unique_ptr<grpc::Server> StartServer(const Flags& f,
+                                          std::shared_ptr<grpc::ServerCredentials> creds,
+                                          const std::string& token, TopiaryService* service,
+                                          int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeAuthInterceptorFactory(token));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  int port = 0;
-  builder.AddListeningPort(f.listen, creds, &port);
+  builder.AddListeningPort(f.listen, creds, port);
   builder.SetMaxReceiveMessageSize(1 << 20);  // larger requests: RESOURCE_EXHAUSTED
-  // Bounds before authentication: request metadata (the token is ~100 bytes; an endless
-  // header block is cut off here), streams per connection, and the threads that serve calls
-  // (a sync server runs one per call; Watch streams are capped below that in the service).
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
   grpc::ResourceQuota quota("topiaryd");
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);
-  builder.RegisterService(&service);
+  builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", f.listen));
+  return server != nullptr && *port != 0 ? std::move(server) : nullptr;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  // --version is Abseil's own flag (defining another breaks static links); it prints this.
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return absl::StrCat("topiaryd ", kTopiaryVersion, "\n"); };
+  absl::SetFlagsUsageConfig(usage);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument '", rest[1], "'; see --help"));
+  Flags f;
+  if (auto st = CheckFlags(&f); !st.ok()) return Fail(std::string(st.message()));
+  ServiceOptions service_options;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (auto st = ReadCredentials(f, &service_options.token, &creds); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  SchedulerOptions scheduler_options;
+  ChooseDevices(f, &scheduler_options, &service_options);
+
+  // SIGINT/SIGTERM are taken by sigwait below, in the main thread only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (auto st = SetFilePolicies(f, service_options); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  SeedMultiplierLibrary(f.data_dir + "/multipliers");
+  Registry registry(f.data_dir, f.max_restarts);
+  auto queued = registry.Load();
+  // From here on every file read is checked: inside the data directory or the dataset
+  // folders once links are followed, regular, and within --max_file_bytes.
+  SetReadPolicy(ReadPolicyFor(f, service_options));
+  if (!queued.ok()) return Fail(absl::StrCat("--data_dir: ", queued.status().message()));
+  auto scheduler = std::make_unique<Scheduler>(&registry, scheduler_options);
+  TopiaryService service(&registry, scheduler.get(), service_options);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server =
+      StartServer(f, creds, service_options.token, &service, &port);
+  if (server == nullptr) return Fail(absl::StrCat("cannot listen on ", f.listen));
   if (!f.port_file.empty()) {
     if (auto st = WriteFileAtomic(f.port_file, absl::StrCat(port, "\n")); !st.ok()) {
       return Fail(absl::StrCat("--port_file: ", st.message()));

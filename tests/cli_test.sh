@@ -53,11 +53,13 @@ check "a wrong-size table is refused (exit 3) naming the file and the size" \
 "$TOPIARY" multipliers drum:12 2> "$tmp/drum.err"; rc=$?
 check "a bad family parameter is refused (exit 3) naming it" \
   bash -c '[[ $1 -eq 3 ]] && grep -q "drum:12" "$0"' "$tmp/drum.err" "$rc"
-"$TOPIARY" multipliers "$l40" --png "$tmp/l40.png" > /dev/null; rc1=$?
-"$TOPIARY" multipliers exact --png "$tmp/exact.png" > /dev/null; rc2=$?
-check "--png writes the error surface: 256x256 RGB; the exact table all white, L40 red and blue" \
+"$TOPIARY" multipliers "$l40" --png "$tmp/l40.png" > /dev/null 2> "$tmp/png_l40.err"; rc1=$?
+"$TOPIARY" multipliers exact --png "$tmp/exact.png" > /dev/null 2>&1; rc2=$?
+check "--png says where it wrote" grep -q "^wrote $tmp/l40.png: " "$tmp/png_l40.err"
+check "--png writes the error surface (one pixel per entry at 48,40), labelled axes and a colour bar; exact all white, L40 red and blue" \
   bash -c '[[ $1 -eq 0 && $2 -eq 0 ]] && python3 -c "
 import struct, sys, zlib
+L, T = 48, 40
 def pixels(path):
     b = open(path, \"rb\").read()
     assert b[:8] == b\"\\x89PNG\\r\\n\\x1a\\n\"
@@ -66,17 +68,26 @@ def pixels(path):
         n, kind = struct.unpack(\">I4s\", b[pos:pos + 8])
         data = b[pos + 8:pos + 8 + n]
         assert struct.unpack(\">I\", b[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + data)
-        if kind == b\"IHDR\": assert struct.unpack(\">IIBB\", data[:10]) == (256, 256, 8, 2)
+        if kind == b\"IHDR\":
+            w, h, depth, colour = struct.unpack(\">IIBB\", data[:10])
+            assert (depth, colour) == (8, 2) and w >= L + 256 + 40 and h >= T + 256
         if kind == b\"IDAT\": idat += data
         pos += 12 + n
     raw = zlib.decompress(idat)
-    assert len(raw) == 256 * (1 + 3 * 256)
-    return [raw[r * 769 + 1:(r + 1) * 769] for r in range(256)]
-assert all(set(row) == {255} for row in pixels(sys.argv[1]))
-rows = pixels(sys.argv[2])
-px = [tuple(r[i:i + 3]) for r in rows for i in range(0, 768, 3)]
+    assert len(raw) == h * (1 + 3 * w)
+    rows = [raw[r * (1 + 3 * w) + 1:(r + 1) * (1 + 3 * w)] for r in range(h)]
+    return [[tuple(r[3 * x:3 * x + 3]) for x in range(w)] for r in rows]
+def plot(img): return [p for r in img[T:T + 256] for p in r[L:L + 256]]
+exact, l40 = pixels(sys.argv[1]), pixels(sys.argv[2])
+assert all(p == (255, 255, 255) for p in plot(exact))
+px = plot(l40)
 assert any(p[0] == 255 and p[2] < 255 for p in px) and any(p[2] == 255 and p[0] < 255 for p in px)
-assert rows[0][:3] == bytes([255, 255, 255])  # a = 0, w = 0: exact
+assert l40[T][L] == (255, 255, 255)  # a = 0, w = 0: exact
+# Labels (black) left of and above the plot; the bar right of it: red on top, blue below.
+assert any(p == (0, 0, 0) for r in l40[T:T + 256] for p in r[:L])
+assert any(p == (0, 0, 0) for r in l40[:T] for p in r[L:L + 256])
+bar = [r[L + 256 + 24 + 8] for r in l40[T:T + 256]]
+assert bar[0][0] == 255 and bar[0][2] < 255 and bar[-1][2] == 255 and bar[-1][0] < 255
 " "$0" "$3"' "$tmp/exact.png" "$rc1" "$rc2" "$tmp/l40.png"
 "$TOPIARY" multipliers exact trunc:2 --png "$tmp/two.png" 2> "$tmp/png.err"; rc=$?
 check "--png with two multipliers is refused (exit 3)" bash -c '[[ $1 -eq 3 ]] && grep -q "exactly one" "$0"' "$tmp/png.err" "$rc"
@@ -183,7 +194,7 @@ EOF
 check "an approximate fine-tuning run succeeds" \
   bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/approx.jsonl" "$rc"
 approx_ckpt="$tmp/approx/checkpoints/dense.h5"
-"$TOPIARY" inspect --file "$approx_ckpt" > "$tmp/approx_inspect.txt"; rc=$?
+"$TOPIARY" inspect "$approx_ckpt" > "$tmp/approx_inspect.txt"; rc=$?
 check "inspect lists the approximate layer with its multiplier, hash and observed range" \
   bash -c '[[ $1 -eq 0 ]] && grep -Eq "^  conv2 .*mul8u_L40.bin +[0-9a-f]{16}  moving_average \[" "$0"' "$tmp/approx_inspect.txt" "$rc"
 check "inspect lists the sampled layers and the steps that sampled (78 steps, every other)" \

@@ -38,7 +38,7 @@ check "watch shows states and epochs" bash -c 'grep -q "state: RUNNING" "$0" && 
 ckpts=$("$TOPIARY" checkpoints "$id" --json)
 path=$(echo "$ckpts" | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["path"])')
 check "checkpoints listed (dense.h5)" bash -c '[[ "$0" == experiments/*/checkpoints/dense.h5 ]]' "$path"
-report=$("$TOPIARY" inspect "$path" --json); rc=$?
+report=$("$TOPIARY" inspect --remote "$path" --json); rc=$?
 check "inspect through the daemon" bash -c '[[ $1 -eq 0 && "$0" == *"\"model_arch\":\"lenet5\""* ]]' "$report" "$rc"
 "$TOPIARY" watch "$id" --from 3 --json > "$tmp/replay.jsonl"
 check "watch --from replays the persisted log after seq 3" bash -c 'head -n 1 "$0" | grep -q "\"seq\":4,"' "$tmp/replay.jsonl"

@@ -37,7 +37,7 @@ import json, sys; e = json.loads(sys.argv[1]); assert "a mask must be uint8" in 
 start_daemon --max_restarts 2 --max_file_bytes 67108864
 # 2. Through the daemon: inspect and fork of every hostile file; the daemon keeps serving.
 while IFS=$'\t' read -r name needle; do
-  err=$("$TOPIARY" inspect "hostile/$name" 2>&1); rc=$?
+  err=$("$TOPIARY" inspect --remote "hostile/$name" 2>&1); rc=$?
   check "daemon inspect $name: exit $rc, says '$needle'" \
     bash -c '[[ $1 -eq 3 || $1 -eq 7 ]] && [[ "$0" == *"$2"* ]]' "$err" "$rc" "$needle"
 done < "$tmp/cases.tsv"
@@ -52,7 +52,7 @@ for name in huge_kernel.h5 float_mask.h5 external_link.h5 nan.h5; do
   fi
 done
 check "inspect of a good checkpoint still answers (no wedged HDF5 lock)" \
-  bash -c '"$0" inspect hostile/good.h5 > /dev/null' "$TOPIARY"
+  bash -c '"$0" inspect --remote hostile/good.h5 > /dev/null' "$TOPIARY"
 
 # 3. Specs: bounded counts, finite numbers, known enums, regular files, no control characters.
 base='model { arch: "lenet5" }'

@@ -68,6 +68,7 @@ class ExperimentRun : public PhaseHooks {
   absl::Status Execute();
   // Why Execute ended early (kNone: it did not).
   RunControl::Stop stopped() const { return stopped_; }
+  int epochs_done() const { return position_.epoch; }
 
   // PhaseHooks.
   absl::Status BeforeStep(int step_in_epoch) override;
@@ -496,6 +497,7 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
                        "): probably out of host memory for this model, batch or dataset"));
     }
     if (run.stopped() != RunControl::Stop::kNone) {
+      summary.set_epochs(run.epochs_done());
       summary.set_state(run.stopped() == RunControl::Stop::kPause ? topiary::v1::PAUSED
                                                                   : topiary::v1::CANCELLED);
       status = absl::OkStatus();
