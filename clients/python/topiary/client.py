@@ -145,10 +145,12 @@ class Client:
 
     def advance_round(self, experiment_id: str, *, target: Optional[float] = None,
                       step_fraction: Optional[float] = None,
-                      finetune_epochs: Optional[int] = None,
+                      finetune_epochs: Optional[int] = None, finish: bool = False,
                       taken_timeout: float = 60.0) -> pb.Experiment:
         """Starts the next manual round (pruning.manual_rounds) of an experiment in
-        WAITING_FOR_ROUND, optionally changing the target, step fraction or fine-tuning.
+        WAITING_FOR_ROUND, optionally changing the target, step fraction or fine-tuning;
+        with finish=True, ends the rounds instead (the run finishes after the round it has
+        done, SUCCEEDED, its summary's target_note saying the client ended the rounds).
 
         The daemon's run takes the request asynchronously; this returns once it has (the
         experiment left WAITING_FOR_ROUND or completed another round), so that a following
@@ -162,6 +164,7 @@ class Client:
             req.step_fraction = step_fraction
         if finetune_epochs is not None:
             req.finetune_epochs = finetune_epochs
+        req.finish = finish
         self._call("AdvanceRound", req)
         end = time.monotonic() + taken_timeout
         while True:
