@@ -73,9 +73,10 @@ struct World {
 };
 
 const char* const kAttrNames[] = {
-    "round",       "epoch",   "phase_epoch", "epoch_step", "global_step", "format_version",
-    "layer_order", "metrics", "spec",        "model_arch", "kind",        "block_in",
-    "block_out",   "n",       "m",           "seed",       "next_epoch",  "metadata_crc32c"};
+    "round",          "epoch",       "phase_epoch",     "epoch_step", "global_step",
+    "format_version", "layer_order", "metrics",         "spec",       "model_arch",
+    "kind",           "block_in",    "block_out",       "n",          "m",
+    "seed",           "next_epoch",  "metadata_crc32c", "axes"};
 
 H5Dataset* PickDataset(H5Document* doc, Bytes* in) {
   if (doc->datasets.empty()) return nullptr;

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/store/checkpoint_schema.h"
 
 namespace topiary {
 namespace {
@@ -219,6 +220,29 @@ TEST(Checkpoint, RefusesMissingForeignTruncatedCorruptedAndMismatchedFiles) {
   const std::string arch = TempPath("lenet.h5");
   ASSERT_TRUE(SaveCheckpoint(arch, *lenet.model, {}).ok());
   ExpectRefused(arch, "a checkpoint of lenet5, not resnet20");
+}
+
+TEST(Checkpoint, RefusesABlockGridWhoseAxesAreNotInputThenOutputBlocks) {
+  Fixture a("resnet20", 1);
+  Decorate(a);
+  const std::string good = TempPath("axes_good.h5");
+  ASSERT_TRUE(SaveCheckpoint(good, *a.model, {}).ok());
+  H5Document doc = *ReadH5File(good);
+  H5Dataset& grid = doc.datasets.at("/layers/stage2.block0.conv2/mask");
+  grid.attrs["axes"] = std::string("output_blocks,input_blocks");
+  doc.groups["/"][kMetadataChecksumAttr] = MetadataChecksum(doc);  // a consistent file
+  const std::string swapped = TempPath("axes_swapped.h5");
+  ASSERT_TRUE(WriteH5File(swapped, doc).ok());
+  ExpectRefused(swapped, "/layers/stage2.block0.conv2/mask@axes");
+  // Files written before the attribute existed still load.
+  grid.attrs.erase("axes");
+  doc.groups["/"][kMetadataChecksumAttr] = MetadataChecksum(doc);
+  const std::string older = TempPath("axes_absent.h5");
+  ASSERT_TRUE(WriteH5File(older, doc).ok());
+  Fixture b("resnet20", 2);
+  auto loaded = LoadCheckpoint(older, b.model.get(), true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameState(*a.model, *b.model);
 }
 
 TEST(Checkpoint, RewritingReplacesTheFileAtomically) {
