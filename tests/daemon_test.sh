@@ -81,7 +81,7 @@ aid=$(submit "$tmp/approx_l40.textproto")
 "$TOPIARY" watch "$aid" > /dev/null 2>&1; rc=$?
 check "a run with the library's mul8u_L40 on every conv succeeds" test "$rc" -eq 0
 apath=$("$TOPIARY" checkpoints "$aid" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["path"])')
-"$TOPIARY" inspect "$apath" --json > "$tmp/approx_report.json"
+"$TOPIARY" inspect --remote "$apath" --json > "$tmp/approx_report.json"
 check "its checkpoint records the library table for every conv" python3 -c '
 import json, sys
 layers = [l for l in json.load(open(sys.argv[1]))["layers"] if l["layer"].startswith("conv")]
@@ -96,7 +96,7 @@ err=$("$TOPIARY" get exp-9999 2>&1); rc=$?
 check "unknown id: NOT_FOUND (exit 4)" bash -c '[[ $1 -eq 4 && "$0" == *NOT_FOUND* ]]' "$err" "$rc"
 err=$("$TOPIARY" resume "$id" 2>&1); rc=$?
 check "resume of a SUCCEEDED experiment: FAILED_PRECONDITION (exit 5)" bash -c '[[ $1 -eq 5 && "$0" == *FAILED_PRECONDITION* ]]' "$err" "$rc"
-err=$("$TOPIARY" inspect ../../../etc/passwd 2>&1); rc=$?
+err=$("$TOPIARY" inspect --remote ../../../etc/passwd 2>&1); rc=$?
 check "path traversal refused: PERMISSION_DENIED (exit 7)" bash -c '[[ $1 -eq 7 && "$0" == *"outside the daemon'"'"'s data directory"* ]]' "$err" "$rc"
 err=$("$TOPIARY" fork /etc/passwd 2>&1); rc=$?
 check "fork of a file outside the data directory refused (exit 7)" test "$rc" -eq 7
@@ -172,7 +172,7 @@ import json, sys
 events = [json.loads(line) for line in open(sys.argv[1])]
 s = [e["summary"] for e in events if "summary" in e][-1]
 rounds = [r.get("round", 0) for r in s["rounds"]]
-sys.exit(not (rounds == [0, 1] and not s.get("targetReached") and "not reached" in s.get("targetNote", "")))' "$tmp/data/experiments/$id/events.jsonl"
+sys.exit(not (rounds == [0, 1] and not s.get("target_reached") and "ended the rounds" in s.get("target_note", "")))' "$tmp/data/experiments/$id/events.jsonl"
 
 # Fork from a round checkpoint with a spec change; the parent is recorded.
 parent=$("$TOPIARY" checkpoints "$id" --json | python3 -c 'import json,sys; print([c["path"] for c in json.load(sys.stdin)["checkpoints"] if "round-001" in c["path"]][0])')

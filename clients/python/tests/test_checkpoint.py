@@ -85,6 +85,8 @@ HOSTILE = {
                      "mask value other than 0 or 1"),
     "mask grid wrong": (lambda f: _replace(f, "layers/stage1.block0.conv1/mask",
                                            np.ones((1, 1), np.uint8)), "shape (1, 1), expected"),
+    "block axes swapped": (lambda f: f["layers/stage1.block0.conv1/mask"].attrs.__setitem__(
+        "axes", "output_blocks,input_blocks"), "/layers/stage1.block0.conv1/mask@axes"),
     "stray dataset": (lambda f: f.create_dataset("payload", data=np.zeros(4, np.float32)),
                       "/payload: not a place the checkpoint format defines"),
     "compressed": (lambda f: (f.__delitem__("layers/fc/bias"),

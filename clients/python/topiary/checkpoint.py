@@ -326,10 +326,20 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
             if role == "mask":
                 m = datasets[where].attrs
                 layer.mask_kind = _plain(m.get("kind", ""))
-                layer.mask_attrs = {k: int(v) for k, v in m.items() if k != "kind"}
+                # A block grid's axes (absent in older files): [input blocks, output blocks].
+                axes = _plain(m.get("axes", BLOCK_MASK_AXES))
+                if axes != BLOCK_MASK_AXES:
+                    raise _bad(path, where + "@axes", f"{axes!r}; block grids are [{BLOCK_MASK_AXES}]")
+                try:
+                    layer.mask_attrs = {k: int(v) for k, v in m.items() if k not in ("kind", "axes")}
+                except (TypeError, ValueError):
+                    raise _bad(path, where, "mask attributes must be integers") from None
         for layer in ckpt.layers.values():
             _check_mask(path, layer)
         return ckpt
+
+
+BLOCK_MASK_AXES = "input_blocks,output_blocks"
 
 
 def _plain(v):
