@@ -17,6 +17,7 @@
 #include "kernels/conv_graph_cuda.h"
 #include "kernels/cuda_context.h"
 #include "kernels/elementwise.h"
+#include "util/status_macros.h"
 
 namespace topiary::kernels {
 
@@ -236,10 +237,10 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
                         const TrialOperands& o, const std::string& what, const CudaContext& ctx,
                         ConvPassAlgo* chosen) {
   const bool fma_only = precision == Precision::kFp32;
-  auto legacy_pick = LegacyHeuristic(d, pass, workspace_limit, deterministic, fma_only, what, ctx);
-  if (!legacy_pick.ok()) return legacy_pick.status();
-  TOPIARY_RETURN_IF_ERROR(SetLegacy(d, pass, *legacy_pick, fma_only, workspace_limit, what, ctx));
-  *chosen = *legacy_pick;
+  TOPIARY_ASSIGN_OR_RETURN(auto legacy_pick, LegacyHeuristic(d, pass, workspace_limit,
+                                                             deterministic, fma_only, what, ctx));
+  TOPIARY_RETURN_IF_ERROR(SetLegacy(d, pass, legacy_pick, fma_only, workspace_limit, what, ctx));
+  *chosen = legacy_pick;
   const int p = static_cast<int>(pass);
   const auto start = std::chrono::steady_clock::now();
   auto ms_since = [](std::chrono::steady_clock::time_point t) {
@@ -313,14 +314,14 @@ absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Prec
   const int p = static_cast<int>(pass);
   d.graph[p].reset();
   if (known.graph) {
-    auto c = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 1, ctx,
-                                       known.engine);
-    if (!c.ok()) return c.status();
-    if (c->empty()) {
+    TOPIARY_ASSIGN_OR_RETURN(
+        auto c, GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 1,
+                                          ctx, known.engine));
+    if (c.empty()) {
       return absl::NotFoundError(absl::StrFormat("%s %s: engine %d is not usable here", what,
                                                  PassName(pass), known.engine));
     }
-    d.graph[p] = std::move((*c)[0]);
+    d.graph[p] = std::move((c)[0]);
   } else {
     TOPIARY_RETURN_IF_ERROR(
         SetLegacy(d, pass, known, precision == Precision::kFp32, workspace_limit, what, ctx));

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "util/status_macros.h"
 
 namespace topiary::kernels {
 namespace {
@@ -42,15 +43,14 @@ absl::Status SetInts(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t nam
 
 absl::StatusOr<cudnnBackendDescriptor_t> Tensor(Owned& owned, int64_t uid, cudnnDataType_t type,
                                                 int64_t n, int64_t c, int64_t h, int64_t w) {
-  auto t = owned.Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  if (!t.ok()) return t.status();
-  TOPIARY_RETURN_IF_ERROR(Set(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, {n, c, h, w}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*t, CUDNN_ATTR_TENSOR_STRIDES, {h * w * c, 1, w * c, c}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {16}));
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*t), "graph tensor"));
-  return *t;
+  TOPIARY_ASSIGN_OR_RETURN(auto t, owned.Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
+  TOPIARY_RETURN_IF_ERROR(Set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+  TOPIARY_RETURN_IF_ERROR(SetInts(t, CUDNN_ATTR_TENSOR_DIMENSIONS, {n, c, h, w}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(t, CUDNN_ATTR_TENSOR_STRIDES, {h * w * c, 1, w * c, c}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {16}));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(t), "graph tensor"));
+  return t;
 }
 
 // The operation graph of one pass: a single convolution node.
@@ -65,21 +65,20 @@ absl::StatusOr<cudnnBackendDescriptor_t> Graph(Owned& owned, const ConvShape& s,
   if (!w.ok()) return w.status();
   if (!y.ok()) return y.status();
 
-  auto conv = owned.Make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  if (!conv.ok()) return conv.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto conv, owned.Make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   TOPIARY_RETURN_IF_ERROR(
-      Set(*conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute));
+      Set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute));
   TOPIARY_RETURN_IF_ERROR(
-      Set(*conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, {2}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, {1, 1}));
+      Set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  TOPIARY_RETURN_IF_ERROR(SetInts(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, {2}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, {1, 1}));
   TOPIARY_RETURN_IF_ERROR(
-      SetInts(*conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {s.stride_h, s.stride_w}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {s.pad_h, s.pad_w}));
-  TOPIARY_RETURN_IF_ERROR(SetInts(*conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {s.pad_h, s.pad_w}));
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*conv), "graph convolution"));
+      SetInts(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {s.stride_h, s.stride_w}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {s.pad_h, s.pad_w}));
+  TOPIARY_RETURN_IF_ERROR(SetInts(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {s.pad_h, s.pad_w}));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(conv), "graph convolution"));
 
   struct Names {
     cudnnBackendDescriptorType_t type;
@@ -108,51 +107,47 @@ absl::StatusOr<cudnnBackendDescriptor_t> Graph(Owned& owned, const ConvShape& s,
                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
                                   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
-  auto op = owned.Make(names.type);
-  if (!op.ok()) return op.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto op, owned.Make(names.type));
   const float one = 1.0f, zero = 0.0f;
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.alpha, CUDNN_TYPE_FLOAT, 1, &one));
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.beta, CUDNN_TYPE_FLOAT, 1, &zero));
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*conv));
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*x));
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.b, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*w));
-  TOPIARY_RETURN_IF_ERROR(Set(*op, names.c, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*y));
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*op), "graph operation"));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.alpha, CUDNN_TYPE_FLOAT, 1, &one));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &zero));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*x));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.b, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*w));
+  TOPIARY_RETURN_IF_ERROR(Set(op, names.c, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*y));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(op), "graph operation"));
 
-  auto graph = owned.Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  if (!graph.ok()) return graph.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto graph, owned.Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
   TOPIARY_RETURN_IF_ERROR(
-      Set(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &*op));
+      Set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
   TOPIARY_RETURN_IF_ERROR(
-      Set(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx.cudnn));
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*graph), "graph"));
-  return *graph;
+      Set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx.cudnn));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(graph), "graph"));
+  return graph;
 }
 
 // The engine configurations the heuristics of `mode` propose, best first.
 absl::StatusOr<std::vector<cudnnBackendDescriptor_t>> Configs(Owned& owned,
                                                               cudnnBackendDescriptor_t graph,
                                                               cudnnBackendHeurMode_t mode) {
-  auto heur = owned.Make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  if (!heur.ok()) return heur.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto heur, owned.Make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
   TOPIARY_RETURN_IF_ERROR(
-      Set(*heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
-  TOPIARY_RETURN_IF_ERROR(Set(*heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(*heur), "engine heuristics"));
+      Set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  TOPIARY_RETURN_IF_ERROR(Set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnBackendFinalize(heur), "engine heuristics"));
   int64_t count = 0;
   TOPIARY_RETURN_IF_ERROR(
-      CudnnStatus(cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+      CudnnStatus(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
                   "engine heuristics"));
   std::vector<cudnnBackendDescriptor_t> configs;
   for (int64_t i = 0; i < count; ++i) {
-    auto c = owned.Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    if (!c.ok()) return c.status();
-    configs.push_back(*c);
+    TOPIARY_ASSIGN_OR_RETURN(auto c, owned.Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    configs.push_back(c);
   }
   int64_t got = 0;
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(
-      cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+      cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                count, &got, configs.data()),
       "engine heuristics"));
   configs.resize(got);
@@ -165,8 +160,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> GraphConvPass::Candi
     const ConvShape& shape, Precision precision, ConvPass pass, size_t workspace_limit,
     bool deterministic, int max_plans, const CudaContext& ctx, int64_t only_engine) {
   auto owned = std::make_shared<Owned>();
-  auto graph = Graph(*owned, shape, precision, pass, ctx);
-  if (!graph.ok()) return graph.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto graph, Graph(*owned, shape, precision, pass, ctx));
   std::vector<cudnnBackendDescriptor_t> configs;
   // Mode A ranks the fast engines; the fallback list adds engines without tensor cores,
   // which fp32 (no TF32) needs. Elsewhere the fallback engines only cost plan time: on
@@ -176,28 +170,27 @@ absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> GraphConvPass::Candi
         only_engine < 0) {
       break;
     }
-    auto c = Configs(*owned, *graph, mode);
+    auto c = Configs(*owned, graph, mode);
     if (c.ok()) configs.insert(configs.end(), c->begin(), c->end());
   }
   std::vector<std::unique_ptr<GraphConvPass>> out;
   std::set<int64_t> seen;
   for (cudnnBackendDescriptor_t cfg : configs) {
     if (static_cast<int>(out.size()) >= max_plans) break;
-    auto engine = owned->Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    if (!engine.ok()) return engine.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto engine, owned->Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
     int64_t n = 0;
     if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &n, &*engine) != CUDNN_STATUS_SUCCESS) {
+                                 &n, &engine) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
     int64_t index = -1;
-    cudnnBackendGetAttribute(*engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
                              &index);
     if (only_engine >= 0 && index != only_engine) continue;
     if (!seen.insert(index).second) continue;
     std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
     int64_t note_count = 0;
-    cudnnBackendGetAttribute(*engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes.data());
     bool usable = true;
     for (int64_t i = 0; i < note_count; ++i) {
@@ -214,7 +207,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GraphConvPass>>> GraphConvPass::Candi
     // resnet50 by more than noise: searched only when asked for by name (a cached choice).
     std::vector<cudnnBackendBehaviorNote_t> behavior(CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
     int64_t behavior_count = 0;
-    cudnnBackendGetAttribute(*engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
                              CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behavior_count, behavior.data());
     for (int64_t i = 0; i < behavior_count && only_engine < 0; ++i) {
       if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) usable = false;

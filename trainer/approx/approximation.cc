@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "trainer/nn/layers.h"
 #include "trainer/util/glob.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
@@ -69,18 +70,16 @@ topiary::v1::ApproximationSpec AssignmentRules(
 }
 
 absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Model* model) {
-  auto layers = MatchApproximationRules(spec, *model);
-  if (!layers.ok()) return layers.status();
-  auto multipliers = LoadRuleMultipliers(spec);
-  if (!multipliers.ok()) return multipliers.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto layers, MatchApproximationRules(spec, *model));
+  TOPIARY_ASSIGN_OR_RETURN(auto multipliers, LoadRuleMultipliers(spec));
   // One tuned table per rule, shared by every layer the rule covers.
-  std::vector<std::vector<uint16_t>> tables(multipliers->size());
+  std::vector<std::vector<uint16_t>> tables(multipliers.size());
   for (size_t i = 0; i < tables.size(); ++i) {
-    const auto& m = (*multipliers)[i];
+    const auto& m = (multipliers)[i];
     if (m) tables[i] = spec.weight_tuning() ? WeightTuned(m->table) : m->table;
   }
-  for (const auto& [name, rule] : *layers) {
-    const Multiplier& m = *(*multipliers)[rule];
+  for (const auto& [name, rule] : layers) {
+    const Multiplier& m = *(multipliers)[rule];
     ConvApproximation a;
     a.multiplier = spec.rules(rule).multiplier();
     a.sha256 = m.sha256;

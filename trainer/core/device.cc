@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/parallel.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -84,9 +85,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
           "%s: GPU %d requested but only %d found",
           spec.gpus_size() > 0 ? "device.gpus" : "device.gpu_count", ordinal, gpus.size()));
     }
-    auto dev = MakeCudaDevice(ordinal);
-    if (!dev.ok()) return dev.status();
-    out.push_back(std::move(*dev));
+    TOPIARY_ASSIGN_OR_RETURN(auto dev, MakeCudaDevice(ordinal));
+    out.push_back(std::move(dev));
   }
   return out;
 }
@@ -96,9 +96,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSp
   one.clear_gpu_count();
   one.clear_cpu_ranks();
   if (one.gpus_size() > 1) one.mutable_gpus()->Truncate(1);
-  auto devices = CreateDevices(one);
-  if (!devices.ok()) return devices.status();
-  return std::move(devices->front());
+  TOPIARY_ASSIGN_OR_RETURN(auto devices, CreateDevices(one));
+  return std::move(devices.front());
 }
 
 }  // namespace topiary

@@ -165,20 +165,18 @@ void ImageSet::Truncate(int64_t n) {
 absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& labels,
                                       const std::string& images_name,
                                       const std::string& labels_name, int classes) {
-  auto idims = ParseIdxHeader(images_name, images, 3);
-  if (!idims.ok()) return idims.status();
-  auto ldims = ParseIdxHeader(labels_name, labels, 1);
-  if (!ldims.ok()) return ldims.status();
-  if ((*idims)[0] != (*ldims)[0]) {
+  TOPIARY_ASSIGN_OR_RETURN(auto idims, ParseIdxHeader(images_name, images, 3));
+  TOPIARY_ASSIGN_OR_RETURN(auto ldims, ParseIdxHeader(labels_name, labels, 1));
+  if ((idims)[0] != (ldims)[0]) {
     return absl::InvalidArgumentError(
         absl::StrFormat("image/label count mismatch: %s has %d images, %s has %d labels",
-                        images_name, (*idims)[0], labels_name, (*ldims)[0]));
+                        images_name, (idims)[0], labels_name, (ldims)[0]));
   }
   ImageSet set;
-  set.h = static_cast<int>((*idims)[1]);
-  set.w = static_cast<int>((*idims)[2]);
+  set.h = static_cast<int>((idims)[1]);
+  set.w = static_cast<int>((idims)[2]);
   set.c = 1;
-  const size_t n = (*idims)[0];
+  const size_t n = (idims)[0];
   set.pixels.assign(images.begin() + 16, images.begin() + 16 + n * set.image_bytes());
   images.clear();
   images.shrink_to_fit();
@@ -190,11 +188,9 @@ absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& lab
 
 absl::StatusOr<ImageSet> ReadIdxPair(const std::string& images_path, const std::string& labels_path,
                                      int classes) {
-  auto img = ReadFileMaybeGzip(images_path);
-  if (!img.ok()) return img.status();
-  auto lab = ReadFileMaybeGzip(labels_path);
-  if (!lab.ok()) return lab.status();
-  return ParseIdxPair(std::move(*img), *lab, images_path, labels_path, classes);
+  TOPIARY_ASSIGN_OR_RETURN(auto img, ReadFileMaybeGzip(images_path));
+  TOPIARY_ASSIGN_OR_RETURN(auto lab, ReadFileMaybeGzip(labels_path));
+  return ParseIdxPair(std::move(img), lab, images_path, labels_path, classes);
 }
 
 absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string& name) {
@@ -204,13 +200,10 @@ absl::StatusOr<Dataset> ReadIdxFolder(const std::string& dir, const std::string&
   ds.classes = 10;
   for (auto [prefix, set] : {std::pair{"train", &ds.train}, std::pair{"t10k", &ds.test}}) {
     const std::string p(prefix);
-    auto images = FindFile(dir, IdxNames(p, "images"));
-    if (!images.ok()) return images.status();
-    auto labels = FindFile(dir, IdxNames(p, "labels"));
-    if (!labels.ok()) return labels.status();
-    auto s = ReadIdxPair(*images, *labels, ds.classes);
-    if (!s.ok()) return s.status();
-    *set = std::move(*s);
+    TOPIARY_ASSIGN_OR_RETURN(auto images, FindFile(dir, IdxNames(p, "images")));
+    TOPIARY_ASSIGN_OR_RETURN(auto labels, FindFile(dir, IdxNames(p, "labels")));
+    TOPIARY_ASSIGN_OR_RETURN(auto s, ReadIdxPair(images, labels, ds.classes));
+    *set = std::move(s);
   }
   return ds;
 }
@@ -251,9 +244,8 @@ absl::StatusOr<Dataset> ReadCifarFolder(const std::string& dir, bool cifar100) {
   for (auto [files, set] : {std::pair{&train_files, &ds.train}, std::pair{&test_files, &ds.test}}) {
     for (const auto& f : *files) {
       const std::string path = dir + "/" + f;
-      auto data = ReadFile(path);
-      if (!data.ok()) return data.status();
-      if (auto st = AppendCifarRecords(*data, path, cifar100, set); !st.ok()) return st;
+      TOPIARY_ASSIGN_OR_RETURN(auto data, ReadFile(path));
+      if (auto st = AppendCifarRecords(data, path, cifar100, set); !st.ok()) return st;
     }
   }
   return ds;

@@ -13,6 +13,7 @@
 #include "kernels/cuda_context.h"
 #include "kernels/elementwise.h"
 #include "trainer/dist/collective.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -186,9 +187,8 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(const std::vector
       return absl::InvalidArgumentError("NCCL needs GPU devices, not " + d->name());
     }
   }
-  auto api = LoadNccl();
-  if (!api.ok()) return api.status();
-  auto c = std::make_unique<NcclCollective>(*api, ordered);
+  TOPIARY_ASSIGN_OR_RETURN(auto api, LoadNccl());
+  auto c = std::make_unique<NcclCollective>(api, ordered);
   TOPIARY_RETURN_IF_ERROR(c->Init(devices));
   return std::unique_ptr<Collective>(std::move(c));
 }

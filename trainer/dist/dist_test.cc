@@ -116,17 +116,15 @@ std::vector<std::vector<float>> DataParallelGrads(const std::string& arch, Shape
   RankThreads threads(devices, [&] { collective->Abort(); });
   const absl::Status st = threads.Run([&](int rank) -> absl::Status {
     RankRun& r = runs[rank];
-    auto model = BuildModel(arch, 1.0f, image, 10, r.device.get());
-    if (!model.ok()) return model.status();
-    r.model = std::move(*model);
+    TOPIARY_ASSIGN_OR_RETURN(auto model, BuildModel(arch, 1.0f, image, 10, r.device.get()));
+    r.model = std::move(model);
     r.model->Initialize(7);
-    auto net = Network::Plan(r.model.get(), batch, true);
-    if (!net.ok()) return net.status();
-    r.net = std::move(*net);
+    TOPIARY_ASSIGN_OR_RETURN(auto net, Network::Plan(r.model.get(), batch, true));
+    r.net = std::move(net);
     if (ranks > 1) {
-      auto sync = GradientSync::Create(r.model.get(), collective.get(), rank, false);
-      if (!sync.ok()) return sync.status();
-      r.sync = std::move(*sync);
+      TOPIARY_ASSIGN_OR_RETURN(auto sync,
+                               GradientSync::Create(r.model.get(), collective.get(), rank, false));
+      r.sync = std::move(sync);
       r.net->set_gradient_reducer(r.sync.get());
     }
     std::memcpy(r.net->input(), x[rank].data(), x[rank].size() * sizeof(float));

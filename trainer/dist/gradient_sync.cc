@@ -9,9 +9,8 @@ namespace {
 
 absl::Status Upload(Device* device, const std::vector<kernels::CastItem>& items,
                     Buffer<kernels::CastItem>* out) {
-  auto b = Buffer<kernels::CastItem>::Create(device, items.size());
-  if (!b.ok()) return b.status();
-  *out = std::move(*b);
+  TOPIARY_ASSIGN_OR_RETURN(auto b, Buffer<kernels::CastItem>::Create(device, items.size()));
+  *out = std::move(b);
   if (!items.empty()) out->CopyFromHost(items.data());
   return absl::OkStatus();
 }
@@ -45,9 +44,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Model* model,
   for (size_t i = 0; i < members.size(); ++i) {
     Bucket& b = sync->buckets_[i];
     for (Parameter* p : members[i]) b.floats += p->size();
-    auto flat = Buffer<float>::Create(device, b.floats);
-    if (!flat.ok()) return flat.status();
-    b.flat = std::move(*flat);
+    TOPIARY_ASSIGN_OR_RETURN(auto flat, Buffer<float>::Create(device, b.floats));
+    b.flat = std::move(flat);
     size_t offset = 0;
     for (Parameter* p : members[i]) {
       float* slot = b.flat.data() + offset;

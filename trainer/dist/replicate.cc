@@ -38,9 +38,8 @@ bool SameMaskInfo(const MaskInfo& a, const MaskInfo& b) {
 }  // namespace
 
 absl::Status CopyModelState(const Model& from, Model* to) {
-  auto pairs = Pairs(from, *to);
-  if (!pairs.ok()) return pairs.status();
-  for (auto [src, dst] : *pairs) {
+  TOPIARY_ASSIGN_OR_RETURN(auto pairs, Pairs(from, *to));
+  for (auto [src, dst] : pairs) {
     const std::vector<float> value = src->value.ToHost();
     dst->value.CopyFromHost(value.data());
     if (!src->momentum.empty() && !dst->momentum.empty()) {
@@ -59,9 +58,8 @@ absl::Status CopyModelState(const Model& from, Model* to) {
 }
 
 absl::StatusOr<std::string> FirstDifference(const Model& a, const Model& b) {
-  auto pairs = Pairs(a, b);
-  if (!pairs.ok()) return pairs.status();
-  for (auto [pa, pb] : *pairs) {
+  TOPIARY_ASSIGN_OR_RETURN(auto pairs, Pairs(a, b));
+  for (auto [pa, pb] : pairs) {
     if (!pa->trainable) continue;
     if (!SameBits(pa->value.ToHost(), pb->value.ToHost())) {
       return absl::StrCat(pa->full_name(), ": value");

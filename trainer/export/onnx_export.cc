@@ -414,12 +414,10 @@ absl::StatusOr<OnnxExportSummary> ExportOnnx(
 absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& checkpoint,
                                                          const OnnxExportOptions& options,
                                                          const std::string& path) {
-  auto doc = ReadCheckpointFile(checkpoint);
-  if (!doc.ok()) return doc.status();
-  const CheckpointState state = CheckpointStateOf(*doc);
-  auto parsed = ParseSpec(state.spec_text, checkpoint + " (its spec)");
-  if (!parsed.ok()) return parsed.status();
-  const topiary::v1::ExperimentSpec spec = WithDefaults(*parsed);
+  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(checkpoint));
+  const CheckpointState state = CheckpointStateOf(doc);
+  TOPIARY_ASSIGN_OR_RETURN(auto parsed, ParseSpec(state.spec_text, checkpoint + " (its spec)"));
+  const topiary::v1::ExperimentSpec spec = WithDefaults(parsed);
 
   topiary::v1::InputFormat input;
   if (!state.input_json.empty()) {
@@ -449,17 +447,16 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
   }
   topiary::v1::DeviceSpec cpu;
   cpu.set_kind(topiary::v1::DeviceSpec::CPU);
-  auto device = CreateDevice(cpu);
-  if (!device.ok()) return device.status();
-  auto model = BuildModel(state.model_arch, spec.model().width(),
-                          Shape4{1, input.height(), input.width(), input.channels()},
-                          input.classes(), device->get());
-  if (!model.ok()) return model.status();
-  auto loaded = LoadCheckpoint(*doc, checkpoint, model->get(), /*with_optimizer=*/false);
-  if (!loaded.ok()) return loaded.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(cpu));
+  TOPIARY_ASSIGN_OR_RETURN(auto model,
+                           BuildModel(state.model_arch, spec.model().width(),
+                                      Shape4{1, input.height(), input.width(), input.channels()},
+                                      input.classes(), device.get()));
+  TOPIARY_ASSIGN_OR_RETURN(auto loaded,
+                           LoadCheckpoint(doc, checkpoint, model.get(), /*with_optimizer=*/false));
 
   std::vector<std::string> approximate;
-  for (const auto& [group, attrs] : doc->groups) {
+  for (const auto& [group, attrs] : doc.groups) {
     if (attrs.count("multiplier") && group.rfind(kLayersPrefix, 0) == 0) {
       approximate.push_back(group.substr(8));
     }
@@ -478,9 +475,8 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
       {"topiary.batch_norm", options.fold_batch_norm ? "folded" : "kept"},
       {"topiary.approximate_layers_exported_exact", absl::StrJoin(approximate, ",")},
   };
-  auto summary = ExportOnnx(**model, input, options, metadata, path);
-  if (!summary.ok()) return summary.status();
-  summary->approximate_layers = approximate;
+  TOPIARY_ASSIGN_OR_RETURN(auto summary, ExportOnnx(*model, input, options, metadata, path));
+  summary.approximate_layers = approximate;
   return summary;
 }
 

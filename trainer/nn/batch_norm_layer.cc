@@ -20,9 +20,8 @@ absl::StatusOr<Shape4> BatchNorm2d::Setup(const std::vector<Shape4>& inputs, Dev
        {std::tuple{ParamRole::kGamma, &gamma_, true}, std::tuple{ParamRole::kBeta, &beta_, true},
         std::tuple{ParamRole::kRunningMean, &mean_, false},
         std::tuple{ParamRole::kRunningVar, &var_, false}}) {
-    auto p = AddParameter(device, role, shape, trainable, false);
-    if (!p.ok()) return p.status();
-    *slot = *p;
+    TOPIARY_ASSIGN_OR_RETURN(auto p, AddParameter(device, role, shape, trainable, false));
+    *slot = p;
   }
   return in_;
 }

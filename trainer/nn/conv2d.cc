@@ -5,6 +5,7 @@
 #include "kernels/sampled_grad.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
@@ -30,13 +31,12 @@ absl::StatusOr<Shape4> Conv2d::Setup(const std::vector<Shape4>& inputs, Device* 
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %s (input %dx%dx%d)", name(), st.message(), in_.h, in_.w, in_.c));
   }
-  auto k = AddParameter(device, ParamRole::kKernel, {s.k, s.r, s.s, s.c}, true, true);
-  if (!k.ok()) return k.status();
-  kernel_ = *k;
+  TOPIARY_ASSIGN_OR_RETURN(
+      auto k, AddParameter(device, ParamRole::kKernel, {s.k, s.r, s.s, s.c}, true, true));
+  kernel_ = k;
   if (config_.bias) {
-    auto b = AddParameter(device, ParamRole::kBias, {s.k}, true, false);
-    if (!b.ok()) return b.status();
-    bias_ = *b;
+    TOPIARY_ASSIGN_OR_RETURN(auto b, AddParameter(device, ParamRole::kBias, {s.k}, true, false));
+    bias_ = b;
   }
   return Shape4{1, s.ho(), s.wo(), s.k};
 }
@@ -55,16 +55,14 @@ absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {
   }
   Parameter* range = nullptr;
   if (approx.moving_average) {
-    auto r = AddParameter(device, ParamRole::kActivationRange, {3}, /*trainable=*/false,
-                          /*decay=*/false);
-    if (!r.ok()) return r.status();
-    range = *r;
+    TOPIARY_ASSIGN_OR_RETURN(auto r, AddParameter(device, ParamRole::kActivationRange, {3},
+                                                  /*trainable=*/false, /*decay=*/false));
+    range = r;
     const float unobserved[3] = {0.0f, 0.0f, 0.0f};
     range->value.CopyFromHost(unobserved);
   }
-  auto engine = MakeApproxConvEngine(approx, range, device);
-  if (!engine.ok()) return engine.status();
-  engine_ = std::move(*engine);
+  TOPIARY_ASSIGN_OR_RETURN(auto engine, MakeApproxConvEngine(approx, range, device));
+  engine_ = std::move(engine);
   approximation_ = std::move(approx);
   return absl::OkStatus();
 }

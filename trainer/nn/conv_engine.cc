@@ -47,9 +47,9 @@ absl::Status Dispatch(SparseConvDispatch* sparse, kernels::SparsePass pass, cons
                       const LayerIo& io, const void* in0, const void* in1, void* out,
                       const float* bias, float* dbias, const std::function<absl::Status()>& dense) {
   if (sparse != nullptr) {
-    auto ran = sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias, dense, *io.cuda);
-    if (!ran.ok()) return ran.status();
-    if (*ran) return absl::OkStatus();
+    TOPIARY_ASSIGN_OR_RETURN(
+        auto ran, sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias, dense, *io.cuda));
+    if (ran) return absl::OkStatus();
   }
   return dense();
 }
@@ -104,12 +104,11 @@ absl::StatusOr<std::unique_ptr<kernels::ConvCudaPlan>> CachedConvPlan(
 // with room for a sampled weight gradient.
 absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* device,
                                             const PlanOptions& options, bool block_sparse) {
-  auto sampled = SampledWorkspace(op, device);
-  if (!sampled.ok()) return sampled.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto sampled, SampledWorkspace(op, device));
   LayerResources r;
   if (device->cuda() == nullptr) {
     r.workspace_bytes =
-        std::max(kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float), *sampled);
+        std::max(kernels::ConvWorkspaceFloatsCpu(op.shape) * sizeof(float), sampled);
     if (kernels::ConvOneDnnPlan::Enabled()) {
       auto cpu = kernels::ConvOneDnnPlan::Create(op.shape);
       if (cpu.ok()) {
@@ -128,7 +127,7 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
     TOPIARY_RETURN_IF_ERROR(AddBf16Copies(op.kernel, device));
   }
   auto state = std::make_unique<ConvState>();
-  r.workspace_bytes = std::max((*plan)->workspace_bytes(), *sampled);
+  r.workspace_bytes = std::max((*plan)->workspace_bytes(), sampled);
   state->plan = std::move(*plan);
   const BlockSparseMode mode = EffectiveSparseMode(options.block_sparse);
   if (block_sparse && SparseDispatchEnabled(true, options.deterministic, mode)) {
@@ -252,8 +251,7 @@ class ApproxConvEngine : public ConvEngine {
     }
     if (auto st = kernels::CheckApproxConvShape(op.shape); !st.ok()) return Named(op.layer, st);
     // The backward pass's plan and workspace (the table convolution has no block-sparse form).
-    auto r = PrepareExact(op, device, options, /*block_sparse=*/false);
-    if (!r.ok()) return r.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto r, PrepareExact(op, device, options, /*block_sparse=*/false));
     size_t approx_bytes;
     if (device->cuda() != nullptr) {
       TOPIARY_RETURN_IF_ERROR(kernels::ApproxConvPrepareCuda());
@@ -261,8 +259,8 @@ class ApproxConvEngine : public ConvEngine {
     } else {
       approx_bytes = kernels::ApproxConvWorkspaceBytesCpu(op.shape);
     }
-    r->workspace_bytes = std::max(r->workspace_bytes, approx_bytes);
-    r->scratch_floats = ApproxScratch::Floats(op.shape);
+    r.workspace_bytes = std::max(r.workspace_bytes, approx_bytes);
+    r.scratch_floats = ApproxScratch::Floats(op.shape);
     return r;
   }
 
@@ -302,10 +300,9 @@ absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvAppro
     return absl::InvalidArgumentError(absl::StrCat("multiplier ", approx.multiplier, ": ",
                                                    approx.table.size(), " entries, not 65536"));
   }
-  auto table = Buffer<uint16_t>::Create(device, approx.table.size());
-  if (!table.ok()) return table.status();
-  table->CopyFromHost(approx.table.data());
-  return std::make_unique<ApproxConvEngine>(std::move(*table), range);
+  TOPIARY_ASSIGN_OR_RETURN(auto table, Buffer<uint16_t>::Create(device, approx.table.size()));
+  table.CopyFromHost(approx.table.data());
+  return std::make_unique<ApproxConvEngine>(std::move(table), range);
 }
 
 }  // namespace topiary

@@ -1,5 +1,7 @@
 #include "trainer/nn/layer.h"
 
+#include "util/status_macros.h"
+
 namespace topiary {
 
 const char* LayerKindName(LayerKind kind) {
@@ -33,16 +35,13 @@ absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, ParamRole role,
   p->role = role;
   p->trainable = trainable;
   p->decay = decay;
-  auto value = Tensor::Create(device, shape);
-  if (!value.ok()) return value.status();
-  p->value = std::move(*value);
+  TOPIARY_ASSIGN_OR_RETURN(auto value, Tensor::Create(device, shape));
+  p->value = std::move(value);
   if (trainable) {
-    auto grad = Tensor::Create(device, shape);
-    if (!grad.ok()) return grad.status();
-    auto mom = Tensor::Create(device, shape);
-    if (!mom.ok()) return mom.status();
-    p->grad = std::move(*grad);
-    p->momentum = std::move(*mom);
+    TOPIARY_ASSIGN_OR_RETURN(auto grad, Tensor::Create(device, shape));
+    TOPIARY_ASSIGN_OR_RETURN(auto mom, Tensor::Create(device, shape));
+    p->grad = std::move(grad);
+    p->momentum = std::move(mom);
   }
   params_.push_back(std::move(p));
   return params_.back().get();
@@ -60,12 +59,10 @@ void* WeightGradFor(const Parameter& p, kernels::DType t) {
 
 absl::Status AddBf16Copies(Parameter* p, Device* device) {
   if (!p->value_bf16.empty()) return absl::OkStatus();
-  auto value = Buffer<kernels::Bf16>::Create(device, p->size());
-  if (!value.ok()) return value.status();
-  auto grad = Buffer<kernels::Bf16>::Create(device, p->size());
-  if (!grad.ok()) return grad.status();
-  p->value_bf16 = std::move(*value);
-  p->grad_bf16 = std::move(*grad);
+  TOPIARY_ASSIGN_OR_RETURN(auto value, Buffer<kernels::Bf16>::Create(device, p->size()));
+  TOPIARY_ASSIGN_OR_RETURN(auto grad, Buffer<kernels::Bf16>::Create(device, p->size()));
+  p->value_bf16 = std::move(value);
+  p->grad_bf16 = std::move(grad);
   return absl::OkStatus();
 }
 

@@ -14,12 +14,11 @@ absl::StatusOr<Shape4> Linear::Setup(const std::vector<Shape4>& inputs, Device* 
     return absl::InvalidArgumentError(name() + ": linear input must be flattened");
   }
   in_ = inputs[0].c;
-  auto k = AddParameter(device, ParamRole::kKernel, {out_, in_}, true, true);
-  if (!k.ok()) return k.status();
-  kernel_ = *k;
-  auto b = AddParameter(device, ParamRole::kBias, {out_}, true, false);
-  if (!b.ok()) return b.status();
-  bias_ = *b;
+  TOPIARY_ASSIGN_OR_RETURN(auto k,
+                           AddParameter(device, ParamRole::kKernel, {out_, in_}, true, true));
+  kernel_ = k;
+  TOPIARY_ASSIGN_OR_RETURN(auto b, AddParameter(device, ParamRole::kBias, {out_}, true, false));
+  bias_ = b;
   return Shape4{1, 1, 1, out_};
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
@@ -13,9 +14,8 @@ absl::Status InstallMask(Parameter* p, const std::vector<uint8_t>& mask, MaskInf
                                                       p->full_name(), mask.size(), p->size()));
   }
   if (p->mask.empty()) {
-    auto buffer = Buffer<uint8_t>::Create(p->value.device(), mask.size());
-    if (!buffer.ok()) return buffer.status();
-    p->mask = std::move(*buffer);
+    TOPIARY_ASSIGN_OR_RETURN(auto buffer, Buffer<uint8_t>::Create(p->value.device(), mask.size()));
+    p->mask = std::move(buffer);
   }
   p->mask.CopyFromHost(mask.data());
   // W <- W * mask and momentum <- momentum * mask, here once; the optimizer keeps it so.

@@ -179,9 +179,8 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
   for (int v = 0; v < num_values; ++v) values_[v].data = arena_.data() + plan.offsets[v];
   input_ = reinterpret_cast<float*>(values_[0].data);
   if (dtype_ == kernels::DType::kBf16) {
-    auto in = floats(shapes[0].per_image() * batch_);
-    if (!in.ok()) return in.status();
-    input_f32_ = std::move(*in);
+    TOPIARY_ASSIGN_OR_RETURN(auto in, floats(shapes[0].per_image() * batch_));
+    input_f32_ = std::move(in);
     input_ = input_f32_.data();
   }
   io_.resize(nodes.size());
@@ -222,31 +221,27 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
     io.dtype = dtype_;
     io.y = values_[nodes[j].output].data;
     io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
-    auto res = nodes[j].layer->Prepare(batch_, dev, options);
-    if (!res.ok()) return res.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto res, nodes[j].layer->Prepare(batch_, dev, options));
     plan_progress_.layers_done = j + 1;
     if (options.progress) {
       plan_progress_.seconds = elapsed();
       options.progress(plan_progress_);
     }
-    auto scratch = floats(res->scratch_floats);
-    if (!scratch.ok()) return scratch.status();
-    scratch_[j] = std::move(*scratch);
+    TOPIARY_ASSIGN_OR_RETURN(auto scratch, floats(res.scratch_floats));
+    scratch_[j] = std::move(scratch);
     io.scratch = scratch_[j].data();
-    states_[j] = std::move(res->state);
+    states_[j] = std::move(res.state);
     io.state = states_[j].get();
-    workspace_bytes = std::max(workspace_bytes, res->workspace_bytes);
+    workspace_bytes = std::max(workspace_bytes, res.workspace_bytes);
   }
-  auto ws = floats((workspace_bytes + sizeof(float) - 1) / sizeof(float));
-  if (!ws.ok()) return ws.status();
-  workspace_ = std::move(*ws);
+  TOPIARY_ASSIGN_OR_RETURN(auto ws, floats((workspace_bytes + sizeof(float) - 1) / sizeof(float)));
+  workspace_ = std::move(ws);
   for (auto& io : io_) io.workspace = workspace_.data();
 
   if (dtype_ == kernels::DType::kBf16) TOPIARY_RETURN_IF_ERROR(PlanBf16Casts());
 
-  auto labels = Buffer<int32_t>::Create(dev, batch_);
-  if (!labels.ok()) return labels.status();
-  labels_ = std::move(*labels);
+  TOPIARY_ASSIGN_OR_RETURN(auto labels, Buffer<int32_t>::Create(dev, batch_));
+  labels_ = std::move(labels);
   if (dev->cuda() != nullptr) {
     auto loss = Buffer<float>::Create(dev, batch_);
     auto rank = Buffer<int32_t>::Create(dev, batch_);
@@ -262,9 +257,8 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
   input_elements_.assign(nodes.size(), 0);
   input_zeros_host_.assign(nodes.size(), 0);
   if (dev->cuda() != nullptr) {
-    auto counts = Buffer<unsigned long long>::Create(dev, nodes.size());
-    if (!counts.ok()) return counts.status();
-    input_zeros_ = std::move(*counts);
+    TOPIARY_ASSIGN_OR_RETURN(auto counts, Buffer<unsigned long long>::Create(dev, nodes.size()));
+    input_zeros_ = std::move(counts);
     const std::vector<unsigned long long> zeros(nodes.size(), 0);
     input_zeros_.CopyFromHost(zeros.data());
   }
@@ -282,9 +276,8 @@ absl::Status Network::PlanBf16Casts() {
   }
   auto upload = [&](const std::vector<kernels::CastItem>& items,
                     Buffer<kernels::CastItem>* out) -> absl::Status {
-    auto b = Buffer<kernels::CastItem>::Create(dev, items.size());
-    if (!b.ok()) return b.status();
-    *out = std::move(*b);
+    TOPIARY_ASSIGN_OR_RETURN(auto b, Buffer<kernels::CastItem>::Create(dev, items.size()));
+    *out = std::move(b);
     if (!items.empty()) out->CopyFromHost(items.data());
     return absl::OkStatus();
   };

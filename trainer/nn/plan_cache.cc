@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -47,9 +48,8 @@ absl::StatusOr<kernels::ConvPassAlgo> ParsePass(absl::string_view field) {
     }
     a.graph = true;
     a.engine = v0;
-    auto ms = ParseMs(w[2]);
-    if (!ms.ok()) return ms.status();
-    a.ms = *ms;
+    TOPIARY_ASSIGN_OR_RETURN(auto ms, ParseMs(w[2]));
+    a.ms = ms;
     return a;
   }
   if (w.size() == 4 && w[0] == "L") {
@@ -61,9 +61,8 @@ absl::StatusOr<kernels::ConvPassAlgo> ParsePass(absl::string_view field) {
     }
     a.algo = static_cast<int>(v0);
     a.math = static_cast<int>(v1);
-    auto ms = ParseMs(w[3]);
-    if (!ms.ok()) return ms.status();
-    a.ms = *ms;
+    TOPIARY_ASSIGN_OR_RETURN(auto ms, ParseMs(w[3]));
+    a.ms = ms;
     return a;
   }
   return absl::InvalidArgumentError(
@@ -218,9 +217,8 @@ absl::StatusOr<std::pair<std::string, kernels::ConvAlgos>> ConvPlanCache::ParseL
   }
   kernels::ConvAlgos algos;
   for (int p = 0; p < 3; ++p) {
-    auto a = ParsePass(fields[p + 1]);
-    if (!a.ok()) return a.status();
-    algos.pass[p] = *a;
+    TOPIARY_ASSIGN_OR_RETURN(auto a, ParsePass(fields[p + 1]));
+    algos.pass[p] = a;
   }
   return std::make_pair(std::string(fields[0]), algos);
 }

@@ -4,8 +4,8 @@
 #include "absl/strings/str_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/pooling.h"
-#include "util/status_macros.h"
 #include "trainer/nn/layers.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -44,9 +44,8 @@ kernels::PoolShape Pool2d::ShapeFor(int batch) const {
 }
 
 absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
-  auto in = OneInput(*this, inputs);
-  if (!in.ok()) return in.status();
-  in_ = *in;
+  TOPIARY_ASSIGN_OR_RETURN(auto in, OneInput(*this, inputs));
+  in_ = in;
   const kernels::PoolShape s = ShapeFor(1);
   if (auto st = kernels::CheckPoolShape(s); !st.ok()) {
     return absl::InvalidArgumentError(
@@ -101,9 +100,8 @@ absl::Status Pool2d::Backward(const LayerIo& io) {
 }
 
 absl::StatusOr<Shape4> GlobalAvgPool::Setup(const std::vector<Shape4>& inputs, Device* device) {
-  auto in = OneInput(*this, inputs);
-  if (!in.ok()) return in.status();
-  in_ = *in;
+  TOPIARY_ASSIGN_OR_RETURN(auto in, OneInput(*this, inputs));
+  in_ = in;
   return Shape4{1, 1, 1, in_.c};
 }
 
@@ -126,9 +124,8 @@ absl::Status GlobalAvgPool::Backward(const LayerIo& io) {
 }
 
 absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* device) {
-  auto in = OneInput(*this, inputs);
-  if (!in.ok()) return in.status();
-  in_ = *in;
+  TOPIARY_ASSIGN_OR_RETURN(auto in, OneInput(*this, inputs));
+  in_ = in;
   return in_;
 }
 
@@ -191,9 +188,8 @@ absl::Status Add::Backward(const LayerIo& io) {
 }
 
 absl::StatusOr<Shape4> Flatten::Setup(const std::vector<Shape4>& inputs, Device* device) {
-  auto in = OneInput(*this, inputs);
-  if (!in.ok()) return in.status();
-  in_ = *in;
+  TOPIARY_ASSIGN_OR_RETURN(auto in, OneInput(*this, inputs));
+  in_ = in;
   return Shape4{1, 1, 1, static_cast<int>(in_.per_image())};
 }
 

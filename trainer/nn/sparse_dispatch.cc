@@ -89,21 +89,20 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     if (pass != SparsePass::kBackwardFilter) {
       TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
     }
-    auto dense_ms = kernels::TimeCaptured(dense, ctx);
-    if (!dense_ms.ok()) return dense_ms.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto dense_ms, kernels::TimeCaptured(dense, ctx));
     auto sparse_ms =
         kernels::TimeCaptured(sparse, ctx, pass == SparsePass::kBackwardFilter ? 1 : 10);
     if (!sparse_ms.ok()) return sparse_ms.status();
-    choice_.dense_ms[p] = *dense_ms;
+    choice_.dense_ms[p] = dense_ms;
     choice_.sparse_ms[p] = *sparse_ms;
     choice_.config[p] = plan_->config_name(pass);
-    choice_.sparse[p] = *sparse_ms < *dense_ms;
+    choice_.sparse[p] = *sparse_ms < dense_ms;
     if (kernels::ConvLogEnabled()) {
       std::fprintf(stderr,
                    "%s %s: %.1f%% of blocks kept: block-sparse %.4f ms (%s), dense %.4f ms, chose "
                    "%s\n",
                    layer_.c_str(), kernels::SparsePassName(pass), 100.0 * choice_.density,
-                   *sparse_ms, choice_.config[p].c_str(), *dense_ms,
+                   *sparse_ms, choice_.config[p].c_str(), dense_ms,
                    choice_.sparse[p] ? "block-sparse" : "dense");
     }
   }

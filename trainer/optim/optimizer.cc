@@ -10,12 +10,10 @@ absl::StatusOr<TrainingClock> TrainingClock::Create(Device* device,
   TrainingClock c;
   c.device_ = device;
   c.lr_host_ = lr_table.empty() ? std::vector<float>{0.0f} : lr_table;
-  auto clock = Buffer<kernels::StepClock>::Create(device, 1);
-  if (!clock.ok()) return clock.status();
-  auto table = Buffer<float>::Create(device, c.lr_host_.size());
-  if (!table.ok()) return table.status();
-  c.clock_ = std::move(*clock);
-  c.lr_table_ = std::move(*table);
+  TOPIARY_ASSIGN_OR_RETURN(auto clock, Buffer<kernels::StepClock>::Create(device, 1));
+  TOPIARY_ASSIGN_OR_RETURN(auto table, Buffer<float>::Create(device, c.lr_host_.size()));
+  c.clock_ = std::move(clock);
+  c.lr_table_ = std::move(table);
   c.lr_table_.CopyFromHost(c.lr_host_.data());
   return c;
 }

@@ -36,12 +36,11 @@ struct CheckpointEvaluator::State {
 
   // The checkpoint's model with `approx` applied and its weights (and masks) loaded.
   absl::StatusOr<std::unique_ptr<Model>> LoadModel(const ApproximationSpec& approx) const {
-    auto model = BuildModel();
-    if (!model.ok()) return model.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto model, BuildModel());
     // Before the load: a moving-average range is a parameter the checkpoint may hold.
-    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model->get()));
-    auto loaded = LoadCheckpoint(path, model->get(), /*with_optimizer=*/false);
-    if (!loaded.ok()) return loaded.status();
+    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model.get()));
+    TOPIARY_ASSIGN_OR_RETURN(auto loaded,
+                             LoadCheckpoint(path, model.get(), /*with_optimizer=*/false));
     return model;
   }
 };
@@ -55,36 +54,30 @@ std::string CheckpointEvaluator::device_name() const { return state_->device->na
 
 absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
     const std::string& checkpoint) {
-  auto doc = ReadCheckpointFile(checkpoint);
-  if (!doc.ok()) return doc.status();
-  const CheckpointState cs = CheckpointStateOf(*doc);
-  auto spec = ParseSpec(cs.spec_text, checkpoint + " (its spec)");
-  if (!spec.ok()) return spec.status();
-  if (auto st = ValidateSpec(*spec); !st.ok()) {
+  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(checkpoint));
+  const CheckpointState cs = CheckpointStateOf(doc);
+  TOPIARY_ASSIGN_OR_RETURN(auto spec, ParseSpec(cs.spec_text, checkpoint + " (its spec)"));
+  if (auto st = ValidateSpec(spec); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint, ": its spec: ", st.message()));
   }
   auto s = std::make_unique<State>();
   s->path = checkpoint;
-  s->spec = WithDefaults(*spec);
-  auto device = CreateDevice(s->spec.device());
-  if (!device.ok()) return device.status();
-  s->device = std::move(*device);
-  auto data = LoadDataset(s->spec.data(), s->spec.seed());
-  if (!data.ok()) return data.status();
-  s->data = std::move(*data);
+  s->spec = WithDefaults(spec);
+  TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(s->spec.device()));
+  s->device = std::move(device);
+  TOPIARY_ASSIGN_OR_RETURN(auto data, LoadDataset(s->spec.data(), s->spec.seed()));
+  s->data = std::move(data);
   if (s->data.test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
   const auto norm =
       ComputeNormalization(s->data.train, s->data.max_value, s->spec.data().normalize());
   s->batcher.emplace(&s->data.test, s->data.max_value, norm, topiary::v1::Augment{},
                      s->spec.seed());
-  auto batches = DeviceBatches::Create(&*s->batcher, s->device.get());
-  if (!batches.ok()) return batches.status();
-  s->batches.emplace(std::move(*batches));
+  TOPIARY_ASSIGN_OR_RETURN(auto batches, DeviceBatches::Create(&*s->batcher, s->device.get()));
+  s->batches.emplace(std::move(batches));
   TOPIARY_RETURN_IF_ERROR(s->batches->SetSequentialOrder());
   // The conv layers and their work, from a model of the checkpoint's architecture.
-  auto model = s->BuildModel();
-  if (!model.ok()) return model.status();
-  for (const Model::Node& node : (*model)->nodes()) {
+  TOPIARY_ASSIGN_OR_RETURN(auto model, s->BuildModel());
+  for (const Model::Node& node : model->nodes()) {
     if (node.layer->kind() != LayerKind::kConv2d) continue;
     const kernels::ConvShape sh = static_cast<const Conv2d*>(node.layer)->ShapeFor(1);
     s->convs.push_back(
@@ -97,8 +90,7 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
     const std::optional<ApproximationSpec>& approximation) {
   const State& s = *state_;
   const ApproximationSpec& approx = approximation ? *approximation : s.spec.approximation();
-  auto model = s.LoadModel(approx);
-  if (!model.ok()) return model.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(approx));
   // fp32 (or TF32 where the spec asks), whatever the training precision: approximate
   // convolutions read fp32 activations, and every assignment is compared on one footing.
   PlanOptions options;
@@ -106,9 +98,9 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
                           ? kernels::Precision::kTf32
                           : kernels::Precision::kFp32;
   options.deterministic = s.spec.device().deterministic();
-  auto net = Network::Plan(model->get(), s.spec.data().eval_batch_size(), false, options);
-  if (!net.ok()) return net.status();
-  return topiary::Evaluate(**net, *s.batches, static_cast<int64_t>(s.data.test.size()));
+  TOPIARY_ASSIGN_OR_RETURN(
+      auto net, Network::Plan(model.get(), s.spec.data().eval_batch_size(), false, options));
+  return topiary::Evaluate(*net, *s.batches, static_cast<int64_t>(s.data.test.size()));
 }
 
 namespace {
@@ -134,15 +126,13 @@ absl::StatusOr<ForwardTiming> TimeForward(Network& net, Device* device, EnergyMe
     TOPIARY_RETURN_IF_ERROR(device->Synchronize());
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  auto probe = timed(10);
-  if (!probe.ok()) return probe.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto probe, timed(10));
   ForwardTiming t;
-  t.calls = std::max(10, static_cast<int>(seconds / std::max(*probe / 10, 1e-6)));
+  t.calls = std::max(10, static_cast<int>(seconds / std::max(probe / 10, 1e-6)));
   const double j0 = meter ? meter->Joules().value_or(-1) : -1;
-  auto s = timed(t.calls);
-  if (!s.ok()) return s.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto s, timed(t.calls));
   const double j1 = meter ? meter->Joules().value_or(-1) : -1;
-  t.seconds_per_call = *s / t.calls;
+  t.seconds_per_call = s / t.calls;
   if (j0 >= 0 && j1 >= 0) t.joules = j1 - j0;
   return t;
 }
@@ -162,33 +152,28 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
     Bench b;
     b.engine = mode == BlockSparseMode::kOff ? "dense" : "dispatch";
     b.batch = batch;
-    auto model = s.LoadModel(s.spec.approximation());
-    if (!model.ok()) return model.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(s.spec.approximation()));
     PlanOptions options;
     options.precision = PrecisionOf(s.spec.train().precision());
     options.block_sparse = mode;
-    auto net = Network::Plan(model->get(), batch, false, options);
-    if (!net.ok()) return net.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto net, Network::Plan(model.get(), batch, false, options));
     // The evaluation's first pass is where each masked layer measures its kernels.
-    auto acc = topiary::Evaluate(**net, *s.batches, static_cast<int64_t>(s.data.test.size()));
-    if (!acc.ok()) return acc.status();
-    b.accuracy = *acc;
-    for (const auto& [layer, c] : (*net)->SparseConvChoices()) b.block_sparse_passes += c.sparse[0];
-    auto big = TimeForward(**net, s.device.get(), meter.get(), 1.0);
-    if (!big.ok()) return big.status();
-    b.images_per_s = batch / big->seconds_per_call;
-    if (big->joules > 0)
-      b.joules_per_image = big->joules / (static_cast<double>(batch) * big->calls);
-    net->reset();
+    TOPIARY_ASSIGN_OR_RETURN(
+        auto acc, topiary::Evaluate(*net, *s.batches, static_cast<int64_t>(s.data.test.size())));
+    b.accuracy = acc;
+    for (const auto& [layer, c] : net->SparseConvChoices()) b.block_sparse_passes += c.sparse[0];
+    TOPIARY_ASSIGN_OR_RETURN(auto big, TimeForward(*net, s.device.get(), meter.get(), 1.0));
+    b.images_per_s = batch / big.seconds_per_call;
+    if (big.joules > 0) b.joules_per_image = big.joules / (static_cast<double>(batch) * big.calls);
+    net.reset();
 
-    auto one = Network::Plan(model->get(), 1, false, options);
-    if (!one.ok()) return one.status();
-    TOPIARY_RETURN_IF_ERROR((*one)->Forward(false));  // the batch-1 measurements
+    TOPIARY_ASSIGN_OR_RETURN(auto one, Network::Plan(model.get(), 1, false, options));
+    TOPIARY_RETURN_IF_ERROR(one->Forward(false));  // the batch-1 measurements
     // Per layer, eager: the device synchronized after each layer.
-    std::vector<double> layer_s((*model)->nodes().size(), 0.0);
+    std::vector<double> layer_s(model->nodes().size(), 0.0);
     for (int rep = 0; rep < 2; ++rep) {  // the second pass is the one kept
       auto last = std::chrono::steady_clock::now();
-      (*one)->set_layer_hook([&](int node, bool) -> absl::Status {
+      one->set_layer_hook([&](int node, bool) -> absl::Status {
         TOPIARY_RETURN_IF_ERROR(s.device->Synchronize());
         const auto now = std::chrono::steady_clock::now();
         layer_s[node] = std::chrono::duration<double>(now - last).count();
@@ -197,17 +182,16 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
       });
       TOPIARY_RETURN_IF_ERROR(s.device->Synchronize());
       last = std::chrono::steady_clock::now();
-      TOPIARY_RETURN_IF_ERROR((*one)->Forward(false));
+      TOPIARY_RETURN_IF_ERROR(one->Forward(false));
     }
-    (*one)->set_layer_hook(nullptr);
+    one->set_layer_hook(nullptr);
     for (size_t j = 0; j < layer_s.size(); ++j) {
-      const Layer* layer = (*model)->nodes()[j].layer;
+      const Layer* layer = model->nodes()[j].layer;
       if (layer->kind() == LayerKind::kConv2d)
         b.layer_ms.emplace_back(layer->name(), 1e3 * layer_s[j]);
     }
-    auto single = TimeForward(**one, s.device.get(), nullptr, 0.5);
-    if (!single.ok()) return single.status();
-    b.batch1_ms = 1e3 * single->seconds_per_call;
+    TOPIARY_ASSIGN_OR_RETURN(auto single, TimeForward(*one, s.device.get(), nullptr, 0.5));
+    b.batch1_ms = 1e3 * single.seconds_per_call;
     out.push_back(std::move(b));
   }
   return out;
@@ -290,21 +274,18 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
   };
   auto top1 = [&](const std::vector<std::pair<std::string, std::string>>& layers)
       -> absl::StatusOr<double> {
-    auto r = evaluator.Evaluate(AssignmentRules(base, layers));
-    if (!r.ok()) return r.status();
+    TOPIARY_ASSIGN_OR_RETURN(auto r, evaluator.Evaluate(AssignmentRules(base, layers)));
     step();
-    return 100.0 * r->top1;
+    return 100.0 * r.top1;
   };
 
-  auto f = top1({});
-  if (!f.ok()) return f.status();
-  report.float_top1 = *f;
+  TOPIARY_ASSIGN_OR_RETURN(auto f, top1({}));
+  report.float_top1 = f;
   for (const ConvLayerInfo& layer : convs) {
     SensitivityReport::Row row{layer, {}};
     for (const std::string& m : multipliers) {
-      auto t = top1({{layer.name, m}});
-      if (!t.ok()) return t.status();
-      row.top1.push_back(*t);
+      TOPIARY_ASSIGN_OR_RETURN(auto t, top1({{layer.name, m}}));
+      row.top1.push_back(t);
     }
     report.rows.push_back(std::move(row));
   }
@@ -330,11 +311,10 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
     for (size_t i = 0; i < chosen.size(); ++i) {
       if (chosen[i] >= 0) layers.emplace_back(report.rows[i].layer.name, multipliers[chosen[i]]);
     }
-    auto t = top1(layers);
-    if (!t.ok()) return t.status();
-    if (report.float_top1 - *t <= budget_pts) {
+    TOPIARY_ASSIGN_OR_RETURN(auto t, top1(layers));
+    if (report.float_top1 - t <= budget_pts) {
       saved[c.row] = c.saving;
-      report.assigned_top1 = *t;
+      report.assigned_top1 = t;
     } else {
       chosen[c.row] = before;
     }

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "kernels/augment.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
@@ -12,18 +13,14 @@ absl::StatusOr<DeviceBatches> DeviceBatches::Create(const Batcher* batcher, Devi
   b.device_ = device;
   if (device->cuda() == nullptr) return b;
   const ImageSet& set = batcher->set();
-  auto pixels = Buffer<uint8_t>::Create(device, set.pixels.size());
-  if (!pixels.ok()) return pixels.status();
-  auto labels = Buffer<int32_t>::Create(device, set.labels.size());
-  if (!labels.ok()) return labels.status();
-  auto order = Buffer<int32_t>::Create(device, set.labels.size());
-  if (!order.ok()) return order.status();
-  auto lut = Buffer<float>::Create(device, batcher->lut().size());
-  if (!lut.ok()) return lut.status();
-  b.pixels_ = std::move(*pixels);
-  b.labels_ = std::move(*labels);
-  b.order_ = std::move(*order);
-  b.lut_ = std::move(*lut);
+  TOPIARY_ASSIGN_OR_RETURN(auto pixels, Buffer<uint8_t>::Create(device, set.pixels.size()));
+  TOPIARY_ASSIGN_OR_RETURN(auto labels, Buffer<int32_t>::Create(device, set.labels.size()));
+  TOPIARY_ASSIGN_OR_RETURN(auto order, Buffer<int32_t>::Create(device, set.labels.size()));
+  TOPIARY_ASSIGN_OR_RETURN(auto lut, Buffer<float>::Create(device, batcher->lut().size()));
+  b.pixels_ = std::move(pixels);
+  b.labels_ = std::move(labels);
+  b.order_ = std::move(order);
+  b.lut_ = std::move(lut);
   b.pixels_.CopyFromHost(set.pixels.data());
   b.labels_.CopyFromHost(set.labels.data());
   b.lut_.CopyFromHost(batcher->lut().data());

@@ -29,16 +29,14 @@ absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int
     TOPIARY_RETURN_IF_ERROR(net.Forward(false, /*count_input_zeros=*/count));
     TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f, count));
   }
-  auto m = net.TakeMetrics();
-  if (!m.ok()) return m.status();
-  auto zeros = net.TakeConvInputZeros();
-  if (!zeros.ok()) return zeros.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto m, net.TakeMetrics());
+  TOPIARY_ASSIGN_OR_RETURN(auto zeros, net.TakeConvInputZeros());
   EvalResult r;
-  r.conv_input_zeros = std::move(*zeros);
-  r.images = static_cast<int64_t>(m->images);
-  r.loss = m->loss();
-  r.top1 = m->top1_rate();
-  r.top5 = m->top5_rate();
+  r.conv_input_zeros = std::move(zeros);
+  r.images = static_cast<int64_t>(m.images);
+  r.loss = m.loss();
+  r.top1 = m.top1_rate();
+  r.top5 = m.top5_rate();
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "trainer/core/random.h"
 #include "trainer/util/glob.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 
@@ -72,12 +73,11 @@ absl::StatusOr<std::vector<Conv2d*>> SelectSampledLayers(const GradientSamplingS
 
 absl::StatusOr<topiary::v1::GradientSamplingReport> ApplyGradientSampling(
     const GradientSamplingSpec& spec, Model* model) {
-  auto layers = SelectSampledLayers(spec, *model);
-  if (!layers.ok()) return layers.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto layers, SelectSampledLayers(spec, *model));
   const GradientSampling sampling{spec.top_k() > 0 ? spec.top_k() : 1,
                                   spec.scale() == GradientSamplingSpec::REFERENCE};
   topiary::v1::GradientSamplingReport report;
-  for (Conv2d* conv : *layers) {
+  for (Conv2d* conv : layers) {
     if (auto st = conv->SampleWeightGradients(sampling); !st.ok()) return st;
     report.add_layers(conv->name());
   }

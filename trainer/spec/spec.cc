@@ -9,12 +9,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
 #include "trainer/util/utf8.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -286,22 +287,19 @@ absl::Status ApplySpecChange(const std::string& change, ExperimentSpec* spec) {
 }
 
 absl::StatusOr<ExperimentSpec> LoadSpecFile(const std::string& path) {
-  auto text = ReadFile(path, kMaxSpecBytes);
-  if (!text.ok()) return text.status();
-  auto spec = ParseSpec(*text, path);
-  if (!spec.ok()) return spec.status();
-  if (spec->name().empty()) {
+  TOPIARY_ASSIGN_OR_RETURN(auto text, ReadFile(path, kMaxSpecBytes));
+  TOPIARY_ASSIGN_OR_RETURN(auto spec, ParseSpec(text, path));
+  if (spec.name().empty()) {
     std::string base = path.substr(path.find_last_of('/') + 1);
     base = base.substr(0, base.find('.'));
-    spec->set_name(base);
+    spec.set_name(base);
   }
   return spec;
 }
 
 absl::StatusOr<ExperimentSpec> LoadValidSpec(const std::string& path) {
-  auto spec = LoadSpecFile(path);
-  if (!spec.ok()) return spec.status();
-  if (auto st = ValidateSpec(*spec); !st.ok()) return st;
+  TOPIARY_ASSIGN_OR_RETURN(auto spec, LoadSpecFile(path));
+  if (auto st = ValidateSpec(spec); !st.ok()) return st;
   return spec;
 }
 

@@ -291,9 +291,8 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
 }
 
 absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
-  auto doc = ReadH5File(path);
-  if (!doc.ok()) return doc.status();
-  const H5Attrs& root = doc->groups[kRootGroup];
+  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadH5File(path));
+  const H5Attrs& root = doc.groups[kRootGroup];
   if (AttrString(root, kFormatAttr) != kCheckpointFormat) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a Topiary checkpoint (the root attribute format is not '",
@@ -308,7 +307,7 @@ absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
                        "to add one)"
                      : ""));
   }
-  if (auto st = ValidateCheckpointDocument(path, *doc); !st.ok()) return st;
+  if (auto st = ValidateCheckpointDocument(path, doc); !st.ok()) return st;
   return doc;
 }
 
@@ -342,19 +341,17 @@ CheckpointState CheckpointStateOf(const H5Document& doc) {
 }
 
 absl::StatusOr<CheckpointState> ReadCheckpointState(const std::string& path) {
-  auto root = ReadH5RootAttrs(path);
-  if (!root.ok()) return root.status();
-  if (AttrString(*root, kFormatAttr) != kCheckpointFormat) {
+  TOPIARY_ASSIGN_OR_RETURN(auto root, ReadH5RootAttrs(path));
+  if (AttrString(root, kFormatAttr) != kCheckpointFormat) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": not a Topiary checkpoint"));
   }
-  return StateOfRoot(*root);
+  return StateOfRoot(root);
 }
 
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
                                                bool with_optimizer) {
-  auto doc = ReadCheckpointFile(path);
-  if (!doc.ok()) return doc.status();
-  return LoadCheckpoint(*doc, path, model, with_optimizer);
+  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(path));
+  return LoadCheckpoint(doc, path, model, with_optimizer);
 }
 
 absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,

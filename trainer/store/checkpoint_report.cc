@@ -12,6 +12,7 @@
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/glob.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -116,12 +117,11 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
 
 absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
                                                    const std::string& layer_pattern) {
-  auto doc = ReadCheckpointFile(path);
-  if (!doc.ok()) return doc.status();
-  const CheckpointState state = CheckpointStateOf(*doc);
+  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(path));
+  const CheckpointState state = CheckpointStateOf(doc);
   CheckpointReport report;
   report.set_path(path);
-  report.set_format_version(AttrInt(doc->groups.at(kRootGroup), kFormatVersionAttr));
+  report.set_format_version(AttrInt(doc.groups.at(kRootGroup), kFormatVersionAttr));
   report.set_experiment_id(state.experiment_id);
   report.set_parent(state.parent);
   report.set_model_arch(state.model_arch);
@@ -134,7 +134,7 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   // Kernels: /layers/<layer>/kernel (datasets are sorted by path).
   std::vector<std::string> kernels;
   int64_t parameters = 0, weights = 0, zeros = 0;
-  for (const auto& [name, d] : doc->datasets) {
+  for (const auto& [name, d] : doc.datasets) {
     if (name.rfind(kLayersPrefix, 0) != 0) continue;
     // Trainable parameters, as a run counts them (batch-norm statistics are not).
     const auto role = ParamRoleFromName(name.substr(name.rfind('/') + 1));
@@ -155,7 +155,7 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   std::unordered_map<std::string, size_t> rank;
   size_t next = 0;
   for (absl::string_view name : absl::StrSplit(
-           AttrString(doc->groups.at(kRootGroup), kLayerOrderAttr), ',', absl::SkipEmpty())) {
+           AttrString(doc.groups.at(kRootGroup), kLayerOrderAttr), ',', absl::SkipEmpty())) {
     rank.emplace(std::string(name), next++);
   }
   auto rank_of = [&](const std::string& layer) {
@@ -181,13 +181,13 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   for (const std::string& layer : matched) {
     const std::string dir = kLayersPrefix + layer;
     auto dataset = [&](const char* role) {
-      return doc->datasets.find(absl::StrCat(dir, "/", role));
+      return doc.datasets.find(absl::StrCat(dir, "/", role));
     };
     const auto mask = dataset(kMaskRole);
     LayerReport* r = report.add_layers();
     r->set_layer(layer);
-    r->set_has_bias(dataset(ParamRoleName(ParamRole::kBias)) != doc->datasets.end());
-    if (auto g = doc->groups.find(dir); g != doc->groups.end()) {
+    r->set_has_bias(dataset(ParamRoleName(ParamRole::kBias)) != doc.datasets.end());
+    if (auto g = doc.groups.find(dir); g != doc.groups.end()) {
       r->set_multiplier(AttrString(g->second, kMultiplierAttr));
       r->set_multiplier_sha256(AttrString(g->second, kMultiplierSha256Attr));
       r->set_range_mode(AttrString(g->second, kActivationRangeAttr));
@@ -198,11 +198,11 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
       r->set_weight_gradient_scale(AttrString(g->second, kWeightGradientScaleAttr));
     }
     if (auto range = dataset(ParamRoleName(ParamRole::kActivationRange));
-        range != doc->datasets.end()) {
+        range != doc.datasets.end()) {
       for (float v : range->second.f32) r->add_activation_range(v);
     }
     FillLayer(dataset(ParamRoleName(ParamRole::kKernel))->second,
-              mask == doc->datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);
+              mask == doc.datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);
   }
   return report;
 }

@@ -175,18 +175,17 @@ absl::Status MakeDirs(const std::string& path) {
 
 absl::Status AppendToFile(const std::string& path, const std::string& text, bool sync,
                           uint64_t max_bytes) {
-  auto fd = OpenForWriting(path, O_APPEND);
-  if (!fd.ok()) return fd.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto fd, OpenForWriting(path, O_APPEND));
   struct stat info;
   absl::Status st;
   if (max_bytes > 0 &&
-      (::fstat(*fd, &info) != 0 || static_cast<uint64_t>(info.st_size) + text.size() > max_bytes)) {
+      (::fstat(fd, &info) != 0 || static_cast<uint64_t>(info.st_size) + text.size() > max_bytes)) {
     st = absl::ResourceExhaustedError(
         absl::StrCat(path, ": full (", HumanBytes(max_bytes), "); delete it to start a new one"));
   }
-  if (st.ok()) st = WriteAll(*fd, path, text);
-  if (st.ok() && sync && ::fdatasync(*fd) != 0) st = ErrnoStatus(errno, path + ": fdatasync");
-  ::close(*fd);
+  if (st.ok()) st = WriteAll(fd, path, text);
+  if (st.ok() && sync && ::fdatasync(fd) != 0) st = ErrnoStatus(errno, path + ": fdatasync");
+  ::close(fd);
   return st;
 }
 
@@ -260,11 +259,10 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
-  auto resolved = ResolveReadableFile(path, max_bytes);
-  if (!resolved.ok()) return resolved.status();
+  TOPIARY_ASSIGN_OR_RETURN(auto resolved, ResolveReadableFile(path, max_bytes));
   // Swapped since it was resolved: a link is not followed, a FIFO does not block the open,
   // and what was opened is checked again.
-  const int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  const int fd = ::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
@@ -295,9 +293,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
 }
 
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {
-  auto raw = ReadFile(path, max_bytes);
-  if (!raw.ok()) return raw.status();
-  return InflateMaybeGzip(std::move(*raw), EffectiveLimit(max_bytes), path);
+  TOPIARY_ASSIGN_OR_RETURN(auto raw, ReadFile(path, max_bytes));
+  return InflateMaybeGzip(std::move(raw), EffectiveLimit(max_bytes), path);
 }
 
 absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
@@ -345,11 +342,10 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& content
   TOPIARY_RETURN_IF_ERROR(CheckWritable(path));
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());
-  auto fd = OpenForWriting(tmp, O_EXCL);
-  if (!fd.ok()) return fd.status();
-  absl::Status st = WriteAll(*fd, tmp, contents);
-  if (st.ok() && ::fsync(*fd) != 0) st = ErrnoStatus(errno, tmp + ": fsync failed");
-  if (::close(*fd) != 0 && st.ok()) st = ErrnoStatus(errno, tmp + ": close failed");
+  TOPIARY_ASSIGN_OR_RETURN(auto fd, OpenForWriting(tmp, O_EXCL));
+  absl::Status st = WriteAll(fd, tmp, contents);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus(errno, tmp + ": fsync failed");
+  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus(errno, tmp + ": close failed");
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     st = ErrnoStatus(errno, path + ": rename failed");
   }
