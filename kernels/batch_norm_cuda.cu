@@ -16,8 +16,13 @@ namespace {
 constexpr int kTileC = 32;  // channels per block (one warp across a row: coalesced)
 constexpr int kLanes = 8;   // row lanes per block
 
+// Row slices of the reductions, one block each: enough blocks to keep every SM's loads in
+// flight (a resnet50 layer4 batch norm has only 12,544 rows of 2,048 channels), at least
+// 64 rows each so that the partial sums ([3][slices][C] floats) stay a small share of the
+// traffic.
+constexpr int kMaxSlices = 512;
 int Slices(const BatchNormShape& sh) {
-  return static_cast<int>(std::clamp<int64_t>(sh.m / 256, 1, 256));
+  return static_cast<int>(std::clamp<int64_t>(sh.m / 64, 1, kMaxSlices));
 }
 
 int Tiles(const BatchNormShape& sh) { return (sh.c + kTileC - 1) / kTileC; }
@@ -84,7 +89,7 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict_
 // order every run, and log2(slices) steps instead of a serial chain of divisions), then
 // updates the running statistics and writes the normalization's scale and shift (into
 // coef[0..C) and coef[C..2C)).
-constexpr int kFinishThreads = 256;  // >= the most slices Slices() returns
+constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
 
 __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
                                     const float* gamma, const float* beta, float* running_mean,
@@ -148,12 +153,29 @@ __global__ void EvalKernel(Index n, int c, float eps, const T* __restrict__ x, c
 // Vector forms of the per-element kernels (kernels/cuda_launch.cuh), used when C is a
 // multiple of the vector width so that a vector never straddles two rows: one 16-byte access
 // per operand instead of 4 or 8 element accesses.
+//
+// A thread's vectors are a grid stride apart, so its channel advances by a fixed step each
+// iteration (VecChannel): one division per thread, none per vector.
+struct VecChannel {
+  int cv, step, g;  // vectors per row, the step, the current vector of the row
+  __device__ VecChannel(int64_t j, int c, int width)
+      : cv(c / width),
+        step(static_cast<int>((static_cast<int64_t>(gridDim.x) * blockDim.x) % (c / width))),
+        g(static_cast<int>(j % (c / width))) {}
+  __device__ void Next() {
+    g += step;
+    if (g >= cv) g -= cv;
+  }
+};
+
 template <bool kRelu, typename T>
 __global__ void ScaleShiftVecKernel(int64_t nv, int c, const T* __restrict__ x,
                                     const float* __restrict__ coef, T* __restrict__ y) {
   constexpr int V = kVec<T>;
-  TOPIARY_GRID_STRIDE(j, nv) {
-    const int ch = static_cast<int>((j * V) % c);
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  VecChannel at(first, c, V);
+  for (int64_t j = first; j < nv; j += static_cast<int64_t>(gridDim.x) * blockDim.x, at.Next()) {
+    const int ch = at.g * V;
     float v[V];
     LdVec(x + j * V, v);
 #pragma unroll
@@ -172,8 +194,10 @@ __global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
                                    const float* __restrict__ inv_std,
                                    const float* __restrict__ coef, T* __restrict__ dx) {
   constexpr int V = kVec<T>;
-  TOPIARY_GRID_STRIDE(j, nv) {
-    const int ch = static_cast<int>((j * V) % c);
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  VecChannel at(first, c, V);
+  for (int64_t j = first; j < nv; j += static_cast<int64_t>(gridDim.x) * blockDim.x, at.Next()) {
+    const int ch = at.g * V;
     float xv[V], gv[V], yv[V] = {};
     LdVec(x + j * V, xv);
     LdVec(dy + j * V, gv);
@@ -246,6 +270,7 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
     LdVec(x + (w.begin + w.lane) * c + w.g * V, shift);
     for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
     int count = 0;
+#pragma unroll 4
     for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
       LdVec(x + r * c + w.g * V, d);
       for (int v = 0; v < V; ++v) {
@@ -294,6 +319,7 @@ __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restr
       mu[v] = mean[w.g * V + v];
       is[v] = inv_std[w.g * V + v];
     }
+#pragma unroll 4
     for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
       const int64_t k = r * c + w.g * V;
       LdVec(x + k, xv);

@@ -91,6 +91,117 @@ __global__ void PoolBackwardKernel(PoolShape sh, const uint8_t* __restrict__ arg
   }
 }
 
+// The same max pooling over 16-byte channel vectors (kVec<T> channels per thread), with
+// 32-bit index arithmetic: the scalar kernels spend most of their time in 64-bit divisions
+// (four per element), these one set per vector. For C % kVec<T> == 0, 16-byte aligned
+// tensors and fewer than 2^31 vectors (MaxPoolVecOk); results are identical to the scalar
+// kernels (the same first-maximum rule, the same sums in the same order).
+template <typename T>
+__global__ void MaxPoolForwardVecKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
+                                        uint8_t* __restrict__ argmax) {
+  constexpr int V = kVec<T>;
+  const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
+  const unsigned total = sh.n * ho * wo * cv;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned cb = (i % cv) * V;
+    unsigned rest = i / cv;
+    const int ow = rest % wo;
+    rest /= wo;
+    const int oh = rest % ho;
+    const unsigned n = rest / ho;
+    int h0, h1, w0, w1;
+    Window(sh, oh, ow, &h0, &h1, &w0, &w1);
+    const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
+    float acc[V], v[V];
+    uint8_t best[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc[k] = -FLT_MAX;
+      best[k] = static_cast<uint8_t>((h0 - hs) * sh.s + (w0 - ws));
+    }
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) {
+        LdVec(x + ((static_cast<size_t>(n) * sh.h + ih) * sh.w + iw) * sh.c + cb, v);
+        const auto pos = static_cast<uint8_t>((ih - hs) * sh.s + (iw - ws));
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (v[k] > acc[k]) {
+            acc[k] = v[k];
+            best[k] = pos;
+          }
+        }
+      }
+    StVec(y + static_cast<size_t>(i) * V, acc);
+    if (argmax != nullptr) {
+      uint8_t* out = argmax + static_cast<size_t>(i) * V;
+      if constexpr (V == 8) {
+        uint2 packed;
+        memcpy(&packed, best, 8);
+        *reinterpret_cast<uint2*>(out) = packed;
+      } else {
+        uint32_t packed;
+        memcpy(&packed, best, 4);
+        *reinterpret_cast<uint32_t*>(out) = packed;
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void MaxPoolBackwardVecKernel(PoolShape sh, const uint8_t* __restrict__ argmax,
+                                         const T* __restrict__ dy, T* __restrict__ dx) {
+  constexpr int V = kVec<T>;
+  const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
+  const unsigned total = sh.n * sh.h * sh.w * cv;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned cb = (i % cv) * V;
+    unsigned rest = i / cv;
+    const int iw = rest % sh.w;
+    rest /= sh.w;
+    const int ih = rest % sh.h;
+    const unsigned n = rest / sh.h;
+    int oh0, oh1, ow0, ow1;
+    Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
+    Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
+    float g[V], d[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh)
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const size_t o = ((static_cast<size_t>(n) * ho + oh) * wo + ow) * sh.c + cb;
+        const int pos =
+            (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
+        uint8_t a[V];
+        if constexpr (V == 8) {
+          const uint2 packed = *reinterpret_cast<const uint2*>(argmax + o);
+          memcpy(a, &packed, 8);
+        } else {
+          const uint32_t packed = *reinterpret_cast<const uint32_t*>(argmax + o);
+          memcpy(a, &packed, 4);
+        }
+        bool any = false;
+#pragma unroll
+        for (int k = 0; k < V; ++k) any |= a[k] == pos;
+        if (!any) continue;  // most windows route elsewhere: skip their gradient
+        LdVec(dy + o, d);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (a[k] == pos) g[k] += d[k];  // as the scalar kernel: the same sums, same zeros
+        }
+      }
+    StVec(dx + static_cast<size_t>(i) * V, g);
+  }
+}
+
+// Whether the vector kernels apply (see above).
+template <typename T>
+bool MaxPoolVecOk(const PoolShape& sh, const void* a, const void* b, const uint8_t* argmax) {
+  constexpr int V = kVec<T>;
+  const int64_t vectors = static_cast<int64_t>(sh.n) * sh.h * sh.w * (sh.c / V);
+  return sh.c % V == 0 && vectors < (int64_t{1} << 31) && Aligned16(a) && Aligned16(b) &&
+         (reinterpret_cast<uintptr_t>(argmax) % V) == 0;
+}
+
 template <typename T>
 __global__ void GlobalAvgForwardKernel(int n, int hw, int c, const T* __restrict__ x,
                                        T* __restrict__ y) {
@@ -124,6 +235,12 @@ absl::Status MaxPoolForwardCuda(DType t, const PoolShape& sh, const void* x, voi
                                 uint8_t* argmax, const CudaContext& ctx) {
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
+    if (MaxPoolVecOk<T>(sh, x, y, argmax)) {
+      MaxPoolForwardVecKernel<T>
+          <<<BlocksFor(OutCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+              sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+      return;
+    }
     PoolForwardKernel<true><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
         sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
   });
@@ -134,6 +251,12 @@ absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& sh, const uint8_t* ar
                                  const void* dy, void* dx, const CudaContext& ctx) {
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
+    if (MaxPoolVecOk<T>(sh, dy, dx, argmax)) {
+      MaxPoolBackwardVecKernel<T>
+          <<<BlocksFor(InCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+              sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+      return;
+    }
     PoolBackwardKernel<true><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
         sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
   });
