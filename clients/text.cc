@@ -3,8 +3,10 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +62,42 @@ std::string Double(double v) {
 
 void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::string* out);
 
+// A parsed JSON value, printed with its object keys sorted (a protobuf Struct's map has no
+// order of its own, and scripts diffing outputs want one).
+void AppendJson(const google::protobuf::Value& v, std::string* out) {
+  switch (v.kind_case()) {
+    case google::protobuf::Value::kNumberValue:
+      return absl::StrAppend(out, Double(v.number_value()));
+    case google::protobuf::Value::kStringValue:
+      return absl::StrAppend(out, JsonString(v.string_value()));
+    case google::protobuf::Value::kBoolValue:
+      return absl::StrAppend(out, v.bool_value() ? "true" : "false");
+    case google::protobuf::Value::kStructValue: {
+      std::vector<const std::string*> keys;
+      for (const auto& [key, value] : v.struct_value().fields()) keys.push_back(&key);
+      std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
+      out->push_back('{');
+      for (size_t i = 0; i < keys.size(); ++i) {
+        absl::StrAppend(out, i ? "," : "", JsonString(*keys[i]), ":");
+        AppendJson(v.struct_value().fields().at(*keys[i]), out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case google::protobuf::Value::kListValue: {
+      out->push_back('[');
+      for (int i = 0; i < v.list_value().values_size(); ++i) {
+        if (i > 0) out->push_back(',');
+        AppendJson(v.list_value().values(i), out);
+      }
+      out->push_back(']');
+      return;
+    }
+    default:
+      return absl::StrAppend(out, "null");
+  }
+}
+
 void AppendMessage(const Message& m, std::string* out) {
   const Reflection* r = m.GetReflection();
   const auto* d = m.GetDescriptor();
@@ -84,11 +122,9 @@ void AppendMessage(const Message& m, std::string* out) {
       // Nested when it parses as JSON (re-printed, so nothing but JSON comes through).
       google::protobuf::Value parsed;
       const std::string text = r->GetString(m, f);
-      std::string nested;
-      if (!text.empty() && google::protobuf::util::JsonStringToMessage(text, &parsed).ok() &&
-          google::protobuf::util::MessageToJsonString(parsed, &nested).ok()) {
+      if (!text.empty() && google::protobuf::util::JsonStringToMessage(text, &parsed).ok()) {
         name.resize(name.size() - 5);
-        value = nested;
+        AppendJson(parsed, &value);
       } else {
         AppendValue(m, f, -1, &value);
       }
