@@ -5,7 +5,7 @@
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
-//                    [--inference 1] [--search_seconds S]
+//                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
@@ -79,22 +79,40 @@ struct Flags {
   bool inference = false;
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
+  double peak_gbps = 3350;     // --profile's memory floor: the GPU's DRAM bandwidth (H100 SXM)
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
   double search_seconds = PlanOptions{}.search_seconds;
 };
 
+// The activation bytes a layer's pass must move at least once: forward reads its inputs and
+// writes its output; backward reads the output gradient and the inputs and writes the input
+// gradients (parameters, workspaces and re-reads not counted): the memory floor's numerator.
+double PassBytes(const Model& model, const Model::Node& node, bool backward, int batch,
+                 int elem_bytes) {
+  auto bytes = [&](int value) {
+    return static_cast<double>(model.value_shapes()[value].per_image()) * batch * elem_bytes;
+  };
+  double in = 0;
+  for (int v : node.inputs) in += bytes(v);
+  return backward ? bytes(node.output) + 2 * in : in + bytes(node.output);
+}
+
 // Per layer type and pass: milliseconds per step, synchronizing after every layer (so the
-// total exceeds a normal step's time; the shares are what matter).
+// total exceeds a normal step's time; the shares are what matter), and the pass's memory
+// floor: its activation bytes (PassBytes) at --peak_gbps, so memory-bound layers far from
+// their floor stand out.
 absl::Status Profile(const Flags& f, const std::string& arch, Model& model, Network& net,
                      Device* dev, const std::function<absl::Status()>& step) {
-  std::map<std::string, double> ms;
+  std::map<std::string, double> ms, bytes;
+  const int elem_bytes = f.precision == "bf16" ? 2 : 4;
   auto last = std::chrono::steady_clock::now();
   net.set_layer_hook([&](int node, bool backward) -> absl::Status {
     TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
     const auto now = std::chrono::steady_clock::now();
-    const Layer* layer = model.nodes()[node].layer;
-    ms[std::string(layer->type()) + (backward ? " backward" : " forward")] +=
-        std::chrono::duration<double, std::milli>(now - last).count();
+    const Model::Node& n = model.nodes()[node];
+    const std::string what = std::string(n.layer->type()) + (backward ? " backward" : " forward");
+    ms[what] += std::chrono::duration<double, std::milli>(now - last).count();
+    bytes[what] += PassBytes(model, n, backward, f.batch, elem_bytes);
     last = now;
     return absl::OkStatus();
   });
@@ -106,8 +124,11 @@ absl::Status Profile(const Flags& f, const std::string& arch, Model& model, Netw
   TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
   net.set_layer_hook(nullptr);
   for (const auto& [what, total] : ms) {
-    absl::PrintF("{\"profile\":\"%s\",\"what\":\"%s\",\"ms_per_step\":%.3f}\n", arch, what,
-                 total / f.steps);
+    const double gb = bytes[what] / f.steps / 1e9;
+    absl::PrintF(
+        "{\"profile\":\"%s\",\"what\":\"%s\",\"ms_per_step\":%.3f,\"activation_gb\":%.3f,"
+        "\"floor_ms\":%.3f}\n",
+        arch, what, total / f.steps, gb, 1e3 * gb / f.peak_gbps);
   }
   return absl::OkStatus();
 }
@@ -213,14 +234,15 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"inference\":%s,\"masked_layers\":%d,\"block_sparse_passes\":%d,"
       "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,"
       "\"planned_mb\":%.1f,\"activation_mb\":%.1f,\"device_mb\":%.1f,\"plan_s\":%.2f,"
-      "\"convs_cached\":%d,\"convs_measured\":%d,\"convs_untimed\":%d,\"loss\":%.4f}\n",
+      "\"convs_cached\":%d,\"convs_measured\":%d,\"convs_untimed\":%d,\"graph_nodes\":%d,"
+      "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
       sparse_passes, joules_per_image, f.batch * f.steps / s, 1000 * s / f.steps,
       (*net)->planned_bytes() / 1048576.0, (*net)->activation_bytes() / 1048576.0,
       (*dev)->allocated_bytes() / 1048576.0, plan.seconds, plan.convs_cached, plan.convs_measured,
-      plan.convs_untimed, metrics->loss());
+      plan.convs_untimed, static_cast<int>(runner.graph_nodes()), metrics->loss());
   return absl::OkStatus();
 }
 
@@ -261,6 +283,8 @@ int main(int argc, char** argv) {
       f.precision = v;
     else if (k == "--profile")
       f.profile = v != "0";
+    else if (k == "--peak_gbps")
+      f.peak_gbps = std::stod(v);
     else if (k == "--search_seconds")
       f.search_seconds = std::stod(v);
     else if (k == "--deterministic")

@@ -23,6 +23,11 @@ class CudaGraph : public CapturedWork {
   absl::Status Replay() override {
     return kernels::CudaStatus(cudaGraphLaunch(exec_, stream_), "replaying the training step");
   }
+  int64_t nodes() const override {
+    size_t count = 0;
+    return cudaGraphGetNodes(graph_, nullptr, &count) == cudaSuccess ? static_cast<int64_t>(count)
+                                                                     : 0;
+  }
 
  private:
   cudaGraph_t graph_;

@@ -25,6 +25,8 @@ class CapturedWork {
  public:
   virtual ~CapturedWork() = default;
   virtual absl::Status Replay() = 0;
+  // Kernel launches (and other nodes: copies, memsets, events) per replay; 0 if not known.
+  virtual int64_t nodes() const { return 0; }
 };
 
 class Device {

@@ -28,6 +28,8 @@ class StepRunner {
   // Enqueues one step.
   absl::Status Run();
   bool captured() const { return graph_ != nullptr; }
+  // The captured step's graph nodes (kernel launches, copies, memsets), 0 when not captured.
+  int64_t graph_nodes() const { return graph_ ? graph_->nodes() : 0; }
 
  private:
   Device* device_;
