@@ -165,6 +165,14 @@ TEST_F(CudaKernels, ElementwiseAndBias) {
     EXPECT_EQ(y.Host(), ry);
     EXPECT_EQ(dx.Host(), rdx);
     EXPECT_EQ(dx2.Host(), rdx2);
+    // With a second gradient (a value read by two layers): the sum and mask in fp32, then
+    // one rounding, as the CPU's fp32 result rounded.
+    ASSERT_TRUE(
+        AddReluBackwardSumCuda(t, n, y.get(), dg.get(), db.get(), dx.get(), dx2.get(), ctx_).ok());
+    AddReluBackwardSumCpu(n, ry.data(), g.data(), b.data(), rdx.data(), rdx2.data());
+    Sync();
+    EXPECT_EQ(dx.Host(), Round(rdx, t));
+    EXPECT_EQ(dx2.Host(), Round(rdx2, t));
     ASSERT_TRUE(AddCuda(t, n, da.get(), db.get(), y.get(), ctx_).ok());
     AddCpu(n, a.data(), b.data(), ry.data());
     Sync();

@@ -40,6 +40,10 @@ absl::Status AddReluBackwardCuda(DType, int64_t, const void*, const void*, void*
                                  const CudaContext&) {
   return NoCuda();
 }
+absl::Status AddReluBackwardSumCuda(DType, int64_t, const void*, const void*, const void*, void*,
+                                    void*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status CastCuda(DType, DType, int64_t, const void*, void*, const CudaContext&) {
   return NoCuda();
 }

@@ -21,6 +21,10 @@ void AddCpu(int64_t n, const float* a, const float* b, float* y);
 void AddReluCpu(int64_t n, const float* a, const float* b, float* y);
 // Its backward: da = db = dy where y > 0, else 0 (one pass writing both).
 void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db);
+// The same with a second output gradient (the other reader of y, when y feeds two layers):
+// da = db = dy + dy2 where y > 0, else 0. The sum is not stored: one pass instead of two.
+void AddReluBackwardSumCpu(int64_t n, const float* y, const float* dy, const float* dy2, float* da,
+                           float* db);
 
 // CUDA twins (device pointers; enqueued on ctx.stream). Activations are of type `t` (fp32
 // or bf16, see kernels/dtype.h) behind void pointers; arithmetic is fp32.
@@ -34,6 +38,8 @@ absl::Status AddReluCuda(DType t, int64_t n, const void* a, const void* b, void*
                          const CudaContext& ctx);
 absl::Status AddReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* da,
                                  void* db, const CudaContext& ctx);
+absl::Status AddReluBackwardSumCuda(DType t, int64_t n, const void* y, const void* dy,
+                                    const void* dy2, void* da, void* db, const CudaContext& ctx);
 
 // Conversions between fp32 and bf16 (round to nearest even): one array, or every entry of a
 // table in device memory in one launch (the weight copies of a bf16 network).

@@ -44,6 +44,20 @@ void AddReluCpu(int64_t n, const float* a, const float* b, float* y) {
   });
 }
 
+void AddReluBackwardSumCpu(int64_t n, const float* y, const float* dy, const float* dy2, float* da,
+                           float* db) {
+  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+    float* __restrict a = da;
+    float* __restrict c = db;
+    for (int64_t i = begin; i < end; ++i) {
+      const float d = dy[i] + dy2[i];
+      const float g = y[i] > 0.0f ? d : 0.0f;
+      a[i] = g;
+      c[i] = g;
+    }
+  });
+}
+
 void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db) {
   ParallelFor(n, [&](int64_t begin, int64_t end, int) {
     float* __restrict a = da;

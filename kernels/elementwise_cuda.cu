@@ -63,6 +63,11 @@ struct AddReluBackwardOp {  // (y, dy) -> (da, db)
     y[0] = y[1] = x[0] > 0.0f ? x[1] : 0.0f;
   }
 };
+struct AddReluBackwardSumOp {  // (y, dy, dy2) -> (da, db)
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = y[1] = x[0] > 0.0f ? x[1] + x[2] : 0.0f;
+  }
+};
 
 template <int kIn, int kOut, typename Op>
 absl::Status Map(DType t, int64_t n, const std::array<const void*, kIn>& in,
@@ -169,6 +174,12 @@ absl::Status AddReluCuda(DType t, int64_t n, const void* a, const void* b, void*
 absl::Status AddReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* da,
                                  void* db, const CudaContext& ctx) {
   return Map<2, 2>(t, n, {y, dy}, {da, db}, AddReluBackwardOp{}, ctx, "add+relu backward");
+}
+
+absl::Status AddReluBackwardSumCuda(DType t, int64_t n, const void* y, const void* dy,
+                                    const void* dy2, void* da, void* db, const CudaContext& ctx) {
+  return Map<3, 2>(t, n, {y, dy, dy2}, {da, db}, AddReluBackwardSumOp{}, ctx,
+                   "add+relu backward with a second gradient");
 }
 
 absl::Status CastCuda(DType from, DType to, int64_t n, const void* src, void* dst,

@@ -101,6 +101,16 @@ TEST(Pooling, RejectsBadShapes) {
   EXPECT_FALSE(CheckPoolShape(MakePool(1, 1, 1, 1, 3, 1, 0)).ok());  // window > input
 }
 
+TEST(Elementwise, FusedAddReluWithASecondGradient) {
+  auto y = RandomFloats(99, 21), g = RandomFloats(99, 22), g2 = RandomFloats(99, 23);
+  std::vector<float> da(99), db(99);
+  AddReluBackwardSumCpu(99, y.data(), g.data(), g2.data(), da.data(), db.data());
+  for (int i = 0; i < 99; ++i) {
+    EXPECT_EQ(da[i], y[i] > 0 ? g[i] + g2[i] : 0.0f) << i;
+    EXPECT_EQ(db[i], da[i]);
+  }
+}
+
 TEST(Elementwise, FusedAddRelu) {
   auto a = RandomFloats(99, 18), b = RandomFloats(99, 19), g = RandomFloats(99, 20);
   std::vector<float> y(99), da(99), db(99);

@@ -103,10 +103,13 @@ struct LayerResources {
 struct LayerIo {
   int batch = 0;
   kernels::DType dtype = kernels::DType::kF32;
-  std::vector<const void*> x;   // inputs
-  void* y = nullptr;            // output
-  std::vector<void*> dx;        // input gradients (overwritten); null where none is needed
-  const void* dy = nullptr;     // output gradient
+  std::vector<const void*> x;  // inputs
+  void* y = nullptr;           // output
+  std::vector<void*> dx;       // input gradients (overwritten); null where none is needed
+  const void* dy = nullptr;    // output gradient
+  // A second output gradient to add to dy (the other reader of a value read by two layers),
+  // set only for layers whose sums_output_gradients() is true; null otherwise.
+  const void* dy2 = nullptr;
   float* scratch = nullptr;     // LayerResources::scratch_floats, kept forward to backward
   void* workspace = nullptr;    // LayerResources::workspace_bytes, free between calls
   LayerState* state = nullptr;  // LayerResources::state
@@ -179,6 +182,10 @@ class Layer {
     bool output = true;
   };
   virtual BackwardReads backward_reads(bool gpu) const { return {}; }
+  // Whether Backward can add a second output gradient (LayerIo::dy2) as it reads dy, so that
+  // a value read by two layers needs no separate summing pass. Only when every input needs
+  // a gradient.
+  virtual bool sums_output_gradients() const { return false; }
 
   std::vector<Parameter*> parameters() {
     std::vector<Parameter*> out;

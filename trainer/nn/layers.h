@@ -182,6 +182,8 @@ class Add : public Layer {
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
   BackwardReads backward_reads(bool) const override { return {false, relu_}; }
+  // The fused add + ReLU backward reads dy once per element anyway: dy + dy2 costs one read.
+  bool sums_output_gradients() const override { return relu_; }
   bool fused_relu() const { return relu_; }
 
  private:

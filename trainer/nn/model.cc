@@ -221,6 +221,15 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
     io.dtype = dtype_;
     io.y = values_[nodes[j].output].data;
     io.dy = training_ ? values_[nodes[j].output].grad : nullptr;
+    // A value read by two layers whose producer can sum both gradients as it reads them
+    // (the add + ReLU ending a residual block, whose output feeds the next block's first
+    // convolution and its shortcut): one pass instead of a summing pass and the backward.
+    Value& out = values_[nodes[j].output];
+    if (training_ && out.extra_grads.size() == 1 && nodes[j].layer->sums_output_gradients() &&
+        std::all_of(io.dx.begin(), io.dx.end(), [](void* g) { return g != nullptr; })) {
+      io.dy2 = out.extra_grads[0];
+      out.producer_sums = true;
+    }
     TOPIARY_ASSIGN_OR_RETURN(auto res, nodes[j].layer->Prepare(batch_, dev, options));
     plan_progress_.layers_done = j + 1;
     if (options.progress) {
@@ -346,6 +355,7 @@ absl::Status Network::Backward() {
     Value& out = values_[nodes[j].output];
     const int64_t n = static_cast<int64_t>(shapes[nodes[j].output].per_image()) * batch_;
     for (const void* extra : out.extra_grads) {
+      if (out.producer_sums) break;  // the layer adds it (LayerIo::dy2)
       if (cuda != nullptr) {
         TOPIARY_RETURN_IF_ERROR(kernels::AddCuda(dtype_, n, out.grad, extra, out.grad, *cuda));
       } else {

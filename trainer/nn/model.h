@@ -145,6 +145,9 @@ class Network {
     // Gradients from the second, third... consumer of a value; summed into grad before the
     // producer's backward (the role of Caffe's Split layer, without a layer).
     std::vector<void*> extra_grads;
+    // The producer's backward adds extra_grads[0] itself as it reads grad (LayerIo::dy2):
+    // no separate summing pass.
+    bool producer_sums = false;
   };
   Network(Model* model, int batch, bool training)
       : model_(model), batch_(batch), training_(training) {}

@@ -168,12 +168,22 @@ absl::Status Add::Forward(const LayerIo& io, bool training) {
 absl::Status Add::Backward(const LayerIo& io) {
   const int64_t n = Count(in_, io.batch);
   if (relu_ && io.dx[0] != nullptr && io.dx[1] != nullptr) {
+    if (io.dy2 != nullptr) {  // the other reader's gradient, summed as it is read
+      if (io.cuda) {
+        return kernels::AddReluBackwardSumCuda(io.dtype, n, io.y, io.dy, io.dy2, io.dx[0], io.dx[1],
+                                               *io.cuda);
+      }
+      kernels::AddReluBackwardSumCpu(n, io.yf(), io.dyf(), static_cast<const float*>(io.dy2),
+                                     io.dxf(0), io.dxf(1));
+      return absl::OkStatus();
+    }
     if (io.cuda) {
       return kernels::AddReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], io.dx[1], *io.cuda);
     }
     kernels::AddReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0), io.dxf(1));
     return absl::OkStatus();
   }
+  if (io.dy2 != nullptr) return absl::InternalError(name() + ": dy2 without both input gradients");
   for (void* dx : io.dx) {
     if (dx == nullptr) continue;
     if (!relu_) {
