@@ -91,6 +91,21 @@ def test_errors_are_exceptions_with_code_and_field(daemon, examples):
         assert "no topiaryd at 127.0.0.1:1" in str(e.value)
 
 
+def test_manual_rounds_can_finish(daemon, examples):
+    spec = read_spec(examples, "tiny_block_prune.textproto",
+                     **{"finetune_epochs: 1 }": "finetune_epochs: 1 manual_rounds: true }"})
+    with topiary.Client(daemon.address) as c:
+        exp = c.submit(spec)
+        c.wait(exp.id, ["WAITING_FOR_ROUND"], timeout=300)
+        with pytest.raises(topiary.InvalidArgument):
+            c.advance_round(exp.id, finish=True, target=0.5)
+        c.advance_round(exp.id, finish=True)
+        done = c.wait(exp.id, timeout=300)
+        assert done.state == topiary.SUCCEEDED and done.round == 0
+        summary = [e.summary for e in c.watch(exp.id) if e.WhichOneof("kind") == "summary"][-1]
+        assert not summary.target_reached and "client ended the rounds" in summary.target_note
+
+
 def test_manual_rounds_and_fork(daemon, examples):
     spec = read_spec(examples, "tiny_block_prune.textproto",
                      **{"finetune_epochs: 1 }": "finetune_epochs: 1 manual_rounds: true }"})
