@@ -203,7 +203,6 @@ int Watch(const Args& a, Connection& c, const std::string& id, uint32_t from) {
 }
 
 int Submit(const Args& a, Connection& c) {
-  grpc::Status st;
   if (a.positional.size() != 1) {
     absl::FPrintF(stderr, "topiary: submit needs exactly one SPEC file\n");
     return kExitUsage;
@@ -218,7 +217,7 @@ int Submit(const Args& a, Connection& c) {
   *req.mutable_spec() = *spec;
   Experiment e;
   auto ctx = c.Context();
-  st = c.stub().SubmitExperiment(ctx.get(), req, &e);
+  const grpc::Status st = c.stub().SubmitExperiment(ctx.get(), req, &e);
   if (!st.ok()) return Report(a, c, st);
   if (!a.watch) return PrintOrJson(a, e, "submitted");
   if (!a.json)
@@ -228,7 +227,6 @@ int Submit(const Args& a, Connection& c) {
 }
 
 int List(const Args& a, Connection& c) {
-  grpc::Status st;
   topiary::v1::ListExperimentsRequest req;
   if (!a.state.empty()) {
     topiary::v1::ExperimentState s;
@@ -244,7 +242,7 @@ int List(const Args& a, Connection& c) {
   do {
     topiary::v1::ListExperimentsResponse page;
     auto ctx = c.Context();
-    st = c.stub().ListExperiments(ctx.get(), req, &page);
+    const grpc::Status st = c.stub().ListExperiments(ctx.get(), req, &page);
     if (!st.ok()) return Report(a, c, st);
     for (auto& e : *page.mutable_experiments()) *resp.add_experiments() = std::move(e);
     req.set_page_token(page.next_page_token());
@@ -289,7 +287,6 @@ int Lifecycle(const Args& a, Connection& c) {
 }
 
 int Round(const Args& a, Connection& c) {
-  grpc::Status st;
   if (!NeedsId(a, "round")) return kExitUsage;
   topiary::v1::AdvanceRoundRequest req;
   req.set_id(a.positional[0]);
@@ -299,13 +296,12 @@ int Round(const Args& a, Connection& c) {
   req.set_finish(a.finish);
   Experiment e;
   auto ctx = c.Context();
-  st = c.stub().AdvanceRound(ctx.get(), req, &e);
+  const grpc::Status st = c.stub().AdvanceRound(ctx.get(), req, &e);
   if (!st.ok()) return Report(a, c, st);
   return PrintOrJson(a, e, a.finish ? "finishing" : "advanced");
 }
 
 int Fork(const Args& a, Connection& c) {
-  grpc::Status st;
   if (a.positional.size() != 1) {
     absl::FPrintF(stderr, "topiary: fork needs exactly one checkpoint path\n");
     return kExitUsage;
@@ -316,17 +312,17 @@ int Fork(const Args& a, Connection& c) {
   req.set_name(a.name);
   Experiment e;
   auto ctx = c.Context();
-  st = c.stub().ForkExperiment(ctx.get(), req, &e);
+  const grpc::Status st = c.stub().ForkExperiment(ctx.get(), req, &e);
   if (!st.ok()) return Report(a, c, st);
   if (!a.watch) return PrintOrJson(a, e, "forked as");
   return Watch(a, c, e.id(), 0);
 }
 
 int Multipliers(const Args& a, Connection& c) {
-  grpc::Status st;
   topiary::v1::ListMultipliersResponse resp;
   auto ctx = c.Context();
-  st = c.stub().ListMultipliers(ctx.get(), topiary::v1::ListMultipliersRequest(), &resp);
+  const grpc::Status st =
+      c.stub().ListMultipliers(ctx.get(), topiary::v1::ListMultipliersRequest(), &resp);
   if (!st.ok()) return Report(a, c, st);
   PrintMultipliers(a.json, {resp.multipliers().begin(), resp.multipliers().end()});
   if (!a.json) {
@@ -337,13 +333,12 @@ int Multipliers(const Args& a, Connection& c) {
 }
 
 int Checkpoints(const Args& a, Connection& c) {
-  grpc::Status st;
   if (!NeedsId(a, "checkpoints")) return kExitUsage;
   topiary::v1::ExperimentRef ref;
   ref.set_id(a.positional[0]);
   topiary::v1::ListCheckpointsResponse resp;
   auto ctx = c.Context();
-  st = c.stub().ListCheckpoints(ctx.get(), ref, &resp);
+  const grpc::Status st = c.stub().ListCheckpoints(ctx.get(), ref, &resp);
   if (!st.ok()) return Report(a, c, st);
   if (a.json) {
     absl::PrintF("%s\n", ScriptJson(resp));
@@ -359,7 +354,6 @@ int Checkpoints(const Args& a, Connection& c) {
 }
 
 int InspectRemote(const Args& a, Connection& c) {
-  grpc::Status st;
   if (a.positional.size() != 1) {
     absl::FPrintF(stderr,
                   "topiary: inspect --remote needs a checkpoint path in the data directory\n");
@@ -370,13 +364,9 @@ int InspectRemote(const Args& a, Connection& c) {
   req.set_layer(a.layer);
   topiary::v1::CheckpointReport report;
   auto ctx = c.Context();
-  st = c.stub().InspectCheckpoint(ctx.get(), req, &report);
+  const grpc::Status st = c.stub().InspectCheckpoint(ctx.get(), req, &report);
   if (!st.ok()) return Report(a, c, st);
-  if (a.json) {
-    absl::PrintF("%s\n", ScriptJson(report));
-  } else {
-    PrintCheckpointReport(report);
-  }
+  PrintCheckpointReport(report, a.json);
   return kExitOk;
 }
 

@@ -115,7 +115,11 @@ std::string MaskLabel(const topiary::v1::LayerReport& l) {
 
 }  // namespace
 
-void PrintCheckpointReport(const topiary::v1::CheckpointReport& r) {
+void PrintCheckpointReport(const topiary::v1::CheckpointReport& r, bool json) {
+  if (json) {
+    absl::PrintF("%s\n", ScriptJson(r));
+    return;
+  }
   topiary::v1::CheckpointMetrics metrics;
   google::protobuf::util::JsonParseOptions lenient;
   lenient.ignore_unknown_fields = true;

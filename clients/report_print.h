@@ -10,7 +10,9 @@
 
 namespace topiary {
 
-void PrintCheckpointReport(const topiary::v1::CheckpointReport& report);
+// `topiary inspect`'s output, local or through the daemon: the text report, or with `json`
+// one ScriptJson line.
+void PrintCheckpointReport(const topiary::v1::CheckpointReport& report, bool json = false);
 
 // The table of `topiary multipliers` (local or the daemon's): one line per multiplier, or
 // with `json` a JSON array of MultiplierInfo.

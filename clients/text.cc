@@ -52,11 +52,14 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-std::string Double(double v) {
+// The shortest text that reads back as the same value (of the field's own type: a float
+// prints as 0.1, not as the double 0.10000000149011612).
+template <typename F>
+std::string Number(F v) {
   if (!std::isfinite(v))
     return JsonString(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip form
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
 }
 
@@ -67,7 +70,7 @@ void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::str
 void AppendJson(const google::protobuf::Value& v, std::string* out) {
   switch (v.kind_case()) {
     case google::protobuf::Value::kNumberValue:
-      return absl::StrAppend(out, Double(v.number_value()));
+      return absl::StrAppend(out, Number(v.number_value()));
     case google::protobuf::Value::kStringValue:
       return absl::StrAppend(out, JsonString(v.string_value()));
     case google::protobuf::Value::kBoolValue:
@@ -152,10 +155,10 @@ void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::str
       return absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return absl::StrAppend(out,
-                             Double(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f)));
+                             Number(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f)));
     case FieldDescriptor::CPPTYPE_FLOAT:
       return absl::StrAppend(out,
-                             Double(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f)));
+                             Number(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f)));
     case FieldDescriptor::CPPTYPE_BOOL:
       return absl::StrAppend(
           out, (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false");

@@ -38,6 +38,7 @@ TEST(ScriptJson, Int64AsNumbersMetricsNestedEnumsByName) {
   layer->add_shape(3);
   layer->set_mask(topiary::v1::MASK_BLOCK);
   layer->set_sparsity(0.1);
+  layer->add_activation_range(0.1f);
   const std::string json = ScriptJson(report);
   EXPECT_NE(json.find("\"parameters\":1099511627776,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"metrics\":{\"rounds\":[{\"round\":1}],\"test_top1\":0.5}"),
@@ -47,6 +48,8 @@ TEST(ScriptJson, Int64AsNumbersMetricsNestedEnumsByName) {
   EXPECT_NE(json.find("\"shape\":[16,3]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"mask\":\"MASK_BLOCK\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"sparsity\":0.1,"), std::string::npos) << json;  // shortest form
+  // A float field at float precision, not as the double 0.10000000149011612.
+  EXPECT_NE(json.find("\"activation_range\":[0.1]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"global_step\":0"), std::string::npos) << json;  // defaults printed
 }
 

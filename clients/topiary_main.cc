@@ -200,11 +200,7 @@ int Inspect(const Args& a) {
   }
   const auto report = InspectCheckpoint(a.file.empty() ? a.positional[0] : a.file, a.layer);
   if (!report.ok()) return Fail(a, report.status());
-  if (a.json) {
-    absl::PrintF("%s\n", ScriptJson(*report));
-  } else {
-    PrintCheckpointReport(*report);
-  }
+  PrintCheckpointReport(*report, a.json);
   return kExitOk;
 }
 

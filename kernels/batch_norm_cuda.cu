@@ -157,31 +157,37 @@ __global__ void EvalKernel(Index n, int c, float eps, const T* __restrict__ x, c
 // A thread's vectors are a grid stride apart, so its channel advances by a fixed step each
 // iteration (VecChannel): one division per thread, none per vector.
 struct VecChannel {
-  int cv, step, g;  // vectors per row, the step, the current vector of the row
-  __device__ VecChannel(int64_t j, int c, int width)
-      : cv(c / width),
-        step(static_cast<int>((static_cast<int64_t>(gridDim.x) * blockDim.x) % (c / width))),
-        g(static_cast<int>(j % (c / width))) {}
+  int64_t first, stride;  // the thread's first vector and the grid stride
+  int cv, step, g;        // vectors per row, the step, the current vector of the row
+  int loaded = -1;        // the vector of the row whose per-channel values the thread holds
+  __device__ VecChannel(int c, int width)
+      : first(blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x),
+        stride(static_cast<int64_t>(gridDim.x) * blockDim.x),
+        cv(c / width),
+        step(static_cast<int>(stride % cv)),
+        g(static_cast<int>(first % cv)) {}
   __device__ void Next() {
     g += step;
     if (g >= cv) g -= cv;
   }
+  // True once per change of channel: the caller loads the channel's values again (never
+  // again, when the grid stride is a multiple of the row).
+  __device__ bool Moved() {
+    if (g == loaded) return false;
+    loaded = g;
+    return true;
+  }
 };
-
 template <bool kRelu, typename T>
 __global__ void ScaleShiftVecKernel(int64_t nv, int c, const T* __restrict__ x,
                                     const float* __restrict__ coef, T* __restrict__ y) {
   constexpr int V = kVec<T>;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  VecChannel at(first, c, V);
-  // The channels' coefficients, loaded again only when the channel changes (never, when the
-  // grid stride is a multiple of the row: a warp's scattered coefficient loads otherwise
-  // saturate L1 at C = 256 and more, halving the kernel's bandwidth).
+  VecChannel at(c, V);
+  // The channels' coefficients, held while the channel stays (a warp's scattered coefficient
+  // loads per vector saturate L1 at C = 256 and more, halving the kernel's bandwidth).
   float scale[V], shift[V];
-  int loaded = -1;
-  for (int64_t j = first; j < nv; j += static_cast<int64_t>(gridDim.x) * blockDim.x, at.Next()) {
-    if (at.g != loaded) {
-      loaded = at.g;
+  for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
+    if (at.Moved()) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         scale[e] = coef[at.g * V + e];
@@ -206,15 +212,12 @@ __global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
                                    const float* __restrict__ inv_std,
                                    const float* __restrict__ coef, T* __restrict__ dx) {
   constexpr int V = kVec<T>;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  VecChannel at(first, c, V);
-  // Per channel, loaded when the channel changes (as in ScaleShiftVecKernel): dx = a * (g -
-  // mean_g - (x - mean) * b) with a = gamma * inv_std and b = inv_std * mean(g * xhat).
+  VecChannel at(c, V);
+  // Per channel, held while the channel stays (as in ScaleShiftVecKernel): dx = a * (g -
+  // mean(g) - xhat * mean(g * xhat)) with a = gamma * inv_std.
   float mu[V], is[V], a[V], mg[V], mgx[V];
-  int loaded = -1;
-  for (int64_t j = first; j < nv; j += static_cast<int64_t>(gridDim.x) * blockDim.x, at.Next()) {
-    if (at.g != loaded) {
-      loaded = at.g;
+  for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
+    if (at.Moved()) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const int k = at.g * V + e;

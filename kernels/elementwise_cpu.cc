@@ -44,13 +44,16 @@ void AddReluCpu(int64_t n, const float* a, const float* b, float* y) {
   });
 }
 
-void AddReluBackwardSumCpu(int64_t n, const float* y, const float* dy, const float* dy2, float* da,
-                           float* db) {
+namespace {
+
+// da = db = (dy + dy2) where y > 0, else 0; dy2 may be null.
+void AddReluBackward(int64_t n, const float* y, const float* dy, const float* dy2, float* da,
+                     float* db) {
   ParallelFor(n, [&](int64_t begin, int64_t end, int) {
     float* __restrict a = da;
     float* __restrict c = db;
     for (int64_t i = begin; i < end; ++i) {
-      const float d = dy[i] + dy2[i];
+      const float d = dy2 != nullptr ? dy[i] + dy2[i] : dy[i];
       const float g = y[i] > 0.0f ? d : 0.0f;
       a[i] = g;
       c[i] = g;
@@ -58,17 +61,15 @@ void AddReluBackwardSumCpu(int64_t n, const float* y, const float* dy, const flo
   });
 }
 
+}  // namespace
+
 void AddReluBackwardCpu(int64_t n, const float* y, const float* dy, float* da, float* db) {
-  ParallelFor(n, [&](int64_t begin, int64_t end, int) {
-    float* __restrict a = da;
-    float* __restrict c = db;
-    for (int64_t i = begin; i < end; ++i) {
-      const float d = dy[i];
-      const float g = y[i] > 0.0f ? d : 0.0f;
-      a[i] = g;
-      c[i] = g;
-    }
-  });
+  AddReluBackward(n, y, dy, nullptr, da, db);
+}
+
+void AddReluBackwardSumCpu(int64_t n, const float* y, const float* dy, const float* dy2, float* da,
+                           float* db) {
+  AddReluBackward(n, y, dy, dy2, da, db);
 }
 
 void AddBiasCpu(int64_t rows, int c, const float* bias, float* y) {

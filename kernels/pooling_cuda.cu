@@ -1,4 +1,5 @@
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.cuh"
@@ -96,6 +97,21 @@ __global__ void PoolBackwardKernel(PoolShape sh, const uint8_t* __restrict__ arg
 // (four per element), these one set per vector. For C % kVec<T> == 0, 16-byte aligned
 // tensors and fewer than 2^31 vectors (MaxPoolVecOk); results are identical to the scalar
 // kernels (the same first-maximum rule, the same sums in the same order).
+// V argmax bytes (V = 4 or 8) as one aligned 4- or 8-byte access.
+template <int V>
+__device__ inline void StoreBytes(uint8_t* p, const uint8_t (&b)[V]) {
+  using Word = std::conditional_t<V == 8, uint2, uint32_t>;
+  Word w;
+  memcpy(&w, b, V);
+  *reinterpret_cast<Word*>(p) = w;
+}
+template <int V>
+__device__ inline void LoadBytes(const uint8_t* p, uint8_t (&b)[V]) {
+  using Word = std::conditional_t<V == 8, uint2, uint32_t>;
+  const Word w = *reinterpret_cast<const Word*>(p);
+  memcpy(b, &w, V);
+}
+
 template <typename T>
 __global__ void MaxPoolForwardVecKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
                                         uint8_t* __restrict__ argmax) {
@@ -132,18 +148,7 @@ __global__ void MaxPoolForwardVecKernel(PoolShape sh, const T* __restrict__ x, T
         }
       }
     StVec(y + static_cast<size_t>(i) * V, acc);
-    if (argmax != nullptr) {
-      uint8_t* out = argmax + static_cast<size_t>(i) * V;
-      if constexpr (V == 8) {
-        uint2 packed;
-        memcpy(&packed, best, 8);
-        *reinterpret_cast<uint2*>(out) = packed;
-      } else {
-        uint32_t packed;
-        memcpy(&packed, best, 4);
-        *reinterpret_cast<uint32_t*>(out) = packed;
-      }
-    }
+    if (argmax != nullptr) StoreBytes(argmax + static_cast<size_t>(i) * V, best);
   }
 }
 
@@ -172,13 +177,7 @@ __global__ void MaxPoolBackwardVecKernel(PoolShape sh, const uint8_t* __restrict
         const int pos =
             (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
         uint8_t a[V];
-        if constexpr (V == 8) {
-          const uint2 packed = *reinterpret_cast<const uint2*>(argmax + o);
-          memcpy(a, &packed, 8);
-        } else {
-          const uint32_t packed = *reinterpret_cast<const uint32_t*>(argmax + o);
-          memcpy(a, &packed, 4);
-        }
+        LoadBytes(argmax + o, a);
         bool any = false;
 #pragma unroll
         for (int k = 0; k < V; ++k) any |= a[k] == pos;

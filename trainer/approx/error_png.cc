@@ -158,7 +158,7 @@ std::string ErrorSurfacePng(const std::vector<uint16_t>& table) {
     for (int x = 0; x < kBarW; ++x) c.Set(kBarX + x, kTop + y, rgb[0], rgb[1], rgb[2]);
   }
   const int label_x = kBarX + kBarW + 4;
-  c.Text(label_x, kTop - 5 + 4, "+" + std::to_string(max_abs));
+  c.Text(label_x, kTop - 1, "+" + std::to_string(max_abs));
   c.Text(label_x, kTop + kSide / 2 - 5, "0");
   c.Text(label_x, kTop + kSide - 10, "-" + std::to_string(max_abs));
   return EncodePng(c);

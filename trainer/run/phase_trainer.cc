@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(Model* model, int batch,
 PhaseTrainer::PhaseTrainer(const topiary::v1::ExperimentSpec& spec, RankGroup* ranks,
                            Batcher* batcher, RunRecorder* recorder, RunPosition* position)
     : spec_(spec),
-      ranks_group_(ranks),
+      group_(ranks),
       batcher_(batcher),
       recorder_(recorder),
       position_(position),
@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<PhaseTrainer>> PhaseTrainer::Create(
 
 absl::Status PhaseTrainer::Plan() {
   const PlanOptions options = PlanOptionsForSpec(spec_);
-  RankGroup& group = *ranks_group_;
+  RankGroup& group = *group_;
   TOPIARY_ASSIGN_OR_RETURN(ranks_[0].net, PlanWithEvents(group.model(0), local_batch_, true,
                                                          options, group.size(), recorder_));
   return group.Run([&](int r) -> absl::Status {
@@ -142,9 +142,9 @@ absl::Status PhaseTrainer::Train(const std::string& name, int epochs,
   phase.name = name;
   phase.epochs = epochs;
   phase.start_seconds = seconds_;
-  for (int r = 0; r < ranks_group_->size(); ++r) {
+  for (int r = 0; r < group_->size(); ++r) {
     TOPIARY_ASSIGN_OR_RETURN(TrainingClock clock,
-                             TrainingClock::Create(ranks_group_->device(r), lr_table));
+                             TrainingClock::Create(group_->device(r), lr_table));
     phase.clocks.push_back(std::move(clock));
   }
   const float smoothing = spec_.train().label_smoothing();
@@ -155,7 +155,7 @@ absl::Status PhaseTrainer::Train(const std::string& name, int epochs,
     RankState& rank = ranks_[r];
     Network& net = *rank.net;
     TrainingClock& clock = phase.clocks[r];
-    SetSampling(ranks_group_->model(r), sample);
+    SetSampling(group_->model(r), sample);
     TOPIARY_RETURN_IF_ERROR(clock.Tick(batch_));
     TOPIARY_RETURN_IF_ERROR(rank.data->Assemble(clock.clock(), 0,
                                                 static_cast<int64_t>(r) * local_batch_,
@@ -169,8 +169,8 @@ absl::Status PhaseTrainer::Train(const std::string& name, int epochs,
   // phase captures anew: a prune step may have added mask buffers. A step that samples weight
   // gradients enqueues other kernels than an exact one: each kind has its own graph.
   const bool graphs = spec_.device().cuda_graphs() != topiary::v1::DeviceSpec::GRAPHS_OFF;
-  for (int r = 0; r < ranks_group_->size(); ++r) {
-    Device* d = ranks_group_->device(r);
+  for (int r = 0; r < group_->size(); ++r) {
+    Device* d = group_->device(r);
     phase.exact.emplace_back(
         d, [step, r] { return step(r, false); }, graphs, /*eager_steps=*/1);
     phase.sampled.emplace_back(
@@ -193,7 +193,7 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
   phase.metrics = Metrics{};
   phase.sampled_steps = 0;
   const std::vector<int32_t> order = batcher_->EpochOrder(at.epoch);
-  for (int r = 0; r < ranks_group_->size(); ++r) {
+  for (int r = 0; r < group_->size(); ++r) {
     TOPIARY_RETURN_IF_ERROR(ranks_[r].data->SetOrder(order));
     TOPIARY_RETURN_IF_ERROR(phase.clocks[r].BeginEpoch(
         at.epoch, static_cast<int64_t>(phase.epoch) * steps_per_epoch_, phase.first_step));
@@ -203,7 +203,7 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
   for (int step = phase.first_step; step < steps_per_epoch_; ++step) {
     TOPIARY_RETURN_IF_ERROR(hooks.BeforeStep(step));
     const bool sample = sampling_ && sampling_->Samples(at.epoch, step, at.epoch_start_step + step);
-    TOPIARY_RETURN_IF_ERROR(ranks_group_->Run(sample ? phase.run_sampled : phase.run_exact));
+    TOPIARY_RETURN_IF_ERROR(group_->Run(sample ? phase.run_sampled : phase.run_exact));
     if (sampling_) {
       auto* counts = recorder_->metrics().mutable_gradient_sampling();
       if (sample) {
@@ -299,7 +299,7 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
 absl::StatusOr<GradientStats> PhaseTrainer::GradientStatistics() {
   constexpr int kBatches = 8;
   std::vector<Parameter*> kernels, running;
-  for (Parameter* p : ranks_group_->model(0)->parameters()) {
+  for (Parameter* p : group_->model(0)->parameters()) {
     if (p->role == ParamRole::kKernel) kernels.push_back(p);
     if (!p->trainable) running.push_back(p);
   }
@@ -313,7 +313,7 @@ absl::StatusOr<GradientStats> PhaseTrainer::GradientStatistics() {
   for (int b = 0; b < kBatches && (b + 1) * batch_ <= static_cast<int>(batcher_->set().size());
        ++b) {
     // Each rank its share of the batch: rank 0's gradients are then the whole batch's.
-    TOPIARY_RETURN_IF_ERROR(ranks_group_->Run([&](int r) -> absl::Status {
+    TOPIARY_RETURN_IF_ERROR(group_->Run([&](int r) -> absl::Status {
       Network& net = *ranks_[r].net;
       TOPIARY_RETURN_IF_ERROR(ranks_[r].data->Assemble(
           nullptr, epoch, static_cast<int64_t>(b) * batch_ + static_cast<int64_t>(r) * local_batch_,

@@ -99,7 +99,7 @@ class PhaseTrainer {
   absl::StatusOr<Metrics> TakeMetrics();
 
   const topiary::v1::ExperimentSpec& spec_;
-  RankGroup* ranks_group_;
+  RankGroup* group_;
   Batcher* batcher_;
   RunRecorder* recorder_;
   RunPosition* position_;

@@ -1,7 +1,6 @@
 #include "trainer/run/run_recorder.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "trainer/run/events.h"
 #include "util/status_macros.h"
 
@@ -13,11 +12,9 @@ double SecondsSince(RunClock::time_point since) {
   return std::chrono::duration<double>(RunClock::now() - since).count();
 }
 
-BoardEnergy::BoardEnergy(const std::vector<Device*>& devices) : devices_(devices) {
-  std::vector<std::string> names;
-  for (Device* d : devices) names.push_back(d->name());
-  note_ = absl::StrCat("NVML board energy counter", devices.size() > 1 ? "s" : "", " of ",
-                       absl::StrJoin(names, ", "));
+BoardEnergy::BoardEnergy(const std::vector<Device*>& devices, const std::string& names)
+    : devices_(devices) {
+  note_ = absl::StrCat("NVML board energy counter", devices.size() > 1 ? "s" : "", " of ", names);
   for (Device* d : devices) {
     auto meter = EnergyMeter::ForDevice(*d);
     if (!meter.ok()) {

@@ -31,7 +31,8 @@ double SecondsSince(RunClock::time_point since);
 // sum): with one missing there are none, and note() says why.
 class BoardEnergy {
  public:
-  explicit BoardEnergy(const std::vector<Device*>& devices);
+  // `names`: the devices as the run names them (RankGroup::names()).
+  BoardEnergy(const std::vector<Device*>& devices, const std::string& names);
   const std::string& note() const { return note_; }
   // The counters summed after waiting for the devices, or -1 without counters.
   absl::StatusOr<double> Joules();

@@ -163,7 +163,7 @@ absl::Status ExperimentRun::SetupRanks() {
                            RankGroup::Create(std::move(devices), spec_.device().deterministic()));
   ranks_->device()->MakeCurrent();  // this thread is rank 0's
   recorder_.summary().set_device(ranks_->names());
-  recorder_.set_energy(std::make_unique<BoardEnergy>(ranks_->devices()));
+  recorder_.set_energy(std::make_unique<BoardEnergy>(ranks_->devices(), ranks_->names()));
   if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 &&
       ranks_->device()->cuda() == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
