@@ -18,6 +18,7 @@
 #include "kernels/cuda_context.h"
 #include "kernels/dtype.h"
 #include "kernels/elementwise.h"
+#include "kernels/grouped_conv.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/parallel.h"
@@ -192,6 +193,66 @@ TEST_F(CudaKernels, ElementwiseAndBias) {
     Sync();
     EXPECT_EQ(dm.Host(), m);
     EXPECT_LT(Rel(dgrad.Host(), rgrad), 1e-5);
+  }
+}
+
+// The layers imported networks need: ReLU6 and channel concat bit for bit; grouped and
+// depthwise convolutions within rounding, both element types.
+TEST_F(CudaKernels, Relu6ConcatAndGroupedConvMatchCpu) {
+  for (DType t : kTypes) {
+    SCOPED_TRACE(Name(t));
+    const int64_t n = 100003;
+    auto x = Round(RandomFloats(n, 1, -8.0f, 8.0f), t), g = Round(RandomFloats(n, 2), t);
+    Act dx(t, x), dg(t, g), y(t, n), gx(t, n);
+    std::vector<float> ry(n), rgx(n);
+    ASSERT_TRUE(Relu6ForwardCuda(t, n, dx.get(), y.get(), ctx_).ok());
+    ASSERT_TRUE(Relu6BackwardCuda(t, n, y.get(), dg.get(), gx.get(), ctx_).ok());
+    Relu6ForwardCpu(n, x.data(), ry.data());
+    Relu6BackwardCpu(n, ry.data(), g.data(), rgx.data());
+    Sync();
+    EXPECT_EQ(y.Host(), ry);
+    EXPECT_EQ(gx.Host(), rgx);
+
+    const int64_t rows = 1001;
+    const int a = 5, b = 11;
+    auto xa = Round(RandomFloats(rows * a, 3), t), xb = Round(RandomFloats(rows * b, 4), t);
+    Act da(t, xa), db(t, xb), wide(t, rows * (a + b)), sa(t, rows * a), sb(t, rows * b);
+    ASSERT_TRUE(ConcatChannelsCuda(t, rows, a, a + b, 0, da.get(), wide.get(), ctx_).ok());
+    ASSERT_TRUE(ConcatChannelsCuda(t, rows, b, a + b, a, db.get(), wide.get(), ctx_).ok());
+    ASSERT_TRUE(SplitChannelsCuda(t, rows, b, a + b, a, wide.get(), sb.get(), ctx_).ok());
+    ASSERT_TRUE(SplitChannelsCuda(t, rows, a, a + b, 0, wide.get(), sa.get(), ctx_).ok());
+    std::vector<float> rw(rows * (a + b));
+    ConcatChannelsCpu(rows, a, a + b, 0, xa.data(), rw.data());
+    ConcatChannelsCpu(rows, b, a + b, a, xb.data(), rw.data());
+    Sync();
+    EXPECT_EQ(wide.Host(), rw);
+    EXPECT_EQ(sa.Host(), xa);
+    EXPECT_EQ(sb.Host(), xb);
+
+    for (auto [sh, groups] : {std::pair{MakeConv(4, 15, 13, 32, 32, 3, 3, 2, 1), 32},
+                              std::pair{MakeConv(3, 9, 9, 16, 32, 3, 3, 1, 1), 4},
+                              std::pair{MakeConv(1, 7, 7, 6, 6, 5, 5, 1, 2), 6}}) {
+      GroupedConvShape gc{sh, groups};
+      const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+      const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+      const size_t nw = static_cast<size_t>(sh.k) * sh.r * sh.s * gc.cg();
+      auto cx = Round(RandomFloats(nx, 5), t), cdy = Round(RandomFloats(ny, 6), t);
+      auto w = RandomFloats(nw, 7), bias = RandomFloats(sh.k, 8);
+      Act ax(t, cx), ady(t, cdy), ay(t, ny), adx(t, nx);
+      Dev<float> dw(w), dbias(bias), dgw(nw);
+      ASSERT_TRUE(GroupedConvForwardCuda(t, gc, ax.get(), dw.get(), dbias.get(), ay.get(), ctx_).ok());
+      ASSERT_TRUE(GroupedConvBackwardDataCuda(t, gc, ady.get(), dw.get(), adx.get(), ctx_).ok());
+      ASSERT_TRUE(
+          GroupedConvBackwardFilterCuda(t, gc, ax.get(), ady.get(), dgw.get(), ctx_).ok());
+      std::vector<float> cy(ny), cdx(nx), cgw(nw);
+      GroupedConvForwardCpu(gc, cx.data(), w.data(), bias.data(), cy.data());
+      GroupedConvBackwardDataCpu(gc, cdy.data(), w.data(), cdx.data());
+      GroupedConvBackwardFilterCpu(gc, cx.data(), cdy.data(), cgw.data(), nullptr);
+      Sync();
+      EXPECT_LT(Rel(ay.Host(), cy), Tol(t, 1e-5));
+      EXPECT_LT(Rel(adx.Host(), cdx), Tol(t, 1e-5));
+      EXPECT_LT(Rel(dgw.Host(), cgw), 1e-4);  // fp32 sums in another order
+    }
   }
 }
 

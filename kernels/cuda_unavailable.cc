@@ -9,6 +9,7 @@
 #include "kernels/conv.h"
 #include "kernels/cuda_timing.h"
 #include "kernels/elementwise.h"
+#include "kernels/grouped_conv.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
@@ -28,6 +29,33 @@ absl::Status ReluForwardCuda(DType, int64_t, const void*, void*, const CudaConte
   return NoCuda();
 }
 absl::Status ReluBackwardCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status Relu6ForwardCuda(DType, int64_t, const void*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status Relu6BackwardCuda(DType, int64_t, const void*, const void*, void*,
+                               const CudaContext&) {
+  return NoCuda();
+}
+absl::Status ConcatChannelsCuda(DType, int64_t, int, int, int, const void*, void*,
+                                const CudaContext&) {
+  return NoCuda();
+}
+absl::Status SplitChannelsCuda(DType, int64_t, int, int, int, const void*, void*,
+                               const CudaContext&) {
+  return NoCuda();
+}
+absl::Status GroupedConvForwardCuda(DType, const GroupedConvShape&, const void*, const float*,
+                                    const float*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status GroupedConvBackwardDataCuda(DType, const GroupedConvShape&, const void*,
+                                         const float*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status GroupedConvBackwardFilterCuda(DType, const GroupedConvShape&, const void*,
+                                           const void*, float*, const CudaContext&) {
   return NoCuda();
 }
 absl::Status AddCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {

@@ -15,6 +15,17 @@ struct CudaContext;
 void ReluForwardCpu(int64_t n, const float* x, float* y);
 // dx = dy where y > 0, else 0 (uses the output, so the input need not be kept). May alias.
 void ReluBackwardCpu(int64_t n, const float* y, const float* dy, float* dx);
+// ReLU6 (MobileNet's clipped ReLU): y = min(max(x, 0), 6); its backward passes dy where
+// 0 < y < 6 (PyTorch's hardtanh: the gradient is 0 at and beyond either bound). May alias.
+void Relu6ForwardCpu(int64_t n, const float* x, float* y);
+void Relu6BackwardCpu(int64_t n, const float* y, const float* dy, float* dx);
+// Channel concatenation of NHWC tensors, one input at a time: wide[i, offset + j] =
+// narrow[i, j] for rows i < rows and j < width (narrow rows are `width` wide, wide rows
+// `wide_width`). SplitChannels is its backward: the slice of the wide gradient back out.
+void ConcatChannelsCpu(int64_t rows, int width, int wide_width, int offset, const float* narrow,
+                       float* wide);
+void SplitChannelsCpu(int64_t rows, int width, int wide_width, int offset, const float* wide,
+                      float* narrow);
 // y = a + b. Any of them may alias.
 void AddCpu(int64_t n, const float* a, const float* b, float* y);
 // Residual add fused with the ReLU after it: y = max(a + b, 0).
@@ -32,6 +43,13 @@ absl::Status CopyCuda(int64_t bytes, const void* src, void* dst, const CudaConte
 absl::Status ReluForwardCuda(DType t, int64_t n, const void* x, void* y, const CudaContext& ctx);
 absl::Status ReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
                               const CudaContext& ctx);
+absl::Status Relu6ForwardCuda(DType t, int64_t n, const void* x, void* y, const CudaContext& ctx);
+absl::Status Relu6BackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
+                               const CudaContext& ctx);
+absl::Status ConcatChannelsCuda(DType t, int64_t rows, int width, int wide_width, int offset,
+                                const void* narrow, void* wide, const CudaContext& ctx);
+absl::Status SplitChannelsCuda(DType t, int64_t rows, int width, int wide_width, int offset,
+                               const void* wide, void* narrow, const CudaContext& ctx);
 absl::Status AddCuda(DType t, int64_t n, const void* a, const void* b, void* y,
                      const CudaContext& ctx);
 absl::Status AddReluCuda(DType t, int64_t n, const void* a, const void* b, void* y,

@@ -1,4 +1,6 @@
 #include "kernels/elementwise.h"
+
+#include <algorithm>
 #include "kernels/parallel.h"
 
 namespace topiary::kernels {
@@ -14,6 +16,40 @@ void ReluBackwardCpu(int64_t n, const float* y, const float* dy, float* dx) {
     for (int64_t i = b; i < e; ++i) {
       const float g = dy[i];  // loaded either way: a select vectorizes, a guarded load does not
       dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
+  });
+}
+
+void Relu6ForwardCpu(int64_t n, const float* x, float* y) {
+  ParallelFor(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) y[i] = std::min(std::max(x[i], 0.0f), 6.0f);
+  });
+}
+
+void Relu6BackwardCpu(int64_t n, const float* y, const float* dy, float* dx) {
+  ParallelFor(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const float g = dy[i];
+      dx[i] = y[i] > 0.0f && y[i] < 6.0f ? g : 0.0f;
+    }
+  });
+}
+
+void ConcatChannelsCpu(int64_t rows, int width, int wide_width, int offset, const float* narrow,
+                       float* wide) {
+  ParallelFor(rows, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      std::copy(narrow + i * width, narrow + (i + 1) * width, wide + i * wide_width + offset);
+    }
+  });
+}
+
+void SplitChannelsCpu(int64_t rows, int width, int wide_width, int offset, const float* wide,
+                      float* narrow) {
+  ParallelFor(rows, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* row = wide + i * wide_width + offset;
+      std::copy(row, row + width, narrow + i * width);
     }
   });
 }

@@ -52,6 +52,16 @@ struct ReluOp {
 struct ReluBackwardOp {  // (y, dy) -> dx
   __device__ void operator()(const float* x, float* y) const { y[0] = x[0] > 0.0f ? x[1] : 0.0f; }
 };
+struct Relu6Op {
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = fminf(fmaxf(x[0], 0.0f), 6.0f);
+  }
+};
+struct Relu6BackwardOp {  // (y, dy) -> dx
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = x[0] > 0.0f && x[0] < 6.0f ? x[1] : 0.0f;
+  }
+};
 struct AddOp {
   __device__ void operator()(const float* x, float* y) const { y[0] = x[0] + x[1]; }
 };
@@ -89,6 +99,34 @@ absl::Status Map(DType t, int64_t n, const std::array<const void*, kIn>& in,
     MapKernel<<<BlocksFor(work, ctx.sm_count), kThreads, 0, ctx.stream>>>(n, a, vec, op);
   });
   return LaunchStatus(what);
+}
+
+// Copies [rows, width] between a narrow tensor and columns [offset, offset + width) of a wide
+// one ([rows, wide_width]): wide <- narrow (concat), or narrow <- wide (kSplit, its
+// backward). One thread per element, consecutive threads along a row.
+template <typename T, bool kSplit>
+__global__ void ChannelsKernel(int64_t rows, int width, int wide_width, int offset,
+                               const T* __restrict__ src, T* __restrict__ dst) {
+  TOPIARY_GRID_STRIDE(i, rows * width) {
+    const int64_t row = i / width;
+    const int64_t w = row * wide_width + offset + (i - row * width);
+    if (kSplit) {
+      dst[i] = src[w];
+    } else {
+      dst[w] = src[i];
+    }
+  }
+}
+
+template <bool kSplit>
+absl::Status Channels(DType t, int64_t rows, int width, int wide_width, int offset,
+                      const void* src, void* dst, const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    ChannelsKernel<T, kSplit><<<BlocksFor(rows * width, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        rows, width, wide_width, offset, static_cast<const T*>(src), static_cast<T*>(dst));
+  });
+  return LaunchStatus(kSplit ? "channel split" : "channel concat");
 }
 
 template <typename From, typename To>
@@ -159,6 +197,25 @@ absl::Status ReluForwardCuda(DType t, int64_t n, const void* x, void* y, const C
 absl::Status ReluBackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
                               const CudaContext& ctx) {
   return Map<2, 1>(t, n, {y, dy}, {dx}, ReluBackwardOp{}, ctx, "relu backward");
+}
+
+absl::Status Relu6ForwardCuda(DType t, int64_t n, const void* x, void* y, const CudaContext& ctx) {
+  return Map<1, 1>(t, n, {x}, {y}, Relu6Op{}, ctx, "relu6 forward");
+}
+
+absl::Status Relu6BackwardCuda(DType t, int64_t n, const void* y, const void* dy, void* dx,
+                               const CudaContext& ctx) {
+  return Map<2, 1>(t, n, {y, dy}, {dx}, Relu6BackwardOp{}, ctx, "relu6 backward");
+}
+
+absl::Status ConcatChannelsCuda(DType t, int64_t rows, int width, int wide_width, int offset,
+                                const void* narrow, void* wide, const CudaContext& ctx) {
+  return Channels<false>(t, rows, width, wide_width, offset, narrow, wide, ctx);
+}
+
+absl::Status SplitChannelsCuda(DType t, int64_t rows, int width, int wide_width, int offset,
+                               const void* wide, void* narrow, const CudaContext& ctx) {
+  return Channels<true>(t, rows, width, wide_width, offset, wide, narrow, ctx);
 }
 
 absl::Status AddCuda(DType t, int64_t n, const void* a, const void* b, void* y,

@@ -1,8 +1,11 @@
 #include "trainer/data/batcher.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <cmath>
 #include <numeric>
 
+#include "absl/strings/str_format.h"
 #include "trainer/core/random.h"
 
 namespace topiary {
@@ -30,6 +33,24 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
     n.inv_std[ch] = static_cast<float>(1.0 / std::sqrt(var));
   }
   return n;
+}
+
+absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value,
+                                               bool normalize,
+                                               const std::string& recorded_input_json) {
+  if (recorded_input_json.empty()) return ComputeNormalization(set, max_value, normalize);
+  topiary::v1::InputFormat input;
+  const bool ok = google::protobuf::util::JsonStringToMessage(recorded_input_json, &input).ok();
+  if (!ok || input.mean_size() != set.c || input.inv_std_size() != set.c) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data: the checkpoint's network reads %d-channel images normalized per channel (its "
+        "recorded input format), and the data has %d channels",
+        input.mean_size(), set.c));
+  }
+  Normalization norm;
+  norm.mean.assign(input.mean().begin(), input.mean().end());
+  norm.inv_std.assign(input.inv_std().begin(), input.inv_std().end());
+  return norm;
 }
 
 topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float max_value,

@@ -23,6 +23,14 @@ struct Normalization {
 // Per-channel mean and std of a set (identity when normalize is false).
 Normalization ComputeNormalization(const ImageSet& set, float max_value, bool normalize);
 
+// The normalization a run (or an evaluation) uses: ComputeNormalization's, unless the network
+// comes from a checkpoint that recorded its input format (`recorded_input_json`, a
+// topiary.v1.InputFormat; empty: none), whose per-channel mean and inverse std it keeps, so an
+// imported model reads what it was trained on. Errors when the channel counts differ.
+absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value,
+                                               bool normalize,
+                                               const std::string& recorded_input_json);
+
 // What a network trained on `set` reads, for checkpoints (and through them PyTorch and ONNX).
 topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float max_value,
                                        const Normalization& norm);

@@ -120,7 +120,7 @@ BnAffine AffineOf(BatchNorm2d* norm) {
                            beta = Values(*norm->parameter(ParamRole::kBeta)),
                            mean = Values(*norm->parameter(ParamRole::kRunningMean)),
                            var = Values(*norm->parameter(ParamRole::kRunningVar));
-  const double eps = kernels::BatchNormShape{}.eps;
+  const double eps = norm->eps();
   BnAffine a;
   for (size_t k = 0; k < gamma.size(); ++k) {
     a.scale.push_back(gamma[k] / std::sqrt(static_cast<double>(var[k]) + eps));
@@ -170,7 +170,15 @@ class ModelToOnnx {
       done_[j] = true;
       switch (nodes_[j].layer->kind()) {
         case LayerKind::kConv2d:
+        case LayerKind::kGroupedConv2d:
           Conv(j);
+          break;
+        case LayerKind::kRelu6:
+          flat_[nodes_[j].output] = flat_[nodes_[j].inputs[0]];
+          Relu6(j);
+          break;
+        case LayerKind::kConcat:
+          GraphWriter::Int(Simple(j, "Concat"), "axis", 1);  // NCHW channels
           break;
         case LayerKind::kBatchNorm:
           BatchNorm(j);
@@ -243,17 +251,32 @@ class ModelToOnnx {
     return -1;
   }
 
+  // Clip with its bounds as inputs (opset 11 and later).
+  void Relu6(size_t j) {
+    const std::string& name = nodes_[j].layer->name();
+    g_.Initializer(name + ".min", {}, std::vector<float>{0.0f});
+    g_.Initializer(name + ".max", {}, std::vector<float>{6.0f});
+    Emit("Clip", name, nodes_[j].output, {Input(j), name + ".min", name + ".max"});
+  }
+
+  // Conv2d or GroupedConv2d (the group attribute), with the batch norm after it folded in
+  // when asked.
   void Conv(size_t j) {
-    const auto* conv = static_cast<const Conv2d*>(nodes_[j].layer);
-    const Conv2d::Config& cfg = conv->config();
-    const Parameter& kernel = *conv->kernel();
-    const std::string& name = conv->name();
+    const Layer* op = nodes_[j].layer;
+    const bool grouped = op->kind() == LayerKind::kGroupedConv2d;
+    const auto* conv = grouped ? nullptr : static_cast<const Conv2d*>(op);
+    const Conv2d::Config& cfg =
+        grouped ? static_cast<const GroupedConv2d*>(op)->config() : conv->config();
+    const int groups = grouped ? static_cast<const GroupedConv2d*>(op)->groups() : 1;
+    const Parameter& kernel = *op->parameter(ParamRole::kKernel);
+    const Parameter* bias_param = op->parameter(ParamRole::kBias);
+    const std::string& name = op->name();
     CountZeros(kernel, summary_);
-    if (conv->approximation() != nullptr) summary_->approximate_layers.push_back(name);
+    if (conv && conv->approximation() != nullptr) summary_->approximate_layers.push_back(name);
     FloatArray w = ToDisk(kernel, kernel.value.data(), kernel.size());  // OIHW
     const int K = cfg.out_channels;
-    std::vector<float> b = conv->bias() ? Values(*conv->bias()) : std::vector<float>(K, 0.0f);
-    bool has_bias = conv->bias() != nullptr;
+    std::vector<float> b = bias_param ? Values(*bias_param) : std::vector<float>(K, 0.0f);
+    bool has_bias = bias_param != nullptr;
     // Folding: W' = W * s, b' = b * s + shift per output channel, in double. 0 * s stays an
     // exact zero, so masked weights survive.
     std::string layer = name;
@@ -288,7 +311,7 @@ class ModelToOnnx {
     GraphWriter::Ints(n, "strides", {cfg.stride, cfg.stride});
     GraphWriter::Ints(n, "pads", {cfg.pad, cfg.pad, cfg.pad, cfg.pad});
     GraphWriter::Ints(n, "dilations", {1, 1});
-    GraphWriter::Int(n, "group", 1);
+    GraphWriter::Int(n, "group", groups);
   }
 
   void BatchNorm(size_t j) {
@@ -302,7 +325,7 @@ class ModelToOnnx {
     }
     onnx::NodeProto* n =
         Emit("BatchNormalization", norm->name(), nodes_[j].output, inputs, norm->fused_relu());
-    GraphWriter::Float(n, "epsilon", kernels::BatchNormShape{}.eps);
+    GraphWriter::Float(n, "epsilon", norm->eps());
     GraphWriter::Float(n, "momentum", 0.9f);  // ONNX's momentum weighs the old statistic
   }
 
@@ -448,10 +471,10 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
   topiary::v1::DeviceSpec cpu;
   cpu.set_kind(topiary::v1::DeviceSpec::CPU);
   TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(cpu));
-  TOPIARY_ASSIGN_OR_RETURN(auto model,
-                           BuildModel(state.model_arch, spec.model().width(),
-                                      Shape4{1, input.height(), input.width(), input.channels()},
-                                      input.classes(), device.get()));
+  TOPIARY_ASSIGN_OR_RETURN(
+      auto model, BuildCheckpointModel(state, checkpoint, spec.model().width(),
+                                       Shape4{1, input.height(), input.width(), input.channels()},
+                                       input.classes(), device.get()));
   TOPIARY_ASSIGN_OR_RETURN(auto loaded,
                            LoadCheckpoint(doc, checkpoint, model.get(), /*with_optimizer=*/false));
 

@@ -9,6 +9,7 @@ kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
   s.m = static_cast<int64_t>(batch) * in_.h * in_.w;
   s.c = in_.c;
   s.relu = relu_;
+  s.eps = eps_;
   return s;
 }
 
@@ -31,6 +32,12 @@ void BatchNorm2d::Initialize(Philox& rng) {
   FillConstant(beta_, 0.0f);
   FillConstant(mean_, 0.0f);
   FillConstant(var_, 1.0f);
+}
+
+void BatchNorm2d::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_relu(relu_);
+  node->set_epsilon(eps_);
 }
 
 absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,

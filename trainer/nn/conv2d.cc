@@ -47,6 +47,16 @@ void Conv2d::Initialize(Philox& rng) {
   if (bias_ != nullptr) FillUniform(bias_, rng, 1.0f / std::sqrt(static_cast<float>(s.patch())));
 }
 
+void Conv2d::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_out_channels(config_.out_channels);
+  node->set_kernel_h(config_.kernel_h);
+  node->set_kernel_w(config_.kernel_w);
+  node->set_stride(config_.stride);
+  node->set_pad(config_.pad);
+  node->set_bias(config_.bias);
+}
+
 absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {
   if (kernel_ == nullptr) return absl::FailedPreconditionError(name() + ": not set up");
   if (approximation_) return absl::FailedPreconditionError(name() + ": already approximate");

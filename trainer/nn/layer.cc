@@ -18,6 +18,12 @@ const char* LayerKindName(LayerKind kind) {
       return "avg_pool";
     case LayerKind::kGlobalAvgPool:
       return "global_avg_pool";
+    case LayerKind::kGroupedConv2d:
+      return "grouped_conv2d";
+    case LayerKind::kRelu6:
+      return "relu6";
+    case LayerKind::kConcat:
+      return "concat";
     case LayerKind::kRelu:
       return "relu";
     case LayerKind::kAdd:
@@ -26,6 +32,13 @@ const char* LayerKindName(LayerKind kind) {
       return "flatten";
   }
   return "";
+}
+
+std::optional<LayerKind> LayerKindFromName(absl::string_view name) {
+  for (int k = 0; k <= static_cast<int>(LayerKind::kConcat); ++k) {
+    if (name == LayerKindName(static_cast<LayerKind>(k))) return static_cast<LayerKind>(k);
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, ParamRole role,

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "trainer/core/device.h"
 #include "trainer/core/parameter.h"
 #include "trainer/core/random.h"
+#include "topiary/v1/network.pb.h"
 
 namespace topiary {
 
@@ -140,10 +142,15 @@ enum class LayerKind {
   kGlobalAvgPool,
   kRelu,
   kAdd,
-  kFlatten
+  kFlatten,
+  kGroupedConv2d,
+  kRelu6,
+  kConcat
 };
-// "conv2d", "batch_norm", "linear", "max_pool", ... (for reports and benchmarks).
+// "conv2d", "batch_norm", "linear", "max_pool", ... (for reports, benchmarks and the network
+// graphs of checkpoints, topiary/v1/network.proto).
 const char* LayerKindName(LayerKind kind);
+std::optional<LayerKind> LayerKindFromName(absl::string_view name);
 
 class Layer {
  public:
@@ -161,6 +168,12 @@ class Layer {
   virtual absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) = 0;
   // Fills the parameters with their initial values.
   virtual void Initialize(Philox& rng) {}
+  // What the layer is, as a node of a network graph (trainer/nn/graph.h): name and kind here,
+  // each layer its own attributes; the inputs are the graph's business.
+  virtual void Describe(topiary::v1::LayerNode* node) const {
+    node->set_name(name_);
+    node->set_kind(type());
+  }
 
   // Called once per planned network: what the layer needs for `batch` images on `device`.
   virtual absl::StatusOr<LayerResources> Prepare(int batch, Device* device,

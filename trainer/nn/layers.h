@@ -7,6 +7,7 @@
 
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
+#include "kernels/grouped_conv.h"
 #include "kernels/pooling.h"
 #include "trainer/nn/conv_engine.h"
 #include "trainer/nn/layer.h"
@@ -31,6 +32,7 @@ class Conv2d : public Layer {
   LayerKind kind() const override { return LayerKind::kConv2d; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
@@ -75,13 +77,16 @@ class Conv2d : public Layer {
 };
 
 // Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's
-// semantics: momentum 0.1, eps 1e-5. With relu, fused with the ReLU that follows it.
+// semantics: momentum 0.1, eps 1e-5 (or the imported model's eps). With relu, fused with the
+// ReLU that follows it.
 class BatchNorm2d : public Layer {
  public:
-  explicit BatchNorm2d(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
+  explicit BatchNorm2d(std::string name, bool relu = false, float eps = 1e-5f)
+      : Layer(std::move(name)), relu_(relu), eps_(eps) {}
   LayerKind kind() const override { return LayerKind::kBatchNorm; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
@@ -89,10 +94,12 @@ class BatchNorm2d : public Layer {
   // x, and y for the ReLU mask when fused.
   BackwardReads backward_reads(bool) const override { return {true, relu_}; }
   bool fused_relu() const { return relu_; }
+  float eps() const { return eps_; }
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;
   bool relu_;
+  float eps_;
   Shape4 in_;
   Parameter *gamma_ = nullptr, *beta_ = nullptr, *mean_ = nullptr, *var_ = nullptr;
 };
@@ -105,6 +112,7 @@ class Linear : public Layer {
   LayerKind kind() const override { return LayerKind::kLinear; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   void Initialize(Philox& rng) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
@@ -127,6 +135,7 @@ class Pool2d : public Layer {
     return kind_ == Kind::kMax ? LayerKind::kMaxPool : LayerKind::kAvgPool;
   }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
   absl::StatusOr<LayerResources> Prepare(int batch, Device* device,
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
@@ -160,16 +169,18 @@ class GlobalAvgPool : public Layer {
   Shape4 in_;
 };
 
+// max(x, 0), or with six, ReLU6: min(max(x, 0), 6) (MobileNet's).
 class Relu : public Layer {
  public:
-  explicit Relu(std::string name) : Layer(std::move(name)) {}
-  LayerKind kind() const override { return LayerKind::kRelu; }
+  explicit Relu(std::string name, bool six = false) : Layer(std::move(name)), six_(six) {}
+  LayerKind kind() const override { return six_ ? LayerKind::kRelu6 : LayerKind::kRelu; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
   BackwardReads backward_reads(bool) const override { return {false, true}; }
 
  private:
+  bool six_;
   Shape4 in_;
 };
 
@@ -179,6 +190,7 @@ class Add : public Layer {
   explicit Add(std::string name, bool relu = false) : Layer(std::move(name)), relu_(relu) {}
   LayerKind kind() const override { return LayerKind::kAdd; }
   absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
   BackwardReads backward_reads(bool) const override { return {false, relu_}; }
@@ -203,6 +215,50 @@ class Flatten : public Layer {
 
  private:
   Shape4 in_;
+};
+
+// Concatenation of two or more inputs of the same height and width along channels, in input
+// order (Inception's and DenseNet's merge).
+class Concat : public Layer {
+ public:
+  explicit Concat(std::string name) : Layer(std::move(name)) {}
+  LayerKind kind() const override { return LayerKind::kConcat; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {false, false}; }
+
+ private:
+  std::vector<int> channels_;  // per input
+  Shape4 out_;
+};
+
+// Grouped convolution (groups > 1; depthwise when groups = input channels), filters
+// [K, R, S, C / groups] (parameter "kernel", OIHW [K, C / groups, R, S] on disk), optional
+// bias. Exact only, on direct kernels (kernels/grouped_conv.h): block pruning, approximation
+// and sampled gradients apply to Conv2d, not here. Initialization as Conv2d's.
+class GroupedConv2d : public Layer {
+ public:
+  GroupedConv2d(std::string name, const Conv2d::Config& config, int groups)
+      : Layer(std::move(name)), config_(config), groups_(groups) {}
+  LayerKind kind() const override { return LayerKind::kGroupedConv2d; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Initialize(Philox& rng) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {true, false}; }  // x for dW
+
+  const Conv2d::Config& config() const { return config_; }
+  int groups() const { return groups_; }
+  kernels::GroupedConvShape ShapeFor(int batch) const;
+
+ private:
+  Conv2d::Config config_;
+  int groups_;
+  Shape4 in_;
+  Parameter* kernel_ = nullptr;
+  Parameter* bias_ = nullptr;
 };
 
 }  // namespace topiary

@@ -28,6 +28,11 @@ void Linear::Initialize(Philox& rng) {
   FillUniform(bias_, rng, bound);
 }
 
+void Linear::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_out_channels(out_);
+}
+
 absl::StatusOr<LayerResources> Linear::Prepare(int batch, Device* device,
                                                const PlanOptions& options) {
   if (options.precision == kernels::Precision::kBf16) {

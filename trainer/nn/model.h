@@ -34,6 +34,8 @@ class Model {
   // Appends a layer reading `inputs` and returns its output value id. Errors (bad shapes,
   // duplicate names) are remembered and returned by Finish(); later calls then do nothing.
   int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // The first error of an Add, if any.
+  const absl::Status& status() const { return status_; }
   // Declares the logits value. Fails when an Add failed or the output is not [classes].
   absl::Status Finish(int output);
 

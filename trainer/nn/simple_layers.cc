@@ -54,6 +54,13 @@ absl::StatusOr<Shape4> Pool2d::Setup(const std::vector<Shape4>& inputs, Device* 
   return Shape4{1, s.ho(), s.wo(), in_.c};
 }
 
+void Pool2d::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_window(window_);
+  node->set_stride(stride_);
+  node->set_pad(pad_);
+}
+
 absl::StatusOr<LayerResources> Pool2d::Prepare(int batch, Device* device,
                                                const PlanOptions& options) {
   LayerResources r;
@@ -131,6 +138,11 @@ absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* de
 
 absl::Status Relu::Forward(const LayerIo& io, bool training) {
   const int64_t n = Count(in_, io.batch);
+  if (six_) {
+    if (io.cuda) return kernels::Relu6ForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
+    kernels::Relu6ForwardCpu(n, io.xf(0), io.yf());
+    return absl::OkStatus();
+  }
   if (io.cuda) return kernels::ReluForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
   kernels::ReluForwardCpu(n, io.xf(0), io.yf());
   return absl::OkStatus();
@@ -138,6 +150,11 @@ absl::Status Relu::Forward(const LayerIo& io, bool training) {
 
 absl::Status Relu::Backward(const LayerIo& io) {
   const int64_t n = Count(in_, io.batch);
+  if (six_) {
+    if (io.cuda) return kernels::Relu6BackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
+    kernels::Relu6BackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
+    return absl::OkStatus();
+  }
   if (io.cuda) return kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
   kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
   return absl::OkStatus();
@@ -149,6 +166,11 @@ absl::StatusOr<Shape4> Add::Setup(const std::vector<Shape4>& inputs, Device* dev
   }
   in_ = inputs[0];
   return in_;
+}
+
+void Add::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_relu(relu_);
 }
 
 absl::Status Add::Forward(const LayerIo& io, bool training) {
@@ -209,6 +231,52 @@ absl::Status Flatten::Forward(const LayerIo& io, bool training) {
 
 absl::Status Flatten::Backward(const LayerIo& io) {
   return Copy(io, Count(in_, io.batch), io.dy, io.dx[0]);
+}
+
+absl::StatusOr<Shape4> Concat::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() < 2) return absl::InvalidArgumentError(name() + ": concat needs two inputs");
+  out_ = inputs[0];
+  out_.c = 0;
+  for (const Shape4& in : inputs) {
+    if (in.h != out_.h || in.w != out_.w) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: concat inputs differ in size (%dx%d and %dx%d)", name(), out_.h,
+                          out_.w, in.h, in.w));
+    }
+    channels_.push_back(in.c);
+    out_.c += in.c;
+  }
+  return out_;
+}
+
+absl::Status Concat::Forward(const LayerIo& io, bool training) {
+  const int64_t rows = static_cast<int64_t>(io.batch) * out_.h * out_.w;
+  int offset = 0;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (io.cuda) {
+      TOPIARY_RETURN_IF_ERROR(kernels::ConcatChannelsCuda(io.dtype, rows, channels_[i], out_.c,
+                                                          offset, io.x[i], io.y, *io.cuda));
+    } else {
+      kernels::ConcatChannelsCpu(rows, channels_[i], out_.c, offset, io.xf(i), io.yf());
+    }
+    offset += channels_[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Concat::Backward(const LayerIo& io) {
+  const int64_t rows = static_cast<int64_t>(io.batch) * out_.h * out_.w;
+  int offset = 0;
+  for (size_t i = 0; i < channels_.size(); offset += channels_[i], ++i) {
+    if (io.dx[i] == nullptr) continue;
+    if (io.cuda) {
+      TOPIARY_RETURN_IF_ERROR(kernels::SplitChannelsCuda(io.dtype, rows, channels_[i], out_.c,
+                                                         offset, io.dy, io.dx[i], *io.cuda));
+    } else {
+      kernels::SplitChannelsCpu(rows, channels_[i], out_.c, offset, io.dyf(), io.dxf(i));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

@@ -20,6 +20,7 @@ using topiary::v1::ApproximationSpec;
 
 struct CheckpointEvaluator::State {
   std::string path;
+  CheckpointState checkpoint;
   topiary::v1::ExperimentSpec spec;
   std::unique_ptr<Device> device;
   Dataset data;
@@ -29,9 +30,9 @@ struct CheckpointEvaluator::State {
 
   // A fresh model of the checkpoint's architecture (parameters not loaded).
   absl::StatusOr<std::unique_ptr<Model>> BuildModel() const {
-    return topiary::BuildModel(spec.model().arch(), spec.model().width(),
-                               {1, data.test.h, data.test.w, data.test.c}, data.classes,
-                               device.get());
+    return BuildCheckpointModel(checkpoint, path, spec.model().width(),
+                                {1, data.test.h, data.test.w, data.test.c}, data.classes,
+                                device.get());
   }
 
   // The checkpoint's model with `approx` applied and its weights (and masks) loaded.
@@ -62,14 +63,18 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   }
   auto s = std::make_unique<State>();
   s->path = checkpoint;
+  s->checkpoint = cs;
   s->spec = WithDefaults(spec);
   TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(s->spec.device()));
   s->device = std::move(device);
   TOPIARY_ASSIGN_OR_RETURN(auto data, LoadDataset(s->spec.data(), s->spec.seed()));
   s->data = std::move(data);
   if (s->data.test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
-  const auto norm =
-      ComputeNormalization(s->data.train, s->data.max_value, s->spec.data().normalize());
+  // A network from a checkpoint's graph (no model.arch) reads what its checkpoint recorded.
+  TOPIARY_ASSIGN_OR_RETURN(
+      const Normalization norm,
+      RunNormalization(s->data.train, s->data.max_value, s->spec.data().normalize(),
+                       s->spec.model().arch().empty() ? cs.input_json : std::string()));
   s->batcher.emplace(&s->data.test, s->data.max_value, norm, topiary::v1::Augment{},
                      s->spec.seed());
   TOPIARY_ASSIGN_OR_RETURN(auto batches, DeviceBatches::Create(&*s->batcher, s->device.get()));

@@ -80,6 +80,9 @@ class ExperimentRun : public PhaseHooks {
  private:
   // Setup, in order.
   absl::Status SetupRanks();
+  // A spec without model.arch: the network (and the input format) of the checkpoint it starts
+  // from, read into checkpoint_network_.
+  absl::Status ReadCheckpointNetwork();
   absl::Status SetupData();
   absl::Status BuildModels();
   absl::Status LoadStart();
@@ -115,6 +118,7 @@ class ExperimentRun : public PhaseHooks {
   const RunOptions& options_;
   RunRecorder& recorder_;
   std::unique_ptr<RankGroup> ranks_;
+  std::optional<CheckpointState> checkpoint_network_;  // set when the spec has no model.arch
   std::optional<Dataset> data_;
   std::optional<Batcher> train_batcher_, test_batcher_;
   std::unique_ptr<PhaseTrainer> trainer_;
@@ -138,6 +142,7 @@ absl::Status ExperimentRun::Setup() {
     return absl::InternalError("pruning: this program was built without a pruning policy");
   }
   TOPIARY_RETURN_IF_ERROR(SetupRanks());
+  TOPIARY_RETURN_IF_ERROR(ReadCheckpointNetwork());
   TOPIARY_RETURN_IF_ERROR(SetupData());
   TOPIARY_RETURN_IF_ERROR(BuildModels());
   TOPIARY_ASSIGN_OR_RETURN(trainer_, PhaseTrainer::Create(spec_, ranks_.get(), &*train_batcher_,
@@ -173,6 +178,28 @@ absl::Status ExperimentRun::SetupRanks() {
   return absl::OkStatus();
 }
 
+absl::Status ExperimentRun::ReadCheckpointNetwork() {
+  if (!spec_.model().arch().empty()) return absl::OkStatus();
+  const bool resume = !options_.resume_from.empty();
+  const std::string& from = resume ? options_.resume_from : spec_.init_from_checkpoint();
+  auto state = ReadCheckpointState(from);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
+                                     " (the network of a spec without model.arch): ",
+                                     state.status().message()));
+  }
+  if (state->network_json.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.arch: empty, and ", from,
+                     " records no network (written before checkpoints did): name its "
+                     "architecture, ",
+                     state->model_arch));
+  }
+  checkpoint_network_ = std::move(*state);
+  return absl::OkStatus();
+}
+
 absl::Status ExperimentRun::SetupData() {
   TOPIARY_ASSIGN_OR_RETURN(Dataset data, LoadDataset(spec_.data(), spec_.seed()));
   data_.emplace(std::move(data));
@@ -182,8 +209,10 @@ absl::Status ExperimentRun::SetupData() {
         "data.batch_size: %d exceeds the %d training images", batch, data_->train.size()));
   }
   if (data_->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
-  const Normalization norm =
-      ComputeNormalization(data_->train, data_->max_value, spec_.data().normalize());
+  TOPIARY_ASSIGN_OR_RETURN(
+      const Normalization norm,
+      RunNormalization(data_->train, data_->max_value, spec_.data().normalize(),
+                       checkpoint_network_ ? checkpoint_network_->input_json : std::string()));
   train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
                          spec_.seed());
   test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
@@ -195,9 +224,13 @@ absl::Status ExperimentRun::SetupData() {
 absl::Status ExperimentRun::BuildModels() {
   const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
   return ranks_->Run([&](int r) -> absl::Status {
-    TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                             BuildModel(spec_.model().arch(), spec_.model().width(), input,
-                                        data_->classes, ranks_->device(r)));
+    TOPIARY_ASSIGN_OR_RETURN(
+        std::unique_ptr<Model> model,
+        checkpoint_network_
+            ? BuildCheckpointModel(*checkpoint_network_, spec_.init_from_checkpoint(), 1.0f,
+                                   input, data_->classes, ranks_->device(r))
+            : BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes,
+                         ranks_->device(r)));
     model->Initialize(spec_.seed());
     if (spec_.has_approximation()) {
       TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model.get()));
@@ -246,7 +279,7 @@ void ExperimentRun::EmitStarted() {
   Event e = recorder_.New();
   auto* s = e.mutable_started();
   s->set_name(spec_.name());
-  s->set_model_arch(spec_.model().arch());
+  s->set_model_arch(ranks_->model()->arch());
   s->set_device(recorder_.summary().device());
   s->set_dataset(data_->name);
   s->set_train_images(static_cast<int32_t>(data_->train.size()));

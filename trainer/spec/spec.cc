@@ -311,11 +311,17 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
   CHECK_RULE(PlainText(spec.init_from_checkpoint()), "init_from_checkpoint",
              "must be valid UTF-8 of at most 4096 bytes, without control characters");
   const auto names = ModelNames();
-  CHECK_RULE(!spec.model().arch().empty(), "model.arch",
-             "required; one of " + absl::StrJoin(names, ", "));
-  CHECK_RULE(
-      std::find(names.begin(), names.end(), spec.model().arch()) != names.end(), "model.arch",
-      "unknown architecture '" + spec.model().arch() + "'; one of " + absl::StrJoin(names, ", "));
+  // Empty: the network is the one init_from_checkpoint records (an imported model, say).
+  CHECK_RULE(!spec.model().arch().empty() || !spec.init_from_checkpoint().empty(), "model.arch",
+             "required (unless init_from_checkpoint names a checkpoint, whose network is then "
+             "used); one of " +
+                 absl::StrJoin(names, ", "));
+  CHECK_RULE(spec.model().arch().empty() ||
+                 std::find(names.begin(), names.end(), spec.model().arch()) != names.end(),
+             "model.arch",
+             "unknown architecture '" + spec.model().arch() + "'; one of " +
+                 absl::StrJoin(names, ", ") +
+                 " (or leave it empty to use init_from_checkpoint's network)");
   CHECK_RULE(spec.model().width() >= 0 && spec.model().width() <= 16, "model.width",
              "must be in (0, 16]");
   if (auto st = ValidateData(spec.data()); !st.ok()) return st;

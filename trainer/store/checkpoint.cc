@@ -1,5 +1,8 @@
 #include "trainer/store/checkpoint.h"
 
+#include "trainer/nn/graph.h"
+#include "trainer/nn/model_zoo.h"
+
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -9,8 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/parallel.h"
+#include "trainer/nn/graph.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"
+#include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
@@ -225,6 +230,7 @@ PendingMask ParseMask(Parameter* p, const H5Dataset& d) {
 absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state) {
   state.created_at = NowIso8601();
   state.model_arch = model.arch();
+  state.network_json = NetworkGraphToJson(DescribeModel(model));
   H5Document doc;
   H5Attrs& root = doc.groups[kRootGroup];
   root[kFormatAttr] = std::string(kCheckpointFormat);
@@ -242,6 +248,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   root[kCreatedAtAttr] = state.created_at;
   root[kMetricsAttr] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
   if (!state.input_json.empty()) root[kInputAttr] = state.input_json;
+  root[kNetworkAttr] = state.network_json;
   doc.groups[kOptimizerGroup][kAlgorithmAttr] = std::string("sgd");
   doc.groups[kOptimizerGroup][kGlobalStepAttr] = at.global_step();
   H5Attrs& rng = doc.groups[kRngGroup];
@@ -322,6 +329,7 @@ CheckpointState StateOfRoot(const H5Attrs& root) {
   s.created_at = AttrString(root, kCreatedAtAttr);
   s.metrics_json = AttrString(root, kMetricsAttr);
   if (root.count(kInputAttr)) s.input_json = AttrString(root, kInputAttr);
+  if (root.count(kNetworkAttr)) s.network_json = AttrString(root, kNetworkAttr);
   RunPosition& at = s.position;
   at.round = static_cast<int>(AttrInt(root, kRoundAttr));
   at.epoch = static_cast<int>(AttrInt(root, kEpochAttr));
@@ -459,6 +467,26 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std:
         InstallMask(m.param, m.element, std::move(m.info), /*zero_masked=*/false));
   }
   return state;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> BuildCheckpointModel(const CheckpointState& state,
+                                                            const std::string& path, float width,
+                                                            Shape4 input, int classes,
+                                                            Device* device) {
+  if (state.network_json.empty()) {
+    return BuildModel(state.model_arch, width, input, classes, device);
+  }
+  TOPIARY_ASSIGN_OR_RETURN(auto graph,
+                           NetworkGraphFromJson(state.network_json, path + ": /@network"));
+  if (graph.height() != input.h || graph.width() != input.w || graph.channels() != input.c ||
+      graph.classes() != classes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its network (%s) reads %dx%dx%d images into %d classes; the data here is %dx%dx%d "
+        "with %d classes",
+        path, graph.arch(), graph.height(), graph.width(), graph.channels(), graph.classes(),
+        input.h, input.w, input.c, classes));
+  }
+  return BuildModelFromGraph(graph, device, path + ": /@network");
 }
 
 }  // namespace topiary

@@ -39,6 +39,9 @@ struct CheckpointState {
   std::string created_at;    // ISO 8601, UTC (set by SaveCheckpoint)
   std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
   std::string input_json;    // topiary.v1.InputFormat as JSON (empty: not recorded)
+  // topiary.v1.NetworkGraph as JSON (trainer/nn/graph.h); empty in files written before
+  // checkpoints recorded it (their network is the zoo's model_arch). Set by SaveCheckpoint.
+  std::string network_json;
   RunPosition position;
   uint64_t seed = 0;  // the experiment's seed (every random stream derives from it)
 };
@@ -68,6 +71,15 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* m
 // file for its metadata does not read it again).
 absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,
                                                Model* model, bool with_optimizer);
+
+// A fresh model (parameters created, not loaded) of the network `state` records, for images
+// `input` and `classes` classes on `device`: the recorded graph, or, in a file without one,
+// the zoo's state.model_arch at `width`. Errors name `path`, and say so when the graph
+// reads other images or gives other classes than the caller's.
+absl::StatusOr<std::unique_ptr<Model>> BuildCheckpointModel(const CheckpointState& state,
+                                                            const std::string& path, float width,
+                                                            Shape4 input, int classes,
+                                                            Device* device);
 
 }  // namespace topiary
 

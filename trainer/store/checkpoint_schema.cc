@@ -54,6 +54,10 @@ absl::Status CheckRoot(const std::string& file, const H5Document& doc) {
                            kCreatedAtAttr, kMetricsAttr, kLayerOrderAttr}) {
     if (auto st = CheckString(file, kRootGroup, root, name); !st.ok()) return st;
   }
+  // Optional: files written before checkpoints recorded their network have none.
+  if (root.count(kNetworkAttr)) {
+    if (auto st = CheckString(file, kRootGroup, root, kNetworkAttr); !st.ok()) return st;
+  }
   auto rng = doc.groups.find(kRngGroup);
   if (rng == doc.groups.end()) {
     return Bad(file, kRngGroup, "missing (the generator state a resumed run continues from)");

@@ -40,6 +40,7 @@ inline constexpr char kParentAttr[] = "parent";
 inline constexpr char kCreatedAtAttr[] = "created_at";
 inline constexpr char kMetricsAttr[] = "metrics";
 inline constexpr char kInputAttr[] = "input";
+inline constexpr char kNetworkAttr[] = "network";  // topiary.v1.NetworkGraph as JSON
 inline constexpr char kLayerOrderAttr[] = "layer_order";
 // /rng and /optimizer attributes.
 inline constexpr char kSeedAttr[] = "seed";
