@@ -42,6 +42,16 @@ ABSL_FLAG(std::string, batch, "",
 ABSL_FLAG(std::string, onnx, "", "export: write the ONNX model to this file");
 ABSL_FLAG(std::string, batch_norm, "fold",
           "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
+ABSL_FLAG(std::string, input, "",
+          "import: the image HxWxC where the ONNX input's sizes are symbolic, e.g. 224x224x3");
+ABSL_FLAG(std::vector<std::string>, mean, {},
+          "import: per-channel mean of the pixels scaled to [0, 1] the model was trained on "
+          "(one value, or one per channel, comma-separated)");
+ABSL_FLAG(std::vector<std::string>, std, {},
+          "import: per-channel std the model was trained with (as --mean)");
+ABSL_FLAG(std::optional<double>, max_value, std::nullopt,
+          "import: the pixel value of full intensity (default 255)");
+ABSL_FLAG(std::string, arch, "", "import: the network's name (default onnx:<file stem>)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -84,6 +94,38 @@ int ExitCodeForStatus(int code) {
 namespace {
 // The CLI's own flags: those defined in this file (the registry also holds Abseil's).
 bool IsCliFlag(const absl::CommandLineFlag& f) { return f.Filename() == __FILE__; }
+
+// The parsed flags' values into `a`.
+void CopyFlags(Args* a) {
+  a->out = absl::GetFlag(FLAGS_out);
+  a->resume = absl::GetFlag(FLAGS_resume);
+  a->file = absl::GetFlag(FLAGS_file);
+  a->remote = absl::GetFlag(FLAGS_remote);
+  a->layer = absl::GetFlag(FLAGS_layer);
+  a->server = absl::GetFlag(FLAGS_server);
+  a->token_file = absl::GetFlag(FLAGS_token_file);
+  a->tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  a->state = absl::GetFlag(FLAGS_state);
+  a->name = absl::GetFlag(FLAGS_name);
+  a->from = absl::GetFlag(FLAGS_from);
+  a->target = absl::GetFlag(FLAGS_target);
+  a->step = absl::GetFlag(FLAGS_step);
+  a->budget = absl::GetFlag(FLAGS_budget);
+  a->png = absl::GetFlag(FLAGS_png);
+  a->epochs = absl::GetFlag(FLAGS_epochs);
+  a->json = absl::GetFlag(FLAGS_json);
+  a->bench = absl::GetFlag(FLAGS_bench);
+  a->batch = absl::GetFlag(FLAGS_batch);
+  a->onnx = absl::GetFlag(FLAGS_onnx);
+  a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
+  a->watch = absl::GetFlag(FLAGS_watch);
+  a->finish = absl::GetFlag(FLAGS_finish);
+  a->input = absl::GetFlag(FLAGS_input);
+  a->mean = absl::GetFlag(FLAGS_mean);
+  a->std = absl::GetFlag(FLAGS_std);
+  a->max_value = absl::GetFlag(FLAGS_max_value);
+  a->arch = absl::GetFlag(FLAGS_arch);
+}
 
 }  // namespace
 
@@ -141,29 +183,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
     }
   }
   if (a->command.empty()) a->command = "help";
-  a->out = absl::GetFlag(FLAGS_out);
-  a->resume = absl::GetFlag(FLAGS_resume);
-  a->file = absl::GetFlag(FLAGS_file);
-  a->remote = absl::GetFlag(FLAGS_remote);
-  a->layer = absl::GetFlag(FLAGS_layer);
-  a->server = absl::GetFlag(FLAGS_server);
-  a->token_file = absl::GetFlag(FLAGS_token_file);
-  a->tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  a->state = absl::GetFlag(FLAGS_state);
-  a->name = absl::GetFlag(FLAGS_name);
-  a->from = absl::GetFlag(FLAGS_from);
-  a->target = absl::GetFlag(FLAGS_target);
-  a->step = absl::GetFlag(FLAGS_step);
-  a->budget = absl::GetFlag(FLAGS_budget);
-  a->png = absl::GetFlag(FLAGS_png);
-  a->epochs = absl::GetFlag(FLAGS_epochs);
-  a->json = absl::GetFlag(FLAGS_json);
-  a->bench = absl::GetFlag(FLAGS_bench);
-  a->batch = absl::GetFlag(FLAGS_batch);
-  a->onnx = absl::GetFlag(FLAGS_onnx);
-  a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
-  a->watch = absl::GetFlag(FLAGS_watch);
-  a->finish = absl::GetFlag(FLAGS_finish);
+  CopyFlags(a);
   return true;
 }
 

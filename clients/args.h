@@ -47,6 +47,10 @@ struct Args {
   std::optional<double> target, step, budget;
   std::optional<int> epochs;
   bool json = false, watch = false, bench = false, finish = false, remote = false;
+  // import
+  std::string input, arch;
+  std::vector<std::string> mean, std;
+  std::optional<double> max_value;
 };
 
 // False (with `error`) on an unknown flag, a flag without its value or a value of the

@@ -50,12 +50,12 @@ absl::Status GroupedConvForwardCuda(DType, const GroupedConvShape&, const void*,
                                     const float*, void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status GroupedConvBackwardDataCuda(DType, const GroupedConvShape&, const void*,
-                                         const float*, void*, const CudaContext&) {
+absl::Status GroupedConvBackwardDataCuda(DType, const GroupedConvShape&, const void*, const float*,
+                                         void*, const CudaContext&) {
   return NoCuda();
 }
-absl::Status GroupedConvBackwardFilterCuda(DType, const GroupedConvShape&, const void*,
-                                           const void*, float*, const CudaContext&) {
+absl::Status GroupedConvBackwardFilterCuda(DType, const GroupedConvShape&, const void*, const void*,
+                                           float*, const CudaContext&) {
   return NoCuda();
 }
 absl::Status AddCuda(DType, int64_t, const void*, const void*, void*, const CudaContext&) {

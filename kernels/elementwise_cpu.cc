@@ -1,6 +1,6 @@
-#include "kernels/elementwise.h"
-
 #include <algorithm>
+
+#include "kernels/elementwise.h"
 #include "kernels/parallel.h"
 
 namespace topiary::kernels {

@@ -119,8 +119,8 @@ __global__ void ChannelsKernel(int64_t rows, int width, int wide_width, int offs
 }
 
 template <bool kSplit>
-absl::Status Channels(DType t, int64_t rows, int width, int wide_width, int offset,
-                      const void* src, void* dst, const CudaContext& ctx) {
+absl::Status Channels(DType t, int64_t rows, int width, int wide_width, int offset, const void* src,
+                      void* dst, const CudaContext& ctx) {
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     ChannelsKernel<T, kSplit><<<BlocksFor(rows * width, ctx.sm_count), kThreads, 0, ctx.stream>>>(

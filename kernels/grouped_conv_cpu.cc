@@ -9,9 +9,9 @@ namespace topiary::kernels {
 absl::Status CheckGroupedConvShape(const GroupedConvShape& s) {
   if (auto st = CheckConvShape(s.conv); !st.ok()) return st;
   if (s.groups < 1 || s.conv.c % s.groups != 0 || s.conv.k % s.groups != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "groups = %d must divide both the %d input and the %d output channels", s.groups,
-        s.conv.c, s.conv.k));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("groups = %d must divide both the %d input and the %d output channels",
+                        s.groups, s.conv.c, s.conv.k));
   }
   return absl::OkStatus();
 }

@@ -22,9 +22,8 @@ struct Grads {
 
 // Forward and both gradients in double, from the definition: every (output, tap, channel)
 // term visited once.
-Grads Reference(const GroupedConvShape& g, const std::vector<float>& x,
-                const std::vector<float>& w, const std::vector<float>& b,
-                const std::vector<float>& dy) {
+Grads Reference(const GroupedConvShape& g, const std::vector<float>& x, const std::vector<float>& w,
+                const std::vector<float>& b, const std::vector<float>& dy) {
   const ConvShape& s = g.conv;
   const int ho = s.ho(), wo = s.wo(), cg = g.cg(), kg = g.kg();
   Grads r;
@@ -44,8 +43,8 @@ Grads Reference(const GroupedConvShape& g, const std::vector<float>& x,
               const int h = p * s.stride_h - s.pad_h + i, c = q * s.stride_w - s.pad_w + j;
               if (h < 0 || h >= s.h || c < 0 || c >= s.w) continue;
               for (int ci = 0; ci < cg; ++ci) {
-                const size_t xi = ((static_cast<size_t>(n) * s.h + h) * s.w + c) * s.c +
-                                  (k / kg) * cg + ci;
+                const size_t xi =
+                    ((static_cast<size_t>(n) * s.h + h) * s.w + c) * s.c + (k / kg) * cg + ci;
                 const size_t wi = ((static_cast<size_t>(k) * s.r + i) * s.s + j) * cg + ci;
                 acc += static_cast<double>(x[xi]) * w[wi];
                 r.dx[xi] += static_cast<double>(dy[o]) * w[wi];
@@ -81,14 +80,13 @@ TEST_P(GroupedConvTest, MatchesFloat64Reference) {
 }
 
 // Depthwise (groups = C), grouped, stride 2, 1x1, odd sizes, batch 1, one group of one.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GroupedConvTest,
-    ::testing::Values(std::pair{MakeConv(2, 7, 5, 6, 6, 3, 3, 1, 1), 6},
-                      std::pair{MakeConv(1, 9, 9, 8, 16, 3, 3, 2, 1), 8},
-                      std::pair{MakeConv(3, 6, 7, 12, 6, 3, 3, 1, 0), 3},
-                      std::pair{MakeConv(2, 5, 5, 4, 8, 1, 1, 1, 0), 2},
-                      std::pair{MakeConv(1, 11, 11, 3, 3, 5, 5, 2, 2), 3},
-                      std::pair{MakeConv(2, 4, 4, 2, 2, 3, 3, 2, 1), 2}));
+INSTANTIATE_TEST_SUITE_P(Shapes, GroupedConvTest,
+                         ::testing::Values(std::pair{MakeConv(2, 7, 5, 6, 6, 3, 3, 1, 1), 6},
+                                           std::pair{MakeConv(1, 9, 9, 8, 16, 3, 3, 2, 1), 8},
+                                           std::pair{MakeConv(3, 6, 7, 12, 6, 3, 3, 1, 0), 3},
+                                           std::pair{MakeConv(2, 5, 5, 4, 8, 1, 1, 1, 0), 2},
+                                           std::pair{MakeConv(1, 11, 11, 3, 3, 5, 5, 2, 2), 3},
+                                           std::pair{MakeConv(2, 4, 4, 2, 2, 3, 3, 2, 1), 2}));
 
 TEST(GroupedConvShapeTest, RefusesGroupsThatDoNotDivide) {
   GroupedConvShape g;

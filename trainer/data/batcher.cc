@@ -35,8 +35,7 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
   return n;
 }
 
-absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value,
-                                               bool normalize,
+absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value, bool normalize,
                                                const std::string& recorded_input_json) {
   if (recorded_input_json.empty()) return ComputeNormalization(set, max_value, normalize);
   topiary::v1::InputFormat input;

@@ -18,9 +18,9 @@ using topiary::v1::NetworkGraph;
 // Bounds that keep a hostile graph from allocating without limit: they are far above any
 // CNN of this tool's scope (resnet152 has 517 layers, 60 M parameters).
 constexpr int kMaxLayers = 10000;
-constexpr int kMaxInputs = 64;           // concat inputs
+constexpr int kMaxInputs = 64;  // concat inputs
 constexpr int kMaxChannels = 1 << 16;
-constexpr int kMaxKernel = 31;           // kernel and pooling window side
+constexpr int kMaxKernel = 31;  // kernel and pooling window side
 constexpr int kMaxStride = 16;
 constexpr int64_t kMaxLayerWeights = int64_t{1} << 27;   // 512 MB of fp32
 constexpr int64_t kMaxModelWeights = int64_t{1} << 29;   // 2 GB of fp32
@@ -73,12 +73,13 @@ class GraphBuilder {
     }
     TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, Make(*kind, node, inputs, at));
     const int out = model_->Add(std::move(layer), inputs);
-    if (out < 0) return absl::InvalidArgumentError(absl::StrCat(what_, ": ", model_->status().message()));
+    if (out < 0)
+      return absl::InvalidArgumentError(absl::StrCat(what_, ": ", model_->status().message()));
     const Shape4& s = model_->value_shapes()[out];
     if (static_cast<int64_t>(s.per_image()) > kMaxValueElements) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: output %dx%dx%d is over %d elements per image", at, s.h, s.w, s.c,
-          kMaxValueElements));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: output %dx%dx%d is over %d elements per image", at, s.h, s.w, s.c,
+                          kMaxValueElements));
     }
     values_[node.name()] = out;
     return absl::OkStatus();
@@ -135,9 +136,9 @@ class GraphBuilder {
         TOPIARY_ASSIGN_OR_RETURN(auto c, ConvConfig(n, at));
         TOPIARY_RETURN_IF_ERROR(Range(at, "groups", n.groups(), 2, kMaxChannels));
         if (in_c % n.groups() != 0 || c.out_channels % n.groups() != 0) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: groups = %d does not divide the %d input and %d output channels", at,
-              n.groups(), in_c, c.out_channels));
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: groups = %d does not divide the %d input and %d output channels",
+                              at, n.groups(), in_c, c.out_channels));
         }
         TOPIARY_RETURN_IF_ERROR(
             Weights(at, int64_t{c.out_channels} * c.kernel_h * c.kernel_w * (in_c / n.groups())));
@@ -213,8 +214,8 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const NetworkGraph& g
   if (g.height() < 1 || g.height() > 4096 || g.width() < 1 || g.width() > 4096 ||
       g.channels() < 1 || g.channels() > 64 || g.classes() < 1 || g.classes() > kMaxChannels) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: input %dx%dx%d with %d classes is outside 1-4096 x 1-4096 x 1-64, 1-%d classes",
-        what, g.height(), g.width(), g.channels(), g.classes(), kMaxChannels));
+        "%s: input %dx%dx%d with %d classes is outside 1-4096 x 1-4096 x 1-64, 1-%d classes", what,
+        g.height(), g.width(), g.channels(), g.classes(), kMaxChannels));
   }
   if (g.layers_size() < 1 || g.layers_size() > kMaxLayers) {
     return absl::InvalidArgumentError(
@@ -243,9 +244,8 @@ std::string NetworkGraphToJson(const NetworkGraph& graph) {
 absl::StatusOr<NetworkGraph> NetworkGraphFromJson(const std::string& json,
                                                   const std::string& what) {
   if (json.size() > kMaxJsonBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: network graph of %d bytes (at most %d)", what, json.size(),
-                        kMaxJsonBytes));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: network graph of %d bytes (at most %d)",
+                                                      what, json.size(), kMaxJsonBytes));
   }
   NetworkGraph g;
   auto st = google::protobuf::util::JsonStringToMessage(json, &g);

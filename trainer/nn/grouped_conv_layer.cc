@@ -49,7 +49,8 @@ void GroupedConv2d::Initialize(Philox& rng) {
   const kernels::ConvShape& s = g.conv;
   // Kaiming normal, fan-out: each output channel's filter sees R*S*(K/groups) of fan-out.
   FillNormal(kernel_, rng, std::sqrt(2.0f / static_cast<float>(g.kg() * s.r * s.s)));
-  if (bias_ != nullptr) FillUniform(bias_, rng, 1.0f / std::sqrt(static_cast<float>(s.r * s.s * g.cg())));
+  if (bias_ != nullptr)
+    FillUniform(bias_, rng, 1.0f / std::sqrt(static_cast<float>(s.r * s.s * g.cg())));
 }
 
 void GroupedConv2d::Describe(topiary::v1::LayerNode* node) const {
@@ -85,8 +86,8 @@ absl::Status GroupedConv2d::Backward(const LayerIo& io) {
           kernels::BiasGradCuda(io.dtype, rows, g.conv.k, io.dy, bias_->grad.data(), *io.cuda));
     }
     if (io.dx[0] == nullptr) return absl::OkStatus();
-    return kernels::GroupedConvBackwardDataCuda(io.dtype, g, io.dy, kernel_->value.data(),
-                                                io.dx[0], *io.cuda);
+    return kernels::GroupedConvBackwardDataCuda(io.dtype, g, io.dy, kernel_->value.data(), io.dx[0],
+                                                *io.cuda);
   }
   kernels::GroupedConvBackwardFilterCpu(g, io.xf(0), io.dyf(), kernel_->grad.data(),
                                         bias_ ? bias_->grad.data() : nullptr);

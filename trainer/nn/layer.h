@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
+#include "topiary/v1/network.pb.h"
 #include "trainer/core/device.h"
 #include "trainer/core/parameter.h"
 #include "trainer/core/random.h"
-#include "topiary/v1/network.pb.h"
 
 namespace topiary {
 

@@ -102,6 +102,8 @@ class Network {
   // its labels [batch], in device memory: write them before Forward.
   float* input() const { return input_; }
   int32_t* labels() const { return labels_.data(); }
+  // The logits [batch, classes] of the last Forward, in device memory, of type dtype().
+  const void* logits() const { return values_[model_->output()].data; }
 
   // count_input_zeros > 0 also counts, for every convolution, the exact zeros among the first
   // count_input_zeros images of its input (activation sparsity, the zeros that input-sparse

@@ -184,10 +184,10 @@ absl::Status ExperimentRun::ReadCheckpointNetwork() {
   const std::string& from = resume ? options_.resume_from : spec_.init_from_checkpoint();
   auto state = ReadCheckpointState(from);
   if (!state.ok()) {
-    return absl::Status(state.status().code(),
-                        absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
-                                     " (the network of a spec without model.arch): ",
-                                     state.status().message()));
+    return absl::Status(
+        state.status().code(),
+        absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
+                     " (the network of a spec without model.arch): ", state.status().message()));
   }
   if (state->network_json.empty()) {
     return absl::InvalidArgumentError(
@@ -227,8 +227,8 @@ absl::Status ExperimentRun::BuildModels() {
     TOPIARY_ASSIGN_OR_RETURN(
         std::unique_ptr<Model> model,
         checkpoint_network_
-            ? BuildCheckpointModel(*checkpoint_network_, spec_.init_from_checkpoint(), 1.0f,
-                                   input, data_->classes, ranks_->device(r))
+            ? BuildCheckpointModel(*checkpoint_network_, spec_.init_from_checkpoint(), 1.0f, input,
+                                   data_->classes, ranks_->device(r))
             : BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes,
                          ranks_->device(r)));
     model->Initialize(spec_.seed());

@@ -1,8 +1,5 @@
 #include "trainer/store/checkpoint.h"
 
-#include "trainer/nn/graph.h"
-#include "trainer/nn/model_zoo.h"
-
 #include <cstring>
 #include <ctime>
 #include <memory>

@@ -1,0 +1,731 @@
+#include "trainer/import/onnx_import.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "onnx/onnx.pb.h"
+#include "trainer/nn/graph.h"
+#include "trainer/nn/layers.h"
+#include "trainer/store/checkpoint.h"
+#include "trainer/util/file_util.h"
+#include "util/status_macros.h"
+
+namespace topiary {
+namespace {
+
+using topiary::v1::LayerNode;
+using topiary::v1::NetworkGraph;
+
+constexpr int64_t kMaxTensorElements = int64_t{1} << 28;
+constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;
+constexpr int kMaxNodes = 20000;
+
+// A constant (initializer or Constant node): dims and values as doubles (FLOAT, DOUBLE, INT32
+// and INT64 are read; weights are FLOAT).
+struct Const {
+  std::vector<int64_t> dims;
+  std::vector<double> v;
+  int64_t count() const { return static_cast<int64_t>(v.size()); }
+};
+
+std::string DimsText(const std::vector<int64_t>& d) { return "[" + absl::StrJoin(d, ", ") + "]"; }
+
+template <typename T>
+bool LoadRaw(const std::string& raw, int64_t n, std::vector<double>* out) {
+  if (raw.size() != static_cast<size_t>(n) * sizeof(T)) return false;
+  out->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    T x;
+    std::memcpy(&x, raw.data() + i * sizeof(T), sizeof(T));  // little-endian, as ONNX stores
+    (*out)[i] = static_cast<double>(x);
+  }
+  return true;
+}
+
+absl::StatusOr<Const> ReadTensor(const onnx::TensorProto& t, const std::string& what) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ": its data is in an external file; export the model with the weights inside "
+                     "(torch.onnx.export does for models under 2 GB)"));
+  }
+  Const c;
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || d > kMaxTensorElements || (n *= std::max<int64_t>(d, 1)) > kMaxTensorElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dims ", DimsText({t.dims().begin(), t.dims().end()}),
+                       " are negative or over ", kMaxTensorElements, " elements"));
+    }
+    c.dims.push_back(d);
+  }
+  for (int64_t d : c.dims) n = d == 0 ? 0 : n;
+  bool ok = false;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      ok = t.has_raw_data() ? LoadRaw<float>(t.raw_data(), n, &c.v) : t.float_data_size() == n;
+      if (!t.has_raw_data() && ok) c.v.assign(t.float_data().begin(), t.float_data().end());
+      break;
+    case onnx::TensorProto::DOUBLE:
+      ok = t.has_raw_data() ? LoadRaw<double>(t.raw_data(), n, &c.v) : t.double_data_size() == n;
+      if (!t.has_raw_data() && ok) c.v.assign(t.double_data().begin(), t.double_data().end());
+      break;
+    case onnx::TensorProto::INT64:
+      ok = t.has_raw_data() ? LoadRaw<int64_t>(t.raw_data(), n, &c.v) : t.int64_data_size() == n;
+      if (!t.has_raw_data() && ok) c.v.assign(t.int64_data().begin(), t.int64_data().end());
+      break;
+    case onnx::TensorProto::INT32:
+      ok = t.has_raw_data() ? LoadRaw<int32_t>(t.raw_data(), n, &c.v) : t.int32_data_size() == n;
+      if (!t.has_raw_data() && ok) c.v.assign(t.int32_data().begin(), t.int32_data().end());
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: element type %d is not read (FLOAT, DOUBLE, INT32 and INT64 are)",
+                          what, t.data_type()));
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": holds a different number of values than its dims ", DimsText(c.dims),
+                     " say (truncated?)"));
+  }
+  for (double x : c.v) {
+    if (!std::isfinite(x)) return absl::InvalidArgumentError(what + ": holds NaN or infinity");
+  }
+  return c;
+}
+
+// Layer names: ONNX names ("/layer1/layer1.0/conv1/Conv") in the graph's alphabet.
+std::string CleanName(const std::string& raw) {
+  std::string out;
+  for (char ch : raw) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-' || ch == ':';
+    out += ok ? ch : '.';
+  }
+  while (!out.empty() && out[0] == '.') out.erase(0, 1);
+  return out.substr(0, 150);
+}
+
+struct Param {
+  std::string layer;
+  ParamRole role;
+  Const value;
+  bool transpose = false;  // MatMul's [in, out] weight, or Gemm's without transB
+};
+
+class Reader {
+ public:
+  Reader(const onnx::ModelProto& m, const std::string& name, const OnnxImportOptions& options)
+      : m_(m), g_(m.graph()), name_(name), options_(options) {}
+
+  absl::Status Read() {
+    TOPIARY_RETURN_IF_ERROR(CheckOpset());
+    if (g_.node_size() > kMaxNodes) {
+      return Error(absl::StrFormat("%d nodes (at most %d)", g_.node_size(), kMaxNodes));
+    }
+    for (const onnx::TensorProto& t : g_.initializer()) {
+      TOPIARY_ASSIGN_OR_RETURN(
+          consts_[t.name()], ReadTensor(t, absl::StrCat(name_, ": initializer '", t.name(), "'")));
+    }
+    TOPIARY_RETURN_IF_ERROR(ReadInput());
+    for (const onnx::NodeProto& n : g_.node()) {
+      for (const std::string& in : n.input()) ++consumers_[in];
+    }
+    for (const onnx::ValueInfoProto& out : g_.output()) ++consumers_[out.name()];
+    for (int i = 0; i < g_.node_size(); ++i) TOPIARY_RETURN_IF_ERROR(Node(g_.node(i), i));
+    return ReadOutput();
+  }
+
+  NetworkGraph& graph() { return graph_; }
+  const std::vector<Param>& params() const { return params_; }
+  OnnxImportSummary& summary() { return summary_; }
+
+ private:
+  struct Value {
+    std::string layer;  // "input" or a layer of graph_
+    int node = -1;      // that layer's index in graph_ (-1: the input)
+  };
+
+  absl::Status Error(const std::string& why) const {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": ", why));
+  }
+  absl::Status NodeError(const onnx::NodeProto& n, const std::string& why) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": node '", n.name(), "' (", n.op_type(), "): ", why));
+  }
+
+  absl::Status CheckOpset() {
+    for (const auto& o : m_.opset_import()) {
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
+        opset_ = o.version();
+      }
+    }
+    if (opset_ < 7 || opset_ > 23) {
+      return Error(absl::StrFormat(
+          "default-domain opset %d is not read (7 to 23 are; not an ONNX model?)", opset_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadInput() {
+    const onnx::ValueInfoProto* input = nullptr;
+    for (const auto& in : g_.input()) {
+      if (consts_.count(in.name())) continue;  // older exporters list initializers as inputs
+      if (input != nullptr) {
+        return Error("more than one graph input; the importer reads networks of one image input");
+      }
+      input = &in;
+    }
+    if (input == nullptr) return Error("no graph input (the image)");
+    const auto& type = input->type().tensor_type();
+    if (type.elem_type() != onnx::TensorProto::FLOAT || type.shape().dim_size() != 4) {
+      return Error(absl::StrCat("input '", input->name(),
+                                "' is not a 4-D float tensor [N, C, H, W] (an image batch)"));
+    }
+    int dims[3];
+    const int wanted[3] = {options_.channels, options_.height, options_.width};
+    const char* names[3] = {"channels", "height", "width"};
+    for (int i = 0; i < 3; ++i) {
+      const auto& d = type.shape().dim(i + 1);
+      const int64_t v = d.has_dim_value() ? d.dim_value() : 0;
+      if (v > 0 && wanted[i] > 0 && v != wanted[i]) {
+        return Error(
+            absl::StrFormat("the input's %s is %d, not %d as asked", names[i], v, wanted[i]));
+      }
+      dims[i] = static_cast<int>(v > 0 && v <= 4096 ? v : wanted[i]);
+      if (dims[i] <= 0) {
+        return Error(absl::StrFormat(
+            "the input's %s is symbolic or out of range; give it (--input HxWxC)", names[i]));
+      }
+    }
+    graph_.set_channels(dims[0]);
+    graph_.set_height(dims[1]);
+    graph_.set_width(dims[2]);
+    values_[input->name()] = {kGraphInput, -1};
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Value> In(const onnx::NodeProto& n, int i) const {
+    if (i >= n.input_size() || n.input(i).empty()) {
+      return NodeError(n, absl::StrFormat("input %d is missing", i));
+    }
+    auto v = values_.find(n.input(i));
+    if (v == values_.end()) {
+      return NodeError(n, absl::StrCat("reads '", n.input(i),
+                                       "', which no earlier node makes (a cycle, or nodes out "
+                                       "of order), or a constant where a tensor is expected"));
+    }
+    return v->second;
+  }
+
+  absl::StatusOr<const Const*> ConstIn(const onnx::NodeProto& n, int i) const {
+    if (i >= n.input_size() || !consts_.count(n.input(i))) {
+      return NodeError(n, absl::StrFormat("input %d must be a constant (an initializer)", i));
+    }
+    return &consts_.at(n.input(i));
+  }
+
+  static const onnx::AttributeProto* Attr(const onnx::NodeProto& n, const std::string& name) {
+    for (const auto& a : n.attribute()) {
+      if (a.name() == name) return &a;
+    }
+    return nullptr;
+  }
+  static int64_t IntAttr(const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
+    const auto* a = Attr(n, name);
+    return a ? a->i() : dflt;
+  }
+  static std::vector<int64_t> IntsAttr(const onnx::NodeProto& n, const std::string& name) {
+    const auto* a = Attr(n, name);
+    return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+  }
+
+  // kernel_shape / strides / pads / dilations of Conv and the poolings, as Topiary's square
+  // stride and symmetric pad; anything else is refused by name.
+  struct Window {
+    int kh = 1, kw = 1, stride = 1, pad = 0;
+  };
+  absl::StatusOr<Window> ReadWindow(const onnx::NodeProto& n, const Const* weight) const {
+    const auto* auto_pad = Attr(n, "auto_pad");
+    if (auto_pad && auto_pad->s() != "NOTSET" && !auto_pad->s().empty()) {
+      return NodeError(n, "auto_pad " + auto_pad->s() + " is not read (explicit pads are)");
+    }
+    std::vector<int64_t> k = IntsAttr(n, "kernel_shape");
+    if (k.empty() && weight && weight->dims.size() == 4) k = {weight->dims[2], weight->dims[3]};
+    std::vector<int64_t> s = IntsAttr(n, "strides"), p = IntsAttr(n, "pads"),
+                         d = IntsAttr(n, "dilations");
+    if (s.empty()) s = {1, 1};
+    if (p.empty()) p = {0, 0, 0, 0};
+    if (d.empty()) d = {1, 1};
+    if (k.size() != 2 || s.size() != 2 || p.size() != 4 || d.size() != 2) {
+      return NodeError(n, "only 2-D windows are read");
+    }
+    if (d[0] != 1 || d[1] != 1) return NodeError(n, "dilations other than 1 are not read");
+    if (s[0] != s[1]) return NodeError(n, "strides differ between height and width");
+    if (p[0] != p[1] || p[0] != p[2] || p[0] != p[3]) {
+      return NodeError(n, "pads differ between sides (Topiary pads every side alike)");
+    }
+    for (int64_t v : {k[0], k[1], s[0]}) {
+      if (v < 1 || v > 31) return NodeError(n, "a window or stride outside 1-31");
+    }
+    if (p[0] < 0 || p[0] > 31) return NodeError(n, "pads outside 0-31");
+    return Window{static_cast<int>(k[0]), static_cast<int>(k[1]), static_cast<int>(s[0]),
+                  static_cast<int>(p[0])};
+  }
+
+  // Adds a layer reading `inputs` and makes it the value of the node's first output.
+  LayerNode* Emit(const onnx::NodeProto& n, int index, const std::string& kind,
+                  const std::vector<Value>& inputs) {
+    std::string base = CleanName(n.name().empty() ? n.output(0) : n.name());
+    if (base.empty()) base = absl::StrCat(kind, index);
+    std::string name = base;
+    for (int k = 1; used_.count(name) || name == kGraphInput; ++k)
+      name = absl::StrCat(base, "_", k);
+    used_.insert(name);
+    LayerNode* layer = graph_.add_layers();
+    layer->set_name(name);
+    layer->set_kind(kind);
+    for (const Value& v : inputs) layer->add_inputs(v.layer);
+    values_[n.output(0)] = {name, graph_.layers_size() - 1};
+    return layer;
+  }
+
+  void Alias(const onnx::NodeProto& n, const Value& v) {
+    values_[n.output(0)] = v;
+    ++summary_.dropped;
+  }
+
+  absl::Status Node(const onnx::NodeProto& n, int index) {
+    if (!n.domain().empty() && n.domain() != "ai.onnx") {
+      return NodeError(n, "operators of domain '" + n.domain() + "' are not read");
+    }
+    if (n.output_size() < 1 || n.output(0).empty()) return NodeError(n, "has no output");
+    const std::string& op = n.op_type();
+    if (op == "Constant") {
+      const auto* a = Attr(n, "value");
+      if (a == nullptr || !a->has_t()) return NodeError(n, "only tensor constants are read");
+      TOPIARY_ASSIGN_OR_RETURN(consts_[n.output(0)],
+                               ReadTensor(a->t(), absl::StrCat(name_, ": node '", n.name(), "'")));
+      ++summary_.dropped;
+      return absl::OkStatus();
+    }
+    if (op == "Identity" || op == "Dropout") {
+      TOPIARY_ASSIGN_OR_RETURN(Value v, In(n, 0));
+      Alias(n, v);
+      return absl::OkStatus();
+    }
+    if (op == "Pad") return Pad(n);
+    if (op == "Conv") return Conv(n, index);
+    if (op == "BatchNormalization") return BatchNorm(n, index);
+    if (op == "Relu") return Relu(n, index, false);
+    if (op == "Clip") return Clip(n, index);
+    if (op == "Add") return AddNode(n, index);
+    if (op == "MaxPool" || op == "AveragePool") return Pool(n, index);
+    if (op == "GlobalAveragePool") {
+      TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+      Emit(n, index, "global_avg_pool", {x});
+      return absl::OkStatus();
+    }
+    if (op == "Flatten" || op == "Reshape") return Flatten(n, index);
+    if (op == "Gemm" || op == "MatMul") return Gemm(n, index);
+    if (op == "Concat") {
+      const int64_t axis = IntAttr(n, "axis", 1);
+      if (axis != 1) return NodeError(n, "concatenation along an axis other than channels (1)");
+      std::vector<Value> ins;
+      for (int i = 0; i < n.input_size(); ++i) {
+        TOPIARY_ASSIGN_OR_RETURN(Value v, In(n, i));
+        ins.push_back(v);
+      }
+      Emit(n, index, "concat", ins);
+      return absl::OkStatus();
+    }
+    return NodeError(n,
+                     "operator not supported; the importer reads Conv, BatchNormalization, "
+                     "Relu, Clip (ReLU6), Add, MaxPool, AveragePool, GlobalAveragePool, "
+                     "Flatten, Reshape (to 2-D), Gemm, MatMul, Concat, Constant, Identity, "
+                     "Dropout, Pad (of nothing)");
+  }
+
+  // Zero padding of nothing (PyTorch's export of some poolings) is dropped; real padding is
+  // refused (the convolutions and poolings that follow pad themselves).
+  absl::Status Pad(const onnx::NodeProto& n) {
+    TOPIARY_ASSIGN_OR_RETURN(Value v, In(n, 0));
+    std::vector<double> pads;
+    if (opset_ < 11) {
+      for (int64_t p : IntsAttr(n, "pads")) pads.push_back(static_cast<double>(p));
+    } else {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* c, ConstIn(n, 1));
+      pads = c->v;
+    }
+    for (double p : pads) {
+      if (p != 0) return NodeError(n, "padding other than none is not read");
+    }
+    Alias(n, v);
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    TOPIARY_ASSIGN_OR_RETURN(const Const* w, ConstIn(n, 1));
+    if (w->dims.size() != 4) return NodeError(n, "weight is not 4-D [K, C/groups, kH, kW]");
+    TOPIARY_ASSIGN_OR_RETURN(Window win, ReadWindow(n, w));
+    if (w->dims[2] != win.kh || w->dims[3] != win.kw) {
+      return NodeError(n, "kernel_shape differs from the weight's");
+    }
+    const int64_t groups = IntAttr(n, "group", 1);
+    if (groups < 1 || groups > 65536) return NodeError(n, "group outside 1-65536");
+    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    LayerNode* l = Emit(n, index, groups == 1 ? "conv2d" : "grouped_conv2d", {x});
+    l->set_out_channels(static_cast<int>(std::min<int64_t>(w->dims[0], 1 << 20)));
+    l->set_kernel_h(win.kh);
+    l->set_kernel_w(win.kw);
+    l->set_stride(win.stride);
+    l->set_pad(win.pad);
+    l->set_bias(bias);
+    if (groups > 1) l->set_groups(static_cast<int>(groups));
+    params_.push_back({l->name(), ParamRole::kKernel, *w});
+    if (bias) {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* b, ConstIn(n, 2));
+      params_.push_back({l->name(), ParamRole::kBias, *b});
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BatchNorm(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    if (IntAttr(n, "training_mode", 0) != 0) return NodeError(n, "training_mode = 1");
+    for (int i = 1; i < n.output_size(); ++i) {
+      if (consumers_.count(n.output(i))) {
+        return NodeError(n, "its running-statistics outputs are read (a training graph)");
+      }
+    }
+    const auto* eps = Attr(n, "epsilon");
+    LayerNode* l = Emit(n, index, "batch_norm", {x});
+    l->set_epsilon(eps ? eps->f() : 1e-5f);
+    const ParamRole roles[4] = {ParamRole::kGamma, ParamRole::kBeta, ParamRole::kRunningMean,
+                                ParamRole::kRunningVar};
+    for (int i = 0; i < 4; ++i) {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* c, ConstIn(n, i + 1));
+      params_.push_back({l->name(), roles[i], *c});
+    }
+    ++summary_.batch_norms;
+    return absl::OkStatus();
+  }
+
+  // A ReLU (or ReLU6) layer, or, for a ReLU whose input only it reads and which a batch norm
+  // or add makes, that layer's fused ReLU.
+  absl::Status Relu(const onnx::NodeProto& n, int index, bool six) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    if (!six && x.node >= 0 && consumers_[n.input(0)] == 1) {
+      LayerNode* p = graph_.mutable_layers(x.node);
+      if ((p->kind() == "batch_norm" || p->kind() == "add") && !p->relu()) {
+        p->set_relu(true);
+        values_[n.output(0)] = x;
+        ++summary_.fused_relus;
+        return absl::OkStatus();
+      }
+    }
+    Emit(n, index, six ? "relu6" : "relu", {x});
+    return absl::OkStatus();
+  }
+
+  // Clip(0, 6) is ReLU6 and Clip(0, +inf) ReLU; other bounds are refused.
+  absl::Status Clip(const onnx::NodeProto& n, int index) {
+    double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+    if (opset_ < 11) {
+      if (const auto* a = Attr(n, "min")) lo = a->f();
+      if (const auto* a = Attr(n, "max")) hi = a->f();
+    } else {
+      for (int i = 1; i <= 2; ++i) {
+        if (i >= n.input_size() || n.input(i).empty()) continue;
+        TOPIARY_ASSIGN_OR_RETURN(const Const* c, ConstIn(n, i));
+        if (c->count() != 1) return NodeError(n, "a bound is not a scalar");
+        (i == 1 ? lo : hi) = c->v[0];
+      }
+    }
+    if (lo != 0 || !(hi == 6 || std::isinf(hi))) {
+      return NodeError(n, absl::StrFormat("Clip(%g, %g) is not read (Clip(0, 6) as ReLU6 and "
+                                          "Clip(0, inf) as ReLU are)",
+                                          lo, hi));
+    }
+    return Relu(n, index, hi == 6);
+  }
+
+  absl::Status AddNode(const onnx::NodeProto& n, int index) {
+    if (n.input_size() == 2 && consts_.count(n.input(1)) && pending_bias_.count(n.input(0))) {
+      // MatMul + Add: the bias of the linear layer before it.
+      const Value v = values_.at(n.input(0));
+      TOPIARY_ASSIGN_OR_RETURN(const Const* b, ConstIn(n, 1));
+      params_.push_back({v.layer, ParamRole::kBias, *b});
+      pending_bias_.erase(n.input(0));
+      values_[n.output(0)] = v;
+      return absl::OkStatus();
+    }
+    TOPIARY_ASSIGN_OR_RETURN(Value a, In(n, 0));
+    TOPIARY_ASSIGN_OR_RETURN(Value b, In(n, 1));
+    Emit(n, index, "add", {a, b});
+    return absl::OkStatus();
+  }
+
+  absl::Status Pool(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    TOPIARY_ASSIGN_OR_RETURN(Window win, ReadWindow(n, nullptr));
+    const bool max = n.op_type() == "MaxPool";
+    if (win.kh != win.kw) return NodeError(n, "a non-square window");
+    if (IntAttr(n, "ceil_mode", 0) != 0) return NodeError(n, "ceil_mode = 1 is not read");
+    if (max && (n.output_size() > 1 && consumers_.count(n.output(1)))) {
+      return NodeError(n, "its indices output is read");
+    }
+    if (!max && win.pad > 0 && IntAttr(n, "count_include_pad", 0) == 0) {
+      return NodeError(n,
+                       "padding left out of the average (count_include_pad = 0) is not "
+                       "read; Topiary's average pooling counts padding as zeros");
+    }
+    LayerNode* l = Emit(n, index, max ? "max_pool" : "avg_pool", {x});
+    l->set_window(win.kh);
+    l->set_stride(win.stride);
+    l->set_pad(win.pad);
+    return absl::OkStatus();
+  }
+
+  absl::Status Flatten(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    if (n.op_type() == "Flatten" && IntAttr(n, "axis", 1) != 1) {
+      return NodeError(n, "flattening at an axis other than 1 (keep the batch, flatten the rest)");
+    }
+    if (n.op_type() == "Reshape") {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* shape, ConstIn(n, 1));
+      if (shape->count() != 2 || shape->v[1] == 0 || shape->v[1] < -1) {
+        return NodeError(n, "only a reshape to 2-D [batch, features] is read");
+      }
+    }
+    Emit(n, index, "flatten", {x});
+    return absl::OkStatus();
+  }
+
+  absl::Status Gemm(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    TOPIARY_ASSIGN_OR_RETURN(const Const* w, ConstIn(n, 1));
+    if (w->dims.size() != 2) return NodeError(n, "weight is not 2-D");
+    const bool gemm = n.op_type() == "Gemm";
+    if (gemm) {
+      const auto* alpha = Attr(n, "alpha");
+      const auto* beta = Attr(n, "beta");
+      if ((alpha && alpha->f() != 1) || (beta && beta->f() != 1) || IntAttr(n, "transA", 0)) {
+        return NodeError(n, "alpha, beta other than 1 or transA are not read");
+      }
+    }
+    const bool trans_b = gemm && IntAttr(n, "transB", 0) == 1;
+    const int64_t out = trans_b ? w->dims[0] : w->dims[1];
+    LayerNode* l = Emit(n, index, "linear", {x});
+    l->set_out_channels(static_cast<int>(std::min<int64_t>(out, 1 << 20)));
+    params_.push_back({l->name(), ParamRole::kKernel, *w, !trans_b});
+    if (gemm && n.input_size() > 2 && !n.input(2).empty()) {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* b, ConstIn(n, 2));
+      if (b->count() != out) return NodeError(n, "bias C is not a vector of the outputs");
+      params_.push_back({l->name(), ParamRole::kBias, *b});
+    } else {
+      pending_bias_.insert(n.output(0));  // a following Add may give it; else zero
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadOutput() {
+    if (g_.output_size() != 1) {
+      return Error(
+          absl::StrFormat("%d graph outputs; the importer reads networks of one "
+                          "output, the logits",
+                          g_.output_size()));
+    }
+    auto v = values_.find(g_.output(0).name());
+    if (v == values_.end() || v->second.node != graph_.layers_size() - 1) {
+      return Error(absl::StrCat("the output '", g_.output(0).name(),
+                                "' is not made by the last layer read (nodes after the logits, "
+                                "or an unused branch?)"));
+    }
+    const LayerNode& last = graph_.layers(graph_.layers_size() - 1);
+    if (last.kind() != "linear") {
+      return Error("the last layer is a " + last.kind() + ", not a linear layer making the logits");
+    }
+    graph_.set_classes(last.out_channels());
+    return absl::OkStatus();
+  }
+
+  const onnx::ModelProto& m_;
+  const onnx::GraphProto& g_;
+  std::string name_;
+  OnnxImportOptions options_;
+  int64_t opset_ = 0;
+  std::map<std::string, Const> consts_;
+  std::map<std::string, Value> values_;
+  std::map<std::string, int> consumers_;
+  std::set<std::string> used_, pending_bias_;
+  NetworkGraph graph_;
+  std::vector<Param> params_;
+  OnnxImportSummary summary_;
+};
+
+// The ONNX layout of `p`'s value converted to Topiary's in-memory one, checked against the
+// parameter's shape. `flat_from`: a linear layer reading a flattened [h, w, c] map gets its
+// columns from ONNX's (c, h, w) order.
+absl::Status LoadParam(const Param& src, Parameter* p, const Shape4* flat_from,
+                       const std::string& what) {
+  const std::vector<int>& shape = p->value.shape();
+  std::vector<int64_t> want(shape.begin(), shape.end());
+  std::vector<float> v(src.value.v.begin(), src.value.v.end());
+  std::vector<float> mem(v.size());
+  if (shape.size() == 4) {  // [K, R, S, Cg] from OIHW [K, Cg, R, S]
+    want = {shape[0], shape[3], shape[1], shape[2]};
+    if (src.value.dims != want) goto mismatch;
+    const int k = shape[0], r = shape[1], s = shape[2], c = shape[3];
+    for (int o = 0; o < k; ++o)
+      for (int i = 0; i < c; ++i)
+        for (int y = 0; y < r; ++y)
+          for (int x = 0; x < s; ++x)
+            mem[((static_cast<size_t>(o) * r + y) * s + x) * c + i] =
+                v[((static_cast<size_t>(o) * c + i) * r + y) * s + x];
+  } else if (shape.size() == 2) {  // [out, in]
+    const int out = shape[0], in = shape[1];
+    std::vector<int64_t> have = src.value.dims;
+    if (src.transpose) std::swap(have[0], have[1]);
+    if (have != want) goto mismatch;
+    for (int o = 0; o < out; ++o)
+      for (int i = 0; i < in; ++i) {
+        int from = i;  // the ONNX column of Topiary's column i
+        if (flat_from && flat_from->h * flat_from->w > 1) {
+          const int c = i % flat_from->c, pix = i / flat_from->c;
+          from = c * flat_from->h * flat_from->w + pix;
+        }
+        mem[static_cast<size_t>(o) * in + i] = src.transpose
+                                                   ? v[static_cast<size_t>(from) * out + o]
+                                                   : v[static_cast<size_t>(o) * in + from];
+      }
+  } else {
+    if (src.value.count() != static_cast<int64_t>(p->size())) goto mismatch;
+    mem = v;
+  }
+  p->value.CopyFromHost(mem.data());
+  return absl::OkStatus();
+mismatch:
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: layer '%s' %s has ONNX dims %s; the network needs %s here (ONNX order)", what, src.layer,
+      ParamRoleName(src.role), DimsText(src.value.dims), DimsText(want)));
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedModel> ImportOnnx(const std::string& bytes, const std::string& name,
+                                         const OnnxImportOptions& options, Device* device) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        name + ": not an ONNX model (the protobuf does not parse: truncated or another format)");
+  }
+  Reader reader(proto, name, options);
+  TOPIARY_RETURN_IF_ERROR(reader.Read());
+  NetworkGraph& graph = reader.graph();
+  std::string stem = name.substr(name.find_last_of('/') + 1);
+  stem = stem.substr(0, stem.rfind(".onnx"));
+  graph.set_arch(options.arch.empty() ? "onnx:" + CleanName(stem) : options.arch);
+  ImportedModel out;
+  TOPIARY_ASSIGN_OR_RETURN(out.model, BuildModelFromGraph(graph, device, name));
+  Model& model = *out.model;
+  // Every layer's parameters: the file's, converted; zero where the file has none (the bias
+  // of a MatMul without an Add).
+  for (Parameter* p : model.parameters()) {
+    std::vector<float> zeros(p->size(), 0.0f);
+    p->value.CopyFromHost(zeros.data());
+  }
+  std::map<std::string, const Model::Node*> by_name;
+  for (const Model::Node& node : model.nodes()) by_name[node.layer->name()] = &node;
+  std::map<int, const Model::Node*> producer;
+  for (const Model::Node& node : model.nodes()) producer[node.output] = &node;
+  for (const Param& src : reader.params()) {
+    const Model::Node* node = by_name.at(src.layer);
+    Parameter* p = node->layer->parameter(src.role);
+    if (p == nullptr) return absl::InternalError(src.layer + ": no such parameter");
+    const Shape4* flat_from = nullptr;
+    if (node->layer->kind() == LayerKind::kLinear && src.role == ParamRole::kKernel) {
+      auto it = producer.find(node->inputs[0]);
+      if (it != producer.end() && it->second->layer->kind() == LayerKind::kFlatten) {
+        flat_from = &model.value_shapes()[it->second->inputs[0]];
+      }
+    }
+    TOPIARY_RETURN_IF_ERROR(LoadParam(src, p, flat_from, name));
+  }
+  for (const Model::Node& node : model.nodes()) {
+    if (node.layer->kind() != LayerKind::kBatchNorm) continue;
+    const Parameter& var = *node.layer->parameter(ParamRole::kRunningVar);
+    for (float x : std::vector<float>(var.value.data(), var.value.data() + var.size())) {
+      if (x < 0)
+        return absl::InvalidArgumentError(name + ": " + node.layer->name() +
+                                          ": a negative running variance");
+    }
+  }
+  const int c = graph.channels();
+  topiary::v1::InputFormat& in = out.input;
+  in.set_layout("NHWC");
+  in.set_height(graph.height());
+  in.set_width(graph.width());
+  in.set_channels(c);
+  in.set_classes(graph.classes());
+  if (!(options.max_value > 0 && std::isfinite(options.max_value))) {
+    return absl::InvalidArgumentError("--max-value must be positive");
+  }
+  in.set_max_value(options.max_value);
+  for (const auto* v : {&options.mean, &options.std}) {
+    if (!v->empty() && static_cast<int>(v->size()) != c && v->size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--mean and --std take 1 or %d values (the input's channels)", c));
+    }
+  }
+  for (int k = 0; k < c; ++k) {
+    const float mean = options.mean.empty() ? 0.0f : options.mean[options.mean.size() == 1 ? 0 : k];
+    const float std = options.std.empty() ? 1.0f : options.std[options.std.size() == 1 ? 0 : k];
+    if (!(std > 0) || !std::isfinite(mean)) {
+      return absl::InvalidArgumentError("--std must be positive and --mean finite");
+    }
+    in.add_mean(mean);
+    in.add_inv_std(1.0f / std);
+  }
+  out.summary = reader.summary();
+  OnnxImportSummary& s = out.summary;
+  s.arch = graph.arch();
+  s.onnx_nodes = proto.graph().node_size();
+  s.layers = graph.layers_size();
+  s.parameters = model.trainable_parameter_count();
+  s.height = graph.height();
+  s.width = graph.width();
+  s.channels = c;
+  s.classes = graph.classes();
+  return out;
+}
+
+absl::StatusOr<OnnxImportSummary> ImportOnnxFile(const std::string& onnx_path,
+                                                 const std::string& out_path,
+                                                 const OnnxImportOptions& options) {
+  TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadFile(onnx_path, kMaxFileBytes));
+  topiary::v1::DeviceSpec cpu;
+  cpu.set_kind(topiary::v1::DeviceSpec::CPU);
+  TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(cpu));
+  TOPIARY_ASSIGN_OR_RETURN(ImportedModel imported,
+                           ImportOnnx(bytes, onnx_path, options, device.get()));
+  CheckpointState state;
+  google::protobuf::util::JsonPrintOptions json;
+  json.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(imported.input, &state.input_json, json);
+  state.parent = onnx_path;
+  state.metrics_json = "{}";
+  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(out_path, *imported.model, state));
+  return imported.summary;
+}
+
+}  // namespace topiary
