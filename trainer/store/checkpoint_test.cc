@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "gtest/gtest.h"
+#include "trainer/nn/graph.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint_schema.h"
@@ -243,6 +244,39 @@ TEST(Checkpoint, RefusesABlockGridWhoseAxesAreNotInputThenOutputBlocks) {
   auto loaded = LoadCheckpoint(older, b.model.get(), true);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ExpectSameState(*a.model, *b.model);
+}
+
+// The file records its network: the model is rebuilt from the file alone, the same graph;
+// a file without the attribute (written before it existed) builds the zoo's architecture; a
+// damaged graph or one for other images is refused naming the file.
+TEST(Checkpoint, RecordsItsNetworkGraph) {
+  Fixture a("resnet20", 1, 0.5f);
+  const std::string path = TempPath("network.h5");
+  ASSERT_TRUE(SaveCheckpoint(path, *a.model, {}).ok());
+  auto state = ReadCheckpointState(path);
+  ASSERT_TRUE(state.ok());
+  ASSERT_FALSE(state->network_json.empty());
+  auto dev = MakeCpuDevice(1);
+  auto rebuilt = BuildCheckpointModel(*state, path, 0.5f, {1, 28, 28, 1}, 10, dev.get());
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(DescribeModel(**rebuilt).SerializeAsString(),
+            DescribeModel(*a.model).SerializeAsString());
+  ASSERT_TRUE(LoadCheckpoint(path, rebuilt->get(), true).ok());
+  ExpectSameState(*a.model, **rebuilt);
+
+  auto other = BuildCheckpointModel(*state, path, 0.5f, {1, 32, 32, 3}, 10, dev.get());
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("reads 28x28x1 images into 10 classes"),
+            std::string::npos)
+      << other.status();
+  CheckpointState damaged = *state;
+  damaged.network_json = "{\"layers\": [{\"name\": \"x\", \"kind\": \"conv9d\"}]";
+  EXPECT_FALSE(BuildCheckpointModel(damaged, path, 0.5f, {1, 28, 28, 1}, 10, dev.get()).ok());
+  CheckpointState older = *state;
+  older.network_json.clear();
+  auto zoo = BuildCheckpointModel(older, path, 0.5f, {1, 28, 28, 1}, 10, dev.get());
+  ASSERT_TRUE(zoo.ok()) << zoo.status();
+  EXPECT_EQ((*zoo)->arch(), "resnet20");
 }
 
 TEST(Checkpoint, RewritingReplacesTheFileAtomically) {
