@@ -104,6 +104,11 @@ void ProgressPrinter::PrintStarted(const topiary::v1::RunStarted& s) {
                 s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
                 s.device());
   if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
+  if (s.skipped_images() > 0) {
+    absl::FPrintF(out_, "skipped %d bad image files (data.image_folder.bad_images: SKIP), e.g.\n",
+                  s.skipped_images());
+    for (const std::string& why : s.skipped_examples()) absl::FPrintF(out_, "  %s\n", why);
+  }
   if (s.has_gradient_sampling()) {
     const auto& g = s.gradient_sampling();
     absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",

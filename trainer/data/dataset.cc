@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "trainer/core/random.h"
+#include "trainer/data/image_folder.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
 
@@ -151,6 +152,8 @@ absl::Status CheckDatasetFiles(const DataSpec& data) {
     }
     case DataSpec::DIGITS:
       return in_field(ResolveReadableFile(data.path()).status());
+    case DataSpec::IMAGE_FOLDER:
+      return CheckImageFolder(data.path());
     default:
       return absl::OkStatus();
   }
@@ -360,6 +363,9 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, uint64_t seed) {
       break;
     case DataSpec::SYNTHETIC:
       ds = MakeSynthetic(data.synthetic(), seed);
+      break;
+    case DataSpec::IMAGE_FOLDER:
+      ds = ReadImageFolder(data);
       break;
     default:
       return absl::InvalidArgumentError("data.dataset: unknown dataset");

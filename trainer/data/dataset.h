@@ -28,6 +28,9 @@ struct Dataset {
   int classes = 0;
   float max_value = 255.0f;  // the pixel value that means full intensity (16 for DIGITS)
   ImageSet train, test;
+  // IMAGE_FOLDER with bad_images: SKIP: the files left out, and the first few with why.
+  int64_t skipped = 0;
+  std::vector<std::string> skipped_examples;
 };
 
 // Loads what spec.data names (train_limit / test_limit applied). REQUIRES: a spec with

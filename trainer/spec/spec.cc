@@ -70,9 +70,25 @@ absl::Status ValidateData(const DataSpec& d) {
   CHECK_RULE(d.augment().crop_padding() >= 0 && d.augment().crop_padding() <= 64,
              "data.augment.crop_padding", "must be in [0, 64]");
   const bool needs_path = d.dataset() == DataSpec::MNIST || d.dataset() == DataSpec::CIFAR10 ||
-                          d.dataset() == DataSpec::CIFAR100 || d.dataset() == DataSpec::DIGITS;
+                          d.dataset() == DataSpec::CIFAR100 || d.dataset() == DataSpec::DIGITS ||
+                          d.dataset() == DataSpec::IMAGE_FOLDER;
   CHECK_RULE(!needs_path || !d.path().empty(), "data.path",
              "required for " + DataSpec::Dataset_Name(d.dataset()));
+  if (d.has_image_folder()) {
+    const auto& f = d.image_folder();
+    CHECK_RULE(d.dataset() == DataSpec::IMAGE_FOLDER, "data.image_folder",
+               "only allowed with dataset: IMAGE_FOLDER");
+    CHECK_RULE(f.image_size() >= 0 && f.image_size() <= 1024, "data.image_folder.image_size",
+               "must be in [1, 1024]");
+    CHECK_RULE(f.channels() == 0 || f.channels() == 1 || f.channels() == 3,
+               "data.image_folder.channels", "must be 1 or 3");
+    CHECK_ENUM(topiary::v1::ImageFolderSpec::BadImages_IsValid, f.bad_images(),
+               "data.image_folder.bad_images");
+    CHECK_RULE(f.max_image_pixels() >= 0 && f.max_image_pixels() <= (int64_t{1} << 30),
+               "data.image_folder.max_image_pixels", "must be in [1, 2^30]");
+    CHECK_RULE(f.decode_threads() >= 0 && f.decode_threads() <= 1024,
+               "data.image_folder.decode_threads", "must be in [0, 1024]");
+  }
   if (d.has_synthetic()) {
     CHECK_RULE(d.dataset() == DataSpec::SYNTHETIC, "data.synthetic",
                "only allowed with dataset: SYNTHETIC");
@@ -412,6 +428,12 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (y->train_size() == 0) y->set_train_size(2048);
     if (y->test_size() == 0) y->set_test_size(512);
     if (y->noise() == 0) y->set_noise(0.5f);
+  }
+  if (d->dataset() == DataSpec::IMAGE_FOLDER) {
+    auto* f = d->mutable_image_folder();
+    if (f->image_size() == 0) f->set_image_size(32);
+    if (f->channels() == 0) f->set_channels(3);
+    if (f->max_image_pixels() == 0) f->set_max_image_pixels(int64_t{1} << 26);
   }
   if (s.has_gradient_sampling() && s.gradient_sampling().top_k() == 0) {
     s.mutable_gradient_sampling()->set_top_k(1);

@@ -1,0 +1,329 @@
+#include "trainer/data/image_folder.h"
+
+#include <dirent.h>
+#include <png.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainer/util/file_util.h"
+#include "util/status_macros.h"
+
+namespace topiary {
+namespace {
+
+using topiary::v1::DataSpec;
+using topiary::v1::ImageFolderSpec;
+
+constexpr int kMaxExamples = 10;  // skipped files named in the started event
+constexpr uint64_t kMaxImageFileBytes = 256 << 20;
+constexpr double kMaxCacheBytes = 32.0 * (1ull << 30);
+
+absl::Status Bad(const std::string& name, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", why));
+}
+
+absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes, const std::string& name,
+                                        int channels, int64_t max_pixels) {
+  tjhandle tj = tjInitDecompress();
+  if (tj == nullptr) return absl::InternalError("libjpeg-turbo: cannot make a decompressor");
+  auto* buf = reinterpret_cast<const unsigned char*>(bytes.data());
+  DecodedImage img;
+  int subsamp = 0, colorspace = 0;
+  absl::Status st;
+  if (tjDecompressHeader3(tj, buf, bytes.size(), &img.width, &img.height, &subsamp, &colorspace) !=
+      0) {
+    st = Bad(name, absl::StrCat("not a readable JPEG (", tjGetErrorStr2(tj), ")"));
+  } else if (img.width < 1 || img.height < 1 ||
+             static_cast<int64_t>(img.width) * img.height > max_pixels) {
+    st = Bad(name, absl::StrFormat("%dx%d pixels (at most %d allowed)", img.width, img.height,
+                                   max_pixels));
+  } else {
+    img.channels = channels;
+    img.pixels.resize(static_cast<size_t>(img.width) * img.height * channels);
+    // Stop at the first warning: a truncated file is an error, not a half-grey image.
+    if (tjDecompress2(tj, buf, bytes.size(), img.pixels.data(), img.width, 0, img.height,
+                      channels == 3 ? TJPF_RGB : TJPF_GRAY,
+                      TJFLAG_STOPONWARNING | TJFLAG_ACCURATEDCT) != 0) {
+      st = Bad(name, absl::StrCat("a truncated or corrupt JPEG (", tjGetErrorStr2(tj), ")"));
+    }
+  }
+  tjDestroy(tj);
+  if (!st.ok()) return st;
+  return img;
+}
+
+absl::StatusOr<DecodedImage> DecodePng(const std::string& bytes, const std::string& name,
+                                       int channels, int64_t max_pixels) {
+  png_image png;
+  std::memset(&png, 0, sizeof(png));
+  png.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
+    return Bad(name, absl::StrCat("not a readable PNG (", png.message, ")"));
+  }
+  DecodedImage img;
+  img.width = static_cast<int>(std::min<png_uint_32>(png.width, 1u << 30));
+  img.height = static_cast<int>(std::min<png_uint_32>(png.height, 1u << 30));
+  if (static_cast<int64_t>(png.width) * png.height > max_pixels) {
+    png_image_free(&png);
+    return Bad(name, absl::StrFormat("%dx%d pixels (at most %d allowed)", png.width, png.height,
+                                     max_pixels));
+  }
+  png.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  img.channels = channels;
+  img.pixels.resize(PNG_IMAGE_SIZE(png));
+  if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr)) {
+    return Bad(name, absl::StrCat("a truncated or corrupt PNG (", png.message, ")"));
+  }
+  return img;
+}
+
+bool IsImageName(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
+    if (lower.size() > std::strlen(ext) &&
+        lower.compare(lower.size() - std::strlen(ext), std::string::npos, ext) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Entries of `dir` (not . and ..), sorted; `dirs` picks folders or the rest.
+absl::StatusOr<std::vector<std::string>> List(const std::string& dir, bool dirs) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus(errno, "data.path: cannot list " + dir);
+  std::vector<std::string> out;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (stat((dir + "/" + name).c_str(), &st) != 0) {
+      if (!dirs) out.push_back(name);  // a dangling link: reported as a bad file
+      continue;
+    }
+    if (S_ISDIR(st.st_mode) == dirs) out.push_back(name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The split folder of `root`: its first of `names` that exists.
+std::string SplitDir(const std::string& root, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (IsDirectory(root + "/" + n)) return n;
+  }
+  return "";
+}
+
+struct Item {
+  std::string rel;  // e.g. "train/cat/x.jpg"
+  int label;
+};
+
+// One file's fitted pixels, checked as the header says.
+absl::StatusOr<std::vector<uint8_t>> LoadOne(const std::string& root, const std::string& real_root,
+                                             const Item& item, const ImageFolderSpec& f) {
+  const std::string path = root + "/" + item.rel;
+  auto real = ResolveReadableFile(path, kMaxImageFileBytes);
+  if (!real.ok()) return Bad(item.rel, std::string(real.status().message()));
+  if (!IsInsideFolder(*real, real_root)) {
+    return Bad(item.rel, "a link leading out of data.path (to " + *real + ")");
+  }
+  TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadFile(*real, kMaxImageFileBytes));
+  TOPIARY_ASSIGN_OR_RETURN(DecodedImage img,
+                           DecodeImage(bytes, item.rel, f.channels(), f.max_image_pixels()));
+  return FitImage(img, f.image_size());
+}
+
+// Decodes `items` into `set` on `threads` threads, in item order; bad files fail or are
+// skipped as the spec says.
+absl::Status LoadSplit(const std::string& root, const std::string& real_root,
+                       const std::vector<Item>& items, const ImageFolderSpec& f, int threads,
+                       ImageSet* set, Dataset* ds) {
+  const size_t image_bytes = static_cast<size_t>(f.image_size()) * f.image_size() * f.channels();
+  std::vector<std::vector<uint8_t>> pixels(items.size());
+  std::vector<absl::Status> errors(items.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < items.size(); i = next++) {
+        auto px = LoadOne(root, real_root, items[i], f);
+        if (px.ok()) {
+          pixels[i] = std::move(*px);
+        } else {
+          errors[i] = px.status();
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  set->h = set->w = f.image_size();
+  set->c = f.channels();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!errors[i].ok()) {
+      if (f.bad_images() == ImageFolderSpec::FAIL) {
+        return absl::Status(errors[i].code(),
+                            absl::StrCat("data.path: ", errors[i].message(),
+                                         " (data.image_folder.bad_images: SKIP skips such files)"));
+      }
+      ++ds->skipped;
+      if (ds->skipped_examples.size() < kMaxExamples) {
+        ds->skipped_examples.push_back(std::string(errors[i].message()));
+      }
+      continue;
+    }
+    set->pixels.insert(set->pixels.end(), pixels[i].begin(), pixels[i].end());
+    set->labels.push_back(items[i].label);
+    std::vector<uint8_t>().swap(pixels[i]);
+  }
+  if (set->pixels.size() != set->labels.size() * image_bytes) {
+    return absl::InternalError("image folder: inconsistent image sizes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::string& name,
+                                         int channels, int64_t max_pixels) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) {
+    return DecodeJpeg(bytes, name, channels, max_pixels);
+  }
+  if (bytes.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) {
+    return DecodePng(bytes, name, channels, max_pixels);
+  }
+  return Bad(name, "not a JPEG or PNG image");
+}
+
+std::vector<uint8_t> FitImage(const DecodedImage& img, int size) {
+  const int c = img.channels;
+  std::vector<uint8_t> out(static_cast<size_t>(size) * size * c);
+  if (img.width == size && img.height == size) {
+    out = img.pixels;
+    return out;
+  }
+  const double scale = static_cast<double>(size) / std::min(img.width, img.height);
+  // The resized image is (width * scale) x (height * scale); the crop starts at its centre
+  // minus size / 2, in resized pixels.
+  const double off_x = (img.width * scale - size) / 2, off_y = (img.height * scale - size) / 2;
+  auto at = [&](int y, int x, int k) {
+    return static_cast<double>(img.pixels[(static_cast<size_t>(y) * img.width + x) * c + k]);
+  };
+  for (int y = 0; y < size; ++y) {
+    for (int x = 0; x < size; ++x) {
+      for (int k = 0; k < c; ++k) {
+        double v = 0;
+        if (scale < 1) {  // area average over the source pixels this one covers
+          const double y0 = (y + off_y) / scale, y1 = (y + 1 + off_y) / scale;
+          const double x0 = (x + off_x) / scale, x1 = (x + 1 + off_x) / scale;
+          double sum = 0, weight = 0;
+          for (int sy = static_cast<int>(y0); sy < std::min<double>(std::ceil(y1), img.height);
+               ++sy) {
+            const double wy = std::min<double>(sy + 1, y1) - std::max<double>(sy, y0);
+            for (int sx = static_cast<int>(x0); sx < std::min<double>(std::ceil(x1), img.width);
+                 ++sx) {
+              const double wx = std::min<double>(sx + 1, x1) - std::max<double>(sx, x0);
+              sum += wy * wx * at(sy, sx, k);
+              weight += wy * wx;
+            }
+          }
+          v = weight > 0 ? sum / weight : 0;
+        } else {  // bilinear, pixel centres aligned
+          const double sy = std::clamp((y + 0.5 + off_y) / scale - 0.5, 0.0, img.height - 1.0);
+          const double sx = std::clamp((x + 0.5 + off_x) / scale - 0.5, 0.0, img.width - 1.0);
+          const int y0 = static_cast<int>(sy), x0 = static_cast<int>(sx);
+          const int y1 = std::min(y0 + 1, img.height - 1), x1 = std::min(x0 + 1, img.width - 1);
+          const double fy = sy - y0, fx = sx - x0;
+          v = (1 - fy) * ((1 - fx) * at(y0, x0, k) + fx * at(y0, x1, k)) +
+              fy * ((1 - fx) * at(y1, x0, k) + fx * at(y1, x1, k));
+        }
+        out[(static_cast<size_t>(y) * size + x) * c + k] =
+            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status CheckImageFolder(const std::string& path) {
+  if (!IsDirectory(path)) return absl::NotFoundError("data.path: no folder " + path);
+  if (SplitDir(path, {"train"}).empty()) {
+    return absl::NotFoundError("data.path: " + path +
+                               " has no train/ folder (class folders go there)");
+  }
+  if (SplitDir(path, {"val", "test"}).empty()) {
+    return absl::NotFoundError("data.path: " + path + " has no val/ or test/ folder");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> ReadImageFolder(const DataSpec& data) {
+  const std::string& root = data.path();
+  TOPIARY_RETURN_IF_ERROR(CheckImageFolder(root));
+  char* real = realpath(root.c_str(), nullptr);
+  if (real == nullptr) return ErrnoStatus(errno, "data.path: " + root);
+  const std::string real_root = real;
+  free(real);
+  const ImageFolderSpec& f = data.image_folder();
+  Dataset ds;
+  ds.name = "image_folder";
+  TOPIARY_ASSIGN_OR_RETURN(std::vector<std::string> classes, List(root + "/train", true));
+  if (classes.empty())
+    return absl::InvalidArgumentError("data.path: " + root + "/train has no class folders");
+  ds.classes = static_cast<int>(classes.size());
+  const std::string test_dir = SplitDir(root, {"val", "test"});
+  std::vector<Item> splits[2];
+  for (int s = 0; s < 2; ++s) {
+    const std::string split = s == 0 ? "train" : test_dir;
+    TOPIARY_ASSIGN_OR_RETURN(std::vector<std::string> dirs, List(root + "/" + split, true));
+    for (const std::string& cls : dirs) {
+      const auto label = std::lower_bound(classes.begin(), classes.end(), cls);
+      if (label == classes.end() || *label != cls) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data.path: ", split, "/", cls, " is a class train/ does not have"));
+      }
+      TOPIARY_ASSIGN_OR_RETURN(std::vector<std::string> files,
+                               List(root + "/" + split + "/" + cls, false));
+      int images = 0;
+      for (const std::string& file : files) {
+        if (!IsImageName(file)) continue;
+        splits[s].push_back(
+            {split + "/" + cls + "/" + file, static_cast<int>(label - classes.begin())});
+        ++images;
+      }
+      if (images == 0 && s == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("data.path: the class folder ", split, "/",
+                                                       cls, " has no .jpg, .jpeg or .png files"));
+      }
+    }
+  }
+  // Before decoding: the cache must fit.
+  const double bytes = static_cast<double>(splits[0].size() + splits[1].size()) * f.image_size() *
+                       f.image_size() * f.channels();
+  if (bytes > kMaxCacheBytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "data.image_folder.image_size: %d images of %dx%dx%d need %.1f GiB in memory (at most "
+        "32)",
+        splits[0].size() + splits[1].size(), f.image_size(), f.image_size(), f.channels(),
+        bytes / (1ull << 30)));
+  }
+  const int threads = f.decode_threads() > 0 ? f.decode_threads()
+                                             : std::max(1u, std::thread::hardware_concurrency());
+  TOPIARY_RETURN_IF_ERROR(LoadSplit(root, real_root, splits[0], f, threads, &ds.train, &ds));
+  TOPIARY_RETURN_IF_ERROR(LoadSplit(root, real_root, splits[1], f, threads, &ds.test, &ds));
+  return ds;
+}
+
+}  // namespace topiary
