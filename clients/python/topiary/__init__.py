@@ -4,12 +4,14 @@
     client = topiary.Client()                         # $TOPIARY_SERVER, $TOPIARY_TOKEN_FILE
     ckpt = topiary.load_checkpoint("round-003.h5")    # weights, masks, statistics, metrics
     model = topiary.to_torch_model(ckpt)              # needs torch (imported only there)
+    topiary.from_torch(net, example, "net.h5")        # a PyTorch CNN as a checkpoint
 
 The generated protobuf and gRPC modules are topiary.v1.*_pb2 and service_pb2_grpc.
 """
 from topiary.checkpoint import (Checkpoint, CheckpointError, InputFormat, LayerParams,
                                 load_checkpoint)
 from topiary.client import TERMINAL, Client, parse_spec
+from topiary.importing import from_torch, import_onnx
 from topiary.errors import (FailedPrecondition, InvalidArgument, NotFound, PermissionDenied,
                             ResourceExhausted, TopiaryError, Unauthenticated, Unavailable)
 # Experiment states, as the protos define them (an experiment's .state, a summary's .state
@@ -26,7 +28,7 @@ def state_name(state: int) -> str:
 __all__ = [
     "Checkpoint", "CheckpointError", "Client", "FailedPrecondition", "InputFormat",
     "InvalidArgument", "LayerParams", "NotFound", "PermissionDenied", "ResourceExhausted",
-    "TERMINAL", "TopiaryError", "Unauthenticated", "Unavailable", "load_checkpoint",
+    "TERMINAL", "TopiaryError", "from_torch", "import_onnx", "Unauthenticated", "Unavailable", "load_checkpoint",
     "parse_spec", "to_torch_model", "to_torch_state_dict", "ExperimentState", "state_name",
     "QUEUED", "RUNNING", "PAUSED", "WAITING_FOR_ROUND", "SUCCEEDED", "FAILED", "CANCELLED",
 ]

@@ -111,6 +111,9 @@ class Checkpoint:
     layer_order: List[str]
     layers: Dict[str, LayerParams]  # conv, batch-norm and linear layers, in layer_order
     momentum: Dict[str, np.ndarray] = field(default_factory=dict)  # "layer.role" (momentum=True)
+    # The network graph (topiary/v1/network.proto as a dict: arch, height, width, channels,
+    # classes, layers); None in files written before checkpoints recorded it.
+    network: Optional[dict] = None
 
     def spec_message(self):
         """The spec as a topiary.v1.experiment_pb2.ExperimentSpec."""
@@ -300,6 +303,11 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
         except ValueError:
             raise _bad(path, "/@metrics", "not JSON") from None
         input_text = _str_attr(path, a, "input", required=False)
+        network_text = _str_attr(path, a, "network", required=False)
+        try:
+            network = json.loads(network_text) if network_text else None
+        except ValueError:
+            raise _bad(path, "/@network", "not JSON") from None
         ckpt = Checkpoint(
             path=path, arch=_str_attr(path, a, "model_arch"),
             experiment_id=_str_attr(path, a, "experiment_id"),
@@ -310,7 +318,7 @@ def load_checkpoint(path: str, *, momentum: bool = False, verify_checksum: bool 
             global_step=_int_attr(path, a, "global_step", 0, 1 << 62),
             spec=_str_attr(path, a, "spec"), metrics=metrics,
             input=_input_format(path, input_text) if input_text else None,
-            layer_order=layer_order, layers={})
+            layer_order=layer_order, layers={}, network=network)
         order = {n: i for i, n in enumerate(layer_order)}
         for where in sorted(datasets, key=lambda w: (order.get(w.split("/")[2], 1 << 30), w)):
             parts = where.strip("/").split("/")
