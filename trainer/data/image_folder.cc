@@ -32,7 +32,7 @@ absl::Status Bad(const std::string& name, const std::string& why) {
 }
 
 absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes, const std::string& name,
-                                        int channels, int64_t max_pixels) {
+                                        int channels, int64_t max_pixels, int min_side) {
   tjhandle tj = tjInitDecompress();
   if (tj == nullptr) return absl::InternalError("libjpeg-turbo: cannot make a decompressor");
   auto* buf = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -47,6 +47,20 @@ absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes, const std::str
     st = Bad(name, absl::StrFormat("%dx%d pixels (at most %d allowed)", img.width, img.height,
                                    max_pixels));
   } else {
+    // libjpeg-turbo scales in the DCT (1/8 steps): the smallest factor that keeps the
+    // shorter side at least min_side decodes fewer pixels and is itself a good area filter.
+    int n = 0;
+    const tjscalingfactor* factors = tjGetScalingFactors(&n);
+    int best_w = img.width, best_h = img.height;
+    for (int i = 0; min_side > 0 && factors && i < n; ++i) {
+      const int w = TJSCALED(img.width, factors[i]), h = TJSCALED(img.height, factors[i]);
+      if (std::min(w, h) >= min_side && w * static_cast<int64_t>(h) < best_w * int64_t{best_h}) {
+        best_w = w;
+        best_h = h;
+      }
+    }
+    img.width = best_w;
+    img.height = best_h;
     img.channels = channels;
     img.pixels.resize(static_cast<size_t>(img.width) * img.height * channels);
     // Stop at the first warning: a truncated file is an error, not a half-grey image.
@@ -140,8 +154,8 @@ absl::StatusOr<std::vector<uint8_t>> LoadOne(const std::string& root, const std:
     return Bad(item.rel, "a link leading out of data.path (to " + *real + ")");
   }
   TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadFile(*real, kMaxImageFileBytes));
-  TOPIARY_ASSIGN_OR_RETURN(DecodedImage img,
-                           DecodeImage(bytes, item.rel, f.channels(), f.max_image_pixels()));
+  TOPIARY_ASSIGN_OR_RETURN(DecodedImage img, DecodeImage(bytes, item.rel, f.channels(),
+                                                         f.max_image_pixels(), f.image_size()));
   return FitImage(img, f.image_size());
 }
 
@@ -196,10 +210,10 @@ absl::Status LoadSplit(const std::string& root, const std::string& real_root,
 }  // namespace
 
 absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::string& name,
-                                         int channels, int64_t max_pixels) {
+                                         int channels, int64_t max_pixels, int min_side) {
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) {
-    return DecodeJpeg(bytes, name, channels, max_pixels);
+    return DecodeJpeg(bytes, name, channels, max_pixels, min_side);
   }
   if (bytes.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) {
     return DecodePng(bytes, name, channels, max_pixels);
@@ -207,51 +221,75 @@ absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::st
   return Bad(name, "not a JPEG or PNG image");
 }
 
+namespace {
+
+// One output pixel's source pixels along an axis and their weights (summing to 1).
+struct Taps {
+  int first = 0;
+  std::vector<float> w;
+};
+
+// For `out` outputs cropped from a `src`-long axis scaled by `scale` (starting `offset`
+// scaled pixels in): area averaging when shrinking, bilinear with centres aligned when growing.
+std::vector<Taps> AxisTaps(int src, int out, double scale, double offset) {
+  std::vector<Taps> taps(out);
+  for (int o = 0; o < out; ++o) {
+    Taps& t = taps[o];
+    if (scale < 1) {
+      const double a = (o + offset) / scale, b = (o + 1 + offset) / scale;
+      t.first = std::clamp(static_cast<int>(a), 0, src - 1);
+      const int last = std::clamp(static_cast<int>(std::ceil(b)) - 1, t.first, src - 1);
+      double sum = 0;
+      for (int i = t.first; i <= last; ++i) {
+        const double w = std::max(0.0, std::min<double>(i + 1, b) - std::max<double>(i, a));
+        t.w.push_back(static_cast<float>(w));
+        sum += w;
+      }
+      for (float& w : t.w) w = sum > 0 ? static_cast<float>(w / sum) : 1.0f / t.w.size();
+    } else {
+      const double p = std::clamp((o + 0.5 + offset) / scale - 0.5, 0.0, src - 1.0);
+      t.first = static_cast<int>(p);
+      const float f = static_cast<float>(p - t.first);
+      t.w = {1 - f};
+      if (t.first + 1 < src) t.w.push_back(f);
+    }
+  }
+  return taps;
+}
+
+}  // namespace
+
 std::vector<uint8_t> FitImage(const DecodedImage& img, int size) {
   const int c = img.channels;
-  std::vector<uint8_t> out(static_cast<size_t>(size) * size * c);
-  if (img.width == size && img.height == size) {
-    out = img.pixels;
-    return out;
-  }
+  if (img.width == size && img.height == size) return img.pixels;
   const double scale = static_cast<double>(size) / std::min(img.width, img.height);
   // The resized image is (width * scale) x (height * scale); the crop starts at its centre
-  // minus size / 2, in resized pixels.
-  const double off_x = (img.width * scale - size) / 2, off_y = (img.height * scale - size) / 2;
-  auto at = [&](int y, int x, int k) {
-    return static_cast<double>(img.pixels[(static_cast<size_t>(y) * img.width + x) * c + k]);
-  };
-  for (int y = 0; y < size; ++y) {
+  // minus size / 2, in resized pixels. Separable: columns first (every source row), then rows.
+  const auto cols = AxisTaps(img.width, size, scale, (img.width * scale - size) / 2);
+  const auto rows = AxisTaps(img.height, size, scale, (img.height * scale - size) / 2);
+  std::vector<float> tmp(static_cast<size_t>(img.height) * size * c);
+  for (int y = 0; y < img.height; ++y) {
+    const uint8_t* src = img.pixels.data() + static_cast<size_t>(y) * img.width * c;
+    float* dst = tmp.data() + static_cast<size_t>(y) * size * c;
     for (int x = 0; x < size; ++x) {
+      const Taps& t = cols[x];
       for (int k = 0; k < c; ++k) {
-        double v = 0;
-        if (scale < 1) {  // area average over the source pixels this one covers
-          const double y0 = (y + off_y) / scale, y1 = (y + 1 + off_y) / scale;
-          const double x0 = (x + off_x) / scale, x1 = (x + 1 + off_x) / scale;
-          double sum = 0, weight = 0;
-          for (int sy = static_cast<int>(y0); sy < std::min<double>(std::ceil(y1), img.height);
-               ++sy) {
-            const double wy = std::min<double>(sy + 1, y1) - std::max<double>(sy, y0);
-            for (int sx = static_cast<int>(x0); sx < std::min<double>(std::ceil(x1), img.width);
-                 ++sx) {
-              const double wx = std::min<double>(sx + 1, x1) - std::max<double>(sx, x0);
-              sum += wy * wx * at(sy, sx, k);
-              weight += wy * wx;
-            }
-          }
-          v = weight > 0 ? sum / weight : 0;
-        } else {  // bilinear, pixel centres aligned
-          const double sy = std::clamp((y + 0.5 + off_y) / scale - 0.5, 0.0, img.height - 1.0);
-          const double sx = std::clamp((x + 0.5 + off_x) / scale - 0.5, 0.0, img.width - 1.0);
-          const int y0 = static_cast<int>(sy), x0 = static_cast<int>(sx);
-          const int y1 = std::min(y0 + 1, img.height - 1), x1 = std::min(x0 + 1, img.width - 1);
-          const double fy = sy - y0, fx = sx - x0;
-          v = (1 - fy) * ((1 - fx) * at(y0, x0, k) + fx * at(y0, x1, k)) +
-              fy * ((1 - fx) * at(y1, x0, k) + fx * at(y1, x1, k));
-        }
-        out[(static_cast<size_t>(y) * size + x) * c + k] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+        float v = 0;
+        for (size_t j = 0; j < t.w.size(); ++j) v += t.w[j] * src[(t.first + j) * c + k];
+        dst[x * c + k] = v;
       }
+    }
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(size) * size * c);
+  for (int y = 0; y < size; ++y) {
+    const Taps& t = rows[y];
+    for (int i = 0; i < size * c; ++i) {
+      float v = 0;
+      for (size_t j = 0; j < t.w.size(); ++j) {
+        v += t.w[j] * tmp[(static_cast<size_t>(t.first) + j) * size * c + i];
+      }
+      out[static_cast<size_t>(y) * size * c + i] =
+          static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
     }
   }
   return out;

@@ -28,8 +28,10 @@ struct DecodedImage {
 
 // JPEG or PNG (found by content, not by name) into `channels` (1: grayscale, 3: RGB);
 // `name` names the file in errors. Images over `max_pixels` are refused from the header.
+// min_side > 0: a JPEG may be decoded scaled down (libjpeg-turbo's DCT scaling, 1/8 steps)
+// as far as its shorter side stays >= min_side.
 absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::string& name,
-                                         int channels, int64_t max_pixels);
+                                         int channels, int64_t max_pixels, int min_side = 0);
 
 // The shorter side resized to `size` (area averaging when shrinking, bilinear when
 // growing), then the center size x size square.
