@@ -4,8 +4,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "clients/text.h"
 
 ABSL_FLAG(std::string, out, "",
@@ -195,6 +197,32 @@ std::string FlagsHelp() {
   std::sort(flags.begin(), flags.end(), [](auto* x, auto* y) { return x->Name() < y->Name(); });
   std::string out;
   for (const auto* f : flags) absl::StrAppendFormat(&out, "  --%-11s %s\n", f->Name(), f->Help());
+  return out;
+}
+
+bool ParseImageSize(const std::string& text, int* h, int* w, int* c) {
+  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  int v[3] = {0, 0, 1};
+  if (parts.size() < 2 || parts.size() > 3) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!absl::SimpleAtoi(parts[i], &v[i]) || v[i] < 1 || v[i] > 4096) return false;
+  }
+  *h = v[0];
+  *w = v[1];
+  *c = v[2];
+  return true;
+}
+
+absl::StatusOr<std::vector<float>> ParseFloats(const std::vector<std::string>& texts,
+                                               const char* flag) {
+  std::vector<float> out;
+  for (const std::string& t : texts) {
+    float f = 0;
+    if (!absl::SimpleAtof(t, &f)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", t, "' is not a number"));
+    }
+    out.push_back(f);
+  }
   return out;
 }
 

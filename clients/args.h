@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace topiary {
 
@@ -56,6 +57,13 @@ struct Args {
 // False (with `error`) on an unknown flag, a flag without its value or a value of the
 // wrong type. Call once per process: the flags are global.
 bool ParseArgs(int argc, char** argv, Args* args, std::string* error);
+
+// import's --input: "224x224x3" (or "28x28", one channel) into h, w, c; false when it is not
+// that (each size in [1, 4096]).
+bool ParseImageSize(const std::string& text, int* h, int* w, int* c);
+// import's --mean / --std values as floats; the error names `flag` and the value.
+absl::StatusOr<std::vector<float>> ParseFloats(const std::vector<std::string>& texts,
+                                               const char* flag);
 
 // One line per flag ("--name  help"), from the flag registry, for `topiary --help`.
 std::string FlagsHelp();

@@ -370,6 +370,38 @@ int InspectRemote(const Args& a, Connection& c) {
   return kExitOk;
 }
 
+int ImportRemote(const Args& a, Connection& c) {
+  if (a.positional.size() != 1 || a.out.empty()) {
+    absl::FPrintF(stderr,
+                  "topiary: import --remote needs MODEL.onnx and --out CKPT.h5, both paths in "
+                  "the daemon's data directory\n");
+    return kExitUsage;
+  }
+  topiary::v1::ImportModelRequest req;
+  req.set_onnx_path(a.positional[0]);
+  req.set_out_path(a.out);
+  req.set_arch(a.arch);
+  if (a.max_value) req.set_max_value(static_cast<float>(*a.max_value));
+  const auto mean = ParseFloats(a.mean, "mean");
+  const auto std = ParseFloats(a.std, "std");
+  int h = 0, w = 0, ch = 0;
+  if (!mean.ok() || !std.ok() || (!a.input.empty() && !ParseImageSize(a.input, &h, &w, &ch))) {
+    absl::FPrintF(stderr, "topiary: --mean/--std take numbers, --input HxWxC\n");
+    return kExitUsage;
+  }
+  req.mutable_mean()->Add(mean->begin(), mean->end());
+  req.mutable_std()->Add(std->begin(), std->end());
+  req.set_height(h);
+  req.set_width(w);
+  req.set_channels(ch);
+  topiary::v1::ImportSummary summary;
+  auto ctx = c.Context();
+  const grpc::Status st = c.stub().ImportModel(ctx.get(), req, &summary);
+  if (!st.ok()) return Report(a, c, st);
+  PrintImportSummary(summary, a.json);
+  return kExitOk;
+}
+
 using Command = int (*)(const Args&, Connection&);
 
 const std::map<std::string, Command>& Commands() {
@@ -386,6 +418,7 @@ const std::map<std::string, Command>& Commands() {
       {"multipliers", Multipliers},
       {"checkpoints", Checkpoints},
       {"inspect", InspectRemote},
+      {"import", ImportRemote},
   };
   return *commands;
 }

@@ -115,6 +115,18 @@ std::string MaskLabel(const topiary::v1::LayerReport& l) {
 
 }  // namespace
 
+void PrintImportSummary(const topiary::v1::ImportSummary& s, bool json) {
+  if (json) {
+    absl::PrintF("%s\n", ScriptJson(s));
+    return;
+  }
+  absl::PrintF(
+      "%s: %s, %d layers from %d ONNX nodes (%d ReLUs fused, %d batch norms kept, %d dropped), "
+      "%d parameters, %dx%dx%d images, %d classes\n",
+      s.checkpoint(), s.arch(), s.layers(), s.onnx_nodes(), s.fused_relus(), s.batch_norms(),
+      s.dropped(), s.parameters(), s.height(), s.width(), s.channels(), s.classes());
+}
+
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& r, bool json) {
   if (json) {
     absl::PrintF("%s\n", ScriptJson(r));

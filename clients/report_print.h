@@ -7,11 +7,15 @@
 
 #include "topiary/v1/checkpoint.pb.h"
 #include "topiary/v1/multiplier.pb.h"
+#include "topiary/v1/network.pb.h"
 
 namespace topiary {
 
 // `topiary inspect`'s output, local or through the daemon: the text report, or with `json`
 // one ScriptJson line.
+// `topiary import`'s result, local or remote: one line, or with json the ImportSummary.
+void PrintImportSummary(const topiary::v1::ImportSummary& s, bool json);
+
 void PrintCheckpointReport(const topiary::v1::CheckpointReport& report, bool json = false);
 
 // The table of `topiary multipliers` (local or the daemon's): one line per multiplier, or

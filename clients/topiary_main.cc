@@ -94,8 +94,9 @@ Local commands (no daemon needed):
       Reads Conv (grouped, depthwise), BatchNormalization, Relu, Clip (ReLU6), Add, MaxPool,
       AveragePool, GlobalAveragePool, Flatten/Reshape, Gemm, MatMul(+Add), Concat;
       anything else is refused naming the node. --mean/--std: the normalization the model
-      was trained with, on pixels / max_value (recorded; runs from CKPT use it). See
-      docs/import.md.
+      was trained with, on pixels / max_value (recorded; runs from CKPT use it). With
+      --remote, MODEL.onnx and CKPT.h5 are paths in the daemon's data directory and the daemon
+      imports (CKPT.h5 must not exist yet). --json: the ImportSummary. See docs/import.md.
   topiary seal FILE.h5... [--json]
       Give HDF5 files Topiary's seal (a CRC-32 of the whole file in a 512-byte user block),
       rewriting each in place: checkpoints written before the seal existed (0.9), or edited
@@ -310,33 +311,6 @@ int Seal(const Args& a) {
   return kExitOk;
 }
 
-// "224x224x3" (or "28x28") into options; false when it is not that.
-bool ParseImageSize(const std::string& text, OnnxImportOptions* o) {
-  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  int v[3] = {0, 0, 1};
-  if (parts.size() < 2 || parts.size() > 3) return false;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (!absl::SimpleAtoi(parts[i], &v[i]) || v[i] < 1 || v[i] > 4096) return false;
-  }
-  o->height = v[0];
-  o->width = v[1];
-  o->channels = v[2];
-  return true;
-}
-
-absl::StatusOr<std::vector<float>> ParseFloats(const std::vector<std::string>& texts,
-                                               const char* flag) {
-  std::vector<float> out;
-  for (const std::string& t : texts) {
-    float f = 0;
-    if (!absl::SimpleAtof(t, &f)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", t, "' is not a number"));
-    }
-    out.push_back(f);
-  }
-  return out;
-}
-
 int Import(const Args& a) {
   if (a.positional.size() != 1 || a.out.empty()) {
     absl::FPrintF(stderr,
@@ -344,7 +318,8 @@ int Import(const Args& a) {
     return kExitUsage;
   }
   OnnxImportOptions options;
-  if (!a.input.empty() && !ParseImageSize(a.input, &options)) {
+  if (!a.input.empty() &&
+      !ParseImageSize(a.input, &options.height, &options.width, &options.channels)) {
     return Fail(
         a, absl::InvalidArgumentError("--input: HxWxC (e.g. 224x224x3), not '" + a.input + "'"));
   }
@@ -358,21 +333,7 @@ int Import(const Args& a) {
   options.arch = a.arch;
   const auto s = ImportOnnxFile(a.positional[0], a.out, options);
   if (!s.ok()) return Fail(a, s.status());
-  if (a.json) {
-    absl::PrintF(R"({"checkpoint":%s,"arch":%s,"onnx_nodes":%d,"layers":%d,"dropped":%d,)"
-                 R"("fused_relus":%d,"batch_norms":%d,"parameters":%d,"input":[%d,%d,%d],)"
-                 R"("classes":%d})"
-                 "\n",
-                 JsonString(a.out), JsonString(s->arch), s->onnx_nodes, s->layers, s->dropped,
-                 s->fused_relus, s->batch_norms, s->parameters, s->height, s->width, s->channels,
-                 s->classes);
-    return kExitOk;
-  }
-  absl::PrintF(
-      "%s: %s, %d layers from %d ONNX nodes (%d ReLUs fused, %d batch norms kept, %d dropped), "
-      "%d parameters, %dx%dx%d images, %d classes\n",
-      a.out, s->arch, s->layers, s->onnx_nodes, s->fused_relus, s->batch_norms, s->dropped,
-      s->parameters, s->height, s->width, s->channels, s->classes);
+  PrintImportSummary(*s, a.json);
   return kExitOk;
 }
 
@@ -402,7 +363,7 @@ int main(int argc, char** argv) {
   if (c == "evaluate") return EvaluateCommand(args);
   if (c == "sensitivity") return SensitivityCommand(args);
   if (c == "export") return Export(args);
-  if (c == "import") return Import(args);
+  if (c == "import" && !args.remote) return Import(args);
   if (c == "seal") return Seal(args);
   if (c == "inspect" && !args.remote) return Inspect(args);
   if (IsRemoteCommand(c)) return RunRemoteCommand(args);

@@ -18,6 +18,7 @@
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
 #include "trainer/data/dataset.h"
+#include "trainer/import/onnx_import.h"
 #include "trainer/spec/catalog.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
@@ -79,7 +80,7 @@ std::vector<std::string> Capabilities() {
   }
   for (const std::string& m : ModelNames()) out.push_back("model:" + m);
   for (const char* c : {"manual_rounds", "fork", "checkpoints:hdf5-sealed", "data_parallel",
-                        "watch:resumable", "list:pages"}) {
+                        "watch:resumable", "list:pages", "import:onnx", "model:graph"}) {
     out.push_back(c);
   }
   return out;
@@ -416,6 +417,38 @@ Status TopiaryService::InspectCheckpoint(grpc::ServerContext* ctx,
   if (!report.ok()) return ToGrpc(report.status());
   *out = *report;
   out->set_path(req->path());
+  return Status::OK;
+}
+
+// The file is read under the daemon's read policy and written only inside its data
+// directory, never over an existing file (a checkpoint there may be a run's).
+Status TopiaryService::ImportModel(grpc::ServerContext* ctx,
+                                   const topiary::v1::ImportModelRequest* req,
+                                   topiary::v1::ImportSummary* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  std::string onnx, dest;
+  if (Status st = ResolvePath("onnx_path", req->onnx_path(), &onnx); !st.ok()) return st;
+  if (req->out_path().empty() || !absl::EndsWith(req->out_path(), ".h5")) {
+    return Status(StatusCode::INVALID_ARGUMENT, "out_path: a .h5 file in the data directory");
+  }
+  if (Status st = ResolvePath("out_path", req->out_path(), &dest); !st.ok()) return st;
+  if (PathExists(dest)) {
+    return Status(StatusCode::ALREADY_EXISTS,
+                  "out_path: '" + req->out_path() + "' exists; import into a new file");
+  }
+  if (absl::Status st = MakeDirs(dest.substr(0, dest.rfind('/'))); !st.ok()) return ToGrpc(st);
+  OnnxImportOptions options;
+  options.mean.assign(req->mean().begin(), req->mean().end());
+  options.std.assign(req->std().begin(), req->std().end());
+  if (req->max_value() != 0) options.max_value = req->max_value();
+  options.arch = req->arch();
+  options.height = req->height();
+  options.width = req->width();
+  options.channels = req->channels();
+  auto summary = ImportOnnxFile(onnx, dest, options);
+  if (!summary.ok()) return ToGrpc(summary.status());
+  *out = *summary;
+  out->set_checkpoint(req->out_path());
   return Status::OK;
 }
 

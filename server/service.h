@@ -53,6 +53,8 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                               topiary::v1::Experiment* out) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const topiary::v1::ExperimentRef* req,
                                topiary::v1::ListCheckpointsResponse* out) override;
+  grpc::Status ImportModel(grpc::ServerContext* ctx, const topiary::v1::ImportModelRequest* req,
+                           topiary::v1::ImportSummary* out) override;
   grpc::Status InspectCheckpoint(grpc::ServerContext* ctx,
                                  const topiary::v1::InspectCheckpointRequest* req,
                                  topiary::v1::CheckpointReport* out) override;

@@ -146,7 +146,7 @@ class Reader {
 
   NetworkGraph& graph() { return graph_; }
   const std::vector<Param>& params() const { return params_; }
-  OnnxImportSummary& summary() { return summary_; }
+  topiary::v1::ImportSummary& summary() { return summary_; }
 
  private:
   struct Value {
@@ -300,7 +300,7 @@ class Reader {
 
   void Alias(const onnx::NodeProto& n, const Value& v) {
     values_[n.output(0)] = v;
-    ++summary_.dropped;
+    summary_.set_dropped(summary_.dropped() + 1);
   }
 
   absl::Status Node(const onnx::NodeProto& n, int index) {
@@ -314,7 +314,7 @@ class Reader {
       if (a == nullptr || !a->has_t()) return NodeError(n, "only tensor constants are read");
       TOPIARY_ASSIGN_OR_RETURN(consts_[n.output(0)],
                                ReadTensor(a->t(), absl::StrCat(name_, ": node '", n.name(), "'")));
-      ++summary_.dropped;
+      summary_.set_dropped(summary_.dropped() + 1);
       return absl::OkStatus();
     }
     if (op == "Identity" || op == "Dropout") {
@@ -416,7 +416,7 @@ class Reader {
       TOPIARY_ASSIGN_OR_RETURN(const Const* c, ConstIn(n, i + 1));
       params_.push_back({l->name(), roles[i], *c});
     }
-    ++summary_.batch_norms;
+    summary_.set_batch_norms(summary_.batch_norms() + 1);
     return absl::OkStatus();
   }
 
@@ -429,7 +429,7 @@ class Reader {
       if ((p->kind() == "batch_norm" || p->kind() == "add") && !p->relu()) {
         p->set_relu(true);
         values_[n.output(0)] = x;
-        ++summary_.fused_relus;
+        summary_.set_fused_relus(summary_.fused_relus() + 1);
         return absl::OkStatus();
       }
     }
@@ -570,7 +570,7 @@ class Reader {
   std::set<std::string> used_, pending_bias_;
   NetworkGraph graph_;
   std::vector<Param> params_;
-  OnnxImportSummary summary_;
+  topiary::v1::ImportSummary summary_;
 };
 
 // The ONNX layout of `p`'s value converted to Topiary's in-memory one, checked against the
@@ -697,21 +697,21 @@ absl::StatusOr<ImportedModel> ImportOnnx(const std::string& bytes, const std::st
     in.add_inv_std(1.0f / std);
   }
   out.summary = reader.summary();
-  OnnxImportSummary& s = out.summary;
-  s.arch = graph.arch();
-  s.onnx_nodes = proto.graph().node_size();
-  s.layers = graph.layers_size();
-  s.parameters = model.trainable_parameter_count();
-  s.height = graph.height();
-  s.width = graph.width();
-  s.channels = c;
-  s.classes = graph.classes();
+  topiary::v1::ImportSummary& s = out.summary;
+  s.set_arch(graph.arch());
+  s.set_onnx_nodes(proto.graph().node_size());
+  s.set_layers(graph.layers_size());
+  s.set_parameters(model.trainable_parameter_count());
+  s.set_height(graph.height());
+  s.set_width(graph.width());
+  s.set_channels(c);
+  s.set_classes(graph.classes());
   return out;
 }
 
-absl::StatusOr<OnnxImportSummary> ImportOnnxFile(const std::string& onnx_path,
-                                                 const std::string& out_path,
-                                                 const OnnxImportOptions& options) {
+absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onnx_path,
+                                                          const std::string& out_path,
+                                                          const OnnxImportOptions& options) {
   TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadFile(onnx_path, kMaxFileBytes));
   topiary::v1::DeviceSpec cpu;
   cpu.set_kind(topiary::v1::DeviceSpec::CPU);
@@ -725,6 +725,7 @@ absl::StatusOr<OnnxImportSummary> ImportOnnxFile(const std::string& onnx_path,
   state.parent = onnx_path;
   state.metrics_json = "{}";
   TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(out_path, *imported.model, state));
+  imported.summary.set_checkpoint(out_path);
   return imported.summary;
 }
 

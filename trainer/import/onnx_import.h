@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "topiary/v1/checkpoint.pb.h"
+#include "topiary/v1/network.pb.h"
 #include "trainer/core/device.h"
 #include "trainer/nn/model.h"
 
@@ -34,31 +35,20 @@ struct OnnxImportOptions {
   float max_value = 255;
 };
 
-struct OnnxImportSummary {
-  std::string arch;
-  int onnx_nodes = 0;  // in the file
-  int layers = 0;      // in the network
-  int dropped = 0;     // Identity, Dropout, Constant
-  int fused_relus = 0;
-  int batch_norms = 0;
-  int64_t parameters = 0;
-  int height = 0, width = 0, channels = 0, classes = 0;
-};
-
 // The model an ONNX file describes, parameters loaded, on `device`; `input` receives the
 // recorded input format. `name` names the file in errors.
 struct ImportedModel {
   std::unique_ptr<Model> model;
   topiary::v1::InputFormat input;
-  OnnxImportSummary summary;
+  topiary::v1::ImportSummary summary;  // checkpoint not set
 };
 absl::StatusOr<ImportedModel> ImportOnnx(const std::string& bytes, const std::string& name,
                                          const OnnxImportOptions& options, Device* device);
 
 // Reads `onnx_path` (at most 2 GiB) and writes the checkpoint `out_path` (atomically).
-absl::StatusOr<OnnxImportSummary> ImportOnnxFile(const std::string& onnx_path,
-                                                 const std::string& out_path,
-                                                 const OnnxImportOptions& options);
+absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onnx_path,
+                                                          const std::string& out_path,
+                                                          const OnnxImportOptions& options);
 
 }  // namespace topiary
 

@@ -39,7 +39,8 @@ def test_from_torch_then_export_equals_pytorch(tmp_path, topiary_cli):
     x = torch.rand(4, 1, 14, 14)
     path = str(tmp_path / "plain.h5")
     summary = topiary.from_torch(net, x[:1], path, topiary_bin=topiary_cli)
-    assert summary["classes"] == 10 and summary["input"] == [14, 14, 1]
+    assert summary["classes"] == 10 and (summary["height"], summary["width"]) == (14, 14)
+    assert summary["channels"] == 1 and summary["checkpoint"] == path
     ckpt = topiary.load_checkpoint(path)
     assert ckpt.arch == "torch:Plain"
     kinds = [layer["kind"] for layer in ckpt.network["layers"]]
@@ -60,3 +61,31 @@ def test_from_torch_refuses_unsupported_operators_by_name(tmp_path, topiary_cli)
         topiary.from_torch(net, torch.rand(1, 1, 8, 8), str(tmp_path / "s.h5"),
                            topiary_bin=topiary_cli)
     assert not os.path.exists(tmp_path / "s.h5")
+
+
+def test_daemon_imports_from_its_data_directory_only(daemon, tmp_path):
+    """ImportModel: a model in the data directory becomes a new checkpoint there, which a spec
+    without model.arch trains from; paths outside, existing outputs and bad files are refused
+    with their codes, and the daemon goes on."""
+    net = Plain().eval()
+    onnx_path = os.path.join(daemon.data_dir, "plain.onnx")
+    torch.onnx.export(net, torch.rand(1, 1, 14, 14), onnx_path, opset_version=13)
+    with topiary.Client(daemon.address) as c:
+        s = c.import_model("plain.onnx", "imports/plain.h5", mean=[0.5], std=[0.25])
+        assert s.checkpoint == "imports/plain.h5" and s.classes == 10 and s.layers > 5
+        assert "import:onnx" in c.info().capabilities
+        report = c.inspect("imports/plain.h5")
+        assert report.model_arch == "onnx:plain"
+        with pytest.raises(topiary.TopiaryError) as e:
+            c.import_model("plain.onnx", "imports/plain.h5")
+        assert e.value.code.name == "ALREADY_EXISTS"
+        with pytest.raises(topiary.PermissionDenied):
+            c.import_model("/etc/passwd", "x.h5")
+        with pytest.raises(topiary.PermissionDenied):
+            c.import_model("plain.onnx", "../outside.h5")
+        with open(os.path.join(daemon.data_dir, "junk.onnx"), "wb") as f:
+            f.write(b"\x08\x07junk")
+        with pytest.raises(topiary.InvalidArgument, match="not an ONNX model"):
+            c.import_model("junk.onnx", "junk.h5")
+        assert not os.path.exists(os.path.join(daemon.data_dir, "junk.h5"))
+        assert c.info().version  # still serving

@@ -22,7 +22,8 @@ from google.protobuf import json_format, text_format
 
 from topiary.errors import (FailedPrecondition, InvalidArgument, TopiaryError, Unavailable,
                             from_rpc_error)
-from topiary.v1 import checkpoint_pb2, events_pb2, experiment_pb2, multiplier_pb2
+from topiary.v1 import (checkpoint_pb2, events_pb2, experiment_pb2, multiplier_pb2,
+                        network_pb2)
 from topiary.v1 import service_pb2 as pb
 from topiary.v1 import service_pb2_grpc
 
@@ -246,6 +247,16 @@ class Client:
     def inspect(self, path: str, layer: str = "") -> checkpoint_pb2.CheckpointReport:
         """The daemon's report of a checkpoint (data-directory relative); `layer` a glob."""
         return self._call("InspectCheckpoint", pb.InspectCheckpointRequest(path=path, layer=layer))
+
+    def import_model(self, onnx_path: str, out_path: str, *,
+                     mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+                     max_value: float = 0.0, arch: str = "", height: int = 0, width: int = 0,
+                     channels: int = 0) -> network_pb2.ImportSummary:
+        """The daemon imports an ONNX model in its data directory into a new checkpoint there
+        (`topiary import --remote`); a spec without model.arch can then start from it."""
+        return self._call("ImportModel", pb.ImportModelRequest(
+            onnx_path=onnx_path, out_path=out_path, mean=list(mean or []), std=list(std or []),
+            max_value=max_value, arch=arch, height=height, width=width, channels=channels))
 
     def multipliers(self) -> multiplier_pb2.ListMultipliersResponse:
         """The daemon's multiplier tables (with their error metrics) and generated families."""
