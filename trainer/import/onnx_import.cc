@@ -579,12 +579,22 @@ class Reader {
 absl::Status LoadParam(const Param& src, Parameter* p, const Shape4* flat_from,
                        const std::string& what) {
   const std::vector<int>& shape = p->value.shape();
+  // The dims the file must give, in ONNX order: OIHW for [K, R, S, Cg]; [in, out] for a
+  // MatMul's (or a Gemm's without transB) [out, in]; vectors by their element count.
   std::vector<int64_t> want(shape.begin(), shape.end());
-  std::vector<float> v(src.value.v.begin(), src.value.v.end());
-  std::vector<float> mem(v.size());
-  if (shape.size() == 4) {  // [K, R, S, Cg] from OIHW [K, Cg, R, S]
-    want = {shape[0], shape[3], shape[1], shape[2]};
-    if (src.value.dims != want) goto mismatch;
+  if (shape.size() == 4) want = {shape[0], shape[3], shape[1], shape[2]};
+  if (shape.size() == 2 && src.transpose) want = {shape[1], shape[0]};
+  const bool fits = shape.size() == 4 || shape.size() == 2
+                        ? src.value.dims == want
+                        : src.value.count() == static_cast<int64_t>(p->size());
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: layer '%s' %s has ONNX dims %s; the network needs %s here (ONNX order)", what,
+        src.layer, ParamRoleName(src.role), DimsText(src.value.dims), DimsText(want)));
+  }
+  const std::vector<float> v(src.value.v.begin(), src.value.v.end());
+  std::vector<float> mem = v;
+  if (shape.size() == 4) {
     const int k = shape[0], r = shape[1], s = shape[2], c = shape[3];
     for (int o = 0; o < k; ++o)
       for (int i = 0; i < c; ++i)
@@ -592,11 +602,8 @@ absl::Status LoadParam(const Param& src, Parameter* p, const Shape4* flat_from,
           for (int x = 0; x < s; ++x)
             mem[((static_cast<size_t>(o) * r + y) * s + x) * c + i] =
                 v[((static_cast<size_t>(o) * c + i) * r + y) * s + x];
-  } else if (shape.size() == 2) {  // [out, in]
+  } else if (shape.size() == 2) {
     const int out = shape[0], in = shape[1];
-    std::vector<int64_t> have = src.value.dims;
-    if (src.transpose) std::swap(have[0], have[1]);
-    if (have != want) goto mismatch;
     for (int o = 0; o < out; ++o)
       for (int i = 0; i < in; ++i) {
         int from = i;  // the ONNX column of Topiary's column i
@@ -608,16 +615,81 @@ absl::Status LoadParam(const Param& src, Parameter* p, const Shape4* flat_from,
                                                    ? v[static_cast<size_t>(from) * out + o]
                                                    : v[static_cast<size_t>(o) * in + from];
       }
-  } else {
-    if (src.value.count() != static_cast<int64_t>(p->size())) goto mismatch;
-    mem = v;
   }
   p->value.CopyFromHost(mem.data());
   return absl::OkStatus();
-mismatch:
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "%s: layer '%s' %s has ONNX dims %s; the network needs %s here (ONNX order)", what, src.layer,
-      ParamRoleName(src.role), DimsText(src.value.dims), DimsText(want)));
+}
+
+// The model's parameters from the reader's tensors, converted (zero where the file has none:
+// the bias of a MatMul without an Add), then checked (running variances >= 0).
+absl::Status LoadParams(const std::vector<Param>& params, Model& model, const std::string& name) {
+  for (Parameter* p : model.parameters()) {
+    std::vector<float> zeros(p->size(), 0.0f);
+    p->value.CopyFromHost(zeros.data());
+  }
+  std::map<std::string, const Model::Node*> by_name;
+  std::map<int, const Model::Node*> producer;
+  for (const Model::Node& node : model.nodes()) {
+    by_name[node.layer->name()] = &node;
+    producer[node.output] = &node;
+  }
+  for (const Param& src : params) {
+    const Model::Node* node = by_name.at(src.layer);
+    Parameter* p = node->layer->parameter(src.role);
+    if (p == nullptr) return absl::InternalError(src.layer + ": no such parameter");
+    const Shape4* flat_from = nullptr;
+    if (node->layer->kind() == LayerKind::kLinear && src.role == ParamRole::kKernel) {
+      auto it = producer.find(node->inputs[0]);
+      if (it != producer.end() && it->second->layer->kind() == LayerKind::kFlatten) {
+        flat_from = &model.value_shapes()[it->second->inputs[0]];
+      }
+    }
+    TOPIARY_RETURN_IF_ERROR(LoadParam(src, p, flat_from, name));
+  }
+  for (const Model::Node& node : model.nodes()) {
+    if (node.layer->kind() != LayerKind::kBatchNorm) continue;
+    const Parameter& var = *node.layer->parameter(ParamRole::kRunningVar);
+    for (float x : std::vector<float>(var.value.data(), var.value.data() + var.size())) {
+      if (x < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": ", node.layer->name(), ": a negative running variance"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What the checkpoint records the network reads: the graph's image and the options'
+// normalization (one value for every channel, or one per channel).
+absl::StatusOr<topiary::v1::InputFormat> InputFormatFor(const NetworkGraph& graph,
+                                                        const OnnxImportOptions& options) {
+  const int c = graph.channels();
+  if (!(options.max_value > 0 && std::isfinite(options.max_value))) {
+    return absl::InvalidArgumentError("--max_value: must be positive and finite");
+  }
+  for (const auto* v : {&options.mean, &options.std}) {
+    if (!v->empty() && static_cast<int>(v->size()) != c && v->size() != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--mean and --std take 1 or %d values (the input's channels), not %d", c, v->size()));
+    }
+  }
+  topiary::v1::InputFormat in;
+  in.set_layout("NHWC");
+  in.set_height(graph.height());
+  in.set_width(graph.width());
+  in.set_channels(c);
+  in.set_classes(graph.classes());
+  in.set_max_value(options.max_value);
+  for (int k = 0; k < c; ++k) {
+    const float mean = options.mean.empty() ? 0.0f : options.mean[options.mean.size() == 1 ? 0 : k];
+    const float std = options.std.empty() ? 1.0f : options.std[options.std.size() == 1 ? 0 : k];
+    if (!(std > 0) || !std::isfinite(std) || !std::isfinite(mean)) {
+      return absl::InvalidArgumentError("--std: must be positive and finite, --mean finite");
+    }
+    in.add_mean(mean);
+    in.add_inv_std(1.0f / std);
+  }
+  return in;
 }
 
 }  // namespace
@@ -636,75 +708,18 @@ absl::StatusOr<ImportedModel> ImportOnnx(const std::string& bytes, const std::st
   stem = stem.substr(0, stem.rfind(".onnx"));
   graph.set_arch(options.arch.empty() ? "onnx:" + CleanName(stem) : options.arch);
   ImportedModel out;
+  TOPIARY_ASSIGN_OR_RETURN(out.input, InputFormatFor(graph, options));
   TOPIARY_ASSIGN_OR_RETURN(out.model, BuildModelFromGraph(graph, device, name));
-  Model& model = *out.model;
-  // Every layer's parameters: the file's, converted; zero where the file has none (the bias
-  // of a MatMul without an Add).
-  for (Parameter* p : model.parameters()) {
-    std::vector<float> zeros(p->size(), 0.0f);
-    p->value.CopyFromHost(zeros.data());
-  }
-  std::map<std::string, const Model::Node*> by_name;
-  for (const Model::Node& node : model.nodes()) by_name[node.layer->name()] = &node;
-  std::map<int, const Model::Node*> producer;
-  for (const Model::Node& node : model.nodes()) producer[node.output] = &node;
-  for (const Param& src : reader.params()) {
-    const Model::Node* node = by_name.at(src.layer);
-    Parameter* p = node->layer->parameter(src.role);
-    if (p == nullptr) return absl::InternalError(src.layer + ": no such parameter");
-    const Shape4* flat_from = nullptr;
-    if (node->layer->kind() == LayerKind::kLinear && src.role == ParamRole::kKernel) {
-      auto it = producer.find(node->inputs[0]);
-      if (it != producer.end() && it->second->layer->kind() == LayerKind::kFlatten) {
-        flat_from = &model.value_shapes()[it->second->inputs[0]];
-      }
-    }
-    TOPIARY_RETURN_IF_ERROR(LoadParam(src, p, flat_from, name));
-  }
-  for (const Model::Node& node : model.nodes()) {
-    if (node.layer->kind() != LayerKind::kBatchNorm) continue;
-    const Parameter& var = *node.layer->parameter(ParamRole::kRunningVar);
-    for (float x : std::vector<float>(var.value.data(), var.value.data() + var.size())) {
-      if (x < 0)
-        return absl::InvalidArgumentError(name + ": " + node.layer->name() +
-                                          ": a negative running variance");
-    }
-  }
-  const int c = graph.channels();
-  topiary::v1::InputFormat& in = out.input;
-  in.set_layout("NHWC");
-  in.set_height(graph.height());
-  in.set_width(graph.width());
-  in.set_channels(c);
-  in.set_classes(graph.classes());
-  if (!(options.max_value > 0 && std::isfinite(options.max_value))) {
-    return absl::InvalidArgumentError("--max-value must be positive");
-  }
-  in.set_max_value(options.max_value);
-  for (const auto* v : {&options.mean, &options.std}) {
-    if (!v->empty() && static_cast<int>(v->size()) != c && v->size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--mean and --std take 1 or %d values (the input's channels)", c));
-    }
-  }
-  for (int k = 0; k < c; ++k) {
-    const float mean = options.mean.empty() ? 0.0f : options.mean[options.mean.size() == 1 ? 0 : k];
-    const float std = options.std.empty() ? 1.0f : options.std[options.std.size() == 1 ? 0 : k];
-    if (!(std > 0) || !std::isfinite(mean)) {
-      return absl::InvalidArgumentError("--std must be positive and --mean finite");
-    }
-    in.add_mean(mean);
-    in.add_inv_std(1.0f / std);
-  }
+  TOPIARY_RETURN_IF_ERROR(LoadParams(reader.params(), *out.model, name));
   out.summary = reader.summary();
   topiary::v1::ImportSummary& s = out.summary;
   s.set_arch(graph.arch());
   s.set_onnx_nodes(proto.graph().node_size());
   s.set_layers(graph.layers_size());
-  s.set_parameters(model.trainable_parameter_count());
+  s.set_parameters(out.model->trainable_parameter_count());
   s.set_height(graph.height());
   s.set_width(graph.width());
-  s.set_channels(c);
+  s.set_channels(graph.channels());
   s.set_classes(graph.classes());
   return out;
 }
