@@ -122,8 +122,11 @@ std::string Top1(double x) { return x == 0 ? "-" : Percent(x); }
 void PrintExperiment(const Experiment& e) {
   absl::PrintF("%s  %s  %s\n", e.id(), OneLine(e.name()),
                topiary::v1::ExperimentState_Name(e.state()));
-  absl::PrintF("  model %s, device %s\n", e.spec().model().arch(),
-               e.device().empty() ? "-" : e.device());
+  // No model.arch: the network of the checkpoint the experiment starts from.
+  const std::string model = e.spec().model().arch().empty()
+                                ? "from " + e.spec().init_from_checkpoint()
+                                : e.spec().model().arch();
+  absl::PrintF("  model %s, device %s\n", model, e.device().empty() ? "-" : e.device());
   absl::PrintF("  round %d, epoch %d, test top-1 %s, sparsity %.1f%%\n", e.round(), e.epoch(),
                Top1(e.test_top1()), 100 * e.sparsity());
   absl::PrintF("  created %s, updated %s\n", e.created_at(), e.updated_at());

@@ -183,7 +183,9 @@ def build_model(arch: str, in_channels: int, classes: int, width: float = 1.0,
     if arch in _IMAGENET:
         blocks, bottleneck = _IMAGENET[arch]
         return ResNet(in_channels, classes, blocks, width, cifar=False, bottleneck=bottleneck)
-    raise ValueError(f"model.arch: unknown architecture {arch!r}; one of {', '.join(MODELS)}")
+    raise ValueError(f"model.arch: unknown architecture {arch!r}; one of {', '.join(MODELS)} "
+                     "(a network from elsewhere, e.g. `topiary import`, goes back through "
+                     "`topiary export --onnx`)")
 
 
 def _hwc_to_chw_columns(w: np.ndarray, h: int, wd: int, c: int) -> np.ndarray:
