@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -334,6 +335,7 @@ class Reader {
       Emit(n, index, "global_avg_pool", {x});
       return absl::OkStatus();
     }
+    if (op == "ReduceMean") return ReduceMean(n, index);
     if (op == "Flatten" || op == "Reshape") return Flatten(n, index);
     if (op == "Gemm" || op == "MatMul") return Gemm(n, index);
     if (op == "Concat") {
@@ -349,7 +351,8 @@ class Reader {
     }
     return NodeError(n,
                      "operator not supported; the importer reads Conv, BatchNormalization, "
-                     "Relu, Clip (ReLU6), Add, MaxPool, AveragePool, GlobalAveragePool, "
+                     "Relu, Clip (ReLU6), Add, MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
+                     "(over H, W), "
                      "Flatten, Reshape (to 2-D), Gemm, MatMul, Concat, Constant, Identity, "
                      "Dropout, Pad (of nothing)");
   }
@@ -493,6 +496,28 @@ class Reader {
     l->set_window(win.kh);
     l->set_stride(win.stride);
     l->set_pad(win.pad);
+    return absl::OkStatus();
+  }
+
+  // The mean over height and width (x.mean((2, 3)) in PyTorch): global average pooling, and
+  // a flatten after it without keepdims.
+  absl::Status ReduceMean(const onnx::NodeProto& n, int index) {
+    TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+    std::vector<int64_t> axes = IntsAttr(n, "axes");
+    if (opset_ >= 18 && n.input_size() > 1 && !n.input(1).empty()) {
+      TOPIARY_ASSIGN_OR_RETURN(const Const* c, ConstIn(n, 1));
+      axes.assign(c->v.begin(), c->v.end());
+    }
+    for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+    std::sort(axes.begin(), axes.end());
+    if (axes != std::vector<int64_t>{2, 3}) {
+      return NodeError(n, "a mean over axes other than height and width (2, 3) is not read");
+    }
+    Emit(n, index, "global_avg_pool", {x});
+    if (IntAttr(n, "keepdims", 1) == 0) {
+      const Value pooled = values_.at(n.output(0));
+      Emit(n, index, "flatten", {pooled});
+    }
     return absl::OkStatus();
   }
 

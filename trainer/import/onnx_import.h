@@ -4,7 +4,8 @@
 //
 // Read: Conv (groups and depthwise included), BatchNormalization (kept as a layer; a model
 // exported with it folded into its convolutions arrives as convolutions with bias), Relu,
-// Clip as ReLU6 or ReLU, Add, MaxPool, AveragePool, GlobalAveragePool, Flatten and Reshape to
+// Clip as ReLU6 or ReLU, Add, MaxPool, AveragePool, GlobalAveragePool, ReduceMean over height
+// and width, Flatten and Reshape to
 // 2-D, Gemm and MatMul (+ Add of a bias), Concat along channels, Constant; Identity and
 // Dropout are dropped. A ReLU whose input only it reads is fused into the batch norm or add
 // before it. Anything else is refused naming the node, its operator and why. Everything read
