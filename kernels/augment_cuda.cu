@@ -22,10 +22,11 @@ __global__ void AssembleKernel(AssembleParams p, const StepClock* clock,
   if (threadIdx.x == 0) batch_labels[i] = labels[idx];
   const Placement pl = DrawPlacement(p, j);
   const int64_t image = static_cast<int64_t>(p.h) * p.w * p.c;
+  const int oh = p.oh(), ow = p.ow();
   const uint8_t* src = pixels + idx * image;
-  float* dst = x + i * image;
-  for (int pix = threadIdx.x; pix < p.h * p.w; pix += blockDim.x) {
-    const int s = SourcePixel(p, pl, pix / p.w, pix % p.w);
+  float* dst = x + i * static_cast<int64_t>(oh) * ow * p.c;
+  for (int pix = threadIdx.x; pix < oh * ow; pix += blockDim.x) {
+    const int s = SourcePixel(p, pl, pix / ow, pix % ow);
     for (int ch = 0; ch < p.c; ++ch) {
       dst[static_cast<int64_t>(pix) * p.c + ch] = lut[ch * 256 + (s < 0 ? 0 : src[s + ch])];
     }

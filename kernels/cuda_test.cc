@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/approx_conv.h"
+#include "kernels/augment.h"
 #include "kernels/batch_norm.h"
 #include "kernels/block_sparse_conv.h"
 #include "kernels/conv.h"
@@ -253,6 +254,55 @@ TEST_F(CudaKernels, Relu6ConcatAndGroupedConvMatchCpu) {
       EXPECT_LT(Rel(adx.Host(), cdx), Tol(t, 1e-5));
       EXPECT_LT(Rel(dgw.Host(), cgw), 1e-4);  // fp32 sums in another order
     }
+  }
+}
+
+// Batch assembly: the GPU builds the CPU's batches bit for bit, with zero-padded crops and
+// flips, with random-resized crops into smaller images, and with the evaluation centre crop.
+TEST_F(CudaKernels, AssembleBatchMatchesCpuBitForBit) {
+  const int n = 37, h = 19, w = 23, c = 3;
+  std::vector<uint8_t> pixels(static_cast<size_t>(n) * h * w * c);
+  for (size_t i = 0; i < pixels.size(); ++i)
+    pixels[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
+  std::vector<int32_t> labels(n), order(n);
+  for (int i = 0; i < n; ++i) {
+    labels[i] = i % 10;
+    order[i] = (i * 7) % n;
+  }
+  std::vector<float> lut(c * 256);
+  for (size_t i = 0; i < lut.size(); ++i) lut[i] = static_cast<float>(i % 256) * 0.01f - 1.0f;
+  Dev<uint8_t> dpix(pixels);
+  Dev<int32_t> dlab(labels), dord(order);
+  Dev<float> dlut(lut);
+  for (int mode = 0; mode < 3; ++mode) {
+    SCOPED_TRACE(mode);
+    AssembleParams p;
+    p.h = h;
+    p.w = w;
+    p.c = c;
+    p.count = 20;
+    p.first = 5;
+    p.epoch = 3;
+    p.augment = mode < 2;
+    p.horizontal_flip = true;
+    p.crop_padding = mode == 0 ? 3 : 0;
+    p.random_resized_crop = mode == 1;
+    if (mode > 0) p.out_h = p.out_w = 11;
+    p.key0 = 12345;
+    p.key1 = 678;
+    const size_t out = static_cast<size_t>(p.count) * p.oh() * p.ow() * c;
+    Dev<float> dx(out);
+    Dev<int32_t> dl(p.count);
+    ASSERT_TRUE(AssembleBatchCuda(p, nullptr, dpix.get(), dlab.get(), dord.get(), dlut.get(),
+                                  dx.get(), dl.get(), ctx_)
+                    .ok());
+    std::vector<float> x(out);
+    std::vector<int32_t> bl(p.count);
+    AssembleBatchCpu(p, pixels.data(), labels.data(), order.data(), lut.data(), x.data(),
+                     bl.data());
+    Sync();
+    EXPECT_EQ(dx.Host(), x);
+    EXPECT_EQ(dl.Host(), bl);
   }
 }
 

@@ -56,8 +56,8 @@ topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float m
                                        const Normalization& norm) {
   topiary::v1::InputFormat f;
   f.set_layout("NHWC");
-  f.set_height(set.h);
-  f.set_width(set.w);
+  f.set_height(set.batch_h());
+  f.set_width(set.batch_w());
   f.set_channels(set.c);
   f.set_classes(classes);
   f.set_max_value(max_value);
@@ -92,12 +92,15 @@ kernels::AssembleParams Batcher::Params(int epoch, int64_t first, int count, boo
   p.h = set_->h;
   p.w = set_->w;
   p.c = set_->c;
+  p.out_h = set_->batch_h();
+  p.out_w = set_->batch_w();
   p.count = count;
   p.first = first;
   p.epoch = epoch;
   p.augment = augment && augments();
   p.crop_padding = augment_.crop_padding();
   p.horizontal_flip = augment_.horizontal_flip();
+  p.random_resized_crop = augment_.random_resized_crop();
   const auto key = Philox(seed_, RngStream::kAugment).key();
   p.key0 = key[0];
   p.key1 = key[1];

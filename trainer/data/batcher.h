@@ -27,8 +27,7 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
 // comes from a checkpoint that recorded its input format (`recorded_input_json`, a
 // topiary.v1.InputFormat; empty: none), whose per-channel mean and inverse std it keeps, so an
 // imported model reads what it was trained on. Errors when the channel counts differ.
-absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value,
-                                               bool normalize,
+absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value, bool normalize,
                                                const std::string& recorded_input_json);
 
 // What a network trained on `set` reads, for checkpoints (and through them PyTorch and ONNX).
@@ -43,7 +42,10 @@ class Batcher {
   const ImageSet& set() const { return *set_; }
   // lut[ch * 256 + v]: the normalized value of raw byte v in channel ch.
   const std::vector<float>& lut() const { return lut_; }
-  bool augments() const { return augment_.crop_padding() > 0 || augment_.horizontal_flip(); }
+  bool augments() const {
+    return augment_.crop_padding() > 0 || augment_.horizontal_flip() ||
+           augment_.random_resized_crop();
+  }
 
   // A seeded permutation of the set for `epoch` (each epoch its own counter range of the
   // shuffle stream, so any epoch can be reproduced without replaying the ones before it).

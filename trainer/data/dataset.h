@@ -14,7 +14,12 @@
 namespace topiary {
 
 struct ImageSet {
-  int h = 0, w = 0, c = 0;
+  int h = 0, w = 0, c = 0;  // as stored
+  // The images batches hold, when smaller than the stored ones (0: h, w): the centre crop in
+  // evaluation, a random-resized crop in training (IMAGE_FOLDER's crop_size).
+  int out_h = 0, out_w = 0;
+  int batch_h() const { return out_h > 0 ? out_h : h; }
+  int batch_w() const { return out_w > 0 ? out_w : w; }
   std::vector<uint8_t> pixels;  // [size, h, w, c]
   std::vector<int32_t> labels;  // [size], each in [0, classes)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }

@@ -247,6 +247,45 @@ TEST(Batcher, CropPadsWithZeroBeforeNormalization) {
   EXPECT_TRUE(saw_pad);
 }
 
+// Batches smaller than the stored images: evaluation takes the exact centre; a random-resized
+// crop samples a box of the image (every output pixel a stored pixel, the box's corners
+// reached over many draws), deterministically per (epoch, image).
+TEST(Batcher, CentreCropAndRandomResizedCrop) {
+  ImageSet set;
+  set.h = 8;
+  set.w = 8;
+  set.c = 1;
+  set.out_h = set.out_w = 4;
+  for (int i = 0; i < 64; ++i) set.pixels.push_back(static_cast<uint8_t>(i));
+  set.labels = {0};
+  Normalization id{{0.0f}, {1.0f}};
+  topiary::v1::Augment aug;
+  aug.set_random_resized_crop(true);
+  Batcher b(&set, 1.0f, id, aug, 3);
+  std::vector<int32_t> order = {0};
+  float x[16], again[16];
+  int32_t label;
+  b.Assemble(order, 0, 0, 1, false, x, &label);  // evaluation: rows 2-5, columns 2-5
+  for (int y = 0; y < 4; ++y)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(x[y * 4 + c], (y + 2) * 8 + (c + 2));
+  bool varied = false, saw_corner = false;
+  for (int epoch = 0; epoch < 200; ++epoch) {
+    b.Assemble(order, epoch, 0, 1, true, x, &label);
+    b.Assemble(order, epoch, 0, 1, true, again, &label);
+    EXPECT_TRUE(std::equal(x, x + 16, again));
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_TRUE(x[i] >= 0 && x[i] < 64 && x[i] == std::floor(x[i])) << x[i];
+    }
+    // Rows increase by whole image rows, columns by one: a box sampled in order.
+    EXPECT_LE(x[0], x[3]);
+    EXPECT_LE(x[0], x[12]);
+    varied |= x[0] != 18;
+    saw_corner |= x[0] == 0 || x[15] == 63;
+  }
+  EXPECT_TRUE(varied);
+  EXPECT_TRUE(saw_corner);
+}
+
 // Hostile inputs: each one crashed, exhausted memory or read outside the allowed folders.
 TEST(Hostile, IdxDimensionsThatWrapAreRefused) {
   // 2^22 * 2^21 * 2^21 wraps a 64-bit size to 0.

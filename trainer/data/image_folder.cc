@@ -185,6 +185,7 @@ absl::Status LoadSplit(const std::string& root, const std::string& real_root,
   for (auto& th : pool) th.join();
   set->h = set->w = f.image_size();
   set->c = f.channels();
+  if (f.crop_size() > 0 && f.crop_size() < f.image_size()) set->out_h = set->out_w = f.crop_size();
   for (size_t i = 0; i < items.size(); ++i) {
     if (!errors[i].ok()) {
       if (f.bad_images() == ImageFolderSpec::FAIL) {

@@ -71,6 +71,14 @@ TEST(ImageFolder, ReadsClassesInOrderPngExactlyJpegClosely) {
   int worst = 0;
   for (int i = 0; i < 64; ++i) worst = std::max(worst, std::abs(ds->train.pixels[i] - p3[i]));
   EXPECT_LE(worst, 24);  // JPEG at quality 100 on a sharp pattern
+  // crop_size: batches hold the centre (or random-resized) crop of the stored images.
+  auto spec = Spec(root, 8, false);
+  spec.mutable_image_folder()->set_crop_size(6);
+  auto cropped = ReadImageFolder(spec);
+  ASSERT_TRUE(cropped.ok()) << cropped.status();
+  EXPECT_EQ(cropped->train.h, 8);
+  EXPECT_EQ(cropped->train.batch_h(), 6);
+  EXPECT_EQ(cropped->test.batch_w(), 6);
 }
 
 TEST(ImageFolder, FitsShorterSideThenCentreCrops) {

@@ -31,7 +31,7 @@ struct CheckpointEvaluator::State {
   // A fresh model of the checkpoint's architecture (parameters not loaded).
   absl::StatusOr<std::unique_ptr<Model>> BuildModel() const {
     return BuildCheckpointModel(checkpoint, path, spec.model().width(),
-                                {1, data.test.h, data.test.w, data.test.c}, data.classes,
+                                {1, data.test.batch_h(), data.test.batch_w(), data.test.c}, data.classes,
                                 device.get());
   }
 

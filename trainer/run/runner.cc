@@ -222,7 +222,7 @@ absl::Status ExperimentRun::SetupData() {
 
 // Every rank builds the same model on its own device (and thread).
 absl::Status ExperimentRun::BuildModels() {
-  const Shape4 input{1, data_->train.h, data_->train.w, data_->train.c};
+  const Shape4 input{1, data_->train.batch_h(), data_->train.batch_w(), data_->train.c};
   return ranks_->Run([&](int r) -> absl::Status {
     TOPIARY_ASSIGN_OR_RETURN(
         std::unique_ptr<Model> model,

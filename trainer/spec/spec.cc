@@ -69,6 +69,8 @@ absl::Status ValidateData(const DataSpec& d) {
   CHECK_RULE(d.test_limit() >= 0, "data.test_limit", "must be >= 0 (0: all)");
   CHECK_RULE(d.augment().crop_padding() >= 0 && d.augment().crop_padding() <= 64,
              "data.augment.crop_padding", "must be in [0, 64]");
+  CHECK_RULE(!d.augment().random_resized_crop() || d.augment().crop_padding() == 0,
+             "data.augment.random_resized_crop", "replaces crop_padding: set one of them");
   const bool needs_path = d.dataset() == DataSpec::MNIST || d.dataset() == DataSpec::CIFAR10 ||
                           d.dataset() == DataSpec::CIFAR100 || d.dataset() == DataSpec::DIGITS ||
                           d.dataset() == DataSpec::IMAGE_FOLDER;
@@ -88,6 +90,9 @@ absl::Status ValidateData(const DataSpec& d) {
                "data.image_folder.max_image_pixels", "must be in [1, 2^30]");
     CHECK_RULE(f.decode_threads() >= 0 && f.decode_threads() <= 1024,
                "data.image_folder.decode_threads", "must be in [0, 1024]");
+    const int stored = f.image_size() > 0 ? f.image_size() : 32;  // the default
+    CHECK_RULE(f.crop_size() >= 0 && f.crop_size() <= stored, "data.image_folder.crop_size",
+               "must be in [1, image_size]");
   }
   if (d.has_synthetic()) {
     CHECK_RULE(d.dataset() == DataSpec::SYNTHETIC, "data.synthetic",
@@ -434,6 +439,7 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (f->image_size() == 0) f->set_image_size(32);
     if (f->channels() == 0) f->set_channels(3);
     if (f->max_image_pixels() == 0) f->set_max_image_pixels(int64_t{1} << 26);
+    if (f->crop_size() == 0) f->set_crop_size(f->image_size());
   }
   if (s.has_gradient_sampling() && s.gradient_sampling().top_k() == 0) {
     s.mutable_gradient_sampling()->set_top_k(1);
