@@ -21,6 +21,24 @@ struct GroupedConvShape {
   int groups = 1;
   TOPIARY_HD int cg() const { return conv.c / groups; }  // input channels per group
   TOPIARY_HD int kg() const { return conv.k / groups; }  // output channels per group
+
+  // The input pixel that output pixel (p, q) reads through filter tap (r, t): false when it
+  // falls in the padding. Every kernel below (CPU and CUDA) walks its taps through this.
+  TOPIARY_HD bool Tap(int p, int q, int r, int t, int* h, int* col) const {
+    *h = p * conv.stride_h - conv.pad_h + r;
+    *col = q * conv.stride_w - conv.pad_w + t;
+    return *h >= 0 && *h < conv.h && *col >= 0 && *col < conv.w;
+  }
+  // Element offsets: input (n, h, col, channel c), output (n, p, q, k), filter (k, r, t, ci).
+  TOPIARY_HD int64_t In(int64_t n, int h, int col, int c) const {
+    return ((n * conv.h + h) * conv.w + col) * conv.c + c;
+  }
+  TOPIARY_HD int64_t Out(int64_t n, int p, int q, int k) const {
+    return ((n * conv.ho() + p) * conv.wo() + q) * conv.k + k;
+  }
+  TOPIARY_HD int64_t Filter(int k, int r, int t, int ci) const {
+    return ((static_cast<int64_t>(k) * conv.r + r) * conv.s + t) * cg() + ci;
+  }
 };
 
 // OK when the convolution's shape is valid and both channel counts divide by groups.

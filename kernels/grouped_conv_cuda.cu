@@ -19,23 +19,21 @@ __global__ void ForwardKernel(GroupedConvShape g, const T* __restrict__ x,
     const int64_t pix = i / s.k;
     const int q = static_cast<int>(pix % wo), p = static_cast<int>(pix / wo % ho);
     const int64_t n = pix / (static_cast<int64_t>(wo) * ho);
-    const int c0 = (k / kg) * cg;
     float acc = bias ? bias[k] : 0.0f;
-    for (int r = 0; r < s.r; ++r) {
-      const int h = p * s.stride_h - s.pad_h + r;
-      if (h < 0 || h >= s.h) continue;
+    for (int r = 0; r < s.r; ++r)
       for (int t = 0; t < s.s; ++t) {
-        const int col = q * s.stride_w - s.pad_w + t;
-        if (col < 0 || col >= s.w) continue;
-        const T* in = x + ((n * s.h + h) * s.w + col) * s.c + c0;
-        const float* f = w + ((static_cast<int64_t>(k) * s.r + r) * s.s + t) * cg;
+        int h, col;
+        if (!g.Tap(p, q, r, t, &h, &col)) continue;
+        const T* in = x + g.In(n, h, col, (k / kg) * cg);
+        const float* f = w + g.Filter(k, r, t, 0);
         for (int c = 0; c < cg; ++c) acc += Ld(in + c) * f[c];
       }
-    }
     St(y + i, acc);
   }
 }
 
+// The inverse of Tap: the output pixels that read input (h, col) are those with
+// p * stride = h + pad - r for some tap r (and the same across), so each thread gathers.
 template <typename T>
 __global__ void BackwardDataKernel(GroupedConvShape g, const T* __restrict__ dy,
                                    const float* __restrict__ w, T* __restrict__ dx) {
@@ -49,17 +47,15 @@ __global__ void BackwardDataKernel(GroupedConvShape g, const T* __restrict__ dy,
     const int group = c / cg, ci = c - group * cg;
     float acc = 0;
     for (int r = 0; r < s.r; ++r) {
-      const int ph = h + s.pad_h - r;  // = p * stride_h for the output row p that read h
+      const int ph = h + s.pad_h - r;
       if (ph < 0 || ph % s.stride_h != 0 || ph / s.stride_h >= ho) continue;
-      const int p = ph / s.stride_h;
       for (int t = 0; t < s.s; ++t) {
         const int qw = col + s.pad_w - t;
         if (qw < 0 || qw % s.stride_w != 0 || qw / s.stride_w >= wo) continue;
-        const int q = qw / s.stride_w;
-        const T* go = dy + ((n * ho + p) * wo + q) * s.k + group * kg;
-        const float* f = w + ((static_cast<int64_t>(group) * kg * s.r + r) * s.s + t) * cg + ci;
-        const int64_t filter = static_cast<int64_t>(s.r) * s.s * cg;  // one output channel
-        for (int k = 0; k < kg; ++k) acc += Ld(go + k) * f[k * filter];
+        const int64_t out = g.Out(n, ph / s.stride_h, qw / s.stride_w, group * kg);
+        for (int k = 0; k < kg; ++k) {
+          acc += Ld(dy + out + k) * w[g.Filter(group * kg + k, r, t, ci)];
+        }
       }
     }
     St(dx + i, acc);
@@ -85,9 +81,9 @@ __global__ void BackwardFilterKernel(GroupedConvShape g, const T* __restrict__ x
   for (int64_t j = threadIdx.x; j < pixels; j += kFilterThreads) {
     const int q = static_cast<int>(j % wo), p = static_cast<int>(j / wo % ho);
     const int64_t n = j / (static_cast<int64_t>(wo) * ho);
-    const int h = p * s.stride_h - s.pad_h + r, col = q * s.stride_w - s.pad_w + t;
-    if (h < 0 || h >= s.h || col < 0 || col >= s.w) continue;
-    acc += Ld(dy + j * s.k + k) * Ld(x + ((n * s.h + h) * s.w + col) * s.c + c);
+    int h, col;
+    if (!g.Tap(p, q, r, t, &h, &col)) continue;
+    acc += Ld(dy + j * s.k + k) * Ld(x + g.In(n, h, col, c));
   }
   __shared__ float part[kFilterThreads];
   part[threadIdx.x] = acc;

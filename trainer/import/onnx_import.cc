@@ -39,13 +39,22 @@ struct Const {
 
 std::string DimsText(const std::vector<int64_t>& d) { return "[" + absl::StrJoin(d, ", ") + "]"; }
 
-template <typename T>
-bool LoadRaw(const std::string& raw, int64_t n, std::vector<double>* out) {
+// The n values of a tensor of element type T: from raw_data (little-endian, as ONNX stores it)
+// or from the typed field; false when the file holds another number of them.
+template <typename T, typename Field>
+bool LoadValues(const onnx::TensorProto& t, const Field& typed, int64_t n,
+                std::vector<double>* out) {
+  if (!t.has_raw_data()) {
+    if (typed.size() != n) return false;
+    out->assign(typed.begin(), typed.end());
+    return true;
+  }
+  const std::string& raw = t.raw_data();
   if (raw.size() != static_cast<size_t>(n) * sizeof(T)) return false;
   out->resize(n);
   for (int64_t i = 0; i < n; ++i) {
     T x;
-    std::memcpy(&x, raw.data() + i * sizeof(T), sizeof(T));  // little-endian, as ONNX stores
+    std::memcpy(&x, raw.data() + i * sizeof(T), sizeof(T));
     (*out)[i] = static_cast<double>(x);
   }
   return true;
@@ -72,20 +81,16 @@ absl::StatusOr<Const> ReadTensor(const onnx::TensorProto& t, const std::string& 
   bool ok = false;
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT:
-      ok = t.has_raw_data() ? LoadRaw<float>(t.raw_data(), n, &c.v) : t.float_data_size() == n;
-      if (!t.has_raw_data() && ok) c.v.assign(t.float_data().begin(), t.float_data().end());
+      ok = LoadValues<float>(t, t.float_data(), n, &c.v);
       break;
     case onnx::TensorProto::DOUBLE:
-      ok = t.has_raw_data() ? LoadRaw<double>(t.raw_data(), n, &c.v) : t.double_data_size() == n;
-      if (!t.has_raw_data() && ok) c.v.assign(t.double_data().begin(), t.double_data().end());
+      ok = LoadValues<double>(t, t.double_data(), n, &c.v);
       break;
     case onnx::TensorProto::INT64:
-      ok = t.has_raw_data() ? LoadRaw<int64_t>(t.raw_data(), n, &c.v) : t.int64_data_size() == n;
-      if (!t.has_raw_data() && ok) c.v.assign(t.int64_data().begin(), t.int64_data().end());
+      ok = LoadValues<int64_t>(t, t.int64_data(), n, &c.v);
       break;
     case onnx::TensorProto::INT32:
-      ok = t.has_raw_data() ? LoadRaw<int32_t>(t.raw_data(), n, &c.v) : t.int32_data_size() == n;
-      if (!t.has_raw_data() && ok) c.v.assign(t.int32_data().begin(), t.int32_data().end());
+      ok = LoadValues<int32_t>(t, t.int32_data(), n, &c.v);
       break;
     default:
       return absl::InvalidArgumentError(

@@ -9,19 +9,30 @@
 
 namespace topiary {
 
-kernels::ConvShape Conv2d::ShapeFor(int batch) const {
+kernels::ConvShape ConvShapeOf(const Conv2d::Config& config, const Shape4& in, int batch) {
   kernels::ConvShape s;
   s.n = batch;
-  s.h = in_.h;
-  s.w = in_.w;
-  s.c = in_.c;
-  s.k = config_.out_channels;
-  s.r = config_.kernel_h;
-  s.s = config_.kernel_w;
-  s.stride_h = s.stride_w = config_.stride;
-  s.pad_h = s.pad_w = config_.pad;
+  s.h = in.h;
+  s.w = in.w;
+  s.c = in.c;
+  s.k = config.out_channels;
+  s.r = config.kernel_h;
+  s.s = config.kernel_w;
+  s.stride_h = s.stride_w = config.stride;
+  s.pad_h = s.pad_w = config.pad;
   return s;
 }
+
+void DescribeConvConfig(const Conv2d::Config& config, topiary::v1::LayerNode* node) {
+  node->set_out_channels(config.out_channels);
+  node->set_kernel_h(config.kernel_h);
+  node->set_kernel_w(config.kernel_w);
+  node->set_stride(config.stride);
+  node->set_pad(config.pad);
+  node->set_bias(config.bias);
+}
+
+kernels::ConvShape Conv2d::ShapeFor(int batch) const { return ConvShapeOf(config_, in_, batch); }
 
 absl::StatusOr<Shape4> Conv2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
   if (inputs.size() != 1) return absl::InvalidArgumentError(name() + ": conv takes one input");
@@ -49,12 +60,7 @@ void Conv2d::Initialize(Philox& rng) {
 
 void Conv2d::Describe(topiary::v1::LayerNode* node) const {
   Layer::Describe(node);
-  node->set_out_channels(config_.out_channels);
-  node->set_kernel_h(config_.kernel_h);
-  node->set_kernel_w(config_.kernel_w);
-  node->set_stride(config_.stride);
-  node->set_pad(config_.pad);
-  node->set_bias(config_.bias);
+  DescribeConvConfig(config_, node);
 }
 
 absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {

@@ -10,19 +10,7 @@
 namespace topiary {
 
 kernels::GroupedConvShape GroupedConv2d::ShapeFor(int batch) const {
-  kernels::GroupedConvShape g;
-  kernels::ConvShape& s = g.conv;
-  s.n = batch;
-  s.h = in_.h;
-  s.w = in_.w;
-  s.c = in_.c;
-  s.k = config_.out_channels;
-  s.r = config_.kernel_h;
-  s.s = config_.kernel_w;
-  s.stride_h = s.stride_w = config_.stride;
-  s.pad_h = s.pad_w = config_.pad;
-  g.groups = groups_;
-  return g;
+  return {ConvShapeOf(config_, in_, batch), groups_};
 }
 
 absl::StatusOr<Shape4> GroupedConv2d::Setup(const std::vector<Shape4>& inputs, Device* device) {
@@ -55,12 +43,7 @@ void GroupedConv2d::Initialize(Philox& rng) {
 
 void GroupedConv2d::Describe(topiary::v1::LayerNode* node) const {
   Layer::Describe(node);
-  node->set_out_channels(config_.out_channels);
-  node->set_kernel_h(config_.kernel_h);
-  node->set_kernel_w(config_.kernel_w);
-  node->set_stride(config_.stride);
-  node->set_pad(config_.pad);
-  node->set_bias(config_.bias);
+  DescribeConvConfig(config_, node);
   node->set_groups(groups_);
 }
 

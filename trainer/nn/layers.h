@@ -76,6 +76,11 @@ class Conv2d : public Layer {
   bool sample_ = false;
 };
 
+// What Conv2d and GroupedConv2d share: the convolution `config` makes of input `in` for
+// `batch` images, and the config's attributes in a graph node.
+kernels::ConvShape ConvShapeOf(const Conv2d::Config& config, const Shape4& in, int batch);
+void DescribeConvConfig(const Conv2d::Config& config, topiary::v1::LayerNode* node);
+
 // Batch normalization per channel (gamma, beta, running_mean, running_var), PyTorch's
 // semantics: momentum 0.1, eps 1e-5 (or the imported model's eps). With relu, fused with the
 // ReLU that follows it.

@@ -138,25 +138,21 @@ absl::StatusOr<Shape4> Relu::Setup(const std::vector<Shape4>& inputs, Device* de
 
 absl::Status Relu::Forward(const LayerIo& io, bool training) {
   const int64_t n = Count(in_, io.batch);
-  if (six_) {
-    if (io.cuda) return kernels::Relu6ForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
-    kernels::Relu6ForwardCpu(n, io.xf(0), io.yf());
-    return absl::OkStatus();
+  if (io.cuda) {
+    return (six_ ? kernels::Relu6ForwardCuda : kernels::ReluForwardCuda)(io.dtype, n, io.x[0], io.y,
+                                                                         *io.cuda);
   }
-  if (io.cuda) return kernels::ReluForwardCuda(io.dtype, n, io.x[0], io.y, *io.cuda);
-  kernels::ReluForwardCpu(n, io.xf(0), io.yf());
+  (six_ ? kernels::Relu6ForwardCpu : kernels::ReluForwardCpu)(n, io.xf(0), io.yf());
   return absl::OkStatus();
 }
 
 absl::Status Relu::Backward(const LayerIo& io) {
   const int64_t n = Count(in_, io.batch);
-  if (six_) {
-    if (io.cuda) return kernels::Relu6BackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
-    kernels::Relu6BackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
-    return absl::OkStatus();
+  if (io.cuda) {
+    return (six_ ? kernels::Relu6BackwardCuda : kernels::ReluBackwardCuda)(io.dtype, n, io.y, io.dy,
+                                                                           io.dx[0], *io.cuda);
   }
-  if (io.cuda) return kernels::ReluBackwardCuda(io.dtype, n, io.y, io.dy, io.dx[0], *io.cuda);
-  kernels::ReluBackwardCpu(n, io.yf(), io.dyf(), io.dxf(0));
+  (six_ ? kernels::Relu6BackwardCpu : kernels::ReluBackwardCpu)(n, io.yf(), io.dyf(), io.dxf(0));
   return absl::OkStatus();
 }
 

@@ -31,8 +31,8 @@ struct CheckpointEvaluator::State {
   // A fresh model of the checkpoint's architecture (parameters not loaded).
   absl::StatusOr<std::unique_ptr<Model>> BuildModel() const {
     return BuildCheckpointModel(checkpoint, path, spec.model().width(),
-                                {1, data.test.batch_h(), data.test.batch_w(), data.test.c}, data.classes,
-                                device.get());
+                                {1, data.test.batch_h(), data.test.batch_w(), data.test.c},
+                                data.classes, device.get());
   }
 
   // The checkpoint's model with `approx` applied and its weights (and masks) loaded.

@@ -83,6 +83,10 @@ class ExperimentRun : public PhaseHooks {
   // A spec without model.arch: the network (and the input format) of the checkpoint it starts
   // from, read into checkpoint_network_.
   absl::Status ReadCheckpointNetwork();
+  // The checkpoint the run starts from: --resume's, else init_from_checkpoint (may be empty).
+  const std::string& StartCheckpoint() const {
+    return options_.resume_from.empty() ? spec_.init_from_checkpoint() : options_.resume_from;
+  }
   absl::Status SetupData();
   absl::Status BuildModels();
   absl::Status LoadStart();
@@ -181,7 +185,7 @@ absl::Status ExperimentRun::SetupRanks() {
 absl::Status ExperimentRun::ReadCheckpointNetwork() {
   if (!spec_.model().arch().empty()) return absl::OkStatus();
   const bool resume = !options_.resume_from.empty();
-  const std::string& from = resume ? options_.resume_from : spec_.init_from_checkpoint();
+  const std::string& from = StartCheckpoint();
   auto state = ReadCheckpointState(from);
   if (!state.ok()) {
     return absl::Status(
@@ -226,11 +230,10 @@ absl::Status ExperimentRun::BuildModels() {
   return ranks_->Run([&](int r) -> absl::Status {
     TOPIARY_ASSIGN_OR_RETURN(
         std::unique_ptr<Model> model,
-        checkpoint_network_
-            ? BuildCheckpointModel(*checkpoint_network_, spec_.init_from_checkpoint(), 1.0f, input,
-                                   data_->classes, ranks_->device(r))
-            : BuildModel(spec_.model().arch(), spec_.model().width(), input, data_->classes,
-                         ranks_->device(r)));
+        checkpoint_network_ ? BuildCheckpointModel(*checkpoint_network_, StartCheckpoint(), 1.0f,
+                                                   input, data_->classes, ranks_->device(r))
+                            : BuildModel(spec_.model().arch(), spec_.model().width(), input,
+                                         data_->classes, ranks_->device(r)));
     model->Initialize(spec_.seed());
     if (spec_.has_approximation()) {
       TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model.get()));
@@ -248,7 +251,7 @@ absl::Status ExperimentRun::BuildModels() {
 // A checkpoint to start from: resume (everything) or init (weights and masks only).
 absl::Status ExperimentRun::LoadStart() {
   const bool resume = !options_.resume_from.empty();
-  const std::string& from = resume ? options_.resume_from : spec_.init_from_checkpoint();
+  const std::string& from = StartCheckpoint();
   if (!from.empty()) {
     auto state = LoadCheckpoint(from, ranks_->model(), /*with_optimizer=*/resume);
     if (!state.ok()) {
