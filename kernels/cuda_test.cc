@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +25,7 @@
 #include "kernels/loss.h"
 #include "kernels/parallel.h"
 #include "kernels/pooling.h"
+#include "kernels/resize.h"
 #include "kernels/sampled_grad.h"
 #include "kernels/sgd.h"
 #include "kernels/test_util.h"
@@ -304,6 +306,43 @@ TEST_F(CudaKernels, AssembleBatchMatchesCpuBitForBit) {
     EXPECT_EQ(dx.Host(), x);
     EXPECT_EQ(dl.Host(), bl);
   }
+}
+
+// The streamed pipeline's crop-and-resize: the CUDA kernel writes the CPU's bytes (integer
+// filter), for images of several sizes, boxes, flips and scales in one launch.
+TEST_F(CudaKernels, CropResizeMatchesCpuBitForBit) {
+  const int c = 3, oh = 29, ow = 23;
+  const int sizes[][2] = {{500, 375}, {31, 29}, {7, 640}, {224, 224}};
+  std::vector<std::vector<uint8_t>> images;
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dimages;
+  std::vector<ResizeJob> jobs, djobs;
+  for (int i = 0; i < 4; ++i) {
+    const int w = sizes[i][0], h = sizes[i][1];
+    images.emplace_back(static_cast<size_t>(w) * h * c);
+    for (size_t j = 0; j < images[i].size(); ++j)
+      images[i][j] = static_cast<uint8_t>((j + i) * 2654435761u >> 24);
+    dimages.push_back(std::make_unique<Dev<uint8_t>>(images[i]));
+    ResizeJob job;
+    job.width = w;
+    job.height = h;
+    job.stride = w * c;
+    job.box = {w / 5, h / 7, std::max(1, w / 2 + i), std::max(1, h / 3), i % 2 == 1};
+    job.out_index = 3 - i;
+    job.pixels = images[i].data();
+    jobs.push_back(job);
+    job.pixels = dimages[i]->get();
+    djobs.push_back(job);
+  }
+  std::vector<uint8_t> out(4 * oh * ow * c);
+  for (const ResizeJob& job : jobs) CropResizeCpu(job, c, oh, ow, out.data());
+  std::vector<uint8_t> jobs_bytes(djobs.size() * sizeof(ResizeJob));
+  std::memcpy(jobs_bytes.data(), djobs.data(), jobs_bytes.size());
+  Dev<uint8_t> djob_mem(jobs_bytes), dout(out.size());
+  ASSERT_TRUE(CropResizeCuda(reinterpret_cast<const ResizeJob*>(djob_mem.get()), 4, c, oh, ow,
+                             dout.get(), ctx_)
+                  .ok());
+  Sync();
+  EXPECT_EQ(dout.Host(), out);
 }
 
 // Zero counts (activation sparsity) equal the CPU's, for both element types, across calls.

@@ -2,6 +2,8 @@
 // configured). No CUDA device can be created in such a build, so these are unreachable from
 // the trainer; they exist so that callers need no preprocessor conditions, and each says
 // plainly why it cannot run.
+#include <cstdlib>
+
 #include "kernels/approx_conv.h"
 #include "kernels/augment.h"
 #include "kernels/batch_norm.h"
@@ -10,9 +12,12 @@
 #include "kernels/cuda_timing.h"
 #include "kernels/elementwise.h"
 #include "kernels/grouped_conv.h"
+#include "kernels/image_lane.h"
+#include "kernels/jpeg_gpu.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
+#include "kernels/resize.h"
 #include "kernels/sampled_grad.h"
 #include "kernels/sgd.h"
 #include "kernels/step_clock.h"
@@ -23,6 +28,38 @@ absl::Status NoCuda() {
   return absl::FailedPreconditionError("this binary was built without CUDA");
 }
 }  // namespace
+
+absl::Status CropResizeCuda(const ResizeJob*, int, int, int, int, uint8_t*, const CudaContext&) {
+  return NoCuda();
+}
+
+struct ImageLane::Impl {};
+ImageLane::ImageLane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ImageLane::~ImageLane() = default;
+absl::StatusOr<std::unique_ptr<ImageLane>> ImageLane::Create(int, int) { return NoCuda(); }
+void ImageLane::BindThread() const {}
+const CudaContext& ImageLane::context() const { std::abort(); }  // no lane is ever made
+absl::Status ImageLane::Upload(void*, const void*, size_t) { return NoCuda(); }
+absl::Status ImageLane::Finish() { return NoCuda(); }
+absl::Status ImageLane::Consume(int, const CudaContext&, const void*, void*, size_t) {
+  return NoCuda();
+}
+absl::Status ImageLane::WaitConsumed(int) { return NoCuda(); }
+
+struct GpuJpegDecoder::Impl {};
+GpuJpegDecoder::GpuJpegDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuJpegDecoder::~GpuJpegDecoder() = default;
+absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int) { return NoCuda(); }
+const std::string& GpuJpegDecoder::backend() const {
+  static const std::string none = "none";
+  return none;
+}
+bool GpuJpegDecoder::Supports(const uint8_t*, size_t, int*, int*) { return false; }
+absl::Status GpuJpegDecoder::Decode(const std::vector<const uint8_t*>&, const std::vector<size_t>&,
+                                    const std::vector<int>&, const std::vector<uint8_t*>&,
+                                    const CudaContext&) {
+  return NoCuda();
+}
 
 absl::Status CopyCuda(int64_t, const void*, void*, const CudaContext&) { return NoCuda(); }
 absl::Status ReluForwardCuda(DType, int64_t, const void*, void*, const CudaContext&) {

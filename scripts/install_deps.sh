@@ -46,7 +46,7 @@ fi
 # not count as h5py). They go into a wheelhouse, so that the tests install the package
 # offline, the way a user installs it.
 WHEELS="${TOPIARY_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/topiary/wheels}"
-# The build's header wheels (scripts/build_wheels.txt: CUTLASS, cuDNN's frontend) go there too;
+# The build's header wheels (scripts/build_wheels.txt: CUTLASS, cuDNN's frontend, nvJPEG) go there too;
 # bazel/wheel_headers.bzl unpacks them. Both lists are for CPython 3.11 on x86-64 Linux.
 for REQS in "$(dirname "$0")/test_wheels.txt" "$(dirname "$0")/build_wheels.txt"; do
   have_all=1
@@ -56,7 +56,7 @@ for REQS in "$(dirname "$0")/test_wheels.txt" "$(dirname "$0")/build_wheels.txt"
   done
   if [ "$have_all" -eq 0 ]; then
     /usr/bin/python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
-        --python-version 3.11 --platform manylinux_2_28_x86_64 --implementation cp \
+        --python-version 3.11 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --implementation cp \
         --no-deps --require-hashes -r "$REQS" -d "$WHEELS" >&2 ||
       { echo "cannot download the wheels of $REQS from the Python package index" >&2; exit 1; }
   fi

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "trainer/core/random.h"
+#include "trainer/data/image_folder.h"
 
 namespace topiary {
 namespace {
@@ -19,13 +20,16 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
   n.mean.assign(set.c, 0.0f);
   n.inv_std.assign(set.c, 1.0f);
   if (!normalize || set.size() == 0) return n;
+  // A streamed set's statistics come from a sample decoded at load time.
+  const std::vector<uint8_t>& pixels = set.streamed() ? set.files->sample : set.pixels;
+  if (pixels.empty()) return n;
   std::vector<double> sum(set.c, 0.0), sq(set.c, 0.0);
-  for (size_t i = 0; i < set.pixels.size(); ++i) {
-    const double v = set.pixels[i] / static_cast<double>(max_value);
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    const double v = pixels[i] / static_cast<double>(max_value);
     sum[i % set.c] += v;
     sq[i % set.c] += v * v;
   }
-  const double count = static_cast<double>(set.pixels.size() / set.c);
+  const double count = static_cast<double>(pixels.size() / set.c);
   for (int ch = 0; ch < set.c; ++ch) {
     const double mean = sum[ch] / count;
     const double var = std::max(sq[ch] / count - mean * mean, 1e-12);

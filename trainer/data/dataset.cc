@@ -162,7 +162,7 @@ absl::Status CheckDatasetFiles(const DataSpec& data) {
 void ImageSet::Truncate(int64_t n) {
   if (n <= 0 || n >= size()) return;
   labels.resize(n);
-  pixels.resize(n * image_bytes());
+  if (!streamed()) pixels.resize(n * image_bytes());
 }
 
 absl::StatusOr<ImageSet> ParseIdxPair(std::string images, const std::string& labels,

@@ -4,6 +4,7 @@
 #define TOPIARY_TRAINER_DATA_DATASET_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "trainer/spec/catalog.h"
 
 namespace topiary {
+
+struct StreamedFiles;  // trainer/data/image_folder.h
 
 struct ImageSet {
   int h = 0, w = 0, c = 0;  // as stored
@@ -22,6 +25,10 @@ struct ImageSet {
   int batch_w() const { return out_w > 0 ? out_w : w; }
   std::vector<uint8_t> pixels;  // [size, h, w, c]
   std::vector<int32_t> labels;  // [size], each in [0, classes)
+  // IMAGE_FOLDER with pipeline STREAM: the files batches read and decode every epoch; pixels
+  // is then empty and h, w are image_size (evaluation's resize before its centre crop).
+  std::shared_ptr<const StreamedFiles> files;
+  bool streamed() const { return files != nullptr; }
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   size_t image_bytes() const { return static_cast<size_t>(h) * w * c; }
   // Keeps only the first n images (n <= 0 or n >= size: unchanged).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -148,16 +149,45 @@ struct Item {
 // One file's fitted pixels, checked as the header says.
 absl::StatusOr<std::vector<uint8_t>> LoadOne(const std::string& root, const std::string& real_root,
                                              const Item& item, const ImageFolderSpec& f) {
-  const std::string path = root + "/" + item.rel;
-  auto real = ResolveReadableFile(path, kMaxImageFileBytes);
-  if (!real.ok()) return Bad(item.rel, std::string(real.status().message()));
-  if (!IsInsideFolder(*real, real_root)) {
-    return Bad(item.rel, "a link leading out of data.path (to " + *real + ")");
-  }
-  TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadFile(*real, kMaxImageFileBytes));
+  TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(root, real_root, item.rel));
   TOPIARY_ASSIGN_OR_RETURN(DecodedImage img, DecodeImage(bytes, item.rel, f.channels(),
                                                          f.max_image_pixels(), f.image_size()));
   return FitImage(img, f.image_size());
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; returns each call's status.
+template <typename Fn>
+std::vector<absl::Status> ForEachFile(size_t n, int threads, Fn fn) {
+  std::vector<absl::Status> errors(n);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) errors[i] = fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return errors;
+}
+
+// Counts a bad file (SKIP) or returns the error that stops the load (FAIL).
+absl::Status Reject(const absl::Status& error, const ImageFolderSpec& f, Dataset* ds) {
+  if (f.bad_images() == ImageFolderSpec::FAIL) {
+    return absl::Status(error.code(),
+                        absl::StrCat("data.path: ", error.message(),
+                                     " (data.image_folder.bad_images: SKIP skips such files)"));
+  }
+  ++ds->skipped;
+  if (ds->skipped_examples.size() < kMaxExamples) {
+    ds->skipped_examples.push_back(std::string(error.message()));
+  }
+  return absl::OkStatus();
+}
+
+void SetShape(const ImageFolderSpec& f, ImageSet* set) {
+  set->h = set->w = f.image_size();
+  set->c = f.channels();
+  if (f.crop_size() > 0 && f.crop_size() < f.image_size()) set->out_h = set->out_w = f.crop_size();
 }
 
 // Decodes `items` into `set` on `threads` threads, in item order; bad files fail or are
@@ -167,36 +197,15 @@ absl::Status LoadSplit(const std::string& root, const std::string& real_root,
                        ImageSet* set, Dataset* ds) {
   const size_t image_bytes = static_cast<size_t>(f.image_size()) * f.image_size() * f.channels();
   std::vector<std::vector<uint8_t>> pixels(items.size());
-  std::vector<absl::Status> errors(items.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < items.size(); i = next++) {
-        auto px = LoadOne(root, real_root, items[i], f);
-        if (px.ok()) {
-          pixels[i] = std::move(*px);
-        } else {
-          errors[i] = px.status();
-        }
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  set->h = set->w = f.image_size();
-  set->c = f.channels();
-  if (f.crop_size() > 0 && f.crop_size() < f.image_size()) set->out_h = set->out_w = f.crop_size();
+  const std::vector<absl::Status> errors =
+      ForEachFile(items.size(), threads, [&](size_t i) -> absl::Status {
+        TOPIARY_ASSIGN_OR_RETURN(pixels[i], LoadOne(root, real_root, items[i], f));
+        return absl::OkStatus();
+      });
+  SetShape(f, set);
   for (size_t i = 0; i < items.size(); ++i) {
     if (!errors[i].ok()) {
-      if (f.bad_images() == ImageFolderSpec::FAIL) {
-        return absl::Status(errors[i].code(),
-                            absl::StrCat("data.path: ", errors[i].message(),
-                                         " (data.image_folder.bad_images: SKIP skips such files)"));
-      }
-      ++ds->skipped;
-      if (ds->skipped_examples.size() < kMaxExamples) {
-        ds->skipped_examples.push_back(std::string(errors[i].message()));
-      }
+      TOPIARY_RETURN_IF_ERROR(Reject(errors[i], f, ds));
       continue;
     }
     set->pixels.insert(set->pixels.end(), pixels[i].begin(), pixels[i].end());
@@ -209,7 +218,110 @@ absl::Status LoadSplit(const std::string& root, const std::string& real_root,
   return absl::OkStatus();
 }
 
+// A file's first bytes: enough for any header but a JPEG's with large metadata before its
+// frame (then the whole file).
+constexpr size_t kHeaderBytes = 64 << 10;
+
+absl::Status CheckHeader(const std::string& root, const std::string& real_root, const Item& item,
+                         const ImageFolderSpec& f) {
+  auto real = ResolveReadableFile(root + "/" + item.rel, kMaxImageFileBytes);
+  if (!real.ok()) return Bad(item.rel, std::string(real.status().message()));
+  if (!IsInsideFolder(*real, real_root)) {
+    return Bad(item.rel, "a link leading out of data.path (to " + *real + ")");
+  }
+  std::string head(kHeaderBytes, '\0');
+  FILE* file = std::fopen(real->c_str(), "rb");
+  if (file == nullptr) return ErrnoStatus(errno, item.rel);
+  head.resize(std::fread(head.data(), 1, head.size(), file));
+  std::fclose(file);
+  auto size = ReadImageSize(head, item.rel, f.max_image_pixels());
+  if (!size.ok() && head.size() == kHeaderBytes) {
+    TOPIARY_ASSIGN_OR_RETURN(head, ReadImageFile(root, real_root, item.rel));
+    size = ReadImageSize(head, item.rel, f.max_image_pixels());
+  }
+  return size.status();
+}
+
+// Pipeline STREAM: checks every file's header (bad files fail or are skipped), keeps the
+// names, and decodes a sample for the normalization statistics.
+absl::Status ListSplit(const std::string& root, const std::string& real_root,
+                       const std::vector<Item>& items, const ImageFolderSpec& f, int threads,
+                       ImageSet* set, Dataset* ds) {
+  const std::vector<absl::Status> errors = ForEachFile(
+      items.size(), threads, [&](size_t i) { return CheckHeader(root, real_root, items[i], f); });
+  SetShape(f, set);
+  auto files = std::make_shared<StreamedFiles>();
+  files->spec = f;
+  files->root = root;
+  files->real_root = real_root;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!errors[i].ok()) {
+      TOPIARY_RETURN_IF_ERROR(Reject(errors[i], f, ds));
+      continue;
+    }
+    files->rel.push_back(items[i].rel);
+    set->labels.push_back(items[i].label);
+  }
+  // The sample: evenly spaced images at a small size (files that fail to decode left out).
+  constexpr int kSize = StreamedFiles::kStatsSampleSize;
+  const size_t n = std::min<size_t>(files->rel.size(), StreamedFiles::kStatsSampleImages);
+  std::vector<std::vector<uint8_t>> sample(n);
+  ForEachFile(n, threads, [&](size_t i) -> absl::Status {
+    const std::string& rel = files->rel[i * files->rel.size() / n];
+    TOPIARY_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(root, real_root, rel));
+    TOPIARY_ASSIGN_OR_RETURN(DecodedImage img,
+                             DecodeImage(bytes, rel, f.channels(), f.max_image_pixels(), kSize));
+    sample[i] = FitImage(img, kSize);
+    return absl::OkStatus();
+  });
+  for (const auto& px : sample) files->sample.insert(files->sample.end(), px.begin(), px.end());
+  set->files = std::move(files);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> ReadImageFile(const std::string& root, const std::string& real_root,
+                                          const std::string& rel) {
+  auto real = ResolveReadableFile(root + "/" + rel, kMaxImageFileBytes);
+  if (!real.ok()) return Bad(rel, std::string(real.status().message()));
+  if (!IsInsideFolder(*real, real_root)) {
+    return Bad(rel, "a link leading out of data.path (to " + *real + ")");
+  }
+  auto bytes = ReadFile(*real, kMaxImageFileBytes);
+  if (!bytes.ok()) return Bad(rel, std::string(bytes.status().message()));
+  return bytes;
+}
+
+absl::StatusOr<std::pair<int, int>> ReadImageSize(const std::string& bytes, const std::string& name,
+                                                  int64_t max_pixels) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  int64_t width = 0, height = 0;
+  if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) {
+    tjhandle tj = tjInitDecompress();
+    if (tj == nullptr) return absl::InternalError("libjpeg-turbo: cannot make a decompressor");
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    const int rc = tjDecompressHeader3(tj, b, bytes.size(), &w, &h, &subsamp, &colorspace);
+    tjDestroy(tj);
+    if (rc != 0) return Bad(name, "not a readable JPEG");
+    width = w;
+    height = h;
+  } else if (bytes.size() >= 24 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0 &&
+             std::memcmp(b + 12, "IHDR", 4) == 0) {
+    // IHDR comes first: width and height as big-endian 32-bit numbers.
+    for (int i = 0; i < 4; ++i) {
+      width = width << 8 | b[16 + i];
+      height = height << 8 | b[20 + i];
+    }
+  } else {
+    return Bad(name, "not a JPEG or PNG image");
+  }
+  if (width < 1 || height < 1 || width * height > max_pixels) {
+    return Bad(name,
+               absl::StrFormat("%dx%d pixels (at most %d allowed)", width, height, max_pixels));
+  }
+  return std::make_pair(static_cast<int>(width), static_cast<int>(height));
+}
 
 absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::string& name,
                                          int channels, int64_t max_pixels, int min_side) {
@@ -352,8 +464,10 @@ absl::StatusOr<Dataset> ReadImageFolder(const DataSpec& data) {
     }
   }
   // Before decoding: the cache must fit.
-  const double bytes = static_cast<double>(splits[0].size() + splits[1].size()) * f.image_size() *
-                       f.image_size() * f.channels();
+  const double bytes = f.pipeline() == ImageFolderSpec::STREAM
+                           ? 0
+                           : static_cast<double>(splits[0].size() + splits[1].size()) *
+                                 f.image_size() * f.image_size() * f.channels();
   if (bytes > kMaxCacheBytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "data.image_folder.image_size: %d images of %dx%dx%d need %.1f GiB in memory (at most "
@@ -363,8 +477,9 @@ absl::StatusOr<Dataset> ReadImageFolder(const DataSpec& data) {
   }
   const int threads = f.decode_threads() > 0 ? f.decode_threads()
                                              : std::max(1u, std::thread::hardware_concurrency());
-  TOPIARY_RETURN_IF_ERROR(LoadSplit(root, real_root, splits[0], f, threads, &ds.train, &ds));
-  TOPIARY_RETURN_IF_ERROR(LoadSplit(root, real_root, splits[1], f, threads, &ds.test, &ds));
+  const auto load = f.pipeline() == ImageFolderSpec::STREAM ? ListSplit : LoadSplit;
+  TOPIARY_RETURN_IF_ERROR(load(root, real_root, splits[0], f, threads, &ds.train, &ds));
+  TOPIARY_RETURN_IF_ERROR(load(root, real_root, splits[1], f, threads, &ds.test, &ds));
   return ds;
 }
 

@@ -1,6 +1,8 @@
 // IMAGE_FOLDER datasets: class-per-folder trees of JPEG and PNG files (path/train/<class>/,
-// path/val/<class>/ or path/test/<class>/), decoded once into memory (the decoded-image
-// cache: an ImageSet of image_size x image_size bytes per image), on CPU threads.
+// path/val/<class>/ or path/test/<class>/). Pipeline CACHE decodes them once into memory (an
+// ImageSet of image_size x image_size bytes per image), on CPU threads; pipeline STREAM checks
+// their headers and keeps their names (StreamedFiles), and batches read and decode them every
+// epoch (trainer/data/image_stream.h).
 //
 // Every file is checked before it is decoded: it must stay inside data.path once links are
 // followed and pass the process's read policy (regular file, size); its header's
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +22,22 @@
 #include "trainer/data/dataset.h"
 
 namespace topiary {
+
+// IMAGE_FOLDER with pipeline STREAM: one split's files, read and decoded every epoch.
+struct StreamedFiles {
+  topiary::v1::ImageFolderSpec spec;
+  std::string root, real_root;   // data.path, and with links resolved: reads stay inside it
+  std::vector<std::string> rel;  // per image (as ImageSet::labels), e.g. "train/cat/x.jpg"
+  // A sample of the split's images (up to kStatsSampleImages, kStatsSampleSize px square),
+  // for the per-channel normalization statistics.
+  std::vector<uint8_t> sample;
+  static constexpr int kStatsSampleImages = 256, kStatsSampleSize = 64;
+};
+
+// The bytes of image file `rel` under `root`, checked as at load time: it must stay inside
+// `real_root` once links are followed and pass the read policy. Errors name `rel`.
+absl::StatusOr<std::string> ReadImageFile(const std::string& root, const std::string& real_root,
+                                          const std::string& rel);
 
 // A decoded image: rows of width * channels bytes (channels 1 or 3).
 struct DecodedImage {
@@ -32,6 +51,11 @@ struct DecodedImage {
 // as far as its shorter side stays >= min_side.
 absl::StatusOr<DecodedImage> DecodeImage(const std::string& bytes, const std::string& name,
                                          int channels, int64_t max_pixels, int min_side = 0);
+
+// Width and height from a JPEG's or PNG's header (bytes may stop after the header); images
+// over `max_pixels` are refused.
+absl::StatusOr<std::pair<int, int>> ReadImageSize(const std::string& bytes, const std::string& name,
+                                                  int64_t max_pixels);
 
 // The shorter side resized to `size` (area averaging when shrinking, bilinear when
 // growing), then the center size x size square.

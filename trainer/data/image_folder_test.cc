@@ -145,6 +145,46 @@ TEST(ImageFolder, BadFilesFailByNameOrAreSkippedAndCounted) {
   EXPECT_EQ(skipped->skipped_examples.size(), bad.size() + 1);
 }
 
+// Pipeline STREAM checks headers only at load: files whose headers are bad (or links out)
+// fail or are skipped then; a body that is cut short passes and is met while streaming
+// (trainer/run/stream_batches_test).
+TEST(ImageFolder, StreamChecksHeadersAndKeepsNames) {
+  const std::string root = Dir("folder_stream");
+  const std::string good = EncodePng(Pattern(8, 8, 1), 8, 8, 1);
+  const std::string jpeg = EncodeJpeg(Pattern(40, 30, 1), 40, 30, 1, 90);
+  Write(root + "/train/a/good.png", good);
+  Write(root + "/train/a/cut.jpg", jpeg.substr(0, jpeg.size() - 40));
+  Write(root + "/train/a/corrupt.jpg", "\xFF\xD8\xFF" + std::string(100, 'x'));
+  Write(root + "/train/a/text.png", "hello, not an image");
+  Write(root + "/train/a/huge.png", HugePng(100000, 100000));
+  Write(root + "/val/a/good.png", good);
+  const std::string outside = Dir("folder_stream_outside") + "/outside.png";
+  Write(outside, good);
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/train/a/link.png").c_str()), 0);
+  auto spec = Spec(root, 8, false);
+  spec.mutable_image_folder()->set_pipeline(topiary::v1::ImageFolderSpec::STREAM);
+  auto failed = ReadImageFolder(spec);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("train/a/corrupt.jpg"), std::string::npos)
+      << failed.status();
+  spec.mutable_image_folder()->set_bad_images(topiary::v1::ImageFolderSpec::SKIP);
+  auto ds = ReadImageFolder(spec);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->skipped, 4);  // corrupt, text, huge, link
+  ASSERT_TRUE(ds->train.streamed());
+  EXPECT_TRUE(ds->train.pixels.empty());
+  EXPECT_EQ(ds->train.files->rel, (std::vector<std::string>{"train/a/cut.jpg", "train/a/good.png"}));
+  EXPECT_EQ(ds->train.size(), 2);
+  // The statistics sample: the good PNG at 64 px (the cut JPEG may or may not decode).
+  EXPECT_GE(ds->train.files->sample.size(), 64u * 64u);
+  auto size = ReadImageSize(jpeg.substr(0, jpeg.size() - 40), "x.jpg", 1 << 20);
+  ASSERT_TRUE(size.ok()) << size.status();  // the header alone is enough
+  EXPECT_EQ(*size, std::make_pair(40, 30));
+  EXPECT_FALSE(ReadImageSize(HugePng(5000, 5000), "h.png", 1 << 20).ok());
+  EXPECT_FALSE(ReadImageSize(HugePng(0, 5), "z.png", 1 << 20).ok());
+  EXPECT_FALSE(ReadImageSize(good.substr(0, 20), "short.png", 1 << 20).ok());
+}
+
 TEST(ImageFolder, EmptyClassFoldersAndMissingSplitsAreErrorsNamingThem) {
   const std::string root = Dir("folder_empty");
   Write(root + "/train/a/x.png", EncodePng(Pattern(4, 4, 1), 4, 4, 1));

@@ -1,15 +1,19 @@
 // DeviceBatches: a Batcher's images where the network runs. On a GPU the dataset (uint8),
 // labels and normalization table are uploaded once and batches are assembled (and augmented)
-// there; on the CPU the host vectors are used in place.
+// there; on the CPU the host vectors are used in place. A streamed set (IMAGE_FOLDER pipeline
+// STREAM) has no images in memory: its batches are read and decoded ahead of training
+// (StreamBatches) and staged, and assembly normalizes the staged batch.
 #ifndef TOPIARY_TRAINER_RUN_DEVICE_BATCHES_H_
 #define TOPIARY_TRAINER_RUN_DEVICE_BATCHES_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/step_clock.h"
 #include "trainer/core/device.h"
 #include "trainer/data/batcher.h"
+#include "trainer/run/stream_batches.h"
 
 namespace topiary {
 
@@ -27,11 +31,21 @@ class DeviceBatches {
   // Writes `count` images into x and labels (device memory), from position `first` of the
   // order in `epoch`. With a clock, the epoch is the clock's and `first` is added to the
   // clock's batch position (read where the clock lives): a data-parallel rank passes its
-  // offset in the global batch.
+  // offset in the global batch. A streamed set then assembles the batch Stage() staged.
   absl::Status Assemble(const kernels::StepClock* clock, int epoch, int64_t first, int count,
-                        bool augment, float* x, int32_t* labels) const;
+                        bool augment, float* x, int32_t* labels);
+
+  // Before a (captured) training step that assembles with a clock: a streamed set stages the
+  // step's batch (position `first` of the order, `count` images) and prepares the ones
+  // `stride` further on. Nothing to do for sets in memory.
+  absl::Status Stage(int epoch, int64_t first, int count, bool augment, int64_t stride);
+
+  // How a streamed set is decoded (StreamBatches::decoder); empty for sets in memory.
+  std::string decoder() const { return stream_ ? stream_->decoder() : ""; }
 
  private:
+  absl::Status AssembleStaged(int count, float* x, int32_t* labels);
+
   const Batcher* batcher_ = nullptr;
   Device* device_ = nullptr;
   std::vector<int32_t> order_host_;
@@ -39,6 +53,9 @@ class DeviceBatches {
   Buffer<int32_t> labels_;
   Buffer<int32_t> order_;
   Buffer<float> lut_;
+  std::shared_ptr<StreamBatches> stream_;  // streamed sets
+  Buffer<int32_t> identity_;               // the staged batch's order: 0, 1, ...
+  std::vector<int32_t> identity_host_;
 };
 
 }  // namespace topiary

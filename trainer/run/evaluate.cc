@@ -17,7 +17,7 @@ kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
   }
 }
 
-absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images) {
+absl::StatusOr<EvalResult> Evaluate(Network& net, DeviceBatches& data, int64_t images) {
   const int batch = net.batch();
   TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());  // start from zero
   for (int64_t first = 0; first < images; first += batch) {

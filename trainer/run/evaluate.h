@@ -25,7 +25,7 @@ struct EvalResult {
 
 // Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
 // of net.batch(); the last partial batch counts only its real images.
-absl::StatusOr<EvalResult> Evaluate(Network& net, const DeviceBatches& data, int64_t images);
+absl::StatusOr<EvalResult> Evaluate(Network& net, DeviceBatches& data, int64_t images);
 
 // The kernels' numeric mode of a spec's train.precision.
 kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p);

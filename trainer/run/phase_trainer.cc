@@ -203,6 +203,11 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
   for (int step = phase.first_step; step < steps_per_epoch_; ++step) {
     TOPIARY_RETURN_IF_ERROR(hooks.BeforeStep(step));
     const bool sample = sampling_ && sampling_->Samples(at.epoch, step, at.epoch_start_step + step);
+    for (int r = 0; r < group_->size(); ++r) {  // streamed sets: the step's batch, staged
+      TOPIARY_RETURN_IF_ERROR(ranks_[r].data->Stage(
+          at.epoch, static_cast<int64_t>(step) * batch_ + static_cast<int64_t>(r) * local_batch_,
+          local_batch_, batcher_->augments(), batch_));
+    }
     TOPIARY_RETURN_IF_ERROR(group_->Run(sample ? phase.run_sampled : phase.run_exact));
     if (sampling_) {
       auto* counts = recorder_->metrics().mutable_gradient_sampling();

@@ -93,6 +93,19 @@ absl::Status ValidateData(const DataSpec& d) {
     const int stored = f.image_size() > 0 ? f.image_size() : 32;  // the default
     CHECK_RULE(f.crop_size() >= 0 && f.crop_size() <= stored, "data.image_folder.crop_size",
                "must be in [1, image_size]");
+    CHECK_ENUM(topiary::v1::ImageFolderSpec::Pipeline_IsValid, f.pipeline(),
+               "data.image_folder.pipeline");
+    CHECK_ENUM(topiary::v1::ImageFolderSpec::Decoder_IsValid, f.decoder(),
+               "data.image_folder.decoder");
+    const bool stream = f.pipeline() == topiary::v1::ImageFolderSpec::STREAM;
+    CHECK_RULE(stream || f.decoder() == topiary::v1::ImageFolderSpec::AUTO,
+               "data.image_folder.decoder", "only with pipeline: STREAM");
+    CHECK_RULE(f.prefetch_batches() >= 0 && f.prefetch_batches() <= 16,
+               "data.image_folder.prefetch_batches", "must be in [1, 16]");
+    CHECK_RULE(stream || f.prefetch_batches() == 0, "data.image_folder.prefetch_batches",
+               "only with pipeline: STREAM");
+    CHECK_RULE(!stream || d.augment().crop_padding() == 0, "data.augment.crop_padding",
+               "not with pipeline: STREAM (its training crops are random_resized_crop's)");
   }
   if (d.has_synthetic()) {
     CHECK_RULE(d.dataset() == DataSpec::SYNTHETIC, "data.synthetic",
@@ -440,6 +453,9 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (f->channels() == 0) f->set_channels(3);
     if (f->max_image_pixels() == 0) f->set_max_image_pixels(int64_t{1} << 26);
     if (f->crop_size() == 0) f->set_crop_size(f->image_size());
+    if (f->pipeline() == topiary::v1::ImageFolderSpec::STREAM && f->prefetch_batches() == 0) {
+      f->set_prefetch_batches(3);
+    }
   }
   if (s.has_gradient_sampling() && s.gradient_sampling().top_k() == 0) {
     s.mutable_gradient_sampling()->set_top_k(1);

@@ -1,0 +1,110 @@
+// The integer crop-and-resize filter against a float64 triangle filter with the same support,
+// on awkward shapes (odd sizes, upscaling, strong downscaling, 1-pixel boxes, one channel).
+#include "kernels/resize.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace topiary::kernels {
+namespace {
+
+// The filter in float64: tent of radius max(1, scale) around each output pixel's centre,
+// renormalized over the taps inside the image.
+std::vector<double> Reference(const ResizeJob& job, int c, int oh, int ow) {
+  std::vector<double> out(static_cast<size_t>(oh) * ow * c);
+  auto taps = [](int o, int out, int start, int len, int size) {
+    const double scale = static_cast<double>(len) / out;
+    const double centre = start + (o + 0.5) * scale - 0.5, radius = std::max(1.0, scale);
+    std::vector<std::pair<int, double>> t;
+    for (int i = static_cast<int>(std::floor(centre - radius)); i <= centre + radius; ++i) {
+      const double w = 1 - std::abs(i - centre) / radius;
+      if (i >= 0 && i < size && w > 0) t.push_back({i, w});
+    }
+    return t;
+  };
+  for (int y = 0; y < oh; ++y) {
+    for (int x = 0; x < ow; ++x) {
+      const int ox = job.box.flip ? ow - 1 - x : x;
+      const auto ty = taps(y, oh, job.box.y0, job.box.h, job.height);
+      const auto tx = taps(ox, ow, job.box.x0, job.box.w, job.width);
+      for (int k = 0; k < c; ++k) {
+        double sum = 0, wsum = 0;
+        for (auto [r, wy] : ty) {
+          for (auto [i, wx] : tx) {
+            sum += wy * wx * job.pixels[static_cast<size_t>(r) * job.stride + i * c + k];
+            wsum += wy * wx;
+          }
+        }
+        out[(static_cast<size_t>(y) * ow + x) * c + k] = sum / wsum;
+      }
+    }
+  }
+  return out;
+}
+
+struct Case {
+  int width, height, c;
+  CropBox box;
+  int oh, ow;
+};
+
+TEST(CropResize, MatchesFloat64TriangleFilter) {
+  const Case cases[] = {
+      {500, 375, 3, {40, 17, 301, 257, false}, 224, 224},  // shrink, odd box
+      {500, 375, 3, {0, 0, 500, 375, true}, 61, 47},       // strong shrink, flipped
+      {31, 29, 3, {3, 5, 11, 9, false}, 28, 28},           // upscale
+      {17, 13, 1, {0, 0, 17, 13, true}, 17, 13},           // identity size, one channel
+      {9, 7, 3, {4, 3, 1, 1, false}, 5, 5},                // a one-pixel box
+      {640, 8, 1, {0, 0, 640, 8, false}, 3, 8},            // 213x along one axis
+  };
+  std::mt19937 rng(7);
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << cs.width << "x" << cs.height << " -> " << cs.oh << "x" << cs.ow);
+    std::vector<uint8_t> src(static_cast<size_t>(cs.width) * cs.height * cs.c);
+    for (auto& v : src) v = static_cast<uint8_t>(rng() >> 24);
+    ResizeJob job;
+    job.pixels = src.data();
+    job.width = cs.width;
+    job.height = cs.height;
+    job.stride = cs.width * cs.c;
+    job.box = cs.box;
+    job.out_index = 1;
+    std::vector<uint8_t> out(2 * static_cast<size_t>(cs.oh) * cs.ow * cs.c, 7);
+    CropResizeCpu(job, cs.c, cs.oh, cs.ow, out.data());
+    const std::vector<double> ref = Reference(job, cs.c, cs.oh, cs.ow);
+    const size_t plane = ref.size();
+    for (size_t i = 0; i < plane; ++i) {
+      ASSERT_EQ(out[i], 7) << "wrote outside its batch row";
+      // Q12 weights: within one level of the exact filter.
+      ASSERT_LE(std::abs(out[plane + i] - ref[i]), 1.0) << "at " << i;
+    }
+  }
+}
+
+TEST(CropResize, SameSizeBoxCopiesAndFlipMirrors) {
+  const int w = 13, h = 11, c = 3;
+  std::vector<uint8_t> src(w * h * c);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37);
+  ResizeJob job;
+  job.pixels = src.data();
+  job.width = w;
+  job.height = h;
+  job.stride = w * c;
+  job.box = {0, 0, w, h, false};
+  std::vector<uint8_t> out(src.size()), flipped(src.size());
+  CropResizeCpu(job, c, h, w, out.data());
+  EXPECT_EQ(out, src);
+  job.box.flip = true;
+  CropResizeCpu(job, c, h, w, flipped.data());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < c; ++k)
+        ASSERT_EQ(flipped[(y * w + x) * c + k], src[(y * w + (w - 1 - x)) * c + k]);
+}
+
+}  // namespace
+}  // namespace topiary::kernels
