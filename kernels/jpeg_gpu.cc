@@ -5,9 +5,11 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_context.h"
+#include "util/status_macros.h"
 
 namespace topiary::kernels {
 namespace {
@@ -24,7 +26,7 @@ struct NvjpegApi {
   TOPIARY_NVJPEG_FN(nvjpegDecodeBatched)
   TOPIARY_NVJPEG_FN(nvjpegJpegStreamCreate)
   TOPIARY_NVJPEG_FN(nvjpegJpegStreamDestroy)
-  TOPIARY_NVJPEG_FN(nvjpegJpegStreamParse)
+  TOPIARY_NVJPEG_FN(nvjpegJpegStreamParseHeader)
   TOPIARY_NVJPEG_FN(nvjpegDecodeBatchedSupported)
 #undef TOPIARY_NVJPEG_FN
   std::string error;  // why the library is unusable; empty when loaded
@@ -56,7 +58,7 @@ const NvjpegApi& Api() {
     TOPIARY_NVJPEG_RESOLVE(nvjpegDecodeBatched)
     TOPIARY_NVJPEG_RESOLVE(nvjpegJpegStreamCreate)
     TOPIARY_NVJPEG_RESOLVE(nvjpegJpegStreamDestroy)
-    TOPIARY_NVJPEG_RESOLVE(nvjpegJpegStreamParse)
+    TOPIARY_NVJPEG_RESOLVE(nvjpegJpegStreamParseHeader)
     TOPIARY_NVJPEG_RESOLVE(nvjpegDecodeBatchedSupported)
 #undef TOPIARY_NVJPEG_RESOLVE
     return a;
@@ -75,13 +77,14 @@ struct GpuJpegDecoder::Impl {
   const NvjpegApi* api = nullptr;
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
-  nvjpegJpegStream_t stream = nullptr;  // header parsing for Supports()
   std::string backend;
   int channels = 3;
-  int batch = -1;       // the size DecodeBatchedInitialize was last called with
-  std::mutex parse_mu;  // Supports() may run on several reader threads
+  int batch = -1;  // the size DecodeBatchedInitialize was last called with
+  // Header parsers for Supports(), which the reading threads call at once: one each, reused.
+  std::mutex parse_mu;
+  std::vector<nvjpegJpegStream_t> parsers;
   ~Impl() {
-    if (stream != nullptr) api->nvjpegJpegStreamDestroy(stream);
+    for (nvjpegJpegStream_t p : parsers) api->nvjpegJpegStreamDestroy(p);
     if (state != nullptr) api->nvjpegJpegStateDestroy(state);
     if (handle != nullptr) api->nvjpegDestroy(handle);
   }
@@ -109,9 +112,8 @@ absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int chann
     if (!st.ok()) return absl::FailedPreconditionError(st.message());
     impl->backend = "cuda";
   }
-  absl::Status st = NvjpegStatus(api.nvjpegJpegStateCreate(impl->handle, &impl->state), "state");
-  if (st.ok()) st = NvjpegStatus(api.nvjpegJpegStreamCreate(impl->handle, &impl->stream), "stream");
-  if (!st.ok()) return st;
+  TOPIARY_RETURN_IF_ERROR(
+      NvjpegStatus(api.nvjpegJpegStateCreate(impl->handle, &impl->state), "state"));
   return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(std::move(impl)));
 }
 
@@ -129,13 +131,27 @@ bool GpuJpegDecoder::Supports(const uint8_t* data, size_t size, int* width, int*
   *height = heights[0];
   if (impl_->backend != "hardware") return true;
   // The engines decode baseline, single-scan JPEGs of most subsamplings: ask.
-  std::lock_guard<std::mutex> lock(impl_->parse_mu);
+  nvjpegJpegStream_t parser = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->parse_mu);
+    if (!impl_->parsers.empty()) {
+      parser = impl_->parsers.back();
+      impl_->parsers.pop_back();
+    }
+  }
+  if (parser == nullptr &&
+      api.nvjpegJpegStreamCreate(impl_->handle, &parser) != NVJPEG_STATUS_SUCCESS) {
+    return false;
+  }
   int unsupported = 1;
-  return api.nvjpegJpegStreamParse(impl_->handle, data, size, 0, 0, impl_->stream) ==
-             NVJPEG_STATUS_SUCCESS &&
-         api.nvjpegDecodeBatchedSupported(impl_->handle, impl_->stream, &unsupported) ==
-             NVJPEG_STATUS_SUCCESS &&
-         unsupported == 0;
+  const bool ok =
+      api.nvjpegJpegStreamParseHeader(impl_->handle, data, size, parser) == NVJPEG_STATUS_SUCCESS &&
+      api.nvjpegDecodeBatchedSupported(impl_->handle, parser, &unsupported) ==
+          NVJPEG_STATUS_SUCCESS &&
+      unsupported == 0;
+  std::lock_guard<std::mutex> lock(impl_->parse_mu);
+  impl_->parsers.push_back(parser);
+  return ok;
 }
 
 absl::Status GpuJpegDecoder::Decode(const std::vector<const uint8_t*>& data,

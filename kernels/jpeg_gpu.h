@@ -30,7 +30,8 @@ class GpuJpegDecoder {
   const std::string& backend() const;
 
   // Whether batches decode `data` (a JPEG the backend supports: baseline where the engines
-  // decode, 1 or 3 components), and its size. Reads headers only.
+  // decode, 1 or 3 components), and its size. Reads headers only; callable from several
+  // threads at once.
   bool Supports(const uint8_t* data, size_t size, int* width, int* height);
 
   // Decodes data[i] (host memory, valid until ctx.stream has passed this work) into out[i]

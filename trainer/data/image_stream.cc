@@ -61,7 +61,8 @@ absl::Status ImageStream::Failed(const absl::Status& error, StreamedImage* image
 }
 
 absl::Status ImageStream::Read(const std::vector<int32_t>& order, int epoch, int64_t first,
-                               int count, bool augment, std::vector<StreamedImage>* images) {
+                               int count, bool augment, std::vector<StreamedImage>* images,
+                               const std::function<bool(const StreamedImage&)>& gpu_takes) {
   const StreamedFiles& files = *set_->files;
   const kernels::AssembleParams base = batcher_->Params(epoch, first, count, augment);
   images->assign(count, StreamedImage{});
@@ -85,6 +86,7 @@ absl::Status ImageStream::Read(const std::vector<int32_t>& order, int epoch, int
     img.box = CentreBox(img.width, img.height, set_->h, out_h());
     if (augment && p.random_resized_crop) img.box = {pl.x0, pl.y0, pl.cw, pl.ch, false};
     img.box.flip = pl.flip;
+    img.gpu = gpu_takes != nullptr && gpu_takes(img);
     return absl::OkStatus();
   });
 }

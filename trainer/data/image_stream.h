@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct StreamedImage {
   int out_index = 0;                  // its row in the batch
   int32_t label = 0;
   bool bad = false;  // could not be read (bad_images: SKIP): its row stays black
+  bool gpu = false;  // the GPU decoder takes it (Read's gpu_takes)
 };
 
 class ImageStream {
@@ -42,9 +44,11 @@ class ImageStream {
   int64_t skipped() const { return skipped_.load(); }
 
   // Reads the files of images order[first, first + count) and draws their boxes. A file that
-  // fails is an error naming it (bad_images: FAIL) or marked bad (SKIP).
+  // fails is an error naming it (bad_images: FAIL) or marked bad (SKIP). gpu_takes (when
+  // given) marks the images a GPU decoder takes, on the same threads.
   absl::Status Read(const std::vector<int32_t>& order, int epoch, int64_t first, int count,
-                    bool augment, std::vector<StreamedImage>* images);
+                    bool augment, std::vector<StreamedImage>* images,
+                    const std::function<bool(const StreamedImage&)>& gpu_takes = nullptr);
 
   // Decodes `images` (not bad) on the CPU threads into out ([*, out_h, out_w, c], host), each
   // at its out_index. REQUIRES: out zeroed where bad images go.

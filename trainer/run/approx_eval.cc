@@ -25,7 +25,7 @@ struct CheckpointEvaluator::State {
   std::unique_ptr<Device> device;
   Dataset data;
   std::optional<Batcher> batcher;
-  std::optional<DeviceBatches> batches;
+  mutable std::optional<DeviceBatches> batches;  // mutable: a streamed set prefetches
   std::vector<ConvLayerInfo> convs;
 
   // A fresh model of the checkpoint's architecture (parameters not loaded).

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/data/image_folder.h"
@@ -175,8 +176,17 @@ absl::Status StreamBatches::Hand(Slot* slot, int index) {
 
 absl::Status StreamBatches::Prepare(const Key& key, Slot* slot) {
   std::vector<StreamedImage> images;
+  std::function<bool(const StreamedImage&)> gpu_takes;  // asked on the reading threads
+  if (jpeg_ != nullptr) {
+    gpu_takes = [this](const StreamedImage& img) {
+      int w = 0, h = 0;
+      return jpeg_->Supports(reinterpret_cast<const uint8_t*>(img.bytes.data()), img.bytes.size(),
+                             &w, &h) &&
+             w == img.width && h == img.height;
+    };
+  }
   TOPIARY_RETURN_IF_ERROR(
-      stream_.Read(order_, key.epoch, key.first, key.count, key.augment, &images));
+      stream_.Read(order_, key.epoch, key.first, key.count, key.augment, &images, gpu_takes));
   const size_t bytes = BatchBytes(key.count);
   if (slot->host.size() < bytes) slot->host.resize(bytes);
   auto* labels = reinterpret_cast<int32_t*>(slot->host.data());
@@ -206,13 +216,10 @@ absl::Status StreamBatches::PrepareOnGpu(std::vector<StreamedImage>& images, Slo
   std::vector<StreamedImage*> on_gpu, on_cpu;
   size_t arena = 0;
   for (StreamedImage& img : images) {
-    int w = 0, h = 0;
     if (img.bad) continue;
-    const auto* data = reinterpret_cast<const uint8_t*>(img.bytes.data());
-    if (jpeg_ != nullptr && jpeg_->Supports(data, img.bytes.size(), &w, &h) && w == img.width &&
-        h == img.height) {
+    if (img.gpu) {
       on_gpu.push_back(&img);
-      arena += static_cast<size_t>(w) * h * c;
+      arena += static_cast<size_t>(img.width) * img.height * c;
     } else {
       on_cpu.push_back(&img);
     }
@@ -256,14 +263,14 @@ absl::Status StreamBatches::PrepareOnGpu(std::vector<StreamedImage>& images, Slo
     }
     if (!st.ok()) {  // e.g. a corrupt body: the CPU decoders then name the file
       TOPIARY_RETURN_IF_ERROR(lane_->Finish());
+      for (StreamedImage* img : on_gpu) img->gpu = false;
       on_cpu.insert(on_cpu.end(), on_gpu.begin(), on_gpu.end());
     }
   }
   TOPIARY_RETURN_IF_ERROR(stream_.Decode(on_cpu, host_pixels));
   TOPIARY_RETURN_IF_ERROR(lane_->Upload(slot->device.data(), slot->host.data(), count * 4));
   for (StreamedImage& img : images) {
-    const bool cpu = std::find(on_cpu.begin(), on_cpu.end(), &img) != on_cpu.end();
-    if (!img.bad && !cpu) continue;
+    if (img.gpu && !img.bad) continue;  // written on the GPU
     uint8_t* row = host_pixels + img.out_index * image_bytes_;
     if (img.bad) std::memset(row, 0, image_bytes_);
     TOPIARY_RETURN_IF_ERROR(
