@@ -316,7 +316,9 @@ absl::StatusOr<std::pair<int, int>> ReadImageSize(const std::string& bytes, cons
   } else {
     return Bad(name, "not a JPEG or PNG image");
   }
-  if (width < 1 || height < 1 || width * height > max_pixels) {
+  // Each side bounded first: two 32-bit PNG sides would overflow the product.
+  if (width < 1 || height < 1 || width > max_pixels || height > max_pixels ||
+      width * height > max_pixels) {
     return Bad(name,
                absl::StrFormat("%dx%d pixels (at most %d allowed)", width, height, max_pixels));
   }

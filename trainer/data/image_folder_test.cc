@@ -182,6 +182,8 @@ TEST(ImageFolder, StreamChecksHeadersAndKeepsNames) {
   EXPECT_EQ(*size, std::make_pair(40, 30));
   EXPECT_FALSE(ReadImageSize(HugePng(5000, 5000), "h.png", 1 << 20).ok());
   EXPECT_FALSE(ReadImageSize(HugePng(0, 5), "z.png", 1 << 20).ok());
+  // Found by image_fuzz: sides whose product overflows 64 bits.
+  EXPECT_FALSE(ReadImageSize(HugePng(3890735079u, 3890735079u), "o.png", 1 << 20).ok());
   EXPECT_FALSE(ReadImageSize(good.substr(0, 20), "short.png", 1 << 20).ok());
 }
 
