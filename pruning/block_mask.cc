@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "pruning/balanced.h"
 #include "trainer/core/random.h"
 #include "trainer/nn/masks.h"
 
@@ -158,7 +159,8 @@ int ReachableBlockZeros(int rows, int cols, double target) {
 }
 
 BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
-                               double step_fraction, uint64_t seed, BlockGrid* grid) {
+                               double step_fraction, uint64_t seed, BlockGrid* grid,
+                               bool balanced) {
   BlockStepReport report;
   const int blocks = grid->rows * grid->cols;
   report.zeros_before = grid->zeros();
@@ -170,6 +172,11 @@ BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
   const int need = report.step_goal - report.zeros_before;
   if (need <= 0) {
     report.zeros_after = report.zeros_before;
+    return report;
+  }
+  if (balanced) {
+    BalancedZeroStep(scores, need, grid);
+    report.zeros_after = grid->zeros();
     return report;
   }
   // 1. Propose the lowest-ranked blocks; 2. repair columns over the cap and empty rows.

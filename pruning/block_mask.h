@@ -41,8 +41,11 @@ struct BlockStepReport {
 
 // One prune step (§1 steps 1-3) on `grid`, monotone: kept blocks may become zero, zero blocks
 // stay zero. `seed` orders the fallback's columns. REQUIRES: scores.size() == rows * cols.
+// balanced: the step's new zeros are the cheapest that leave every column and every row
+// with an even count (pruning/balanced.h), in place of steps 1-3.
 BlockStepReport BlockPruneStep(const std::vector<double>& scores, double target,
-                               double step_fraction, uint64_t seed, BlockGrid* grid);
+                               double step_fraction, uint64_t seed, BlockGrid* grid,
+                               bool balanced = false);
 
 }  // namespace topiary::pruning
 

@@ -138,8 +138,8 @@ class SpecPruner : public Pruner {
       const std::vector<double> scores = BlockScores(view, grid, spec_.score());
       // One fallback order per (seed, round, layer).
       const uint64_t step_seed = seed_ ^ (static_cast<uint64_t>(round) << 40) ^ (i << 20);
-      const BlockStepReport step =
-          BlockPruneStep(scores, t.target, spec_.step_fraction(), step_seed, &grid);
+      const BlockStepReport step = BlockPruneStep(scores, t.target, spec_.step_fraction(),
+                                                  step_seed, &grid, spec_.balanced());
       t.stalled = step.zeros_after == step.zeros_before && step.zeros_after < step.target_zeros;
       MaskInfo info;
       info.kind = MaskInfo::Kind::kBlock;
