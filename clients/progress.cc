@@ -200,6 +200,7 @@ void ProgressPrinter::PrintRound(const topiary::v1::RoundSummary& r) {
                   100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
   }
   if (r.round() == 1) {
+    for (const std::string& why : r.dense_layers()) absl::FPrintF(out_, "  left dense: %s\n", why);
     for (const auto& l : r.layers()) {
       if (l.requested_units() > l.target_units()) {
         absl::FPrintF(out_,

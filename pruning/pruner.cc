@@ -26,8 +26,11 @@ struct Target {
 
 class SpecPruner : public Pruner {
  public:
-  SpecPruner(const PruningSpec& spec, std::vector<Target> targets, uint64_t seed)
-      : spec_(spec), targets_(std::move(targets)), seed_(seed) {}
+  SpecPruner(const PruningSpec& spec, std::vector<Target> targets, uint64_t seed,
+             std::vector<std::string> dense)
+      : spec_(spec), targets_(std::move(targets)), seed_(seed), dense_(std::move(dense)) {}
+
+  std::vector<std::string> dense_layers() const override { return dense_; }
 
   bool needs_gradients() const override {
     return spec_.method() == PruningSpec::BLOCK && spec_.score() == PruningSpec::GRAD_L2;
@@ -221,6 +224,7 @@ class SpecPruner : public Pruner {
   PruningSpec spec_;
   std::vector<Target> targets_;
   uint64_t seed_;
+  std::vector<std::string> dense_;  // layers left dense, with why
 };
 
 const char* MethodName(PruningSpec::Method m) { return PruningSpec::Method_Name(m).c_str(); }
@@ -231,7 +235,7 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
                                                    uint64_t seed) {
   std::vector<bool> override_used(spec.overrides_size(), false);
   std::vector<Target> targets;
-  std::vector<std::string> names;
+  std::vector<std::string> names, dense;
   for (const Model::Node& node : model->nodes()) {
     Layer* layer = node.layer;
     if (layer->kind() != LayerKind::kConv2d && layer->kind() != LayerKind::kLinear) continue;
@@ -253,15 +257,30 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
       excluded = o.exclude();
       if (o.has_target()) t.target = o.target();
     }
-    if (excluded) continue;
-    bool eligible = true;
+    if (excluded) {
+      dense.push_back(layer->name() + ": excluded by pruning.overrides");
+      continue;
+    }
+    std::string why;  // empty: eligible
     if (spec.method() == PruningSpec::BLOCK) {
       const BlockGrid g = BlockGrid::Dense(t.in, t.out, spec.block_in(), spec.block_out());
-      eligible = layer->kind() == LayerKind::kConv2d && g.rows > 1 && g.cols > 1;
-    } else if (spec.method() == PruningSpec::N_OF_M) {
-      eligible = t.in % spec.m() == 0;
+      if (layer->kind() != LayerKind::kConv2d) {
+        why = "block masks prune convolutions only";
+      } else if (g.rows < 2 || g.cols < 2) {
+        // One block row: the row rule keeps it; one column: nothing to choose between.
+        why = absl::StrFormat(
+            "%d input x %d output channels make %d x %d blocks of %d x %d "
+            "(at least 2 x 2 needed)",
+            t.in, t.out, g.rows, g.cols, spec.block_in(), spec.block_out());
+      }
+    } else if (spec.method() == PruningSpec::N_OF_M && t.in % spec.m() != 0) {
+      why = absl::StrFormat("%d input channels are not a multiple of m = %d", t.in, spec.m());
     }
-    if (eligible) targets.push_back(t);
+    if (why.empty()) {
+      targets.push_back(t);
+    } else {
+      dense.push_back(layer->name() + ": " + why);
+    }
   }
   for (int i = 0; i < spec.overrides_size(); ++i) {
     if (!override_used[i]) {
@@ -280,7 +299,7 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
                               spec.block_in(), spec.block_out())
             : ""));
   }
-  return std::unique_ptr<Pruner>(new SpecPruner(spec, std::move(targets), seed));
+  return std::unique_ptr<Pruner>(new SpecPruner(spec, std::move(targets), seed, std::move(dense)));
 }
 
 }  // namespace topiary::pruning

@@ -145,6 +145,35 @@ TEST(Pruner, OverridesExcludeAndRetarget) {
             static_cast<int64_t>(0.5 * f.Kernel("stage2.block0.conv2")->size()));
 }
 
+// Tile-shaped blocks on resnet20 (16/32/64 channels): 8x32 blocks need at least 64 output
+// channels for two columns, so only stage 3 is pruned; the rest is reported, with why.
+TEST(Pruner, LayersTooSmallForTheBlockShapeAreReportedDense) {
+  Fixture f("resnet20");
+  PruningSpec spec = Defaults(PruningSpec::BLOCK);
+  spec.set_block_out(32);
+  spec.set_balanced(true);
+  auto* o = spec.add_overrides();
+  o->set_layer("stage3.block2.*");
+  o->set_exclude(true);
+  auto pruner = MakePruner(spec, f.model.get(), 1);
+  ASSERT_TRUE(pruner.ok()) << pruner.status();
+  const std::vector<std::string> dense = (*pruner)->dense_layers();
+  auto says = [&](const std::string& layer, const std::string& why) {
+    for (const std::string& d : dense) {
+      if (d.rfind(layer + ": ", 0) == 0) return d.find(why) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(says("stem.conv", "1 input x 16 output channels make 1 x 1 blocks of 8 x 32"));
+  EXPECT_TRUE(says("stage2.block1.conv1", "32 input x 32 output channels make 4 x 1 blocks"));
+  EXPECT_TRUE(says("stage3.block2.conv1", "excluded by pruning.overrides"));
+  EXPECT_TRUE(says("fc", "block masks prune convolutions only"));
+  EXPECT_FALSE(says("stage3.block1.conv1", ""));
+  ASSERT_TRUE((*pruner)->Step(1, nullptr).ok());
+  EXPECT_FALSE(f.Kernel("stage3.block1.conv1")->mask.empty());
+  EXPECT_TRUE(f.Kernel("stage2.block1.conv1")->mask.empty());
+}
+
 TEST(Pruner, ErrorsNameTheField) {
   Fixture f("resnet20");
   PruningSpec spec = Defaults(PruningSpec::BLOCK);

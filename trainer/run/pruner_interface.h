@@ -49,6 +49,8 @@ class Pruner {
   // True when no further step can change anything: every eligible layer has reached its
   // target or stalled in the last step.
   virtual bool finished() const = 0;
+  // The conv and linear layers this spec leaves dense, each with why.
+  virtual std::vector<std::string> dense_layers() const { return {}; }
 };
 
 using PrunerFactory = std::function<absl::StatusOr<std::unique_ptr<Pruner>>(

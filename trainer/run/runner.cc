@@ -416,6 +416,9 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
   auto& metrics = recorder_.metrics();
   RoundSummary* row = metrics.add_rounds();
   *row = SparsityNow(position_.round, prune ? &reports : nullptr);
+  if (position_.round == 1 && pruner != nullptr) {
+    for (const std::string& why : pruner->dense_layers()) row->add_dense_layers(why);
+  }
   row->set_test_top1(r.top1);
   row->set_test_loss(r.loss);
   row->set_seconds(SecondsSince(start));
