@@ -263,7 +263,8 @@ absl::Status ListSplit(const std::string& root, const std::string& real_root,
     set->labels.push_back(items[i].label);
   }
   // The sample: evenly spaced images at a small size (files that fail to decode left out).
-  constexpr int kSize = StreamedFiles::kStatsSampleSize;
+  // At most image_size: no upscaling, and a small set's sample is exactly the cache's pixels.
+  const int kSize = std::min(StreamedFiles::kStatsSampleSize, f.image_size());
   const size_t n = std::min<size_t>(files->rel.size(), StreamedFiles::kStatsSampleImages);
   std::vector<std::vector<uint8_t>> sample(n);
   ForEachFile(n, threads, [&](size_t i) -> absl::Status {

@@ -28,8 +28,8 @@ struct StreamedFiles {
   topiary::v1::ImageFolderSpec spec;
   std::string root, real_root;   // data.path, and with links resolved: reads stay inside it
   std::vector<std::string> rel;  // per image (as ImageSet::labels), e.g. "train/cat/x.jpg"
-  // A sample of the split's images (up to kStatsSampleImages, kStatsSampleSize px square),
-  // for the per-channel normalization statistics.
+  // A sample of the split's images (up to kStatsSampleImages, fitted like the cache's images
+  // to min(kStatsSampleSize, image_size) px), for the per-channel normalization statistics.
   std::vector<uint8_t> sample;
   static constexpr int kStatsSampleImages = 256, kStatsSampleSize = 64;
 };

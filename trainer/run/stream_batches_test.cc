@@ -6,9 +6,11 @@
 
 #include <cstdlib>
 
+#include "pruning/pruner.h"
 #include "tests/tools/image_files.h"
 #include "trainer/data/image_folder.h"
 #include "trainer/run/device_batches.h"
+#include "trainer/run/runner_test_util.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -127,6 +129,48 @@ TEST(StreamBatches, ABodyBadWhileStreamingFailsByNameOrIsSkipped) {
       EXPECT_TRUE(st.ok()) << st;
     }
   }
+}
+
+// A whole run: where no scaling is involved (stored size = image_size = crop_size, flips only),
+// streaming feeds the training loop (staged per step, prefetched) the cache's batches, so
+// both runs take the same steps to the same losses, through a pruning round too.
+TEST(StreamBatches, ATrainingRunStreamedEqualsTheCachedRun) {
+  const std::string root = Folder("stream_run");
+  auto run = [&](bool stream) {
+    topiary::v1::ExperimentSpec spec = testing::Parse(R"pb(
+      name: "stream_run"
+      seed: 5
+      model { arch: "lenet5" }
+      data {
+        dataset: IMAGE_FOLDER
+        batch_size: 4
+        augment { horizontal_flip: true }
+      }
+      train {
+        epochs: 2
+        optimizer { lr: 0.05 momentum: 0.9 }
+      }
+      pruning { method: MAGNITUDE target: 0.3 step_fraction: 1 finetune_epochs: 1 max_rounds: 1 }
+      device { kind: CPU threads: 1 }
+    )pb");
+    *spec.mutable_data() = [&] {
+      topiary::v1::DataSpec d = spec.data();
+      const topiary::v1::DataSpec folder = Spec(root, stream);
+      d.set_path(folder.path());
+      *d.mutable_image_folder() = folder.image_folder();
+      return d;
+    }();
+    RunOptions opt;
+    opt.out_dir = testing::TempDir(stream ? "run_stream" : "run_cache");
+    opt.make_pruner = pruning::MakePruner;
+    return testing::RunAndTrace(spec, opt);
+  };
+  const testing::Trace cached = run(false), streamed = run(true);
+  ASSERT_EQ(cached.summary.state(), topiary::v1::SUCCEEDED) << cached.summary.error();
+  ASSERT_EQ(streamed.summary.state(), topiary::v1::SUCCEEDED) << streamed.summary.error();
+  ASSERT_EQ(cached.losses.size(), streamed.losses.size());
+  EXPECT_EQ(cached.losses, streamed.losses);
+  EXPECT_EQ(cached.summary.test_top1(), streamed.summary.test_top1());
 }
 
 }  // namespace
