@@ -104,6 +104,9 @@ void ProgressPrinter::PrintStarted(const topiary::v1::RunStarted& s) {
                 s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
                 s.device());
   if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
+  if (!s.image_decoder().empty()) {
+    absl::FPrintF(out_, "images streamed from data.path, decoded by %s\n", s.image_decoder());
+  }
   if (s.skipped_images() > 0) {
     absl::FPrintF(out_, "skipped %d bad image files (data.image_folder.bad_images: SKIP), e.g.\n",
                   s.skipped_images());

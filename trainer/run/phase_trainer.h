@@ -75,6 +75,8 @@ class PhaseTrainer {
   absl::StatusOr<GradientStats> GradientStatistics();
   // The training network's measured dispatch of block-sparse convolutions (rank 0's).
   SparseConvChoices Choices() const { return ranks_[0].net->SparseConvChoices(); }
+  // How rank 0's training batches are decoded (streamed image folders); empty otherwise.
+  std::string image_decoder() const { return ranks_[0].data->decoder(); }
   // Images trained per second over every phase so far.
   double images_per_s() const { return seconds_ > 0 ? images_ / seconds_ : 0; }
 

@@ -289,6 +289,7 @@ void ExperimentRun::EmitStarted() {
   s->set_test_images(static_cast<int32_t>(data_->test.size()));
   s->set_skipped_images(static_cast<int32_t>(data_->skipped));
   for (const std::string& why : data_->skipped_examples) s->add_skipped_examples(why);
+  s->set_image_decoder(trainer_->image_decoder());
   s->set_parameters(static_cast<int32_t>(ranks_->model()->trainable_parameter_count()));
   s->set_epochs(spec_.train().epochs());
   s->set_batch_size(spec_.data().batch_size());

@@ -171,6 +171,8 @@ TEST(StreamBatches, ATrainingRunStreamedEqualsTheCachedRun) {
   ASSERT_EQ(cached.losses.size(), streamed.losses.size());
   EXPECT_EQ(cached.losses, streamed.losses);
   EXPECT_EQ(cached.summary.test_top1(), streamed.summary.test_top1());
+  EXPECT_EQ(cached.started.image_decoder(), "");
+  EXPECT_EQ(streamed.started.image_decoder(), "2 CPU threads");
 }
 
 }  // namespace
