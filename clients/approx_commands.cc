@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -145,6 +146,18 @@ int EvaluateCommand(const Args& a) {
     auto r = RulesFromSets(a.sets, (*ev)->spec().approximation());
     if (!r.ok()) return Fail(a, r.status());
     rules = *r;
+  }
+  if (!a.weight_code.empty()) {
+    topiary::v1::ApproximationSpec::WeightCode code;
+    if (!topiary::v1::ApproximationSpec::WeightCode_Parse(absl::AsciiStrToUpper(a.weight_code),
+                                                          &code)) {
+      return Fail(
+          a, absl::InvalidArgumentError(absl::StrCat("--weight_code '", OneLine(a.weight_code),
+                                                     "': expected asymmetric or sign_magnitude")));
+    }
+    if (!rules) rules = (*ev)->spec().approximation();
+    rules->set_weight_code(code);
+    if (code == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE) rules->set_weight_tuning(false);
   }
   auto result = (*ev)->Evaluate(rules);
   if (!result.ok()) return Fail(a, result.status());

@@ -54,6 +54,9 @@ ABSL_FLAG(std::vector<std::string>, std, {},
 ABSL_FLAG(std::optional<double>, max_value, std::nullopt,
           "import: the pixel value of full intensity (default 255)");
 ABSL_FLAG(std::string, arch, "", "import: the network's name (default onnx:<file stem>)");
+ABSL_FLAG(std::string, weight_code, "",
+          "evaluate: the approximation's weight codes, 'asymmetric' (TFApprox's) or "
+          "'sign_magnitude' (default: the checkpoint's own)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -127,6 +130,7 @@ void CopyFlags(Args* a) {
   a->std = absl::GetFlag(FLAGS_std);
   a->max_value = absl::GetFlag(FLAGS_max_value);
   a->arch = absl::GetFlag(FLAGS_arch);
+  a->weight_code = absl::GetFlag(FLAGS_weight_code);
 }
 
 }  // namespace

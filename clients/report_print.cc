@@ -70,7 +70,10 @@ void PrintApproximations(const topiary::v1::CheckpointReport& r) {
                    : " (not yet observed)";
     }
     absl::PrintF("  %-30s %-20s %.16s  %s%s\n", l.layer(), l.multiplier(), l.multiplier_sha256(),
-                 range, l.weight_tuning() ? ", weight-tuned" : "");
+                 range,
+                 l.weight_code() == "sign_magnitude" ? ", sign-magnitude weights"
+                 : l.weight_tuning()                 ? ", weight-tuned"
+                                                     : "");
   }
 }
 

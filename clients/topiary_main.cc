@@ -68,11 +68,12 @@ Local commands (no daemon needed):
       names such a table by its stem, e.g. multiplier: "mul8u_L40"). --png FILE (one
       multiplier): a 256x256 picture of its error surface, row = activation code, column =
       weight code, red where the table is too large, blue too small, white exact.
-  topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--json]
+  topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--weight_code CODE] [--json]
       Evaluate a checkpoint on its test set (model, data and device from its spec), without
       training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
       (a family or a .bin file; 'none' keeps them exact); a later --set wins. Without --set,
-      the checkpoint's own approximation. --json: {"top1", "top5", "loss", "images", "rules"}.
+      the checkpoint's own approximation. --weight_code sign_magnitude: weights as a sign and
+      a 7-bit magnitude (a zero weight contributes exactly 0), asymmetric: TFApprox's codes. --json: {"top1", "top5", "loss", "images", "rules"}.
   topiary evaluate CKPT --bench [--batch N] [--json]
       The deployment question: with dense kernels only and with block-sparse kernels where
       they measure faster (block-masked layers, GPU), the test top-1 and loss, images/s at N

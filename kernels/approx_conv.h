@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/conv.h"
@@ -66,6 +67,17 @@ TOPIARY_HD inline QuantParams ChooseQuantParams(float min, float max) {
 // floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale (NaN gives 0),
 // evaluated as floor(x / scale + zp + 0.5): no multiply feeds an add, so no compiler can fuse
 // one into an FMA on one backend and not the other, and codes stay identical on both.
+// The sign-magnitude weight mode (approximation { weight_code: SIGN_MAGNITUDE }): symmetric
+// codes 128 + round(w / scale), scale = max|w| / 127, so code 128 is exactly 0 and
+// |code - 128| is a 7-bit magnitude. A zero filter gets scale 1.
+TOPIARY_HD inline QuantParams SymmetricQuantParams(float min, float max) {
+  const float m = fmaxf(fabsf(min), fabsf(max));
+  QuantParams q;
+  q.scale = m > 0.0f ? m / 127.0f : 1.0f;
+  q.zero_point = 128;
+  return q;
+}
+
 TOPIARY_HD inline uint8_t QuantizeCode(float x, const QuantParams& q) {
   const float t = floorf(x / q.scale + static_cast<float>(q.zero_point) + 0.5f);
   if (!(t > 0.0f)) return 0;
@@ -109,6 +121,32 @@ TOPIARY_HD inline QuantParams ActivationParams(float batch_min, float batch_max,
                             : ChooseQuantParams(running[0], running[1]);
 }
 
+// The table the kernels use in the sign-magnitude mode, from a multiplier table T of
+// unsigned products: entry (a, c) = 128 a + sign(c - 128) T[a, |c - 128|] (sign(0) = 0). With the
+// weight zero point 128 the kernels' correction term -128 sum(a) cancels the 128 a, leaving sum
+// sign(w) T[a, |w|]: the multiplier sees the magnitude, the sign is applied after the lookup, and a
+// zero weight (code 128) contributes exactly 0 whatever T[a, 0] is. Entries below 0 or above 65535
+// (a product off by more than 128 a) are clamped; the count of clamped entries is returned in
+// `clamped` when not null. For the exact table the result is the exact table again (a c = 128 a + a
+// (c - 128)).
+inline std::vector<uint16_t> SignMagnitudeTable(const std::vector<uint16_t>& t,
+                                                int* clamped = nullptr) {
+  std::vector<uint16_t> out(kMultiplierEntries);
+  int n = 0;
+  for (int a = 0; a < 256; ++a) {
+    for (int c = 0; c < 256; ++c) {
+      const int m = c >= 128 ? c - 128 : 128 - c;
+      const int64_t product = t[(a << 8) | m];
+      // sign(c - 128): a zero weight (c = 128) multiplies to exactly 0, not to T[a, 0].
+      const int64_t v = 128 * a + (c > 128 ? product : c < 128 ? -product : 0);
+      n += v < 0 || v > 65535;
+      out[(a << 8) | c] = static_cast<uint16_t>(v < 0 ? 0 : (v > 65535 ? 65535 : v));
+    }
+  }
+  if (clamped != nullptr) *clamped = n;
+  return out;
+}
+
 // OK for any valid conv shape whose patch is at most kMaxApproxPatch and whose input has
 // fewer than 2^31 elements; otherwise names the problem.
 absl::Status CheckApproxConvShape(const ConvShape& shape);
@@ -146,14 +184,16 @@ struct ApproxConvWorkspace {
 // the fake-quantized input (for the straight-through backward pass); wq always receives the
 // fake-quantized filter; params[0] and params[1] receive the activation's and the weight's
 // quantization parameters. `running_range` (3 floats, null for the per-batch range) and
-// `update_range` are ActivationParams' arguments. The CPU and CUDA versions give
-// bit-identical results.
+// `update_range` are ActivationParams' arguments. symmetric_weights: the sign-magnitude mode's
+// weight codes (SymmetricQuantParams; the table comes from SignMagnitudeTable). The CPU and
+// CUDA versions give bit-identical results.
 // REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds the Workspace bytes below.
 size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape);  // depends on CpuThreads()
 void ApproxConv2dForwardCpu(const ConvShape& shape, const float* x, const float* w,
                             const float* bias, const uint16_t* table, float* y, float* xq,
                             float* wq, QuantParams* params, void* workspace,
-                            float* running_range = nullptr, bool update_range = false);
+                            float* running_range = nullptr, bool update_range = false,
+                            bool symmetric_weights = false);
 
 // On the GPU without a host round trip (a training step stays one CUDA graph). `table`,
 // `params` and every buffer are in device memory.
@@ -165,7 +205,7 @@ absl::Status ApproxConv2dForwardCuda(const ConvShape& shape, const float* x, con
                                      const float* bias, const uint16_t* table, float* y, float* xq,
                                      float* wq, QuantParams* params, void* workspace,
                                      const CudaContext& cuda, float* running_range = nullptr,
-                                     bool update_range = false);
+                                     bool update_range = false, bool symmetric_weights = false);
 
 }  // namespace topiary::kernels
 

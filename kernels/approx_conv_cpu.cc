@@ -57,14 +57,15 @@ size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
 void ApproxConv2dForwardCpu(const ConvShape& s, const float* x, const float* w, const float* bias,
                             const uint16_t* table, float* y, float* xq, float* wq,
                             QuantParams* params, void* workspace, float* running_range,
-                            bool update_range) {
+                            bool update_range, bool symmetric_weights) {
   const ApproxConvWorkspace ws(s, workspace, CpuThreads());
   const int64_t x_count = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   const int ho = s.ho(), wo = s.wo(), patch = s.patch();
   const auto [x_min, x_max] = Range(x, x_count);
   const auto [w_min, w_max] = Range(w, static_cast<int64_t>(s.k) * patch);
   const QuantParams qa = params[0] = ActivationParams(x_min, x_max, running_range, update_range);
-  const QuantParams qw = params[1] = ChooseQuantParams(w_min, w_max);
+  const QuantParams qw = params[1] =
+      symmetric_weights ? SymmetricQuantParams(w_min, w_max) : ChooseQuantParams(w_min, w_max);
   Quantize(x, x_count, qa, ws.a_codes, xq);
   Quantize(w, static_cast<int64_t>(s.k) * patch, qw, ws.w_codes, wq);
   for (int k = 0; k < s.k; ++k) {

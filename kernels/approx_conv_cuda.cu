@@ -62,10 +62,12 @@ __global__ void RangeKernel(const float* __restrict__ x, int64_t n, int* range) 
 }
 
 __global__ void ParamsKernel(const int* ranges, QuantParams* params, float* running_range,
-                             bool update_range) {
+                             bool update_range, bool symmetric_weights) {
   params[0] = ActivationParams(FromOrderedInt(ranges[0]), FromOrderedInt(ranges[1]), running_range,
                                update_range);
-  params[1] = ChooseQuantParams(FromOrderedInt(ranges[2]), FromOrderedInt(ranges[3]));
+  const float w_min = FromOrderedInt(ranges[2]), w_max = FromOrderedInt(ranges[3]);
+  params[1] =
+      symmetric_weights ? SymmetricQuantParams(w_min, w_max) : ChooseQuantParams(w_min, w_max);
 }
 
 __global__ void QuantizeKernel(const float* __restrict__ x, int64_t n,
@@ -287,7 +289,7 @@ absl::Status ApproxConv2dForwardCuda(const ConvShape& sh, const float* x, const 
                                      const float* bias, const uint16_t* table, float* y, float* xq,
                                      float* wq, QuantParams* params, void* workspace,
                                      const CudaContext& cuda, float* running_range,
-                                     bool update_range) {
+                                     bool update_range, bool symmetric_weights) {
   const int64_t x_count = static_cast<int64_t>(sh.n) * sh.h * sh.w * sh.c;
   const int64_t w_count = static_cast<int64_t>(sh.k) * sh.patch();
   const ApproxConvWorkspace ws(sh, workspace, 0);
@@ -298,7 +300,8 @@ absl::Status ApproxConv2dForwardCuda(const ConvShape& sh, const float* x, const 
   RangeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(x, x_count, ranges);
   RangeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(w, w_count,
                                                                                ranges + 2);
-  ParamsKernel<<<1, 1, 0, cuda.stream>>>(ranges, params, running_range, update_range);
+  ParamsKernel<<<1, 1, 0, cuda.stream>>>(ranges, params, running_range, update_range,
+                                         symmetric_weights);
   QuantizeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(
       x, x_count, params, a_codes, xq);
   QuantizeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(

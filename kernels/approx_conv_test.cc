@@ -172,6 +172,77 @@ TEST(ApproxConv, RandomTableEqualsTheFormulaWithPaddingThroughTheTable) {
   }
 }
 
+// The sign-magnitude mode: symmetric weight codes (zero point 128, scale max|w| / 127) and
+// the derived table. With the exact table it is symmetric fake quantization followed by the
+// exact convolution; with any table, a weight of 0 contributes exactly nothing.
+std::vector<float> SignMagnitudeForward(const ConvShape& s, const std::vector<float>& x,
+                                        const std::vector<float>& w,
+                                        const std::vector<uint16_t>& multiplier,
+                                        const std::vector<float>& bias, std::vector<float>* xq,
+                                        std::vector<float>* wq, QuantParams* params) {
+  std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
+  xq->resize(x.size());
+  wq->resize(w.size());
+  std::vector<unsigned char> workspace(ApproxConvWorkspaceBytesCpu(s));
+  const std::vector<uint16_t> table = SignMagnitudeTable(multiplier);
+  ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), y.data(), xq->data(),
+                         wq->data(), params, workspace.data(), nullptr, false,
+                         /*symmetric_weights=*/true);
+  return y;
+}
+
+TEST(ApproxConv, SignMagnitudeWithTheExactTableIsSymmetricFakeQuantization) {
+  EXPECT_EQ(SignMagnitudeTable(ExactTable()), ExactTable());  // a c = 128 a + a (c - 128)
+  uint32_t seed = 300;
+  for (const Case& c : Cases()) {
+    const ConvShape& s = c.shape;
+    const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, 0.0f, 2.0f);
+    const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.7f, 0.4f);
+    const auto bias = RandomFloats(s.k, seed++);
+    Quantized q;
+    QuantParams params[2];
+    q.y = SignMagnitudeForward(s, x, w, ExactTable(), bias, &q.xq, &q.wq, params);
+    // Post-ReLU activations: zero point 0. Weights: symmetric, 0 at code 128.
+    EXPECT_EQ(params[0].zero_point, 0) << c.what;
+    EXPECT_EQ(params[1].zero_point, 128) << c.what;
+    const float m = std::max(std::fabs(*std::min_element(w.begin(), w.end())),
+                             std::fabs(*std::max_element(w.begin(), w.end())));
+    EXPECT_EQ(params[1].scale, m / 127.0f) << c.what;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float code = std::floor(w[i] / params[1].scale + 128.0f + 0.5f);
+      ASSERT_EQ(q.wq[i], (code - 128.0f) * params[1].scale) << c.what << " weight " << i;
+    }
+    EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5) << c.what;
+  }
+}
+
+TEST(ApproxConv, SignMagnitudeZeroWeightsContributeNothingWhateverTheTable) {
+  const ConvShape s = MakeConv(2, 7, 7, 5, 6, 3, 3, 1, 1);
+  auto table = RandomTable(7);  // T[a, 0] far from 0
+  const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, 8, 0.0f, 2.0f);
+  auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), 9, -0.5f, 0.5f);
+  // Filter 0 pruned entirely, filter 1 half pruned; the rest as drawn.
+  for (int p = 0; p < s.patch(); ++p) {
+    w[p] = 0.0f;
+    if (p % 2 == 0) w[s.patch() + p] = 0.0f;
+  }
+  const auto bias = RandomFloats(s.k, 10);
+  std::vector<float> xq, wq;
+  QuantParams params[2];
+  const auto y = SignMagnitudeForward(s, x, w, table, bias, &xq, &wq, params);
+  for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
+    ASSERT_EQ(y[pix * s.k], bias[0]) << "a pruned filter gives exactly its bias, at " << pix;
+  }
+  // Half pruned: equal to the same filter with the pruned taps' table entries changed.
+  std::vector<uint16_t> other = table;
+  for (int a = 0; a < 256; ++a) other[a << 8] = static_cast<uint16_t>(a * 3 + 1);
+  std::vector<float> xq2, wq2;
+  const auto y2 = SignMagnitudeForward(s, x, w, other, bias, &xq2, &wq2, params);
+  for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
+    ASSERT_EQ(y[pix * s.k + 1], y2[pix * s.k + 1]) << pix;
+  }
+}
+
 TEST(ApproxConv, ConstantTensorsAndAllPositiveRanges) {
   const auto table = ExactTable();
   const ConvShape s = MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1);

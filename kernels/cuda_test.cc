@@ -752,6 +752,23 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
     EXPECT_EQ(dwq.Host(), wq);
     EXPECT_EQ(dy.Host(), y);
 
+    // The sign-magnitude mode: symmetric weight codes through the derived table.
+    {
+      const std::vector<uint16_t> sm = SignMagnitudeTable(table);
+      ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), sm.data(), y.data(), xq.data(),
+                             wq.data(), cpu_params, cpu_ws.data(), nullptr, false, true);
+      Dev<uint16_t> dsm(sm);
+      ASSERT_TRUE(ApproxConv2dForwardCuda(s, dx.get(), dw.get(), db.get(), dsm.get(), dy.get(),
+                                          dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_, nullptr,
+                                          false, true)
+                      .ok());
+      Sync();
+      EXPECT_EQ(dp.Host()[1].zero_point, 128);
+      EXPECT_EQ(dp.Host()[1].scale, cpu_params[1].scale);
+      EXPECT_EQ(dwq.Host(), wq);
+      EXPECT_EQ(dy.Host(), y);
+    }
+
     // The moving-average range: two updates (the first batch, then the same batch scaled),
     // then an evaluation, with the running range and the outputs identical to the CPU's.
     std::vector<float> running(3, 0.0f);

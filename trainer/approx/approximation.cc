@@ -1,6 +1,7 @@
 #include "trainer/approx/approximation.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/approx_conv.h"
 #include "trainer/nn/layers.h"
 #include "trainer/util/glob.h"
 #include "util/status_macros.h"
@@ -57,6 +58,7 @@ topiary::v1::ApproximationSpec AssignmentRules(
   topiary::v1::ApproximationSpec a;
   a.set_range(base.range());
   a.set_weight_tuning(base.weight_tuning());
+  a.set_weight_code(base.weight_code());
   for (const auto& [layer, multiplier] : layers) {
     auto* r = a.add_rules();
     r->set_layer(layer);
@@ -76,7 +78,11 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
   std::vector<std::vector<uint16_t>> tables(multipliers.size());
   for (size_t i = 0; i < tables.size(); ++i) {
     const auto& m = (multipliers)[i];
-    if (m) tables[i] = spec.weight_tuning() ? WeightTuned(m->table) : m->table;
+    if (!m) continue;
+    tables[i] = spec.weight_code() == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE
+                    ? kernels::SignMagnitudeTable(m->table)
+                : spec.weight_tuning() ? WeightTuned(m->table)
+                                       : m->table;
   }
   for (const auto& [name, rule] : layers) {
     const Multiplier& m = *(multipliers)[rule];
@@ -84,6 +90,7 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
     a.multiplier = spec.rules(rule).multiplier();
     a.sha256 = m.sha256;
     a.weight_tuning = spec.weight_tuning();
+    a.sign_magnitude = spec.weight_code() == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE;
     a.moving_average = spec.range() == topiary::v1::ApproximationSpec::MOVING_AVERAGE;
     a.table = tables[rule];
     auto* conv = static_cast<Conv2d*>(model->FindLayer(name));

@@ -238,8 +238,8 @@ static_assert(2 * sizeof(kernels::QuantParams) <= 4 * sizeof(float));
 
 class ApproxConvEngine : public ConvEngine {
  public:
-  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range)
-      : table_(std::move(table)), range_(range) {}
+  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range, bool sign_magnitude)
+      : table_(std::move(table)), range_(range), sign_magnitude_(sign_magnitude) {}
 
   absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
                                          const PlanOptions& options) override {
@@ -270,13 +270,13 @@ class ApproxConvEngine : public ConvEngine {
     float* running = range_ ? range_->value.data() : nullptr;
     float* xq = training ? saved.xq : nullptr;  // only the backward pass reads it
     if (io.cuda) {
-      return kernels::ApproxConv2dForwardCuda(op.shape, io.xf(0), op.kernel->value.data(), bias,
-                                              table_.data(), io.yf(), xq, saved.wq, saved.params,
-                                              io.workspace, *io.cuda, running, training);
+      return kernels::ApproxConv2dForwardCuda(
+          op.shape, io.xf(0), op.kernel->value.data(), bias, table_.data(), io.yf(), xq, saved.wq,
+          saved.params, io.workspace, *io.cuda, running, training, sign_magnitude_);
     }
     kernels::ApproxConv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias,
                                     table_.data(), io.yf(), xq, saved.wq, saved.params,
-                                    io.workspace, running, training);
+                                    io.workspace, running, training, sign_magnitude_);
     return absl::OkStatus();
   }
 
@@ -288,6 +288,7 @@ class ApproxConvEngine : public ConvEngine {
  private:
   Buffer<uint16_t> table_;  // on the layer's device
   Parameter* range_;
+  bool sign_magnitude_;  // symmetric weight codes (the table is the sign-magnitude one)
 };
 
 }  // namespace
@@ -302,7 +303,7 @@ absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvAppro
   }
   TOPIARY_ASSIGN_OR_RETURN(auto table, Buffer<uint16_t>::Create(device, approx.table.size()));
   table.CopyFromHost(approx.table.data());
-  return std::make_unique<ApproxConvEngine>(std::move(table), range);
+  return std::make_unique<ApproxConvEngine>(std::move(table), range, approx.sign_magnitude);
 }
 
 }  // namespace topiary

@@ -59,6 +59,8 @@ struct ConvApproximation {
   bool weight_tuning = false;   // ALWANN's weight-code remapping is folded into `table`
   bool moving_average = false;  // activation range: moving average (else per batch)
   std::vector<uint16_t> table;  // 65,536 entries, T[(a << 8) | w], as the kernels use it
+  // Sign-magnitude weight codes: `table` is then kernels::SignMagnitudeTable of the multiplier.
+  bool sign_magnitude = false;
 };
 
 // The approximate convolution: a table convolution forward, and a straight-through backward

@@ -210,6 +210,11 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
 
 absl::Status ValidateApproximation(const topiary::v1::ApproximationSpec& a) {
   CHECK_ENUM(topiary::v1::ApproximationSpec::RangeMode_IsValid, a.range(), "approximation.range");
+  CHECK_ENUM(topiary::v1::ApproximationSpec::WeightCode_IsValid, a.weight_code(),
+             "approximation.weight_code");
+  CHECK_RULE(!a.weight_tuning() || a.weight_code() == topiary::v1::ApproximationSpec::ASYMMETRIC,
+             "approximation.weight_tuning",
+             "remaps asymmetric weight codes: not with weight_code: SIGN_MAGNITUDE");
   CHECK_RULE(a.rules_size() > 0, "approximation.rules", "at least one rule");
   CHECK_RULE(a.rules_size() <= kMaxListEntries, "approximation.rules", "at most 1000 entries");
   for (int i = 0; i < a.rules_size(); ++i) {
