@@ -155,21 +155,6 @@ absl::StatusOr<std::vector<uint8_t>> LoadOne(const std::string& root, const std:
   return FitImage(img, f.image_size());
 }
 
-// Runs fn(i) for i in [0, n) on `threads` threads; returns each call's status.
-template <typename Fn>
-std::vector<absl::Status> ForEachFile(size_t n, int threads, Fn fn) {
-  std::vector<absl::Status> errors(n);
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < n; i = next++) errors[i] = fn(i);
-    });
-  }
-  for (auto& th : pool) th.join();
-  return errors;
-}
-
 // Counts a bad file (SKIP) or returns the error that stops the load (FAIL).
 absl::Status Reject(const absl::Status& error, const ImageFolderSpec& f, Dataset* ds) {
   if (f.bad_images() == ImageFolderSpec::FAIL) {
@@ -222,15 +207,23 @@ absl::Status LoadSplit(const std::string& root, const std::string& real_root,
 // frame (then the whole file).
 constexpr size_t kHeaderBytes = 64 << 10;
 
+// Where image file `rel` under `root` really is, checked: inside `real_root` once links are
+// followed, and within the read policy. Errors name `rel`.
+absl::StatusOr<std::string> ResolveImageFile(const std::string& root, const std::string& real_root,
+                                             const std::string& rel) {
+  auto real = ResolveReadableFile(root + "/" + rel, kMaxImageFileBytes);
+  if (!real.ok()) return Bad(rel, std::string(real.status().message()));
+  if (!IsInsideFolder(*real, real_root)) {
+    return Bad(rel, "a link leading out of data.path (to " + *real + ")");
+  }
+  return real;
+}
+
 absl::Status CheckHeader(const std::string& root, const std::string& real_root, const Item& item,
                          const ImageFolderSpec& f) {
-  auto real = ResolveReadableFile(root + "/" + item.rel, kMaxImageFileBytes);
-  if (!real.ok()) return Bad(item.rel, std::string(real.status().message()));
-  if (!IsInsideFolder(*real, real_root)) {
-    return Bad(item.rel, "a link leading out of data.path (to " + *real + ")");
-  }
+  TOPIARY_ASSIGN_OR_RETURN(const std::string real, ResolveImageFile(root, real_root, item.rel));
   std::string head(kHeaderBytes, '\0');
-  FILE* file = std::fopen(real->c_str(), "rb");
+  FILE* file = std::fopen(real.c_str(), "rb");
   if (file == nullptr) return ErrnoStatus(errno, item.rel);
   head.resize(std::fread(head.data(), 1, head.size(), file));
   std::fclose(file);
@@ -284,12 +277,8 @@ absl::Status ListSplit(const std::string& root, const std::string& real_root,
 
 absl::StatusOr<std::string> ReadImageFile(const std::string& root, const std::string& real_root,
                                           const std::string& rel) {
-  auto real = ResolveReadableFile(root + "/" + rel, kMaxImageFileBytes);
-  if (!real.ok()) return Bad(rel, std::string(real.status().message()));
-  if (!IsInsideFolder(*real, real_root)) {
-    return Bad(rel, "a link leading out of data.path (to " + *real + ")");
-  }
-  auto bytes = ReadFile(*real, kMaxImageFileBytes);
+  TOPIARY_ASSIGN_OR_RETURN(const std::string real, ResolveImageFile(root, real_root, rel));
+  auto bytes = ReadFile(real, kMaxImageFileBytes);
   if (!bytes.ok()) return Bad(rel, std::string(bytes.status().message()));
   return bytes;
 }

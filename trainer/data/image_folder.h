@@ -12,8 +12,11 @@
 #ifndef TOPIARY_TRAINER_DATA_IMAGE_FOLDER_H_
 #define TOPIARY_TRAINER_DATA_IMAGE_FOLDER_H_
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,6 +36,22 @@ struct StreamedFiles {
   std::vector<uint8_t> sample;
   static constexpr int kStatsSampleImages = 256, kStatsSampleSize = 64;
 };
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (files read and decoded in parallel);
+// returns each call's status, in index order.
+template <typename Fn>
+std::vector<absl::Status> ForEachFile(size_t n, int threads, Fn fn) {
+  std::vector<absl::Status> errors(n);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < std::min<size_t>(threads, n); ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) errors[i] = fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return errors;
+}
 
 // The bytes of image file `rel` under `root`, checked as at load time: it must stay inside
 // `real_root` once links are followed and pass the read policy. Errors name `rel`.

@@ -173,7 +173,8 @@ TEST(ImageFolder, StreamChecksHeadersAndKeepsNames) {
   EXPECT_EQ(ds->skipped, 4);  // corrupt, text, huge, link
   ASSERT_TRUE(ds->train.streamed());
   EXPECT_TRUE(ds->train.pixels.empty());
-  EXPECT_EQ(ds->train.files->rel, (std::vector<std::string>{"train/a/cut.jpg", "train/a/good.png"}));
+  EXPECT_EQ(ds->train.files->rel,
+            (std::vector<std::string>{"train/a/cut.jpg", "train/a/good.png"}));
   EXPECT_EQ(ds->train.size(), 2);
   // The statistics sample: the good PNG at image_size (the cut JPEG may or may not decode).
   EXPECT_GE(ds->train.files->sample.size(), 8u * 8u);

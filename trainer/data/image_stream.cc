@@ -14,19 +14,10 @@ namespace {
 
 using topiary::v1::ImageFolderSpec;
 
-// Runs fn(i) for i in [0, n) on up to `threads` threads; the first error wins.
+// fn(i) for i in [0, n) on the reading threads; the first error wins.
 template <typename Fn>
 absl::Status ParallelFor(int n, int threads, Fn fn) {
-  std::vector<absl::Status> errors(n);
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::min(threads, n); ++t) {
-    pool.emplace_back([&] {
-      for (int i = next++; i < n; i = next++) errors[i] = fn(i);
-    });
-  }
-  for (auto& th : pool) th.join();
-  for (const absl::Status& e : errors) TOPIARY_RETURN_IF_ERROR(e);
+  for (const absl::Status& e : ForEachFile(n, threads, fn)) TOPIARY_RETURN_IF_ERROR(e);
   return absl::OkStatus();
 }
 

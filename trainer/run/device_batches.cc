@@ -52,14 +52,9 @@ absl::Status DeviceBatches::SetOrder(std::vector<int32_t> order) {
 
 absl::Status DeviceBatches::Stage(int epoch, int64_t first, int count, bool augment,
                                   int64_t stride) {
-  return stream_ ? stream_->Stage(epoch, first, count, augment, stride) : absl::OkStatus();
-}
-
-absl::Status DeviceBatches::AssembleStaged(int count, float* x, int32_t* labels) {
-  // The staged images are the batch's already (cropped, scaled, flipped): normalize them.
-  kernels::AssembleParams p = batcher_->Params(0, 0, count, false);
-  p.h = p.out_h = batcher_->set().batch_h();
-  p.w = p.out_w = batcher_->set().batch_w();
+  if (!stream_) return absl::OkStatus();
+  // The staged batch's order, 0, 1, ...: grown here, outside the (captured) training step,
+  // so that assembling allocates nothing.
   if (static_cast<int>(identity_host_.size()) < count) {
     identity_host_.resize(count);
     std::iota(identity_host_.begin(), identity_host_.end(), 0);
@@ -68,6 +63,14 @@ absl::Status DeviceBatches::AssembleStaged(int count, float* x, int32_t* labels)
       identity_.CopyFromHost(identity_host_.data());
     }
   }
+  return stream_->Stage(epoch, first, count, augment, stride);
+}
+
+absl::Status DeviceBatches::AssembleStaged(int count, float* x, int32_t* labels) {
+  // The staged images are the batch's already (cropped, scaled, flipped): normalize them.
+  kernels::AssembleParams p = batcher_->Params(0, 0, count, false);
+  p.h = p.out_h = batcher_->set().batch_h();
+  p.w = p.out_w = batcher_->set().batch_w();
   if (const kernels::CudaContext* cuda = device_->cuda()) {
     return kernels::AssembleBatchCuda(p, nullptr, stream_->pixels(), stream_->labels(),
                                       identity_.data(), lut_.data(), x, labels, *cuda);

@@ -44,6 +44,7 @@ class DeviceBatches {
   std::string decoder() const { return stream_ ? stream_->decoder() : ""; }
 
  private:
+  // Normalizes the batch Stage() staged (REQUIRES: staged for at least `count` images).
   absl::Status AssembleStaged(int count, float* x, int32_t* labels);
 
   const Batcher* batcher_ = nullptr;
