@@ -44,6 +44,61 @@ absl::StatusOr<topiary::v1::ApproximationSpec> RulesFromSets(
   return AssignmentRules(base, layers);
 }
 
+std::string WeightCodeName(const topiary::v1::ApproximationSpec& a) {
+  return absl::AsciiStrToLower(topiary::v1::ApproximationSpec::WeightCode_Name(a.weight_code()));
+}
+
+// --weight_code and --weight_scales applied to `rules` (nothing when neither is given).
+absl::Status ApplyWeightFlags(const Args& a, topiary::v1::ApproximationSpec* rules) {
+  using topiary::v1::ApproximationSpec;
+  if (!a.weight_code.empty()) {
+    ApproximationSpec::WeightCode code;
+    if (!ApproximationSpec::WeightCode_Parse(absl::AsciiStrToUpper(a.weight_code), &code)) {
+      return absl::InvalidArgumentError(absl::StrCat("--weight_code '", OneLine(a.weight_code),
+                                                     "': expected asymmetric or sign_magnitude"));
+    }
+    rules->set_weight_code(code);
+    // Weight tuning remaps asymmetric codes; the sign-magnitude mode has its own table.
+    if (code == ApproximationSpec::SIGN_MAGNITUDE) rules->set_weight_tuning(false);
+  }
+  if (!a.weight_scales.empty()) {
+    if (a.weight_scales != "per_tensor" && a.weight_scales != "per_channel") {
+      return absl::InvalidArgumentError(absl::StrCat("--weight_scales '", OneLine(a.weight_scales),
+                                                     "': expected per_tensor or per_channel"));
+    }
+    rules->set_per_channel_weights(a.weight_scales == "per_channel");
+  }
+  return absl::OkStatus();
+}
+
+// The layers whose multiplier errs far more at the codes they use than its table-wide
+// metrics say (CodeUse::far), as warnings on stderr; with TFApprox's codes, a hint at the
+// sign-magnitude mode.
+void WarnFarCodeUse(const std::vector<CodeUse>& uses,
+                    const topiary::v1::ApproximationSpec& approx) {
+  const bool asymmetric = approx.weight_code() == topiary::v1::ApproximationSpec::ASYMMETRIC;
+  for (const CodeUse& u : uses) {
+    if (!u.far) continue;
+    absl::FPrintF(stderr,
+                  "warning: %s: %s errs by %.2f%% of the products at the codes this layer uses, "
+                  "against %.2f%% over its whole table: expect more accuracy loss than the "
+                  "table's metrics suggest%s\n",
+                  u.layer, OneLine(u.multiplier), u.used_error_pct, u.table_error_pct,
+                  asymmetric ? " (try --weight_code sign_magnitude)" : "");
+  }
+}
+
+std::string CodeUseJson(const std::vector<CodeUse>& uses) {
+  std::vector<std::string> out;
+  for (const CodeUse& u : uses) {
+    out.push_back(absl::StrFormat(
+        R"({"layer":%s,"multiplier":%s,"used_error_pct":%.6g,"table_error_pct":%.6g,"far":%s})",
+        JsonString(u.layer), JsonString(u.multiplier), u.used_error_pct, u.table_error_pct,
+        u.far ? "true" : "false"));
+  }
+  return absl::StrCat("[", absl::StrJoin(out, ","), "]");
+}
+
 // "evaluating 12/127" on a terminal, redrawn in place.
 std::function<void(int, int)> TerminalProgress(const char* what) {
   if (isatty(STDERR_FILENO) == 0) return nullptr;
@@ -147,20 +202,14 @@ int EvaluateCommand(const Args& a) {
     if (!r.ok()) return Fail(a, r.status());
     rules = *r;
   }
-  if (!a.weight_code.empty()) {
-    topiary::v1::ApproximationSpec::WeightCode code;
-    if (!topiary::v1::ApproximationSpec::WeightCode_Parse(absl::AsciiStrToUpper(a.weight_code),
-                                                          &code)) {
-      return Fail(
-          a, absl::InvalidArgumentError(absl::StrCat("--weight_code '", OneLine(a.weight_code),
-                                                     "': expected asymmetric or sign_magnitude")));
-    }
+  if (!a.weight_code.empty() || !a.weight_scales.empty()) {
     if (!rules) rules = (*ev)->spec().approximation();
-    rules->set_weight_code(code);
-    if (code == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE) rules->set_weight_tuning(false);
+    if (auto st = ApplyWeightFlags(a, &*rules); !st.ok()) return Fail(a, st);
   }
-  auto result = (*ev)->Evaluate(rules);
+  std::vector<CodeUse> code_use;
+  auto result = (*ev)->Evaluate(rules, &code_use);
   if (!result.ok()) return Fail(a, result.status());
+  WarnFarCodeUse(code_use, rules ? *rules : (*ev)->spec().approximation());
   const topiary::v1::ApproximationSpec& used = rules ? *rules : (*ev)->spec().approximation();
   std::vector<std::string> rule_text;
   for (const auto& r : used.rules()) {
@@ -171,10 +220,11 @@ int EvaluateCommand(const Args& a) {
   }
   if (a.json) {
     absl::PrintF(
-        R"({"checkpoint":%s,"device":%s,"images":%d,"top1":%.6g,"top5":%.6g,"loss":%.6g,"rules":[%s]})"
+        R"({"checkpoint":%s,"device":%s,"images":%d,"top1":%.6g,"top5":%.6g,"loss":%.6g,"rules":[%s],)"
+        R"("code_use":%s})"
         "\n",
         JsonString(a.positional[0]), JsonString((*ev)->device_name()), result->images, result->top1,
-        result->top5, result->loss, absl::StrJoin(rule_text, ","));
+        result->top5, result->loss, absl::StrJoin(rule_text, ","), CodeUseJson(code_use));
   } else {
     absl::PrintF("%s on %s (%d test images)\n", a.positional[0], (*ev)->device_name(),
                  result->images);
@@ -197,9 +247,15 @@ int SensitivityCommand(const Args& a) {
   }
   auto ev = CheckpointEvaluator::Open(a.positional[0]);
   if (!ev.ok()) return Fail(a, ev.status());
+  topiary::v1::ApproximationSpec base = (*ev)->spec().approximation();
+  if (auto st = ApplyWeightFlags(a, &base); !st.ok()) return Fail(a, st);
   const std::vector<std::string> names(a.positional.begin() + 1, a.positional.end());
-  auto r = Sensitivity(**ev, names, budget, TerminalProgress("evaluating"));
+  auto r = Sensitivity(**ev, names, budget, base, TerminalProgress("evaluating"));
   if (!r.ok()) return Fail(a, r.status());
+  std::vector<CodeUse> all_use;
+  for (const auto& row : r->rows)
+    all_use.insert(all_use.end(), row.code_use.begin(), row.code_use.end());
+  WarnFarCodeUse(all_use, base);
   if (a.json) {
     std::vector<std::string> mults, rows, assignment;
     for (const Multiplier& m : r->multipliers) {
@@ -209,28 +265,32 @@ int SensitivityCommand(const Args& a) {
     for (const auto& row : r->rows) {
       std::vector<std::string> t;
       for (double v : row.top1) t.push_back(absl::StrFormat("%.6g", v));
-      rows.push_back(absl::StrFormat(R"({"layer":%s,"macs":%d,"top1":[%s]})",
+      rows.push_back(absl::StrFormat(R"({"layer":%s,"macs":%d,"top1":[%s],"code_use":%s})",
                                      JsonString(row.layer.name), row.layer.macs,
-                                     absl::StrJoin(t, ",")));
+                                     absl::StrJoin(t, ","), CodeUseJson(row.code_use)));
     }
     for (const auto& [layer, m] : r->assignment) {
       assignment.push_back(absl::StrFormat(R"({"layer":%s,"multiplier":%s})", JsonString(layer),
                                            JsonString(names[m])));
     }
     absl::PrintF(
-        R"({"checkpoint":%s,"device":%s,"float_top1":%.6g,"multipliers":[%s],"layers":[%s],)"
+        R"({"checkpoint":%s,"device":%s,"float_top1":%.6g,"weight_code":"%s","weight_scales":"%s",)"
+        R"("multipliers":[%s],"layers":[%s],)"
         R"("greedy":{"budget_pts":%g,"top1":%.6g,"relative_power":%.6g,"assignment":[%s],)"
         R"("unknown_power":[%s]}})"
         "\n",
         JsonString(a.positional[0]), JsonString((*ev)->device_name()), r->float_top1,
+        WeightCodeName(base), base.per_channel_weights() ? "per_channel" : "per_tensor",
         absl::StrJoin(mults, ","), absl::StrJoin(rows, ","), r->budget_pts, r->assigned_top1,
         r->relative_power, absl::StrJoin(assignment, ","),
         absl::StrJoin(r->unknown_power, ",",
                       [](std::string* out, const std::string& s) { out->append(JsonString(s)); }));
     return kExitOk;
   }
-  absl::PrintF("%s on %s: test top-1 %.2f%% with every convolution exact\n\n", a.positional[0],
+  absl::PrintF("%s on %s: test top-1 %.2f%% with every convolution exact\n", a.positional[0],
                (*ev)->device_name(), r->float_top1);
+  absl::PrintF("weights: %s codes, %s scales\n\n", WeightCodeName(base),
+               base.per_channel_weights() ? "per-channel" : "per-tensor");
   absl::PrintF("test top-1 (%%) with one layer approximate\n%-30s %12s", "layer", "MACs/image");
   for (const Multiplier& m : r->multipliers) absl::PrintF(" %14.14s", OneLine(m.name));
   absl::PrintF("\n");

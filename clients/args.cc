@@ -55,8 +55,11 @@ ABSL_FLAG(std::optional<double>, max_value, std::nullopt,
           "import: the pixel value of full intensity (default 255)");
 ABSL_FLAG(std::string, arch, "", "import: the network's name (default onnx:<file stem>)");
 ABSL_FLAG(std::string, weight_code, "",
-          "evaluate: the approximation's weight codes, 'asymmetric' (TFApprox's) or "
-          "'sign_magnitude' (default: the checkpoint's own)");
+          "evaluate, sensitivity: the approximation's weight codes, 'asymmetric' (TFApprox's) "
+          "or 'sign_magnitude' (default: the checkpoint's own)");
+ABSL_FLAG(std::string, weight_scales, "",
+          "evaluate, sensitivity: weight quantization 'per_tensor' (one scale per layer) or "
+          "'per_channel' (one per output channel) (default: the checkpoint's own)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -131,6 +134,7 @@ void CopyFlags(Args* a) {
   a->max_value = absl::GetFlag(FLAGS_max_value);
   a->arch = absl::GetFlag(FLAGS_arch);
   a->weight_code = absl::GetFlag(FLAGS_weight_code);
+  a->weight_scales = absl::GetFlag(FLAGS_weight_scales);
 }
 
 }  // namespace

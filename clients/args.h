@@ -44,7 +44,8 @@ struct Args {
   std::string out, resume, file, layer, server, token_file, tls_ca, state, name, png, onnx;
   std::string batch;        // evaluate --bench: N; export: N or "dynamic"
   std::string batch_norm;   // export: fold | keep
-  std::string weight_code;  // evaluate: asymmetric | sign_magnitude (empty: the checkpoint's)
+  std::string weight_code;    // asymmetric | sign_magnitude (empty: the checkpoint's)
+  std::string weight_scales;  // per_tensor | per_channel (empty: the checkpoint's)
   std::optional<uint32_t> from;
   std::optional<double> target, step, budget;
   std::optional<int> epochs;

@@ -69,11 +69,12 @@ void PrintApproximations(const topiary::v1::CheckpointReport& r) {
                    ? absl::StrFormat(" [%.4g, %.4g]", l.activation_range(0), l.activation_range(1))
                    : " (not yet observed)";
     }
-    absl::PrintF("  %-30s %-20s %.16s  %s%s\n", l.layer(), l.multiplier(), l.multiplier_sha256(),
+    absl::PrintF("  %-30s %-20s %.16s  %s%s%s\n", l.layer(), l.multiplier(), l.multiplier_sha256(),
                  range,
                  l.weight_code() == "sign_magnitude" ? ", sign-magnitude weights"
                  : l.weight_tuning()                 ? ", weight-tuned"
-                                                     : "");
+                                                     : "",
+                 l.weight_scales() == "per_channel" ? ", per-channel weight scales" : "");
   }
 }
 

@@ -68,12 +68,17 @@ Local commands (no daemon needed):
       names such a table by its stem, e.g. multiplier: "mul8u_L40"). --png FILE (one
       multiplier): a 256x256 picture of its error surface, row = activation code, column =
       weight code, red where the table is too large, blue too small, white exact.
-  topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--weight_code CODE] [--json]
+  topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--weight_code CODE]
+                   [--weight_scales SCALES] [--json]
       Evaluate a checkpoint on its test set (model, data and device from its spec), without
       training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
       (a family or a .bin file; 'none' keeps them exact); a later --set wins. Without --set,
       the checkpoint's own approximation. --weight_code sign_magnitude: weights as a sign and
-      a 7-bit magnitude (a zero weight contributes exactly 0), asymmetric: TFApprox's codes. --json: {"top1", "top5", "loss", "images", "rules"}.
+      a 7-bit magnitude (a zero weight contributes exactly 0), asymmetric: TFApprox's codes.
+      --weight_scales per_channel: one weight scale per output channel, per_tensor: one per
+      layer. Warns (stderr) for each layer whose multiplier errs at least 3x more, relative
+      to the products, at the codes the layer uses (test set's first batch) than over its
+      whole table. --json: {"top1", "top5", "loss", "images", "rules", "code_use"}.
   topiary evaluate CKPT --bench [--batch N] [--json]
       The deployment question: with dense kernels only and with block-sparse kernels where
       they measure faster (block-masked layers, GPU), the test top-1 and loss, images/s at N
@@ -104,11 +109,13 @@ Local commands (no daemon needed):
       by another tool. Every reader (and topiaryd) refuses a file without a valid seal
       before libhdf5 parses it; sealing parses the file unchecked, so seal only files you
       trust. Checkpoints written by Topiary are sealed already.
-  topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--json]
+  topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--weight_code CODE]
+                      [--weight_scales SCALES] [--json]
       For every conv layer and each multiplier, the test top-1 with only that layer
       approximate; then a greedy assignment that minimizes the multipliers' power (summed over
       each image's multiply-accumulates; known EvoApprox circuits only) while the top-1 stays
-      within PTS points (default 1) of the exact model, checked by evaluating it.
+      within PTS points (default 1) of the exact model, checked by evaluating it. Weight codes
+      and scales as for evaluate (default: the checkpoint's own); the same code-use warnings.
 
 Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7077;
 --token_file FILE or $TOPIARY_TOKEN_FILE for a bearer token; --tls_ca FILE for TLS):

@@ -4,7 +4,8 @@
 // not symmetric). The method of TFApprox (Vaverka et al., DATE 2020), with exact integer
 // accumulation:
 //
-//   1. Ranges: min and max over the whole input batch and over the whole filter.
+//   1. Ranges: min and max over the whole input batch and over the whole filter (or, with
+//      per-channel weights, over each output channel's filter row).
 //   2. Asymmetric uint8 quantization with TensorFlow's nudged zero point (ChooseQuantParams):
 //      scale = (max - min) / 255, zp = clamp(round(-min / scale), 0, 255), and the code of x
 //      is floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale.
@@ -64,9 +65,6 @@ TOPIARY_HD inline QuantParams ChooseQuantParams(float min, float max) {
   return q;
 }
 
-// floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale (NaN gives 0),
-// evaluated as floor(x / scale + zp + 0.5): no multiply feeds an add, so no compiler can fuse
-// one into an FMA on one backend and not the other, and codes stay identical on both.
 // The sign-magnitude weight mode (approximation { weight_code: SIGN_MAGNITUDE }): symmetric
 // codes 128 + round(w / scale), scale = max|w| / 127, so code 128 is exactly 0 and
 // |code - 128| is a 7-bit magnitude. A zero filter gets scale 1.
@@ -78,6 +76,14 @@ TOPIARY_HD inline QuantParams SymmetricQuantParams(float min, float max) {
   return q;
 }
 
+// A filter's (or, per output channel, one filter row's) weight parameters for [min, max].
+TOPIARY_HD inline QuantParams WeightParams(float min, float max, bool symmetric) {
+  return symmetric ? SymmetricQuantParams(min, max) : ChooseQuantParams(min, max);
+}
+
+// floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale (NaN gives 0),
+// evaluated as floor(x / scale + zp + 0.5): no multiply feeds an add, so no compiler can fuse
+// one into an FMA on one backend and not the other, and codes stay identical on both.
 TOPIARY_HD inline uint8_t QuantizeCode(float x, const QuantParams& q) {
   const float t = floorf(x / q.scale + static_cast<float>(q.zero_point) + 0.5f);
   if (!(t > 0.0f)) return 0;
@@ -179,24 +185,39 @@ struct ApproxConvWorkspace {
   }
 };
 
+// How one forward pass quantizes.
+struct ApproxConvOptions {
+  // ActivationParams' arguments: the layer's running range (3 floats, in the pass's memory;
+  // null: the per-batch range) and whether this pass moves it.
+  float* running_range = nullptr;
+  bool update_range = false;
+  // The sign-magnitude mode's weight codes (SymmetricQuantParams; the table comes from
+  // SignMagnitudeTable).
+  bool symmetric_weights = false;
+  // Weight parameters from each output channel's own range instead of the whole filter's.
+  bool per_channel_weights = false;
+};
+
+// The quantization parameters one pass writes: the activation's, then one per output channel
+// (all equal without per_channel_weights): params[0], params[1 + k].
+inline int ApproxParamCount(const ConvShape& shape) { return 1 + shape.k; }
+
 // The whole forward pass: ranges, quantization parameters, codes and the table convolution,
 // y[N, Ho, Wo, K] = approx_conv(x, w) (+ bias when not null). When xq is not null it receives
 // the fake-quantized input (for the straight-through backward pass); wq always receives the
-// fake-quantized filter; params[0] and params[1] receive the activation's and the weight's
-// quantization parameters. `running_range` (3 floats, null for the per-batch range) and
-// `update_range` are ActivationParams' arguments. symmetric_weights: the sign-magnitude mode's
-// weight codes (SymmetricQuantParams; the table comes from SignMagnitudeTable). The CPU and
-// CUDA versions give bit-identical results.
+// fake-quantized filter; params (ApproxParamCount entries) receives the quantization
+// parameters. With per-channel weights, output channel k's sums use its own zero point and
+// scale: acc_k = sum T[a, w] - zp_w[k] sum a - zp_a sum w + P zp_a zp_w[k], y = (s_a s_w[k])
+// acc_k + bias. The CPU and CUDA versions give bit-identical results.
 // REQUIRES: CheckApproxConvShape(shape).ok(); workspace holds the Workspace bytes below.
 size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape);  // depends on CpuThreads()
 void ApproxConv2dForwardCpu(const ConvShape& shape, const float* x, const float* w,
                             const float* bias, const uint16_t* table, float* y, float* xq,
                             float* wq, QuantParams* params, void* workspace,
-                            float* running_range = nullptr, bool update_range = false,
-                            bool symmetric_weights = false);
+                            const ApproxConvOptions& options = {});
 
 // On the GPU without a host round trip (a training step stays one CUDA graph). `table`,
-// `params` and every buffer are in device memory.
+// `params`, the running range and every buffer are in device memory.
 size_t ApproxConvWorkspaceBytes(const ConvShape& shape);
 // Allows the kernels the shared memory the table needs, on the current device. Call before
 // the first forward pass and outside stream capture (e.g. when a network is planned).
@@ -204,8 +225,8 @@ absl::Status ApproxConvPrepareCuda();
 absl::Status ApproxConv2dForwardCuda(const ConvShape& shape, const float* x, const float* w,
                                      const float* bias, const uint16_t* table, float* y, float* xq,
                                      float* wq, QuantParams* params, void* workspace,
-                                     const CudaContext& cuda, float* running_range = nullptr,
-                                     bool update_range = false, bool symmetric_weights = false);
+                                     const CudaContext& cuda,
+                                     const ApproxConvOptions& options = {});
 
 }  // namespace topiary::kernels
 

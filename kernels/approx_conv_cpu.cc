@@ -48,6 +48,31 @@ void Quantize(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, f
   });
 }
 
+// Each output channel's weight parameters (params[1 + k]), codes and code sum.
+void QuantizeWeights(const ConvShape& s, const float* w, const ApproxConvOptions& o,
+                     QuantParams* params, const ApproxConvWorkspace& ws, float* wq) {
+  const int patch = s.patch();
+  const auto [w_min, w_max] = Range(w, static_cast<int64_t>(s.k) * patch);
+  ParallelFor(s.k, [&](int64_t begin, int64_t end, int) {
+    for (int64_t k = begin; k < end; ++k) {
+      const float* wk = w + k * patch;
+      float lo = w_min, hi = w_max;
+      if (o.per_channel_weights) {
+        lo = *std::min_element(wk, wk + patch);
+        hi = *std::max_element(wk, wk + patch);
+      }
+      const QuantParams q = params[1 + k] = WeightParams(lo, hi, o.symmetric_weights);
+      int32_t sum = 0;
+      for (int p = 0; p < patch; ++p) {
+        const uint8_t code = ws.w_codes[k * patch + p] = QuantizeCode(wk[p], q);
+        wq[k * patch + p] = DequantizeCode(code, q);
+        sum += code;
+      }
+      ws.w_sum[k] = sum;
+    }
+  });
+}
+
 }  // namespace
 
 size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
@@ -56,24 +81,17 @@ size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
 
 void ApproxConv2dForwardCpu(const ConvShape& s, const float* x, const float* w, const float* bias,
                             const uint16_t* table, float* y, float* xq, float* wq,
-                            QuantParams* params, void* workspace, float* running_range,
-                            bool update_range, bool symmetric_weights) {
+                            QuantParams* params, void* workspace, const ApproxConvOptions& o) {
   const ApproxConvWorkspace ws(s, workspace, CpuThreads());
   const int64_t x_count = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   const int ho = s.ho(), wo = s.wo(), patch = s.patch();
   const auto [x_min, x_max] = Range(x, x_count);
-  const auto [w_min, w_max] = Range(w, static_cast<int64_t>(s.k) * patch);
-  const QuantParams qa = params[0] = ActivationParams(x_min, x_max, running_range, update_range);
-  const QuantParams qw = params[1] =
-      symmetric_weights ? SymmetricQuantParams(w_min, w_max) : ChooseQuantParams(w_min, w_max);
+  const QuantParams qa = params[0] =
+      ActivationParams(x_min, x_max, o.running_range, o.update_range);
   Quantize(x, x_count, qa, ws.a_codes, xq);
-  Quantize(w, static_cast<int64_t>(s.k) * patch, qw, ws.w_codes, wq);
-  for (int k = 0; k < s.k; ++k) {
-    ws.w_sum[k] = 0;
-    for (int p = 0; p < patch; ++p) ws.w_sum[k] += ws.w_codes[static_cast<int64_t>(k) * patch + p];
-  }
-  const int32_t zp_a = qa.zero_point, zp_w = qw.zero_point;
-  const float scale_aw = qa.scale * qw.scale;
+  QuantizeWeights(s, w, o, params, ws, wq);
+  const QuantParams* qw = params + 1;
+  const int32_t zp_a = qa.zero_point;
   const int64_t pixels = static_cast<int64_t>(s.n) * ho * wo;
   ParallelFor(pixels, [&](int64_t begin, int64_t end, int t) {
     uint8_t* a = ws.patches + static_cast<int64_t>(t) * patch;  // padding as zp_a
@@ -98,10 +116,11 @@ void ApproxConv2dForwardCpu(const ConvShape& s, const float* x, const float* w, 
         const uint8_t* wk = ws.w_codes + static_cast<int64_t>(k) * patch;
         int32_t t_sum = 0;
         for (int p = 0; p < patch; ++p) t_sum += table[(a[p] << 8) | wk[p]];
-        const int64_t acc = static_cast<int64_t>(t_sum) - static_cast<int64_t>(zp_w) * a_sum -
+        const int64_t zp_w = qw[k].zero_point;
+        const int64_t acc = static_cast<int64_t>(t_sum) - zp_w * a_sum -
                             static_cast<int64_t>(zp_a) * ws.w_sum[k] +
                             static_cast<int64_t>(patch) * zp_a * zp_w;
-        out[k] = ApproxOutput(acc, scale_aw, bias ? bias[k] : 0.0f);
+        out[k] = ApproxOutput(acc, qa.scale * qw[k].scale, bias ? bias[k] : 0.0f);
       }
     }
   });

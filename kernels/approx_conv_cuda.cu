@@ -61,13 +61,10 @@ __global__ void RangeKernel(const float* __restrict__ x, int64_t n, int* range) 
   }
 }
 
-__global__ void ParamsKernel(const int* ranges, QuantParams* params, float* running_range,
-                             bool update_range, bool symmetric_weights) {
+__global__ void ActivationParamsKernel(const int* ranges, QuantParams* params, float* running_range,
+                                       bool update_range) {
   params[0] = ActivationParams(FromOrderedInt(ranges[0]), FromOrderedInt(ranges[1]), running_range,
                                update_range);
-  const float w_min = FromOrderedInt(ranges[2]), w_max = FromOrderedInt(ranges[3]);
-  params[1] =
-      symmetric_weights ? SymmetricQuantParams(w_min, w_max) : ChooseQuantParams(w_min, w_max);
 }
 
 __global__ void QuantizeKernel(const float* __restrict__ x, int64_t n,
@@ -81,14 +78,55 @@ __global__ void QuantizeKernel(const float* __restrict__ x, int64_t n,
   }
 }
 
-// w_sum[k] = sum of filter k's codes (one block per output channel).
-__global__ void WeightSumKernel(const uint8_t* __restrict__ w_codes, int patch,
-                                int32_t* __restrict__ w_sum) {
-  const uint8_t* w = w_codes + static_cast<int64_t>(blockIdx.x) * patch;
-  int32_t s = 0;
-  for (int p = threadIdx.x; p < patch; p += blockDim.x) s += w[p];
-  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+// One block per output channel k: its weight parameters (from its own range, or from the
+// whole filter's in ranges[2..3]), params[1 + k], its codes, fake-quantized weights and code
+// sum w_sum[k].
+__global__ void WeightCodesKernel(const float* __restrict__ w, int patch, const int* ranges,
+                                  bool per_channel, bool symmetric, QuantParams* params,
+                                  uint8_t* __restrict__ w_codes, float* __restrict__ wq,
+                                  int32_t* __restrict__ w_sum) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * patch;
+  __shared__ float warp_lo[kThreads / 32], warp_hi[kThreads / 32];
   __shared__ int32_t warp_sums[kThreads / 32];
+  __shared__ QuantParams q_shared;
+  if (per_channel) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int p = threadIdx.x; p < patch; p += blockDim.x) {
+      lo = fminf(lo, w[base + p]);
+      hi = fmaxf(hi, w[base + p]);
+    }
+    for (int off = 16; off > 0; off /= 2) {
+      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+    }
+    if (threadIdx.x % 32 == 0) {
+      warp_lo[threadIdx.x / 32] = lo;
+      warp_hi[threadIdx.x / 32] = hi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float lo = FromOrderedInt(ranges[2]), hi = FromOrderedInt(ranges[3]);
+    if (per_channel) {
+      lo = warp_lo[0];
+      hi = warp_hi[0];
+      for (int i = 1; i < kThreads / 32; ++i) {
+        lo = fminf(lo, warp_lo[i]);
+        hi = fmaxf(hi, warp_hi[i]);
+      }
+    }
+    q_shared = params[1 + blockIdx.x] = WeightParams(lo, hi, symmetric);
+  }
+  __syncthreads();
+  const QuantParams q = q_shared;
+  int32_t s = 0;
+  for (int p = threadIdx.x; p < patch; p += blockDim.x) {
+    const uint8_t code = QuantizeCode(w[base + p], q);
+    w_codes[base + p] = code;
+    wq[base + p] = DequantizeCode(code, q);
+    s += code;
+  }
+  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -127,18 +165,17 @@ __global__ void __launch_bounds__(kConvThreads, 1)
   for (int i = threadIdx.x; i < kMultiplierEntries; i += kConvThreads) {
     sm.table[Swizzled(i >> 8) ^ (i & 255)] = table[i];
   }
-  const QuantParams qa = params[0], qw = params[1];
+  const QuantParams qa = params[0];
+  const QuantParams* qw = params + 1;  // per output channel
   const uint16_t pad_code = Swizzled(qa.zero_point);
   const unsigned pad_word = 0x01010101u * static_cast<unsigned>(qa.zero_point);  // 4 pad codes
   // Whole chunks of 16 channels at one filter tap (the codes buffer is 256-byte aligned).
   const bool vector_loads = sh.c % kChunk == 0;
-  const float scale_aw = qa.scale * qw.scale;
   const int ho = sh.ho(), wo = sh.wo(), patch = sh.patch();
   const int64_t pixels = static_cast<int64_t>(sh.n) * ho * wo;
   const int64_t tiles_m = (pixels + kTileM - 1) / kTileM;
   const int tiles_k = (sh.k + kTileK - 1) / kTileK;
   const int tk = threadIdx.x % Smem::kThreadsK, tm = threadIdx.x / Smem::kThreadsK;
-  const int64_t corr_const = static_cast<int64_t>(patch) * qa.zero_point * qw.zero_point;
 
   for (int64_t tile = blockIdx.x; tile < tiles_m * tiles_k; tile += gridDim.x) {
     const int64_t m_base = (tile / tiles_k) * kTileM;
@@ -241,10 +278,12 @@ __global__ void __launch_bounds__(kConvThreads, 1)
       for (int t = 0; t < kTk; ++t) {
         const int k = k_base + tk * kTk + t;
         if (k >= sh.k) continue;
+        const QuantParams q = qw[k];
         const int64_t total = static_cast<int64_t>(acc[i][t]) -
-                              static_cast<int64_t>(qw.zero_point) * a_sum[i] -
-                              static_cast<int64_t>(qa.zero_point) * w_sum[k] + corr_const;
-        y[m * sh.k + k] = ApproxOutput(total, scale_aw, bias ? bias[k] : 0.0f);
+                              static_cast<int64_t>(q.zero_point) * a_sum[i] -
+                              static_cast<int64_t>(qa.zero_point) * w_sum[k] +
+                              static_cast<int64_t>(patch) * qa.zero_point * q.zero_point;
+        y[m * sh.k + k] = ApproxOutput(total, qa.scale * q.scale, bias ? bias[k] : 0.0f);
       }
     }
   }
@@ -288,8 +327,7 @@ size_t ApproxConvWorkspaceBytes(const ConvShape& sh) {
 absl::Status ApproxConv2dForwardCuda(const ConvShape& sh, const float* x, const float* w,
                                      const float* bias, const uint16_t* table, float* y, float* xq,
                                      float* wq, QuantParams* params, void* workspace,
-                                     const CudaContext& cuda, float* running_range,
-                                     bool update_range, bool symmetric_weights) {
+                                     const CudaContext& cuda, const ApproxConvOptions& o) {
   const int64_t x_count = static_cast<int64_t>(sh.n) * sh.h * sh.w * sh.c;
   const int64_t w_count = static_cast<int64_t>(sh.k) * sh.patch();
   const ApproxConvWorkspace ws(sh, workspace, 0);
@@ -298,15 +336,16 @@ absl::Status ApproxConv2dForwardCuda(const ConvShape& sh, const float* x, const 
   int32_t* w_sum = ws.w_sum;
   ResetRangesKernel<<<1, 32, 0, cuda.stream>>>(ranges);
   RangeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(x, x_count, ranges);
-  RangeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(w, w_count,
-                                                                               ranges + 2);
-  ParamsKernel<<<1, 1, 0, cuda.stream>>>(ranges, params, running_range, update_range,
-                                         symmetric_weights);
+  if (!o.per_channel_weights) {
+    RangeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(w, w_count,
+                                                                                 ranges + 2);
+  }
+  ActivationParamsKernel<<<1, 1, 0, cuda.stream>>>(ranges, params, o.running_range, o.update_range);
   QuantizeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(
       x, x_count, params, a_codes, xq);
-  QuantizeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(
-      w, w_count, params + 1, w_codes, wq);
-  WeightSumKernel<<<sh.k, kThreads, 0, cuda.stream>>>(w_codes, sh.patch(), w_sum);
+  WeightCodesKernel<<<sh.k, kThreads, 0, cuda.stream>>>(w, sh.patch(), ranges,
+                                                        o.per_channel_weights, o.symmetric_weights,
+                                                        params, w_codes, wq, w_sum);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("approximate convolution: quantization"));
   if (sh.k <= 16) {
     return LaunchTableConv<16>(sh, a_codes, w_codes, w_sum, table, params, bias, y, cuda);

@@ -37,33 +37,47 @@ std::vector<uint16_t> RandomTable(uint32_t seed) {
 }
 
 // The forward pass's outputs, and the codes it must have used: those of its own parameters,
-// which must be the method's for the inputs' ranges.
+// which must be the method's for the inputs' ranges (the whole filter's, or each output
+// channel's with per-channel weights).
 struct Quantized {
-  QuantParams qa, qw;
+  QuantParams qa;
+  std::vector<QuantParams> qw;  // per output channel
   std::vector<uint8_t> a, w;
   std::vector<float> xq, wq, y;
 };
 
 Quantized Forward(const ConvShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                  const std::vector<uint16_t>& table, const std::vector<float>& bias) {
+                  const std::vector<uint16_t>& table, const std::vector<float>& bias,
+                  const ApproxConvOptions& o = {}) {
   Quantized q;
   q.xq.resize(x.size());
   q.wq.resize(w.size());
   q.y.resize(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
-  QuantParams params[2];
+  std::vector<QuantParams> params(ApproxParamCount(s));
   std::vector<unsigned char> workspace(ApproxConvWorkspaceBytesCpu(s));
   ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), q.y.data(), q.xq.data(),
-                         q.wq.data(), params, workspace.data());
+                         q.wq.data(), params.data(), workspace.data(), o);
   q.qa = params[0];
-  q.qw = params[1];
-  for (auto [v, p, codes, fake] : {std::tuple{&x, &q.qa, &q.a, &q.xq}, {&w, &q.qw, &q.w, &q.wq}}) {
-    const auto [lo, hi] = std::minmax_element(v->begin(), v->end());
-    const QuantParams expected = ChooseQuantParams(*lo, *hi);
-    EXPECT_EQ(p->scale, expected.scale);
-    EXPECT_EQ(p->zero_point, expected.zero_point);
-    for (size_t i = 0; i < v->size(); ++i) {
-      codes->push_back(QuantizeCode((*v)[i], *p));
-      EXPECT_EQ((*fake)[i], DequantizeCode(codes->back(), *p)) << i;
+  q.qw.assign(params.begin() + 1, params.end());
+  const auto [x_lo, x_hi] = std::minmax_element(x.begin(), x.end());
+  const QuantParams expected_a = ChooseQuantParams(*x_lo, *x_hi);
+  EXPECT_EQ(q.qa.scale, expected_a.scale);
+  EXPECT_EQ(q.qa.zero_point, expected_a.zero_point);
+  for (size_t i = 0; i < x.size(); ++i) {
+    q.a.push_back(QuantizeCode(x[i], q.qa));
+    EXPECT_EQ(q.xq[i], DequantizeCode(q.a.back(), q.qa)) << i;
+  }
+  const int patch = s.patch();
+  for (int k = 0; k < s.k; ++k) {
+    auto first = w.begin() + (o.per_channel_weights ? k * patch : 0);
+    auto last = o.per_channel_weights ? first + patch : w.end();
+    const auto [lo, hi] = std::minmax_element(first, last);
+    const QuantParams expected = WeightParams(*lo, *hi, o.symmetric_weights);
+    EXPECT_EQ(q.qw[k].scale, expected.scale) << "channel " << k;
+    EXPECT_EQ(q.qw[k].zero_point, expected.zero_point) << "channel " << k;
+    for (int p = 0; p < patch; ++p) {
+      q.w.push_back(QuantizeCode(w[k * patch + p], q.qw[k]));
+      EXPECT_EQ(q.wq[k * patch + p], DequantizeCode(q.w.back(), q.qw[k])) << k << " " << p;
     }
   }
   return q;
@@ -74,14 +88,14 @@ Quantized Forward(const ConvShape& s, const std::vector<float>& x, const std::ve
 std::vector<double> FormulaReference(const ConvShape& s, const Quantized& q,
                                      const std::vector<uint16_t>& table,
                                      const std::vector<float>& bias) {
-  const double sa = q.qa.scale, sw = q.qw.scale;
-  const double oa = -q.qa.zero_point * sa, ow = -q.qw.zero_point * sw;
+  const double sa = q.qa.scale, oa = -q.qa.zero_point * sa;
   const int ho = s.ho(), wo = s.wo(), patch = s.patch();
   std::vector<double> y(static_cast<size_t>(s.n) * ho * wo * s.k);
   for (int n = 0; n < s.n; ++n)
     for (int oh = 0; oh < ho; ++oh)
       for (int ow_ = 0; ow_ < wo; ++ow_)
         for (int k = 0; k < s.k; ++k) {
+          const double sw = q.qw[k].scale, ow = -q.qw[k].zero_point * sw;
           double t_sum = 0, x_sum = 0, w_sum = 0;
           for (int r = 0; r < s.r; ++r)
             for (int c2 = 0; c2 < s.s; ++c2)
@@ -154,8 +168,13 @@ TEST(ApproxConv, ExactTableEqualsFakeQuantizedExactConv) {
     const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.5f, 2.0f);
     const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.7f, 0.4f);
     const auto bias = RandomFloats(s.k, seed++);
-    const Quantized q = Forward(s, x, w, table, bias);
-    EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5) << c.what;
+    for (const bool per_channel : {false, true}) {
+      ApproxConvOptions o;
+      o.per_channel_weights = per_channel;
+      const Quantized q = Forward(s, x, w, table, bias, o);
+      EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5)
+          << c.what << (per_channel ? ", per channel" : "");
+    }
   }
 }
 
@@ -167,28 +186,26 @@ TEST(ApproxConv, RandomTableEqualsTheFormulaWithPaddingThroughTheTable) {
     const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, -1.0f, 3.0f);
     const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.5f, 0.5f);
     const auto bias = RandomFloats(s.k, seed++);
-    const Quantized q = Forward(s, x, w, table, bias);
-    EXPECT_LE(RelError(q.y, FormulaReference(s, q, table, bias)), 1e-5) << c.what;
+    for (const bool per_channel : {false, true}) {
+      ApproxConvOptions o;
+      o.per_channel_weights = per_channel;
+      const Quantized q = Forward(s, x, w, table, bias, o);
+      EXPECT_LE(RelError(q.y, FormulaReference(s, q, table, bias)), 1e-5)
+          << c.what << (per_channel ? ", per channel" : "");
+    }
   }
 }
 
 // The sign-magnitude mode: symmetric weight codes (zero point 128, scale max|w| / 127) and
 // the derived table. With the exact table it is symmetric fake quantization followed by the
 // exact convolution; with any table, a weight of 0 contributes exactly nothing.
-std::vector<float> SignMagnitudeForward(const ConvShape& s, const std::vector<float>& x,
-                                        const std::vector<float>& w,
-                                        const std::vector<uint16_t>& multiplier,
-                                        const std::vector<float>& bias, std::vector<float>* xq,
-                                        std::vector<float>* wq, QuantParams* params) {
-  std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k);
-  xq->resize(x.size());
-  wq->resize(w.size());
-  std::vector<unsigned char> workspace(ApproxConvWorkspaceBytesCpu(s));
-  const std::vector<uint16_t> table = SignMagnitudeTable(multiplier);
-  ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), y.data(), xq->data(),
-                         wq->data(), params, workspace.data(), nullptr, false,
-                         /*symmetric_weights=*/true);
-  return y;
+Quantized SignMagnitudeForward(const ConvShape& s, const std::vector<float>& x,
+                               const std::vector<float>& w, const std::vector<uint16_t>& multiplier,
+                               const std::vector<float>& bias, bool per_channel = false) {
+  ApproxConvOptions o;
+  o.symmetric_weights = true;
+  o.per_channel_weights = per_channel;
+  return Forward(s, x, w, SignMagnitudeTable(multiplier), bias, o);
 }
 
 TEST(ApproxConv, SignMagnitudeWithTheExactTableIsSymmetricFakeQuantization) {
@@ -199,20 +216,20 @@ TEST(ApproxConv, SignMagnitudeWithTheExactTableIsSymmetricFakeQuantization) {
     const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, seed++, 0.0f, 2.0f);
     const auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), seed++, -0.7f, 0.4f);
     const auto bias = RandomFloats(s.k, seed++);
-    Quantized q;
-    QuantParams params[2];
-    q.y = SignMagnitudeForward(s, x, w, ExactTable(), bias, &q.xq, &q.wq, params);
-    // Post-ReLU activations: zero point 0. Weights: symmetric, 0 at code 128.
-    EXPECT_EQ(params[0].zero_point, 0) << c.what;
-    EXPECT_EQ(params[1].zero_point, 128) << c.what;
-    const float m = std::max(std::fabs(*std::min_element(w.begin(), w.end())),
-                             std::fabs(*std::max_element(w.begin(), w.end())));
-    EXPECT_EQ(params[1].scale, m / 127.0f) << c.what;
-    for (size_t i = 0; i < w.size(); ++i) {
-      const float code = std::floor(w[i] / params[1].scale + 128.0f + 0.5f);
-      ASSERT_EQ(q.wq[i], (code - 128.0f) * params[1].scale) << c.what << " weight " << i;
+    for (const bool per_channel : {false, true}) {
+      const Quantized q = SignMagnitudeForward(s, x, w, ExactTable(), bias, per_channel);
+      // Post-ReLU activations: zero point 0. Weights: symmetric, 0 at code 128, and Forward
+      // checked each channel's scale max|w| / 127 over its range.
+      EXPECT_EQ(q.qa.zero_point, 0) << c.what;
+      for (const QuantParams& qw : q.qw) EXPECT_EQ(qw.zero_point, 128) << c.what;
+      if (!per_channel) {
+        const float m = std::max(std::fabs(*std::min_element(w.begin(), w.end())),
+                                 std::fabs(*std::max_element(w.begin(), w.end())));
+        EXPECT_EQ(q.qw[0].scale, m / 127.0f) << c.what;
+      }
+      EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5)
+          << c.what << (per_channel ? ", per channel" : "");
     }
-    EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5) << c.what;
   }
 }
 
@@ -227,19 +244,48 @@ TEST(ApproxConv, SignMagnitudeZeroWeightsContributeNothingWhateverTheTable) {
     if (p % 2 == 0) w[s.patch() + p] = 0.0f;
   }
   const auto bias = RandomFloats(s.k, 10);
-  std::vector<float> xq, wq;
-  QuantParams params[2];
-  const auto y = SignMagnitudeForward(s, x, w, table, bias, &xq, &wq, params);
-  for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
-    ASSERT_EQ(y[pix * s.k], bias[0]) << "a pruned filter gives exactly its bias, at " << pix;
-  }
   // Half pruned: equal to the same filter with the pruned taps' table entries changed.
   std::vector<uint16_t> other = table;
   for (int a = 0; a < 256; ++a) other[a << 8] = static_cast<uint16_t>(a * 3 + 1);
-  std::vector<float> xq2, wq2;
-  const auto y2 = SignMagnitudeForward(s, x, w, other, bias, &xq2, &wq2, params);
-  for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
-    ASSERT_EQ(y[pix * s.k + 1], y2[pix * s.k + 1]) << pix;
+  for (const bool per_channel : {false, true}) {
+    const auto y = SignMagnitudeForward(s, x, w, table, bias, per_channel).y;
+    for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
+      ASSERT_EQ(y[pix * s.k], bias[0]) << "a pruned filter gives exactly its bias, at " << pix;
+    }
+    const auto y2 = SignMagnitudeForward(s, x, w, other, bias, per_channel).y;
+    for (int64_t pix = 0; pix < static_cast<int64_t>(s.n) * s.ho() * s.wo(); ++pix) {
+      ASSERT_EQ(y[pix * s.k + 1], y2[pix * s.k + 1]) << pix;
+    }
+  }
+}
+
+// Why per-channel scales exist: a filter row far smaller than the rest keeps its resolution.
+// With one channel at 1/100 of the others, per-tensor codes leave it a few levels; its own
+// range gives it 255 (asymmetric) or 127 (sign-magnitude) again.
+TEST(ApproxConv, PerChannelScalesKeepSmallFiltersResolved) {
+  const ConvShape s = MakeConv(2, 6, 6, 4, 5, 3, 3, 1, 1);
+  const auto x = RandomFloats(static_cast<size_t>(s.n) * s.h * s.w * s.c, 40, 0.0f, 1.0f);
+  auto w = RandomFloats(static_cast<size_t>(s.k) * s.patch(), 41, -1.0f, 1.0f);
+  for (int p = 0; p < s.patch(); ++p) w[p] *= 0.01f;  // channel 0
+  const std::vector<float> bias(s.k, 0.0f);
+  for (const bool symmetric : {false, true}) {
+    double err[2];
+    for (const bool per_channel : {false, true}) {
+      ApproxConvOptions o;
+      o.symmetric_weights = symmetric;
+      o.per_channel_weights = per_channel;
+      const Quantized q =
+          Forward(s, x, w, symmetric ? SignMagnitudeTable(ExactTable()) : ExactTable(), bias, o);
+      double e = 0, m = 0;
+      for (int p = 0; p < s.patch(); ++p) {
+        e = std::max(e, static_cast<double>(std::fabs(q.wq[p] - w[p])));
+        m = std::max(m, static_cast<double>(std::fabs(w[p])));
+      }
+      err[per_channel] = e / m;
+    }
+    EXPECT_GT(err[0], 0.1) << "per tensor, channel 0 has a few codes (symmetric " << symmetric
+                           << ")";
+    EXPECT_LT(err[1], 0.01) << "per channel, its own range (symmetric " << symmetric << ")";
   }
 }
 
@@ -298,10 +344,13 @@ TEST(ApproxConv, MovingAverageRangeStartsAtTheFirstBatchAndThenFollowsIt) {
   std::vector<float> y(static_cast<size_t>(s.n) * s.ho() * s.wo() * s.k), y_batch(y.size());
   std::vector<float> xq(x1.size()), wq(w.size());
   std::vector<unsigned char> ws(ApproxConvWorkspaceBytesCpu(s));
-  QuantParams params[2];
+  std::vector<QuantParams> params(ApproxParamCount(s));
   auto run = [&](const std::vector<float>& x, float* running, bool update, float* out) {
+    ApproxConvOptions o;
+    o.running_range = running;
+    o.update_range = update;
     ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), out, xq.data(),
-                           wq.data(), params, ws.data(), running, update);
+                           wq.data(), params.data(), ws.data(), o);
   };
   float running[3] = {0, 0, 0};
   // Unobserved and not updated: the batch's own range, running untouched.

@@ -730,43 +730,41 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
     for (auto& v : table) v = static_cast<uint16_t>(gen());
 
     std::vector<float> xq(xn), wq(wn), y(yn);
-    QuantParams cpu_params[2];
+    std::vector<QuantParams> cpu_params(ApproxParamCount(s));
     std::vector<unsigned char> cpu_ws(ApproxConvWorkspaceBytesCpu(s));
-    ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), table.data(), y.data(), xq.data(),
-                           wq.data(), cpu_params, cpu_ws.data());
-
     Dev<float> dx(x), dw(w), db(bias), dy(yn), dxq(xn), dwq(wn);
-    Dev<uint16_t> dt(table);
-    Dev<QuantParams> dp(2);
+    Dev<uint16_t> dt(table), dsm(SignMagnitudeTable(table));
+    Dev<QuantParams> dp(cpu_params.size());
     Dev<unsigned char> ws(ApproxConvWorkspaceBytes(s));
-    ASSERT_TRUE(ApproxConv2dForwardCuda(s, dx.get(), dw.get(), db.get(), dt.get(), dy.get(),
-                                        dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_)
-                    .ok());
-    Sync();
-    const auto params = dp.Host();
-    for (int i = 0; i < 2; ++i) {
-      EXPECT_EQ(params[i].scale, cpu_params[i].scale);
-      EXPECT_EQ(params[i].zero_point, cpu_params[i].zero_point);
-    }
-    EXPECT_EQ(dxq.Host(), xq);
-    EXPECT_EQ(dwq.Host(), wq);
-    EXPECT_EQ(dy.Host(), y);
-
-    // The sign-magnitude mode: symmetric weight codes through the derived table.
-    {
-      const std::vector<uint16_t> sm = SignMagnitudeTable(table);
-      ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), sm.data(), y.data(), xq.data(),
-                             wq.data(), cpu_params, cpu_ws.data(), nullptr, false, true);
-      Dev<uint16_t> dsm(sm);
-      ASSERT_TRUE(ApproxConv2dForwardCuda(s, dx.get(), dw.get(), db.get(), dsm.get(), dy.get(),
-                                          dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_, nullptr,
-                                          false, true)
-                      .ok());
-      Sync();
-      EXPECT_EQ(dp.Host()[1].zero_point, 128);
-      EXPECT_EQ(dp.Host()[1].scale, cpu_params[1].scale);
-      EXPECT_EQ(dwq.Host(), wq);
-      EXPECT_EQ(dy.Host(), y);
+    // Every weight mode: asymmetric (TFApprox's) or sign-magnitude (through the derived
+    // table), per tensor or per output channel.
+    for (const bool symmetric : {false, true}) {
+      for (const bool per_channel : {false, true}) {
+        SCOPED_TRACE(std::string(symmetric ? "sign-magnitude" : "asymmetric") +
+                     (per_channel ? ", per channel" : ", per tensor"));
+        ApproxConvOptions o;
+        o.symmetric_weights = symmetric;
+        o.per_channel_weights = per_channel;
+        const std::vector<uint16_t> t = symmetric ? SignMagnitudeTable(table) : table;
+        ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), t.data(), y.data(), xq.data(),
+                               wq.data(), cpu_params.data(), cpu_ws.data(), o);
+        ASSERT_TRUE(ApproxConv2dForwardCuda(s, dx.get(), dw.get(), db.get(),
+                                            symmetric ? dsm.get() : dt.get(), dy.get(), dxq.get(),
+                                            dwq.get(), dp.get(), ws.get(), ctx_, o)
+                        .ok());
+        Sync();
+        const auto params = dp.Host();
+        for (size_t i = 0; i < params.size(); ++i) {
+          EXPECT_EQ(params[i].scale, cpu_params[i].scale) << "params[" << i << "]";
+          EXPECT_EQ(params[i].zero_point, cpu_params[i].zero_point) << "params[" << i << "]";
+        }
+        if (symmetric) {
+          EXPECT_EQ(params[1].zero_point, 128);
+        }
+        EXPECT_EQ(dxq.Host(), xq);
+        EXPECT_EQ(dwq.Host(), wq);
+        EXPECT_EQ(dy.Host(), y);
+      }
     }
 
     // The moving-average range: two updates (the first batch, then the same batch scaled),
@@ -778,12 +776,14 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
     Dev<float> dx2(x2);
     for (auto [xs, dxs, update] :
          {std::tuple{&x, &dx, true}, {&x2, &dx2, true}, {&x2, &dx2, false}}) {
+      ApproxConvOptions o;
+      o.running_range = running.data();
+      o.update_range = update;
       ApproxConv2dForwardCpu(s, xs->data(), w.data(), bias.data(), table.data(), y.data(),
-                             xq.data(), wq.data(), cpu_params, cpu_ws.data(), running.data(),
-                             update);
+                             xq.data(), wq.data(), cpu_params.data(), cpu_ws.data(), o);
+      o.running_range = drunning.get();
       ASSERT_TRUE(ApproxConv2dForwardCuda(s, dxs->get(), dw.get(), db.get(), dt.get(), dy.get(),
-                                          dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_,
-                                          drunning.get(), update)
+                                          dxq.get(), dwq.get(), dp.get(), ws.get(), ctx_, o)
                       .ok());
       Sync();
       EXPECT_EQ(drunning.Host(), running);

@@ -269,7 +269,7 @@ size_t ApproxConvWorkspaceBytes(const ConvShape&) { return 0; }
 absl::Status ApproxConvPrepareCuda() { return NoCuda(); }
 absl::Status ApproxConv2dForwardCuda(const ConvShape&, const float*, const float*, const float*,
                                      const uint16_t*, float*, float*, float*, QuantParams*, void*,
-                                     const CudaContext&, float*, bool, bool) {
+                                     const CudaContext&, const ApproxConvOptions&) {
   return NoCuda();
 }
 

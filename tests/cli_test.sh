@@ -161,6 +161,24 @@ assert abs(exact["top1"] - base["top1"]) <= 0.01, (exact, base)
 assert trunc["top1"] < base["top1"] - 0.02, (trunc, base)
 assert trunc["rules"] == [{"layer": "*", "multiplier": "trunc:6"}, {"layer": "conv1", "multiplier": None}], trunc
 ' "$tmp/eval.json" "$tmp/eval_exact.json" "$tmp/eval_trunc.json"
+"$TOPIARY" evaluate "$dense" --set '*=drum:4' --json > "$tmp/eval_asym.json" 2> "$tmp/eval_asym.err"; rc1=$?
+"$TOPIARY" evaluate "$dense" --set '*=drum:4' --weight_code sign_magnitude --weight_scales per_channel \
+  --json > "$tmp/eval_sm.json" 2> "$tmp/eval_sm.err"; rc2=$?
+check "evaluate: each layer's error at the codes it uses; asymmetric codes warn, sign-magnitude ones err less" \
+  bash -c '[[ $2 -eq 0 && $3 -eq 0 ]] && python3 -c "
+import json, sys
+asym, sm = (json.load(open(f)) for f in sys.argv[1:3])
+ua = {u[\"layer\"]: u for u in asym[\"code_use\"]}
+us = {u[\"layer\"]: u for u in sm[\"code_use\"]}
+assert sorted(ua) == sorted(us) == [\"conv1\", \"conv2\"], (ua, us)
+assert ua[\"conv2\"][\"table_error_pct\"] == us[\"conv2\"][\"table_error_pct\"] > 0, (ua, us)
+assert us[\"conv2\"][\"used_error_pct\"] < ua[\"conv2\"][\"used_error_pct\"], (ua, us)
+far = [l for l, u in ua.items() if u[\"far\"]]
+warned = open(sys.argv[3]).read()
+assert far and all((\"warning: %s: drum:4 errs by\" % l) in warned for l in far), (far, warned)
+" "$0" "$1" "$4"' "$tmp/eval_asym.json" "$tmp/eval_sm.json" "$rc1" "$rc2" "$tmp/eval_asym.err"
+check "evaluate refuses an unknown --weight_scales naming the flag" \
+  bash -c '"$0" evaluate "$1" --weight_scales per_row 2>&1 | grep -q "weight_scales .per_row.: expected per_tensor or per_channel"' "$TOPIARY" "$dense"
 "$TOPIARY" evaluate "$dense" --set "conv2=$tmp/short.bin" 2> "$tmp/eval_short.err"; rc=$?
 check "evaluate with a wrong-size table fails (exit 3) naming the rule and the file" \
   bash -c '[[ $1 -eq 3 ]] && grep -q "approximation.rules\[0\].multiplier: .*short.bin: must be exactly 131072 bytes" "$0"' "$tmp/eval_short.err" "$rc"
@@ -215,6 +233,14 @@ assert r["conv1"]["multiplier"] == "" and r["conv1"]["activation_range"] == [], 
 "$TOPIARY" sensitivity "$dense" "$l40" > "$tmp/sens.txt"; rc=$?
 check "sensitivity prints the layer table and the assignment" \
   bash -c '[[ $1 -eq 0 ]] && grep -q "^conv2 " "$0" && grep -q "^greedy assignment within 1.00 points" "$0"' "$tmp/sens.txt" "$rc"
+"$TOPIARY" sensitivity "$dense" drum:4 --weight_code sign_magnitude --json > "$tmp/sens_sm.json"; rc=$?
+check "sensitivity --weight_code sign_magnitude: the mode is used, each entry has its code use" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r[\"weight_code\"] == \"sign_magnitude\" and r[\"weight_scales\"] == \"per_tensor\", r
+assert all(len(l[\"code_use\"]) == 1 and l[\"code_use\"][0][\"layer\"] == l[\"layer\"] for l in r[\"layers\"]), r
+" "$0"' "$tmp/sens_sm.json" "$rc"
 
 # Block pruning on the CPU: rounds to 50% of 4x4 blocks, a round table, inspectable checkpoints.
 PRUNE_SPEC="$3"

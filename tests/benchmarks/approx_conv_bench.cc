@@ -60,8 +60,7 @@ int Main(int argc, char** argv) {
   for (auto& v : table) v = static_cast<uint16_t>(gen());
   auto* d_table = static_cast<uint16_t*>(DeviceAlloc(table.size() * 2));
   cudaMemcpy(d_table, table.data(), table.size() * 2, cudaMemcpyHostToDevice);
-  auto* d_params = static_cast<QuantParams*>(DeviceAlloc(2 * sizeof(QuantParams)));
-  for (const Layer& l : layers) {
+    for (const Layer& l : layers) {
     ConvShape s;
     s.n = batch;
     s.h = s.w = l.hw;
@@ -80,6 +79,8 @@ int Main(int argc, char** argv) {
     FillRandom(x, xn, 2);
     FillRandom(w, wn, 3);
     void* ws = DeviceAlloc(ApproxConvWorkspaceBytes(s));
+    auto* d_params =
+        static_cast<QuantParams*>(DeviceAlloc(ApproxParamCount(s) * sizeof(QuantParams)));
     const double approx_ms = TimeMs(cuda, iters, [&] {
       CHECK_OK(
           ApproxConv2dForwardCuda(s, x, w, nullptr, d_table, y, nullptr, wq, d_params, ws, cuda));

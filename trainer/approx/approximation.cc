@@ -59,6 +59,7 @@ topiary::v1::ApproximationSpec AssignmentRules(
   a.set_range(base.range());
   a.set_weight_tuning(base.weight_tuning());
   a.set_weight_code(base.weight_code());
+  a.set_per_channel_weights(base.per_channel_weights());
   for (const auto& [layer, multiplier] : layers) {
     auto* r = a.add_rules();
     r->set_layer(layer);
@@ -91,6 +92,7 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
     a.sha256 = m.sha256;
     a.weight_tuning = spec.weight_tuning();
     a.sign_magnitude = spec.weight_code() == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE;
+    a.per_channel_weights = spec.per_channel_weights();
     a.moving_average = spec.range() == topiary::v1::ApproximationSpec::MOVING_AVERAGE;
     a.table = tables[rule];
     auto* conv = static_cast<Conv2d*>(model->FindLayer(name));

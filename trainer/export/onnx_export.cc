@@ -1,5 +1,6 @@
 #include "trainer/export/onnx_export.h"
 
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cmath>
@@ -478,16 +479,27 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
   TOPIARY_ASSIGN_OR_RETURN(auto loaded,
                            LoadCheckpoint(doc, checkpoint, model.get(), /*with_optimizer=*/false));
 
+  // Approximate layers are exported exact; how they were approximated goes in the metadata,
+  // so that a hardware flow reading the graph knows each layer's multiplier and codes.
   std::vector<std::string> approximate;
+  google::protobuf::Struct approximation;
   for (const auto& [group, attrs] : doc.groups) {
-    if (attrs.count("multiplier") && group.rfind(kLayersPrefix, 0) == 0) {
-      approximate.push_back(group.substr(8));
+    if (!attrs.count(kMultiplierAttr) || group.rfind(kLayersPrefix, 0) != 0) continue;
+    const std::string layer = group.substr(std::strlen(kLayersPrefix));
+    approximate.push_back(layer);
+    auto& fields =
+        *(*approximation.mutable_fields())[layer].mutable_struct_value()->mutable_fields();
+    for (const char* key : {kMultiplierAttr, kMultiplierSha256Attr, kWeightCodeAttr,
+                            kWeightScalesAttr, kActivationRangeAttr}) {
+      fields[key].set_string_value(AttrString(attrs, key));
     }
+    fields[kWeightTuningAttr].set_bool_value(AttrInt(attrs, kWeightTuningAttr) != 0);
   }
-  std::string input_json;
+  std::string input_json, approximation_json;
   google::protobuf::util::JsonPrintOptions json;
   json.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(input, &input_json, json);
+  (void)google::protobuf::util::MessageToJsonString(approximation, &approximation_json);
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"topiary.model_arch", state.model_arch},
       {"topiary.experiment", state.experiment_id},
@@ -497,6 +509,7 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
       {"topiary.input", input_json},
       {"topiary.batch_norm", options.fold_batch_norm ? "folded" : "kept"},
       {"topiary.approximate_layers_exported_exact", absl::StrJoin(approximate, ",")},
+      {"topiary.approximation", approximation_json},
   };
   TOPIARY_ASSIGN_OR_RETURN(auto summary, ExportOnnx(*model, input, options, metadata, path));
   summary.approximate_layers = approximate;

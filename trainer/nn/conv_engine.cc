@@ -220,26 +220,33 @@ class ExactConvEngine : public ConvEngine {
 };
 
 // Where the approximate forward pass leaves, in the layer's scratch, what the straight-through
-// backward pass reads: the quantization parameters (two QuantParams, 4 floats' room) and the
-// fake-quantized filter and input.
+// backward pass reads: the quantization parameters (kernels::ApproxParamCount of them, two
+// floats' room each) and the fake-quantized filter and input.
 struct ApproxScratch {
   kernels::QuantParams* params;
   float* wq;
   float* xq;
+  static size_t ParamFloats(const kernels::ConvShape& s) {
+    return 2 * static_cast<size_t>(kernels::ApproxParamCount(s));
+  }
   static size_t Floats(const kernels::ConvShape& s) {
-    return 4 + static_cast<size_t>(s.k) * s.patch() + static_cast<size_t>(s.n) * s.h * s.w * s.c;
+    return ParamFloats(s) + static_cast<size_t>(s.k) * s.patch() +
+           static_cast<size_t>(s.n) * s.h * s.w * s.c;
   }
   ApproxScratch(const kernels::ConvShape& s, float* scratch)
       : params(reinterpret_cast<kernels::QuantParams*>(scratch)),
-        wq(scratch + 4),
-        xq(scratch + 4 + static_cast<size_t>(s.k) * s.patch()) {}
+        wq(scratch + ParamFloats(s)),
+        xq(wq + static_cast<size_t>(s.k) * s.patch()) {}
 };
-static_assert(2 * sizeof(kernels::QuantParams) <= 4 * sizeof(float));
+static_assert(sizeof(kernels::QuantParams) == 2 * sizeof(float));
 
 class ApproxConvEngine : public ConvEngine {
  public:
-  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range, bool sign_magnitude)
-      : table_(std::move(table)), range_(range), sign_magnitude_(sign_magnitude) {}
+  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range, bool sign_magnitude, bool per_channel)
+      : table_(std::move(table)),
+        range_(range),
+        sign_magnitude_(sign_magnitude),
+        per_channel_(per_channel) {}
 
   absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
                                          const PlanOptions& options) override {
@@ -267,16 +274,20 @@ class ApproxConvEngine : public ConvEngine {
   absl::Status Forward(const ConvOperands& op, const LayerIo& io, bool training) override {
     const ApproxScratch saved(op.shape, io.scratch);
     const float* bias = op.bias ? op.bias->value.data() : nullptr;
-    float* running = range_ ? range_->value.data() : nullptr;
+    kernels::ApproxConvOptions o;
+    o.running_range = range_ ? range_->value.data() : nullptr;
+    o.update_range = training;
+    o.symmetric_weights = sign_magnitude_;
+    o.per_channel_weights = per_channel_;
     float* xq = training ? saved.xq : nullptr;  // only the backward pass reads it
     if (io.cuda) {
-      return kernels::ApproxConv2dForwardCuda(
-          op.shape, io.xf(0), op.kernel->value.data(), bias, table_.data(), io.yf(), xq, saved.wq,
-          saved.params, io.workspace, *io.cuda, running, training, sign_magnitude_);
+      return kernels::ApproxConv2dForwardCuda(op.shape, io.xf(0), op.kernel->value.data(), bias,
+                                              table_.data(), io.yf(), xq, saved.wq, saved.params,
+                                              io.workspace, *io.cuda, o);
     }
     kernels::ApproxConv2dForwardCpu(op.shape, io.xf(0), op.kernel->value.data(), bias,
                                     table_.data(), io.yf(), xq, saved.wq, saved.params,
-                                    io.workspace, running, training, sign_magnitude_);
+                                    io.workspace, o);
     return absl::OkStatus();
   }
 
@@ -289,6 +300,7 @@ class ApproxConvEngine : public ConvEngine {
   Buffer<uint16_t> table_;  // on the layer's device
   Parameter* range_;
   bool sign_magnitude_;  // symmetric weight codes (the table is the sign-magnitude one)
+  bool per_channel_;     // weight parameters per output channel
 };
 
 }  // namespace
@@ -303,7 +315,8 @@ absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvAppro
   }
   TOPIARY_ASSIGN_OR_RETURN(auto table, Buffer<uint16_t>::Create(device, approx.table.size()));
   table.CopyFromHost(approx.table.data());
-  return std::make_unique<ApproxConvEngine>(std::move(table), range, approx.sign_magnitude);
+  return std::make_unique<ApproxConvEngine>(std::move(table), range, approx.sign_magnitude,
+                                            approx.per_channel_weights);
 }
 
 }  // namespace topiary

@@ -61,6 +61,8 @@ struct ConvApproximation {
   std::vector<uint16_t> table;  // 65,536 entries, T[(a << 8) | w], as the kernels use it
   // Sign-magnitude weight codes: `table` is then kernels::SignMagnitudeTable of the multiplier.
   bool sign_magnitude = false;
+  // Weight scales (and zero points) per output channel instead of per filter.
+  bool per_channel_weights = false;
 };
 
 // The approximate convolution: a table convolution forward, and a straight-through backward

@@ -313,6 +313,7 @@ absl::Status Network::Forward(bool training, int count_input_zeros) {
     if (count_input_zeros > 0 && nodes[j].layer->kind() == LayerKind::kConv2d) {
       TOPIARY_RETURN_IF_ERROR(CountInputZeros(j, count_input_zeros));
     }
+    if (input_hook_) TOPIARY_RETURN_IF_ERROR(input_hook_(static_cast<int>(j), io_[j]));
     TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
   }

@@ -139,6 +139,10 @@ class Network {
   // with the layer's index in model().nodes(). Not for use while capturing a CUDA graph.
   using LayerHook = std::function<absl::Status(int node, bool backward)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+  // For diagnostics: called before each layer's forward pass with its planned operands (its
+  // inputs are complete and not yet overwritten). Same restriction.
+  using InputHook = std::function<absl::Status(int node, const LayerIo& io)>;
+  void set_input_hook(InputHook hook) { input_hook_ = std::move(hook); }
   // Data parallelism: Backward hands every layer's gradients to `reducer` (null: none).
   void set_gradient_reducer(GradientReducer* reducer) { reducer_ = reducer; }
 
@@ -187,6 +191,7 @@ class Network {
   Buffer<unsigned long long> input_zeros_;
   std::vector<int64_t> input_zeros_host_, input_elements_;
   LayerHook hook_;
+  InputHook input_hook_;
   GradientReducer* reducer_ = nullptr;
   size_t planned_bytes_ = 0;
   PlanProgress plan_progress_;

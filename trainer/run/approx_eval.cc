@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/approx/approximation.h"
@@ -91,8 +92,52 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   return std::unique_ptr<CheckpointEvaluator>(new CheckpointEvaluator(std::move(s)));
 }
 
+namespace {
+
+// Each approximate layer's CodeUse on the first `images` (at most a batch) of `batches`: one
+// more eager forward pass, whose input hook copies each approximate layer's input to the host.
+absl::StatusOr<std::vector<CodeUse>> MeasureCodeUses(Network& net, const Model& model,
+                                                     const ApproximationSpec& approx,
+                                                     DeviceBatches& batches, int64_t images) {
+  TOPIARY_ASSIGN_OR_RETURN(auto multipliers, LoadRuleMultipliers(approx));
+  TOPIARY_ASSIGN_OR_RETURN(auto layers, MatchApproximationRules(approx, model));
+  const std::map<std::string, int> rule_of(layers.begin(), layers.end());
+  const int count = static_cast<int>(std::min<int64_t>(net.batch(), images));
+  TOPIARY_RETURN_IF_ERROR(batches.Assemble(nullptr, 0, 0, count, false, net.input(), net.labels()));
+  Device* device = model.device();
+  const std::vector<Parameter*> params = model.parameters();
+  std::vector<CodeUse> out;
+  net.set_input_hook([&](int node, const LayerIo& io) -> absl::Status {
+    const Layer* layer = model.nodes()[node].layer;
+    const auto rule = rule_of.find(layer->name());
+    if (layer->kind() != LayerKind::kConv2d || rule == rule_of.end()) return absl::OkStatus();
+    const auto* conv = static_cast<const Conv2d*>(layer);
+    const kernels::ConvShape s = conv->ShapeFor(count);
+    std::vector<float> x(static_cast<size_t>(s.n) * s.h * s.w * s.c);
+    TOPIARY_RETURN_IF_ERROR(device->Synchronize());
+    device->CopyToHost(x.data(), io.x[0], x.size() * sizeof(float));
+    const std::vector<float> w = conv->kernel()->value.ToHost();
+    std::vector<float> range;
+    for (const Parameter* p : params) {
+      if (p->layer == layer->name() && p->role == ParamRole::kActivationRange) {
+        range = p->value.ToHost();
+      }
+    }
+    out.push_back(MeasureCodeUse(layer->name(), s, x.data(), w.data(), *conv->approximation(),
+                                 multipliers[rule->second]->table,
+                                 range.size() == 3 ? range.data() : nullptr));
+    return absl::OkStatus();
+  });
+  const absl::Status st = net.Forward(false);
+  net.set_input_hook(nullptr);
+  TOPIARY_RETURN_IF_ERROR(st);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
-    const std::optional<ApproximationSpec>& approximation) {
+    const std::optional<ApproximationSpec>& approximation, std::vector<CodeUse>* code_use) {
   const State& s = *state_;
   const ApproximationSpec& approx = approximation ? *approximation : s.spec.approximation();
   TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(approx));
@@ -105,7 +150,12 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
   options.deterministic = s.spec.device().deterministic();
   TOPIARY_ASSIGN_OR_RETURN(
       auto net, Network::Plan(model.get(), s.spec.data().eval_batch_size(), false, options));
-  return topiary::Evaluate(*net, *s.batches, static_cast<int64_t>(s.data.test.size()));
+  const int64_t images = static_cast<int64_t>(s.data.test.size());
+  TOPIARY_ASSIGN_OR_RETURN(auto result, topiary::Evaluate(*net, *s.batches, images));
+  if (code_use != nullptr && approx.rules_size() > 0) {
+    TOPIARY_ASSIGN_OR_RETURN(*code_use, MeasureCodeUses(*net, *model, approx, *s.batches, images));
+  }
+  return result;
 }
 
 namespace {
@@ -257,7 +307,7 @@ void SetAssignment(const std::vector<int>& chosen, double p_exact, SensitivityRe
 
 absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
                                               const std::vector<std::string>& multipliers,
-                                              double budget_pts,
+                                              double budget_pts, const ApproximationSpec& base,
                                               const std::function<void(int, int)>& progress) {
   SensitivityReport report;
   report.budget_pts = budget_pts;
@@ -269,7 +319,6 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
     }
     report.multipliers.push_back(std::move(*m));
   }
-  const ApproximationSpec& base = evaluator.spec().approximation();
   const auto& convs = evaluator.conv_layers();
   const int per_layer = static_cast<int>(convs.size() * multipliers.size());
   int done = 0, total = 1 + per_layer;
@@ -277,9 +326,9 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
     ++done;
     if (progress) progress(done, total);
   };
-  auto top1 = [&](const std::vector<std::pair<std::string, std::string>>& layers)
-      -> absl::StatusOr<double> {
-    TOPIARY_ASSIGN_OR_RETURN(auto r, evaluator.Evaluate(AssignmentRules(base, layers)));
+  auto top1 = [&](const std::vector<std::pair<std::string, std::string>>& layers,
+                  std::vector<CodeUse>* code_use = nullptr) -> absl::StatusOr<double> {
+    TOPIARY_ASSIGN_OR_RETURN(auto r, evaluator.Evaluate(AssignmentRules(base, layers), code_use));
     step();
     return 100.0 * r.top1;
   };
@@ -287,10 +336,12 @@ absl::StatusOr<SensitivityReport> Sensitivity(CheckpointEvaluator& evaluator,
   TOPIARY_ASSIGN_OR_RETURN(auto f, top1({}));
   report.float_top1 = f;
   for (const ConvLayerInfo& layer : convs) {
-    SensitivityReport::Row row{layer, {}};
+    SensitivityReport::Row row{layer, {}, {}};
     for (const std::string& m : multipliers) {
-      TOPIARY_ASSIGN_OR_RETURN(auto t, top1({{layer.name, m}}));
+      std::vector<CodeUse> use;  // the one approximate layer's
+      TOPIARY_ASSIGN_OR_RETURN(auto t, top1({{layer.name, m}}, &use));
       row.top1.push_back(t);
+      row.code_use.push_back(use.empty() ? CodeUse{} : use[0]);
     }
     report.rows.push_back(std::move(row));
   }

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "topiary/v1/experiment.pb.h"
+#include "trainer/approx/code_use.h"
 #include "trainer/approx/multiplier.h"
 #include "trainer/run/runner.h"
 
@@ -36,9 +37,12 @@ class CheckpointEvaluator {
   std::string device_name() const;
 
   // Test-set metrics of the checkpoint's weights with `approximation` (nullopt: the
-  // checkpoint's own; an empty ApproximationSpec: every convolution exact).
+  // checkpoint's own; an empty ApproximationSpec: every convolution exact). With `code_use`,
+  // also each approximate layer's error at the codes it uses (trainer/approx/code_use.h), on
+  // the test set's first batch, in model order.
   absl::StatusOr<EvalResult> Evaluate(
-      const std::optional<topiary::v1::ApproximationSpec>& approximation);
+      const std::optional<topiary::v1::ApproximationSpec>& approximation,
+      std::vector<CodeUse>* code_use = nullptr);
 
   // The deployment question for the checkpoint's model as trained (its precision, masks and
   // multipliers): per engine mode, cuDNN only (BlockSparseMode::kOff) and block-sparse where
@@ -72,6 +76,7 @@ struct SensitivityReport {
   struct Row {
     ConvLayerInfo layer;
     std::vector<double> top1;
+    std::vector<CodeUse> code_use;  // per multiplier: its error at this layer's codes
   };
   std::vector<Row> rows;
   // The greedy assignment: layer -> multiplier index (layers left out stay exact).
@@ -85,9 +90,11 @@ struct SensitivityReport {
 };
 
 // `progress(done, total)` is called after every evaluation. The budget is in percentage
-// points of test top-1 below float_top1.
+// points of test top-1 below float_top1. `base` gives the range mode and weight codes of
+// every assignment (its rules are ignored): the checkpoint's own approximation, or another.
 absl::StatusOr<SensitivityReport> Sensitivity(
     CheckpointEvaluator& evaluator, const std::vector<std::string>& multipliers, double budget_pts,
+    const topiary::v1::ApproximationSpec& base,
     const std::function<void(int, int)>& progress = nullptr);
 
 }  // namespace topiary

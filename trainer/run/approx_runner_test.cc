@@ -33,6 +33,7 @@ constexpr char kApprox[] = R"(
     rules { layer: "stage3.*" multiplier: "trunc:3" }
     range: MOVING_AVERAGE
     weight_tuning: true
+    per_channel_weights: true
   }
 )";
 
@@ -58,6 +59,7 @@ TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
   EXPECT_EQ(std::get<std::string>(conv.at("multiplier_sha256")).size(), 64u);
   EXPECT_EQ(std::get<std::string>(conv.at("activation_range")), "moving_average");
   EXPECT_EQ(std::get<int64_t>(conv.at("weight_tuning")), 1);
+  EXPECT_EQ(std::get<std::string>(conv.at("weight_scales")), "per_channel");
   EXPECT_EQ(std::get<std::string>(doc->groups.at("/layers/stage3.block2.conv2").at("multiplier")),
             "trunc:3");
   EXPECT_EQ(doc->groups.count("/layers/stem.conv") &&
@@ -165,17 +167,50 @@ TEST(ApproxEval, EvaluatesCheckpointsUnderAssignmentsAndRanksLayers) {
   ASSERT_TRUE(ruined.ok()) << ruined.status();
   EXPECT_LT(ruined->top1, own->top1 - 0.2);
 
+  // The error at the codes each layer uses: drum:4's asymmetric codes err far beyond its
+  // table-wide figure on some layer; sign-magnitude codes (small magnitudes, where DRUM is
+  // exact) on fewer, and with per-channel scales too.
+  all.mutable_rules(0)->set_multiplier("drum:4");
+  auto far_count = [&](bool sign_magnitude, bool per_channel) {
+    all.set_weight_code(sign_magnitude ? topiary::v1::ApproximationSpec::SIGN_MAGNITUDE
+                                       : topiary::v1::ApproximationSpec::ASYMMETRIC);
+    all.set_per_channel_weights(per_channel);
+    std::vector<CodeUse> use;
+    auto r = (*ev)->Evaluate(all, &use);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(use.size(), 21u);
+    int far = 0;
+    for (const CodeUse& u : use) {
+      EXPECT_EQ(u.multiplier, "drum:4");
+      EXPECT_GT(u.table_error_pct, 0.0);
+      far += u.far;
+    }
+    return far;
+  };
+  const int far_asymmetric = far_count(false, false);
+  EXPECT_GT(far_asymmetric, 0);
+  EXPECT_LT(far_count(true, false), far_asymmetric);
+  EXPECT_LT(far_count(true, true), far_asymmetric);
+  all.set_weight_code(topiary::v1::ApproximationSpec::ASYMMETRIC);
+  all.set_per_channel_weights(false);
+
   const std::string l40 = "data/multipliers/evoapprox8b/mul8u_L40.bin";
   const std::string kem = "data/multipliers/evoapprox8b/mul8u_KEM.bin";
   int calls = 0;
-  auto report = Sensitivity(**ev, {kem, l40, "drum:4"}, 100.0, [&](int, int) { ++calls; });
+  const topiary::v1::ApproximationSpec base = (*ev)->spec().approximation();
+  auto report = Sensitivity(**ev, {kem, l40, "drum:4"}, 100.0, base, [&](int, int) { ++calls; });
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->float_top1, 100.0 * own->top1);
   ASSERT_EQ(report->rows.size(), (*ev)->conv_layers().size());
   EXPECT_EQ(report->rows.size(), 21u);  // resnet20: 19 3x3 convs and 2 1x1 projections
   EXPECT_EQ(report->rows[0].layer.name, "stem.conv");
   EXPECT_EQ(report->rows[0].layer.macs, 10 * 10 * 8 * (3 * 3 * 2));  // width 0.5: 8 channels
-  for (const auto& row : report->rows) ASSERT_EQ(row.top1.size(), 3u);
+  for (const auto& row : report->rows) {
+    ASSERT_EQ(row.top1.size(), 3u);
+    ASSERT_EQ(row.code_use.size(), 3u);
+    EXPECT_EQ(row.code_use[2].layer, row.layer.name);
+    EXPECT_EQ(row.code_use[2].multiplier, "drum:4");
+  }
   EXPECT_EQ(report->unknown_power, std::vector<std::string>{"drum:4"});
   // A budget of 100 points takes every saving: each layer gets L40, the least power.
   EXPECT_EQ(report->assignment.size(), 21u);
@@ -183,13 +218,13 @@ TEST(ApproxEval, EvaluatesCheckpointsUnderAssignmentsAndRanksLayers) {
   EXPECT_NEAR(report->relative_power, 0.189 / 0.391, 1e-9);
   EXPECT_GT(calls, 1 + 21 * 3);
   // No budget at all: nothing may change, the power stays that of the exact multiplier.
-  auto strict = Sensitivity(**ev, {l40}, -1.0);
+  auto strict = Sensitivity(**ev, {l40}, -1.0, base);
   ASSERT_TRUE(strict.ok()) << strict.status();
   EXPECT_TRUE(strict->assignment.empty());
   EXPECT_EQ(strict->relative_power, 1.0);
   EXPECT_EQ(strict->assigned_top1, strict->float_top1);
   // A bad multiplier is named.
-  auto bad = Sensitivity(**ev, {"trunc:0"}, 1.0);
+  auto bad = Sensitivity(**ev, {"trunc:0"}, 1.0, base);
   EXPECT_NE(std::string(bad.status().message()).find("multiplier 1: "), std::string::npos)
       << bad.status();
 }

@@ -41,6 +41,7 @@ void AddApproximationAttrs(const ConvApproximation& a, H5Attrs& attrs) {
   attrs[kMultiplierSha256Attr] = a.sha256;
   attrs[kWeightTuningAttr] = int64_t{a.weight_tuning ? 1 : 0};
   attrs[kWeightCodeAttr] = std::string(a.sign_magnitude ? "sign_magnitude" : "asymmetric");
+  attrs[kWeightScalesAttr] = std::string(a.per_channel_weights ? "per_channel" : "per_tensor");
   attrs[kActivationRangeAttr] = std::string(a.moving_average ? "moving_average" : "per_batch");
 }
 

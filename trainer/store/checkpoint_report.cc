@@ -193,6 +193,7 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
       r->set_range_mode(AttrString(g->second, kActivationRangeAttr));
       r->set_weight_tuning(AttrInt(g->second, kWeightTuningAttr) != 0);
       r->set_weight_code(AttrString(g->second, kWeightCodeAttr));
+      r->set_weight_scales(AttrString(g->second, kWeightScalesAttr));
       r->set_weight_gradient(AttrString(g->second, kWeightGradientAttr));
       r->set_weight_gradient_top_k(static_cast<int32_t>(
           std::clamp<int64_t>(AttrInt(g->second, kWeightGradientTopKAttr), 0, INT32_MAX)));

@@ -63,6 +63,7 @@ inline constexpr char kMultiplierAttr[] = "multiplier";
 inline constexpr char kMultiplierSha256Attr[] = "multiplier_sha256";
 inline constexpr char kWeightTuningAttr[] = "weight_tuning";
 inline constexpr char kWeightCodeAttr[] = "weight_code";  // asymmetric | sign_magnitude
+inline constexpr char kWeightScalesAttr[] = "weight_scales";  // per_tensor | per_channel
 inline constexpr char kActivationRangeAttr[] = "activation_range";
 inline constexpr char kWeightGradientAttr[] = "weight_gradient";
 inline constexpr char kWeightGradientTopKAttr[] = "weight_gradient_top_k";

@@ -259,7 +259,8 @@ def test_export_errors(topiary_cli, tmp_path, pruned_checkpoint):
 
 def test_export_of_approximate_layers_says_so(topiary_cli, examples, tmp_path):
     spec = open(os.path.join(examples, "tiny.textproto")).read().replace(
-        "epochs: 2", "epochs: 1") + '\napproximation { rules { layer: "conv2" multiplier: "trunc:4" } }\n'
+        "epochs: 2", "epochs: 1") + '\napproximation { rules { layer: "conv2" multiplier: "trunc:4" } '
+        'weight_code: SIGN_MAGNITUDE per_channel_weights: true }\n')
     (tmp_path / "approx.textproto").write_text(spec)
     subprocess.run([topiary_cli, "run", str(tmp_path / "approx.textproto"), "--out",
                     str(tmp_path / "run")], check=True, capture_output=True)
@@ -268,6 +269,14 @@ def test_export_of_approximate_layers_says_so(topiary_cli, examples, tmp_path):
     assert r.returncode == 0 and "exported as exact convolutions" in r.stderr and "conv2" in r.stderr
     meta = {p.key: p.value for p in onnx.load(str(tmp_path / "a.onnx")).metadata_props}
     assert meta["topiary.approximate_layers_exported_exact"] == "conv2"
+    # How the exact graph was approximated in training, for hardware flows.
+    with h5py.File(tmp_path / "run/checkpoints/dense.h5", "r") as f:
+        sha = f["layers/conv2"].attrs["multiplier_sha256"]
+        sha = sha.decode() if isinstance(sha, bytes) else str(sha)
+    assert len(sha) == 64
+    assert json.loads(meta["topiary.approximation"]) == {"conv2": {
+        "multiplier": "trunc:4", "multiplier_sha256": sha, "weight_code": "sign_magnitude",
+        "weight_scales": "per_channel", "activation_range": "per_batch", "weight_tuning": False}}
     assert json.loads(meta["topiary.input"])["max_value"] == 255
 
 
