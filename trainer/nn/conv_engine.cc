@@ -221,22 +221,27 @@ class ExactConvEngine : public ConvEngine {
 
 // Where the approximate forward pass leaves, in the layer's scratch, what the straight-through
 // backward pass reads: the quantization parameters (kernels::ApproxParamCount of them, two
-// floats' room each) and the fake-quantized filter and input.
+// floats' room each) and the fake-quantized filter and input. Each part starts on a 256-byte
+// boundary (the scratch itself does): cuDNN reads wq and xq, and refuses operands that are
+// not at least 16-byte aligned (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER).
 struct ApproxScratch {
   kernels::QuantParams* params;
   float* wq;
   float* xq;
+  static size_t Aligned(size_t floats) { return (floats + 63) / 64 * 64; }
   static size_t ParamFloats(const kernels::ConvShape& s) {
-    return 2 * static_cast<size_t>(kernels::ApproxParamCount(s));
+    return Aligned(2 * static_cast<size_t>(kernels::ApproxParamCount(s)));
+  }
+  static size_t FilterFloats(const kernels::ConvShape& s) {
+    return Aligned(static_cast<size_t>(s.k) * s.patch());
   }
   static size_t Floats(const kernels::ConvShape& s) {
-    return ParamFloats(s) + static_cast<size_t>(s.k) * s.patch() +
-           static_cast<size_t>(s.n) * s.h * s.w * s.c;
+    return ParamFloats(s) + FilterFloats(s) + static_cast<size_t>(s.n) * s.h * s.w * s.c;
   }
   ApproxScratch(const kernels::ConvShape& s, float* scratch)
       : params(reinterpret_cast<kernels::QuantParams*>(scratch)),
         wq(scratch + ParamFloats(s)),
-        xq(wq + static_cast<size_t>(s.k) * s.patch()) {}
+        xq(wq + FilterFloats(s)) {}
 };
 static_assert(sizeof(kernels::QuantParams) == 2 * sizeof(float));
 

@@ -97,6 +97,21 @@ TEST_F(RunnerGpu, ApproximateConvolutionsLearnDeterministicallyAndMatchTheCpu) {
   // whole-code differences at rounding boundaries, so the agreement is looser than exact
   // convolutions' 1e-4.
   EXPECT_NEAR(x.losses[0], c.losses[0], 1e-2 * std::abs(c.losses[0]));
+  // Sign-magnitude codes with per-channel scales: one parameter pair per output channel in
+  // the layer's scratch, the backward pass's operands after them (cuDNN wants them aligned).
+  auto sm = spec;
+  sm.mutable_approximation()->set_weight_code(topiary::v1::ApproximationSpec::SIGN_MAGNITUDE);
+  sm.mutable_approximation()->set_per_channel_weights(true);
+  const Trace s1 = RunAndTrace(sm), s2 = RunAndTrace(sm);
+  ASSERT_EQ(s1.summary.state(), topiary::v1::SUCCEEDED) << s1.summary.error();
+  EXPECT_GT(s1.summary.test_top1(), 0.9);
+  EXPECT_EQ(s1.losses, s2.losses);
+  auto sm_cpu = sm;
+  sm_cpu.mutable_device()->set_kind(topiary::v1::DeviceSpec::CPU);
+  sm_cpu.mutable_train()->set_epochs(1);
+  const Trace sc = RunAndTrace(sm_cpu);
+  ASSERT_FALSE(sc.losses.empty());
+  EXPECT_NEAR(s1.losses[0], sc.losses[0], 1e-2 * std::abs(sc.losses[0]));
   // BF16 is refused by validation, naming the field.
   auto bf16 = spec;
   bf16.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
