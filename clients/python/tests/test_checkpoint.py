@@ -259,7 +259,8 @@ def test_export_errors(topiary_cli, tmp_path, pruned_checkpoint):
 
 def test_export_of_approximate_layers_says_so(topiary_cli, examples, tmp_path):
     spec = open(os.path.join(examples, "tiny.textproto")).read().replace(
-        "epochs: 2", "epochs: 1") + '\napproximation { rules { layer: "conv2" multiplier: "trunc:4" } '
+        "epochs: 2", "epochs: 1") + (
+        '\napproximation { rules { layer: "conv2" multiplier: "trunc:4" } '
         'weight_code: SIGN_MAGNITUDE per_channel_weights: true }\n')
     (tmp_path / "approx.textproto").write_text(spec)
     subprocess.run([topiary_cli, "run", str(tmp_path / "approx.textproto"), "--out",
