@@ -3,6 +3,7 @@
 
 #include "kernels/batch_norm.h"
 #include "kernels/parallel.h"
+#include "util/status_macros.h"
 
 namespace topiary::kernels {
 namespace {
@@ -63,6 +64,18 @@ void ChannelSums(int64_t m, int c, F&& f, const Scratch& s) {
   }
 }
 
+// The rows the statistics cover, and s.total[0, n) made global: the sums over every rank's
+// rows (the mean over ranks of the sums, times the ranks). Without sync: this rank's.
+int64_t GlobalRows(const BatchNormShape& sh, const BatchNormSync* sync) {
+  return sync ? sh.m * sync->ranks() : sh.m;
+}
+absl::Status GlobalSums(BatchNormSync* sync, const Scratch& s, int n) {
+  if (sync == nullptr) return absl::OkStatus();
+  TOPIARY_RETURN_IF_ERROR(sync->MeanOverRanks(s.total, n));
+  for (int j = 0; j < n; ++j) s.total[j] *= sync->ranks();
+  return absl::OkStatus();
+}
+
 // y = x * scale + shift per channel (then max(0, .) with relu), rows in parallel.
 void ScaleShift(int64_t m, int c, bool relu, const float* x, const float* scale, const float* shift,
                 float* y) {
@@ -84,9 +97,10 @@ void ScaleShift(int64_t m, int c, bool relu, const float* x, const float* scale,
 // vectorized: it might fault), through restrict-qualified pointers; the masked passes ran
 // 5x slower than the unmasked ones before.
 template <bool kRelu>
-void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
-                  const float* gamma, const float* save_mean, const float* save_inv_std, float* dx,
-                  float* dgamma, float* dbeta, const Scratch& s) {
+absl::Status BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
+                          const float* gamma, const float* save_mean, const float* save_inv_std,
+                          float* dx, float* dgamma, float* dbeta, const Scratch& s,
+                          BatchNormSync* sync) {
   const int c = sh.c;
   ChannelSums(
       sh.m, c,
@@ -108,10 +122,13 @@ void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, cons
   float* k_scale = s.coef;
   float* k_mean_dy = s.coef + c;
   float* k_mean_dyx = s.coef + 2 * c;
-  const double inv_m = 1.0 / static_cast<double>(sh.m);
-  for (int j = 0; j < c; ++j) {
+  for (int j = 0; j < c; ++j) {  // this rank's sums
     dbeta[j] = static_cast<float>(s.total[j]);
     dgamma[j] = static_cast<float>(s.total[c + j]);
+  }
+  TOPIARY_RETURN_IF_ERROR(GlobalSums(sync, s, 2 * c));
+  const double inv_m = 1.0 / static_cast<double>(GlobalRows(sh, sync));
+  for (int j = 0; j < c; ++j) {
     k_scale[j] = gamma[j] * save_inv_std[j];
     k_mean_dy[j] = static_cast<float>(s.total[j] * inv_m);
     k_mean_dyx[j] = static_cast<float>(s.total[c + j] * inv_m);
@@ -135,6 +152,7 @@ void BackwardImpl(const BatchNormShape& sh, const float* x, const float* y, cons
       }
     }
   });
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -143,10 +161,12 @@ size_t BatchNormWorkspaceFloatsCpu(const BatchNormShape& sh) {
   return ScratchFloats(sh.c, CpuThreads());
 }
 
-void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
-                              const float* beta, float* running_mean, float* running_var,
-                              float* save_mean, float* save_inv_std, float* y, float* workspace) {
+absl::Status BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                                      const float* beta, float* running_mean, float* running_var,
+                                      float* save_mean, float* save_inv_std, float* y,
+                                      float* workspace, BatchNormSync* sync) {
   const int c = sh.c;
+  const double rows = static_cast<double>(GlobalRows(sh, sync));
   const Scratch s = Carve(workspace, c, CpuThreads());
   ChannelSums(
       sh.m, c,
@@ -155,11 +175,11 @@ void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const fl
         for (int j = 0; j < c; ++j) a[j] += row[j];
       },
       s);
+  TOPIARY_RETURN_IF_ERROR(GlobalSums(sync, s, c));
   // The mean (rounded to float: the value the second pass subtracts and the one saved for
   // the backward pass) in coef[2C..3C); scale and shift use coef[0..2C).
   float* mean_f = s.coef + 2 * c;
-  for (int j = 0; j < c; ++j)
-    mean_f[j] = static_cast<float>(s.total[j] / static_cast<double>(sh.m));
+  for (int j = 0; j < c; ++j) mean_f[j] = static_cast<float>(s.total[j] / rows);
   // Two passes (mean, then squared deviations): no cancellation for large means.
   ChannelSums(
       sh.m, c,
@@ -171,22 +191,24 @@ void BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const fl
         }
       },
       s);
+  TOPIARY_RETURN_IF_ERROR(GlobalSums(sync, s, c));
   float* scale = s.coef;
   float* shift = s.coef + c;
   for (int j = 0; j < c; ++j) {
     const double mu = static_cast<double>(mean_f[j]);
-    const double var = s.total[j] / static_cast<double>(sh.m);
+    const double var = s.total[j] / rows;
     const double inv_std = 1.0 / std::sqrt(var + sh.eps);
     save_mean[j] = mean_f[j];
     save_inv_std[j] = static_cast<float>(inv_std);
     scale[j] = static_cast<float>(gamma[j] * inv_std);
     shift[j] = static_cast<float>(beta[j] - mu * gamma[j] * inv_std);
-    const double unbiased = s.total[j] / static_cast<double>(sh.m - 1);
+    const double unbiased = s.total[j] / (rows - 1);
     running_mean[j] = (1.0f - sh.momentum) * running_mean[j] + sh.momentum * save_mean[j];
     running_var[j] =
         static_cast<float>((1.0 - sh.momentum) * running_var[j] + sh.momentum * unbiased);
   }
   ScaleShift(sh.m, c, sh.relu, x, scale, shift, y);
+  return absl::OkStatus();
 }
 
 void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
@@ -204,15 +226,13 @@ void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const flo
   ScaleShift(sh.m, c, sh.relu, x, scale, shift, y);
 }
 
-void BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y, const float* dy,
-                          const float* gamma, const float* save_mean, const float* save_inv_std,
-                          float* dx, float* dgamma, float* dbeta, float* workspace) {
+absl::Status BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y,
+                                  const float* dy, const float* gamma, const float* save_mean,
+                                  const float* save_inv_std, float* dx, float* dgamma, float* dbeta,
+                                  float* workspace, BatchNormSync* sync) {
   const Scratch s = Carve(workspace, sh.c, CpuThreads());
-  if (sh.relu) {
-    BackwardImpl<true>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta, s);
-  } else {
-    BackwardImpl<false>(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta, s);
-  }
+  auto impl = sh.relu ? BackwardImpl<true> : BackwardImpl<false>;
+  return impl(sh, x, y, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta, s, sync);
 }
 
 }  // namespace topiary::kernels

@@ -44,8 +44,9 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
       auto x = RandomFloats(m * c, 1, -2.0f, 3.0f), gamma = RandomFloats(c, 2, 0.5f, 1.5f);
       auto beta = RandomFloats(c, 3), g = RandomFloats(m * c, 4);
       std::vector<float> rm(c, 0.5f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
-      BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                               mean.data(), inv.data(), y.data(), cws.data());
+      ASSERT_TRUE(BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(),
+                                           rv.data(), mean.data(), inv.data(), y.data(), cws.data())
+                      .ok());
       std::vector<double> packed = ToDouble(x);
       packed.insert(packed.end(), gamma.begin(), gamma.end());
       packed.insert(packed.end(), beta.begin(), beta.end());
@@ -62,8 +63,10 @@ TEST(BatchNorm, TrainForwardBackwardMatchReference) {
       }
 
       std::vector<float> dx(m * c), dgamma(c), dbeta(c);
-      BatchNormBackwardCpu(sh, x.data(), nullptr, g.data(), gamma.data(), mean.data(), inv.data(),
-                           dx.data(), dgamma.data(), dbeta.data(), cws.data());
+      ASSERT_TRUE(BatchNormBackwardCpu(sh, x.data(), nullptr, g.data(), gamma.data(), mean.data(),
+                                       inv.data(), dx.data(), dgamma.data(), dbeta.data(),
+                                       cws.data())
+                      .ok());
       auto gd = ToDouble(g);
       auto num = NumericalGradient(
           [&](std::vector<double>& p) { return Dot(RefForward(m, c, p), gd); }, packed, 1e-4);
@@ -88,10 +91,12 @@ TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
     auto x = RandomFloats(m * c, 21, -2.0f, 2.0f), gamma = RandomFloats(c, 22, 0.5f, 1.5f);
     auto beta = RandomFloats(c, 23), g = RandomFloats(m * c, 24);
     std::vector<float> rm(c, 0.0f), rv(c, 1.0f), mean(c), inv(c), y(m * c), yf(m * c);
-    BatchNormForwardTrainCpu(plain, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                             mean.data(), inv.data(), y.data(), cws.data());
-    BatchNormForwardTrainCpu(fused, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
-                             mean.data(), inv.data(), yf.data(), cws.data());
+    ASSERT_TRUE(BatchNormForwardTrainCpu(plain, x.data(), gamma.data(), beta.data(), rm.data(),
+                                         rv.data(), mean.data(), inv.data(), y.data(), cws.data())
+                    .ok());
+    ASSERT_TRUE(BatchNormForwardTrainCpu(fused, x.data(), gamma.data(), beta.data(), rm.data(),
+                                         rv.data(), mean.data(), inv.data(), yf.data(), cws.data())
+                    .ok());
     std::vector<float> gm(m * c);
     int zeros = 0;
     for (int64_t i = 0; i < m * c; ++i) {
@@ -101,10 +106,13 @@ TEST(BatchNorm, FusedReluMatchesSeparateRelu) {
     }
     EXPECT_GT(zeros, 0);
     std::vector<float> dx(m * c), dg(c), db(c), dxf(m * c), dgf(c), dbf(c);
-    BatchNormBackwardCpu(plain, x.data(), nullptr, gm.data(), gamma.data(), mean.data(), inv.data(),
-                         dx.data(), dg.data(), db.data(), cws.data());
-    BatchNormBackwardCpu(fused, x.data(), yf.data(), g.data(), gamma.data(), mean.data(),
-                         inv.data(), dxf.data(), dgf.data(), dbf.data(), cws.data());
+    ASSERT_TRUE(BatchNormBackwardCpu(plain, x.data(), nullptr, gm.data(), gamma.data(), mean.data(),
+                                     inv.data(), dx.data(), dg.data(), db.data(), cws.data())
+                    .ok());
+    ASSERT_TRUE(BatchNormBackwardCpu(fused, x.data(), yf.data(), g.data(), gamma.data(),
+                                     mean.data(), inv.data(), dxf.data(), dgf.data(), dbf.data(),
+                                     cws.data())
+                    .ok());
     EXPECT_EQ(dx, dxf);
     EXPECT_EQ(dg, dgf);
     EXPECT_EQ(db, dbf);

@@ -2,11 +2,16 @@
 // one rank's gradients, rank threads' errors, and keeping replicas identical.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
+#include "kernels/batch_norm.h"
 #include "kernels/elementwise.h"
 #include "kernels/test_util.h"
+#include "trainer/dist/batch_norm_sync.h"
 #include "trainer/dist/collective.h"
 #include "trainer/dist/gradient_sync.h"
 #include "trainer/dist/rank_threads.h"
@@ -210,6 +215,105 @@ TEST(Replicate, CopiesStateAndFindsTheFirstDifference) {
   // Copying again installs rank 0's mask over it.
   ASSERT_TRUE(CopyModelState(**a, b->get()).ok());
   EXPECT_EQ(*FirstDifference(**a, **b), "");
+}
+
+// Synchronized batch norm: R ranks, each with its share of the rows, normalize, update the
+// running statistics and propagate gradients as one rank holding every row does (within
+// rounding: the ranks' sums travel as floats). Odd shapes, a large mean (the two-pass
+// variance), with and without the fused ReLU.
+TEST(BatchNormSync, RanksMatchOneRankWithTheGlobalBatch) {
+  for (const bool relu : {false, true}) {
+    const int ranks = 3, c = 5;
+    const int64_t m = 37;  // rows per rank
+    kernels::BatchNormShape global;
+    global.m = m * ranks;
+    global.c = c;
+    global.relu = relu;
+    kernels::BatchNormShape local = global;
+    local.m = m;
+    auto x = kernels::testing::RandomFloats(global.m * c, 11, -2.0f, 3.0f);
+    for (float& v : x) v += 40.0f;
+    const auto dy = kernels::testing::RandomFloats(global.m * c, 12, -1.0f, 1.0f);
+    const auto gamma = kernels::testing::RandomFloats(c, 13, 0.5f, 1.5f);
+    const auto beta = kernels::testing::RandomFloats(c, 14, -0.5f, 0.5f);
+    // One rank, every row.
+    std::vector<float> rm(c, 0.1f), rv(c, 0.9f), mean(c), inv(c), y(x.size()), dx(x.size());
+    std::vector<float> dgamma(c), dbeta(c);
+    std::vector<float> ws(kernels::BatchNormWorkspaceFloatsCpu(global));
+    ASSERT_TRUE(kernels::BatchNormForwardTrainCpu(global, x.data(), gamma.data(), beta.data(),
+                                                  rm.data(), rv.data(), mean.data(), inv.data(),
+                                                  y.data(), ws.data())
+                    .ok());
+    ASSERT_TRUE(kernels::BatchNormBackwardCpu(global, x.data(), y.data(), dy.data(), gamma.data(),
+                                              mean.data(), inv.data(), dx.data(), dgamma.data(),
+                                              dbeta.data(), ws.data())
+                    .ok());
+    // R ranks through the host collective.
+    auto devices = CpuRanks(ranks);
+    auto collective = MakeHostCollective(ranks);
+    RankThreads threads(Raw(devices), [&] { collective->Abort(); });
+    struct Rank {
+      std::vector<float> rm, rv, mean, inv, y, dx, dgamma, dbeta, ws;
+    };
+    std::vector<Rank> r(ranks);
+    ASSERT_TRUE(threads
+                    .Run([&](int k) -> absl::Status {
+                      TOPIARY_ASSIGN_OR_RETURN(auto sync,
+                                               MakeBatchNormSync(collective.get(), k, c));
+                      Rank& q = r[k];
+                      q = {std::vector<float>(c, 0.1f),
+                           std::vector<float>(c, 0.9f),
+                           std::vector<float>(c),
+                           std::vector<float>(c),
+                           std::vector<float>(m * c),
+                           std::vector<float>(m * c),
+                           std::vector<float>(c),
+                           std::vector<float>(c),
+                           std::vector<float>(kernels::BatchNormWorkspaceFloatsCpu(local))};
+                      const int64_t at = k * m * c;
+                      TOPIARY_RETURN_IF_ERROR(kernels::BatchNormForwardTrainCpu(
+                          local, x.data() + at, gamma.data(), beta.data(), q.rm.data(), q.rv.data(),
+                          q.mean.data(), q.inv.data(), q.y.data(), q.ws.data(), sync.get()));
+                      return kernels::BatchNormBackwardCpu(
+                          local, x.data() + at, q.y.data(), dy.data() + at, gamma.data(),
+                          q.mean.data(), q.inv.data(), q.dx.data(), q.dgamma.data(), q.dbeta.data(),
+                          q.ws.data(), sync.get());
+                    })
+                    .ok());
+    for (int k = 0; k < ranks; ++k) {
+      SCOPED_TRACE("rank " + std::to_string(k) + (relu ? ", relu" : ""));
+      for (int j = 0; j < c; ++j) {
+        EXPECT_NEAR(r[k].mean[j], mean[j], 2e-6 * std::fabs(mean[j]));
+        EXPECT_NEAR(r[k].inv[j], inv[j], 1e-5 * inv[j]);
+        EXPECT_NEAR(r[k].rm[j], rm[j], 2e-6 * std::fabs(rm[j]));
+        EXPECT_NEAR(r[k].rv[j], rv[j], 1e-5 * rv[j]);
+      }
+      for (int64_t i = 0; i < m * c; ++i) {
+        ASSERT_NEAR(r[k].y[i], y[k * m * c + i], 1e-4) << i;
+        ASSERT_NEAR(r[k].dx[i], dx[k * m * c + i], 1e-4) << i;
+      }
+    }
+    // The ranks' dgamma and dbeta are their own rows' sums: together, the global ones.
+    for (int j = 0; j < c; ++j) {
+      double g = 0, b = 0;
+      for (int k = 0; k < ranks; ++k) {
+        g += r[k].dgamma[j];
+        b += r[k].dbeta[j];
+      }
+      EXPECT_NEAR(g, dgamma[j], 1e-4 * (1 + std::fabs(dgamma[j])));
+      EXPECT_NEAR(b, dbeta[j], 1e-4 * (1 + std::fabs(dbeta[j])));
+    }
+    // Without the exchange, each rank's statistics are its own share's: they differ.
+    std::vector<float> own_mean(c), own_inv(c), own_y(m * c), rm1(c, 0.1f), rv1(c, 0.9f);
+    std::vector<float> ws1(kernels::BatchNormWorkspaceFloatsCpu(local));
+    ASSERT_TRUE(kernels::BatchNormForwardTrainCpu(local, x.data(), gamma.data(), beta.data(),
+                                                  rm1.data(), rv1.data(), own_mean.data(),
+                                                  own_inv.data(), own_y.data(), ws1.data())
+                    .ok());
+    double diff = 0;
+    for (int j = 0; j < c; ++j) diff = std::max(diff, std::fabs(own_inv[j] / inv[j] - 1.0));
+    EXPECT_GT(diff, 1e-3);
+  }
 }
 
 }  // namespace

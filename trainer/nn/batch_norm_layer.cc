@@ -3,6 +3,16 @@
 #include "util/status_macros.h"
 
 namespace topiary {
+namespace {
+
+// Validation refuses device.sync_batch_norm on GPUs; this keeps a layer from silently
+// normalizing over its own share if a network is given a sync there anyway.
+absl::Status SyncOnGpuUnbuilt(const std::string& layer) {
+  return absl::UnimplementedError(
+      layer + ": synchronized batch norm is built for CPU ranks only, not for GPUs yet");
+}
+
+}  // namespace
 
 kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
   kernels::BatchNormShape s;
@@ -56,6 +66,7 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
   float* save_mean = io.scratch;
   float* save_inv_std = io.scratch + in_.c;
   if (io.cuda) {
+    if (training && io.batch_norm_sync != nullptr) return SyncOnGpuUnbuilt(name());
     if (!training) {
       return kernels::BatchNormForwardEvalCuda(io.dtype, s, io.x[0], gamma_->value.data(),
                                                beta_->value.data(), mean_->value.data(),
@@ -67,9 +78,10 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
                                               static_cast<float*>(io.workspace), *io.cuda);
   }
   if (training) {
-    kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
-                                      mean_->value.data(), var_->value.data(), save_mean,
-                                      save_inv_std, io.yf(), static_cast<float*>(io.workspace));
+    return kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
+                                             mean_->value.data(), var_->value.data(), save_mean,
+                                             save_inv_std, io.yf(),
+                                             static_cast<float*>(io.workspace), io.batch_norm_sync);
   } else {
     kernels::BatchNormForwardEvalCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
                                      mean_->value.data(), var_->value.data(), io.yf(),
@@ -81,15 +93,16 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
 absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
   if (io.cuda) {
+    if (io.batch_norm_sync != nullptr) return SyncOnGpuUnbuilt(name());
     return kernels::BatchNormBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(),
                                           io.scratch, io.scratch + in_.c, io.dx[0],
                                           gamma_->grad.data(), beta_->grad.data(),
                                           static_cast<float*>(io.workspace), *io.cuda);
   }
-  kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(), io.scratch,
-                                io.scratch + in_.c, io.dxf(0), gamma_->grad.data(),
-                                beta_->grad.data(), static_cast<float*>(io.workspace));
-  return absl::OkStatus();
+  return kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(),
+                                       io.scratch, io.scratch + in_.c, io.dxf(0),
+                                       gamma_->grad.data(), beta_->grad.data(),
+                                       static_cast<float*>(io.workspace), io.batch_norm_sync);
 }
 
 }  // namespace topiary

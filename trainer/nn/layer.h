@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/batch_norm.h"
 #include "kernels/dtype.h"
 #include "topiary/v1/network.pb.h"
 #include "trainer/core/device.h"
@@ -116,6 +117,9 @@ struct LayerIo {
   void* workspace = nullptr;    // LayerResources::workspace_bytes, free between calls
   LayerState* state = nullptr;  // LayerResources::state
   const kernels::CudaContext* cuda = nullptr;  // the stream and handles; null on the CPU
+  // Data parallelism with device.sync_batch_norm: the ranks' statistics exchange (batch norm
+  // layers only; null: each rank normalizes over its own share).
+  kernels::BatchNormSync* batch_norm_sync = nullptr;
 
   // fp32 views for the CPU kernels (CPU networks are always fp32).
   const float* xf(size_t i) const { return static_cast<const float*>(x[i]); }

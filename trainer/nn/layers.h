@@ -100,6 +100,7 @@ class BatchNorm2d : public Layer {
   BackwardReads backward_reads(bool) const override { return {true, relu_}; }
   bool fused_relu() const { return relu_; }
   float eps() const { return eps_; }
+  size_t channels() const { return static_cast<size_t>(in_.c); }
 
  private:
   kernels::BatchNormShape ShapeFor(int batch) const;

@@ -145,6 +145,12 @@ class Network {
   void set_input_hook(InputHook hook) { input_hook_ = std::move(hook); }
   // Data parallelism: Backward hands every layer's gradients to `reducer` (null: none).
   void set_gradient_reducer(GradientReducer* reducer) { reducer_ = reducer; }
+  // Data parallelism with synchronized batch norm: training passes of every batch-norm layer
+  // exchange statistics through `sync` (null: none). Every rank's network must then run its
+  // training passes together (trainer/dist).
+  void set_batch_norm_sync(kernels::BatchNormSync* sync) {
+    for (LayerIo& io : io_) io.batch_norm_sync = sync;
+  }
 
  private:
   struct Value {

@@ -3,6 +3,7 @@
 // bit, resume on another rank count, and refuse batches that do not split.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -72,7 +73,8 @@ TEST(DataParallel, ResumesOnAnotherRankCount) {
     o.out_dir = testing::TempDir("dp-resumed-" + std::to_string(ranks));
     o.resume_from = dir + "/checkpoints/epoch-0001.h5";
     const Trace resumed = RunAndTrace(WithRanks(ranks), o);
-    ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << ranks << ": " << resumed.summary.error();
+    ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED)
+        << ranks << ": " << resumed.summary.error();
     ASSERT_EQ(resumed.losses.size(), 20u) << "the second epoch only";
     const std::vector<double> tail(full.losses.end() - 20, full.losses.end());
     if (ranks == 2) {
@@ -102,6 +104,50 @@ TEST(DataParallel, RefusesBatchesThatDoNotSplit) {
   twice.mutable_device()->add_gpus(1);
   const Trace d = RunAndTrace(twice);
   EXPECT_NE(d.summary.error().find("appears twice"), std::string::npos) << d.summary.error();
+}
+
+// resnet20 has batch norm: each rank normalizing over its own 8 images is not what one rank
+// with all 16 computes. With device.sync_batch_norm the ranks exchange the statistics and
+// train as the single rank does, up to rounding; without it they drift apart further.
+TEST(DataParallel, SyncBatchNormTrainsAsOneRankWithTheGlobalBatch) {
+  constexpr char kResnet[] = R"(
+    seed: 4
+    model { arch: "resnet20" width: 0.25 }
+    data { dataset: SYNTHETIC batch_size: 16
+           synthetic { height: 8 width: 8 channels: 2 classes: 3 train_size: 160 test_size: 64 } }
+    train { epochs: 1 optimizer { lr: 0.05 momentum: 0.9 } }
+    device { kind: CPU threads: 1 }
+  )";
+  const Trace one = RunAndTrace(Parse(kResnet));
+  ASSERT_EQ(one.summary.state(), topiary::v1::SUCCEEDED) << one.summary.error();
+  auto two_spec = Parse(kResnet);
+  two_spec.mutable_device()->set_cpu_ranks(2);
+  two_spec.mutable_device()->set_sync_batch_norm(true);
+  const Trace synced = RunAndTrace(two_spec);
+  ASSERT_EQ(synced.summary.state(), topiary::v1::SUCCEEDED) << synced.summary.error();
+  two_spec.mutable_device()->set_sync_batch_norm(false);
+  const Trace apart = RunAndTrace(two_spec);
+  ASSERT_EQ(apart.summary.state(), topiary::v1::SUCCEEDED) << apart.summary.error();
+  ASSERT_EQ(synced.losses.size(), one.losses.size());
+  double synced_gap = 0, apart_gap = 0;
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    synced_gap = std::max(synced_gap, std::fabs(synced.losses[i] - one.losses[i]));
+    apart_gap = std::max(apart_gap, std::fabs(apart.losses[i] - one.losses[i]));
+  }
+  printf("largest loss gap to one rank over %zu steps: synced %.3g, not synced %.3g\n",
+         one.losses.size(), synced_gap, apart_gap);
+  ExpectClose(synced.losses, one.losses, 1e-3);
+  EXPECT_GT(apart_gap, 10 * synced_gap);
+  // The running statistics too: the evaluation (which uses them) agrees.
+  EXPECT_NEAR(synced.summary.test_loss(), one.summary.test_loss(), 1e-3 * one.summary.test_loss());
+  // On GPUs it is refused, naming the field.
+  auto gpu = Parse(kResnet);
+  gpu.mutable_device()->set_kind(topiary::v1::DeviceSpec::CUDA);
+  gpu.mutable_device()->set_sync_batch_norm(true);
+  const Trace g = RunAndTrace(gpu);
+  EXPECT_EQ(g.summary.state(), topiary::v1::FAILED);
+  EXPECT_NE(g.summary.error().find("device.sync_batch_norm"), std::string::npos)
+      << g.summary.error();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/dist/batch_norm_sync.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/run/step_runner.h"
@@ -105,6 +106,12 @@ absl::Status PhaseTrainer::Plan() {
                              GradientSync::Create(group.model(r), group.collective(), r,
                                                   rank.net->dtype() == kernels::DType::kBf16));
     rank.net->set_gradient_reducer(rank.sync.get());
+    if (spec_.device().sync_batch_norm()) {
+      TOPIARY_ASSIGN_OR_RETURN(
+          rank.batch_norm_sync,
+          MakeBatchNormSync(group.collective(), r, WidestBatchNorm(*group.model(r))));
+      rank.net->set_batch_norm_sync(rank.batch_norm_sync.get());
+    }
     return absl::OkStatus();
   });
 }

@@ -87,6 +87,7 @@ class PhaseTrainer {
     std::optional<SgdOptimizer> optimizer;
     std::optional<DeviceBatches> data;
     std::unique_ptr<GradientSync> sync;
+    std::unique_ptr<kernels::BatchNormSync> batch_norm_sync;  // device.sync_batch_norm
   };
   struct Phase;  // one call of Train: its clocks, steps and figures
 
