@@ -5,7 +5,8 @@
 #   tests/benchmarks/approx_modes.sh TOPIARY FASHION_DIR [OUT_DIR]
 # FASHION_DIR holds Fashion-MNIST's four .gz files; the EvoApprox tables are found through
 # $TOPIARY_MULTIPLIERS (default: data/multipliers/evoapprox8b beside this script's checkout).
-# About 10 minutes on an H100.
+# About 10 minutes on an H100. APPROX_MULTIPLIERS="exact drum:6 ..." picks the multipliers
+# (the first is taken as the baseline and not fine-tuned).
 set -uo pipefail
 topiary="$1"
 data="$2"
@@ -15,7 +16,7 @@ export TOPIARY_MULTIPLIERS="${TOPIARY_MULTIPLIERS:-$here/../../data/multipliers/
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 date -u +%F
-multipliers=(exact drum:6 bam:6 mul8u_L40 mul8u_185Q mul8u_12N4)
+read -r -a multipliers <<< "${APPROX_MULTIPLIERS:-exact drum:6 bam:6 mul8u_L40 mul8u_185Q mul8u_12N4}"
 optimizer='optimizer { lr: 0.02 momentum: 0.9 nesterov: true weight_decay: 5e-4 }'
 data_block="data { dataset: FASHION_MNIST path: \"$data\" batch_size: 128 augment { crop_padding: 2 horizontal_flip: true } }"
 
@@ -56,7 +57,7 @@ device { kind: CUDA }
 SPEC
     run="$out/ft_$(basename "$ck" .h5)_${code}_${m/:/}"
     "$topiary" run "$spec" --json --out "$run" > "$run.jsonl" 2>&1
-    echo "$(basename "$ck") $code $m $(tail -n 1 "$run.jsonl" | grep -o '"test_top1":[0-9.]*')"
+    echo "$(basename "$ck") $code $m $(tail -n 1 "$run.jsonl" | grep -o '"test_top1":[0-9.]*' | head -n 1)"
   done
 done; done
 
