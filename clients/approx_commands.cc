@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
@@ -85,6 +86,30 @@ void WarnFarCodeUse(const std::vector<CodeUse>& uses,
                   "table's metrics suggest%s\n",
                   u.layer, OneLine(u.multiplier), u.used_error_pct, u.table_error_pct,
                   asymmetric ? " (try --weight_code sign_magnitude)" : "");
+  }
+}
+
+// Sensitivity measures every (layer, multiplier): one warning line per multiplier, naming
+// how many layers it errs far for and the median figures over those layers.
+void WarnFarCodeUseByMultiplier(const SensitivityReport& r,
+                                const topiary::v1::ApproximationSpec& approx) {
+  const bool asymmetric = approx.weight_code() == topiary::v1::ApproximationSpec::ASYMMETRIC;
+  for (size_t m = 0; m < r.multipliers.size(); ++m) {
+    std::vector<double> used;
+    double table = 0;
+    for (const auto& row : r.rows) {
+      if (m >= row.code_use.size() || !row.code_use[m].far) continue;
+      used.push_back(row.code_use[m].used_error_pct);
+      table = row.code_use[m].table_error_pct;
+    }
+    if (used.empty()) continue;
+    std::sort(used.begin(), used.end());
+    absl::FPrintF(stderr,
+                  "warning: %s errs by %.2f%% of the products (median) at the codes %d of %d "
+                  "layers use, against %.2f%% over its whole table: expect more accuracy loss "
+                  "than its metrics suggest%s\n",
+                  OneLine(r.multipliers[m].name), used[used.size() / 2], used.size(), r.rows.size(),
+                  table, asymmetric ? " (try --weight_code sign_magnitude)" : "");
   }
 }
 
@@ -252,10 +277,7 @@ int SensitivityCommand(const Args& a) {
   const std::vector<std::string> names(a.positional.begin() + 1, a.positional.end());
   auto r = Sensitivity(**ev, names, budget, base, TerminalProgress("evaluating"));
   if (!r.ok()) return Fail(a, r.status());
-  std::vector<CodeUse> all_use;
-  for (const auto& row : r->rows)
-    all_use.insert(all_use.end(), row.code_use.begin(), row.code_use.end());
-  WarnFarCodeUse(all_use, base);
+  WarnFarCodeUseByMultiplier(*r, base);
   if (a.json) {
     std::vector<std::string> mults, rows, assignment;
     for (const Multiplier& m : r->multipliers) {

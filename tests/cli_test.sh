@@ -233,6 +233,9 @@ assert r["conv1"]["multiplier"] == "" and r["conv1"]["activation_range"] == [], 
 "$TOPIARY" sensitivity "$dense" "$l40" > "$tmp/sens.txt"; rc=$?
 check "sensitivity prints the layer table and the assignment" \
   bash -c '[[ $1 -eq 0 ]] && grep -q "^conv2 " "$0" && grep -q "^greedy assignment within 1.00 points" "$0"' "$tmp/sens.txt" "$rc"
+"$TOPIARY" sensitivity "$dense" drum:4 --budget 0 > /dev/null 2> "$tmp/sens_asym.err"; rc=$?
+check "sensitivity: one code-use warning line for drum:4's asymmetric codes, with the layer count" \
+  bash -c '[[ $1 -eq 0 ]] && [[ $(grep -c "^warning: drum:4 errs by .* at the codes [12] of 2 layers use" "$0") -eq 1 ]]' "$tmp/sens_asym.err" "$rc"
 "$TOPIARY" sensitivity "$dense" drum:4 --weight_code sign_magnitude --json > "$tmp/sens_sm.json"; rc=$?
 check "sensitivity --weight_code sign_magnitude: the mode is used, each entry has its code use" \
   bash -c '[[ $1 -eq 0 ]] && python3 -c "
