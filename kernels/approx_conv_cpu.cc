@@ -52,11 +52,12 @@ void Quantize(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, f
 void QuantizeWeights(const ConvShape& s, const float* w, const ApproxConvOptions& o,
                      QuantParams* params, const ApproxConvWorkspace& ws, float* wq) {
   const int patch = s.patch();
-  const auto [w_min, w_max] = Range(w, static_cast<int64_t>(s.k) * patch);
+  // A plain pair, not a structured binding: C++17 lambdas cannot capture those.
+  const std::pair<float, float> whole = Range(w, static_cast<int64_t>(s.k) * patch);
   ParallelFor(s.k, [&](int64_t begin, int64_t end, int) {
     for (int64_t k = begin; k < end; ++k) {
       const float* wk = w + k * patch;
-      float lo = w_min, hi = w_max;
+      float lo = whole.first, hi = whole.second;
       if (o.per_channel_weights) {
         lo = *std::min_element(wk, wk + patch);
         hi = *std::max_element(wk, wk + patch);
