@@ -202,6 +202,13 @@ struct ApproxConvOptions {
 // (all equal without per_channel_weights): params[0], params[1 + k].
 inline int ApproxParamCount(const ConvShape& shape) { return 1 + shape.k; }
 
+// The weight parameters a forward pass uses, one per output channel (params[0, K), host
+// memory): WeightParams over the whole filter's range, or over each filter row's own with
+// per_channel_weights. The CPU forward pass writes these; diagnostics that recompute a
+// layer's codes (trainer/approx/code_use) call it too.
+void ApproxWeightParamsCpu(const ConvShape& shape, const float* w, const ApproxConvOptions& options,
+                           QuantParams* params);
+
 // The whole forward pass: ranges, quantization parameters, codes and the table convolution,
 // y[N, Ho, Wo, K] = approx_conv(x, w) (+ bias when not null). When xq is not null it receives
 // the fake-quantized input (for the straight-through backward pass); wq always receives the

@@ -52,17 +52,11 @@ void Quantize(const float* x, int64_t n, const QuantParams& q, uint8_t* codes, f
 void QuantizeWeights(const ConvShape& s, const float* w, const ApproxConvOptions& o,
                      QuantParams* params, const ApproxConvWorkspace& ws, float* wq) {
   const int patch = s.patch();
-  // A plain pair, not a structured binding: C++17 lambdas cannot capture those.
-  const std::pair<float, float> whole = Range(w, static_cast<int64_t>(s.k) * patch);
+  ApproxWeightParamsCpu(s, w, o, params + 1);
   ParallelFor(s.k, [&](int64_t begin, int64_t end, int) {
     for (int64_t k = begin; k < end; ++k) {
       const float* wk = w + k * patch;
-      float lo = whole.first, hi = whole.second;
-      if (o.per_channel_weights) {
-        lo = *std::min_element(wk, wk + patch);
-        hi = *std::max_element(wk, wk + patch);
-      }
-      const QuantParams q = params[1 + k] = WeightParams(lo, hi, o.symmetric_weights);
+      const QuantParams q = params[1 + k];
       int32_t sum = 0;
       for (int p = 0; p < patch; ++p) {
         const uint8_t code = ws.w_codes[k * patch + p] = QuantizeCode(wk[p], q);
@@ -75,6 +69,24 @@ void QuantizeWeights(const ConvShape& s, const float* w, const ApproxConvOptions
 }
 
 }  // namespace
+
+void ApproxWeightParamsCpu(const ConvShape& s, const float* w, const ApproxConvOptions& o,
+                           QuantParams* params) {
+  const int patch = s.patch();
+  // A plain pair, not a structured binding: C++17 lambdas cannot capture those.
+  const std::pair<float, float> whole =
+      o.per_channel_weights ? std::pair{0.0f, 0.0f} : Range(w, static_cast<int64_t>(s.k) * patch);
+  ParallelFor(s.k, [&](int64_t begin, int64_t end, int) {
+    for (int64_t k = begin; k < end; ++k) {
+      std::pair<float, float> r = whole;
+      if (o.per_channel_weights) {
+        const auto [lo, hi] = std::minmax_element(w + k * patch, w + (k + 1) * patch);
+        r = {*lo, *hi};
+      }
+      params[k] = WeightParams(r.first, r.second, o.symmetric_weights);
+    }
+  });
+}
 
 size_t ApproxConvWorkspaceBytesCpu(const ConvShape& shape) {
   return ApproxConvWorkspace(shape, nullptr, CpuThreads()).bytes;

@@ -41,6 +41,14 @@ __device__ __forceinline__ float FromOrderedInt(int i) {
   return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff);
 }
 
+// lo and hi become the minimum and maximum over the warp's lanes.
+__device__ __forceinline__ void WarpMinMax(float& lo, float& hi) {
+  for (int off = 16; off > 0; off /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+  }
+}
+
 __global__ void ResetRangesKernel(int* ranges) {
   if (threadIdx.x < 4) ranges[threadIdx.x] = threadIdx.x % 2 == 0 ? INT_MAX : INT_MIN;
 }
@@ -51,10 +59,7 @@ __global__ void RangeKernel(const float* __restrict__ x, int64_t n, int* range) 
     lo = fminf(lo, x[i]);
     hi = fmaxf(hi, x[i]);
   }
-  for (int off = 16; off > 0; off /= 2) {
-    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
-    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
-  }
+  WarpMinMax(lo, hi);
   if (threadIdx.x % 32 == 0) {
     atomicMin(range, OrderedInt(lo));
     atomicMax(range + 1, OrderedInt(hi));
@@ -95,10 +100,7 @@ __global__ void WeightCodesKernel(const float* __restrict__ w, int patch, const 
       lo = fminf(lo, w[base + p]);
       hi = fmaxf(hi, w[base + p]);
     }
-    for (int off = 16; off > 0; off /= 2) {
-      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
-      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
-    }
+    WarpMinMax(lo, hi);
     if (threadIdx.x % 32 == 0) {
       warp_lo[threadIdx.x / 32] = lo;
       warp_hi[threadIdx.x / 32] = hi;

@@ -3,7 +3,8 @@
 // of the same shape (fp32, as Topiary plans it). Prints one JSON line per shape with
 // table-MAC/s (N * Ho * Wo * K * R * S * C per second). approx_conv_pytorch.py measures
 // PyTorch's LUT emulation and cuDNN on the same shapes; docs/PERFORMANCE.md has results.
-//   approx_conv_bench [--batch 512] [--iters 20]
+//   approx_conv_bench [--batch 512] [--iters 20] [--per_channel]
+// --per_channel: weight parameters per output channel (approximation.per_channel_weights).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -37,7 +38,10 @@ void FillRandom(float* dev, size_t n, uint32_t seed) {
 int Main(int argc, char** argv) {
   bench::program = "approx_conv_bench";
   int batch = 512, iters = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  ApproxConvOptions options;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--per_channel")) options.per_channel_weights = true;
+    if (i + 1 == argc) break;
     if (!std::strcmp(argv[i], "--batch")) (void)absl::SimpleAtoi(argv[i + 1], &batch);
     if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
   }
@@ -60,7 +64,7 @@ int Main(int argc, char** argv) {
   for (auto& v : table) v = static_cast<uint16_t>(gen());
   auto* d_table = static_cast<uint16_t*>(DeviceAlloc(table.size() * 2));
   cudaMemcpy(d_table, table.data(), table.size() * 2, cudaMemcpyHostToDevice);
-    for (const Layer& l : layers) {
+  for (const Layer& l : layers) {
     ConvShape s;
     s.n = batch;
     s.h = s.w = l.hw;
@@ -82,8 +86,8 @@ int Main(int argc, char** argv) {
     auto* d_params =
         static_cast<QuantParams*>(DeviceAlloc(ApproxParamCount(s) * sizeof(QuantParams)));
     const double approx_ms = TimeMs(cuda, iters, [&] {
-      CHECK_OK(
-          ApproxConv2dForwardCuda(s, x, w, nullptr, d_table, y, nullptr, wq, d_params, ws, cuda));
+      CHECK_OK(ApproxConv2dForwardCuda(s, x, w, nullptr, d_table, y, nullptr, wq, d_params, ws,
+                                       cuda, options));
     });
     auto plan = ConvCudaPlan::Create(s, Precision::kFp32, size_t{1} << 30, false, cuda);
     CHECK_OK(plan.status());
@@ -92,11 +96,13 @@ int Main(int argc, char** argv) {
         TimeMs(cuda, iters, [&] { CHECK_OK((*plan)->Forward(x, w, nullptr, y, cws, cuda)); });
     const double macs = static_cast<double>(yn) * s.patch();
     absl::PrintF(
-        "{\"impl\":\"topiary\",\"gpu\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"approx_ms\":%.4f,"
+        "{\"impl\":\"topiary\",\"gpu\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"per_channel\":%s,"
+        "\"approx_ms\":%.4f,"
         "\"table_macs_per_s\":%.4g,\"cudnn_fp32_ms\":%.4f,\"approx_over_cudnn\":%.2f}\n",
-        gpu, l.name, batch, approx_ms, macs / (approx_ms * 1e-3), exact_ms, approx_ms / exact_ms);
+        gpu, l.name, batch, options.per_channel_weights ? "true" : "false", approx_ms,
+        macs / (approx_ms * 1e-3), exact_ms, approx_ms / exact_ms);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y),
-                    static_cast<void*>(wq), ws, cws}) {
+                    static_cast<void*>(wq), static_cast<void*>(d_params), ws, cws}) {
       cudaFree(p);
     }
   }

@@ -3,20 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "kernels/approx_conv.h"
 
 namespace topiary {
-
-namespace {
-
-// min and max of v[0..n) (n > 0).
-std::pair<float, float> Range(const float* v, int64_t n) {
-  const auto [lo, hi] = std::minmax_element(v, v + n);
-  return {*lo, *hi};
-}
-
-}  // namespace
 
 CodeUse MeasureCodeUse(const std::string& layer, const kernels::ConvShape& s, const float* x,
                        const float* w, const ConvApproximation& approx,
@@ -26,11 +17,11 @@ CodeUse MeasureCodeUse(const std::string& layer, const kernels::ConvShape& s, co
   u.multiplier = approx.multiplier;
   // The activation codes, as the forward pass chooses them (evaluation: the range not moved).
   const int64_t x_count = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
-  const auto [x_lo, x_hi] = Range(x, x_count);
+  const auto [x_lo, x_hi] = std::minmax_element(x, x + x_count);
   float running[3];
   if (running_range != nullptr) std::copy(running_range, running_range + 3, running);
   const kernels::QuantParams qa =
-      kernels::ActivationParams(x_lo, x_hi, running_range ? running : nullptr, false);
+      kernels::ActivationParams(*x_lo, *x_hi, running_range ? running : nullptr, false);
   std::vector<double> a_hist(256, 0.0);
   for (int64_t i = 0; i < x_count; ++i) a_hist[kernels::QuantizeCode(x[i], qa)] += 1;
   // Per weight code c: sum over the activations of |T'[a, c] - a c|; and sum |a - zp_a|.
@@ -43,18 +34,19 @@ CodeUse MeasureCodeUse(const std::string& layer, const kernels::ConvShape& s, co
       err_at[c] += a_hist[a] * std::abs(static_cast<int>(approx.table[(a << 8) | c]) - a * c);
     }
   }
-  // The weight codes, per output channel with per-channel scales.
+  // The weight codes, with the parameters the forward pass would choose.
+  kernels::ApproxConvOptions o;
+  o.symmetric_weights = approx.sign_magnitude;
+  o.per_channel_weights = approx.per_channel_weights;
+  std::vector<kernels::QuantParams> qw(s.k);
+  kernels::ApproxWeightParamsCpu(s, w, o, qw.data());
   const int patch = s.patch();
-  const auto [w_lo, w_hi] = Range(w, static_cast<int64_t>(s.k) * patch);
   double err = 0, size = 0;
   for (int k = 0; k < s.k; ++k) {
-    const float* wk = w + static_cast<int64_t>(k) * patch;
-    const auto [lo, hi] = approx.per_channel_weights ? Range(wk, patch) : std::pair{w_lo, w_hi};
-    const kernels::QuantParams qw = kernels::WeightParams(lo, hi, approx.sign_magnitude);
     for (int p = 0; p < patch; ++p) {
-      const int c = kernels::QuantizeCode(wk[p], qw);
+      const int c = kernels::QuantizeCode(w[static_cast<int64_t>(k) * patch + p], qw[k]);
       err += err_at[c];
-      size += a_size * std::abs(c - qw.zero_point);
+      size += a_size * std::abs(c - qw[k].zero_point);
     }
   }
   // A layer whose products are all 0 (a pruned filter, say) still pays for every error.

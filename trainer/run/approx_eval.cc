@@ -105,7 +105,6 @@ absl::StatusOr<std::vector<CodeUse>> MeasureCodeUses(Network& net, const Model& 
   const int count = static_cast<int>(std::min<int64_t>(net.batch(), images));
   TOPIARY_RETURN_IF_ERROR(batches.Assemble(nullptr, 0, 0, count, false, net.input(), net.labels()));
   Device* device = model.device();
-  const std::vector<Parameter*> params = model.parameters();
   std::vector<CodeUse> out;
   net.set_input_hook([&](int node, const LayerIo& io) -> absl::Status {
     const Layer* layer = model.nodes()[node].layer;
@@ -117,12 +116,8 @@ absl::StatusOr<std::vector<CodeUse>> MeasureCodeUses(Network& net, const Model& 
     TOPIARY_RETURN_IF_ERROR(device->Synchronize());
     device->CopyToHost(x.data(), io.x[0], x.size() * sizeof(float));
     const std::vector<float> w = conv->kernel()->value.ToHost();
-    std::vector<float> range;
-    for (const Parameter* p : params) {
-      if (p->layer == layer->name() && p->role == ParamRole::kActivationRange) {
-        range = p->value.ToHost();
-      }
-    }
+    const Parameter* running = layer->parameter(ParamRole::kActivationRange);
+    const std::vector<float> range = running ? running->value.ToHost() : std::vector<float>{};
     out.push_back(MeasureCodeUse(layer->name(), s, x.data(), w.data(), *conv->approximation(),
                                  multipliers[rule->second]->table,
                                  range.size() == 3 ? range.data() : nullptr));
