@@ -70,7 +70,7 @@ int Fail(const Args& a, const absl::Status& st) {
   if (a.json) {
     absl::PrintF("{\"error\":%s}\n", JsonString(st.message()));
   } else {
-    absl::FPrintF(stderr, "topiary: %s\n", st.message());
+    absl::FPrintF(stderr, "topiary: %s\n", TerminalText(st.message()));
   }
   return ExitCodeForStatus(static_cast<int>(st.code()));
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "clients/text.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -252,7 +253,9 @@ void ProgressPrinter::PrintSummary(const topiary::v1::RunSummary& s) {
   if (!s.out_dir().empty()) absl::FPrintF(out_, "outputs: %s\n", s.out_dir());
 }
 
-void ProgressPrinter::Print(const topiary::v1::Event& e) {
+void ProgressPrinter::Print(const topiary::v1::Event& event) {
+  topiary::v1::Event e = event;  // its names and messages came from files and the daemon
+  MakePrintable(&e);
   if (e.has_started()) {
     PrintStarted(e.started());
   } else if (e.has_planning()) {

@@ -110,7 +110,7 @@ int Report(const Args& a, const Connection& c, const grpc::Status& st) {
     absl::PrintF("{\"error\":%s,\"code\":\"%s\"}\n", JsonString(message),
                  CodeName(st.error_code()));
   } else {
-    absl::FPrintF(stderr, "topiary: %s: %s\n", CodeName(st.error_code()), message);
+    absl::FPrintF(stderr, "topiary: %s: %s\n", CodeName(st.error_code()), TerminalText(message));
   }
   return ExitCode(st.error_code());
 }
@@ -119,7 +119,8 @@ std::string Percent(double x) { return absl::StrFormat("%.2f%%", 100 * x); }
 // A test top-1 of 0 is one never measured (chance level is far above it): "-".
 std::string Top1(double x) { return x == 0 ? "-" : Percent(x); }
 
-void PrintExperiment(const Experiment& e) {
+void PrintExperiment(Experiment e) {
+  MakePrintable(&e);
   absl::PrintF("%s  %s  %s\n", e.id(), OneLine(e.name()),
                topiary::v1::ExperimentState_Name(e.state()));
   // No model.arch: the network of the checkpoint the experiment starts from.
@@ -213,7 +214,7 @@ int Submit(const Args& a, Connection& c) {
   auto spec = LoadSpecFile(a.positional[0]);
   if (!spec.ok()) {
     absl::FPrintF(stderr, "topiary: %s: %s\n", absl::StatusCodeToString(spec.status().code()),
-                  spec.status().message());
+                  TerminalText(spec.status().message()));
     return ExitCodeForStatus(static_cast<int>(spec.status().code()));
   }
   topiary::v1::SubmitExperimentRequest req;
@@ -254,6 +255,7 @@ int List(const Args& a, Connection& c) {
     absl::PrintF("%s\n", ScriptJson(resp));
     return kExitOk;
   }
+  MakePrintable(&resp);
   absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
                "top-1", "sparsity", "updated");
   for (const auto& e : resp.experiments()) {
@@ -347,6 +349,7 @@ int Checkpoints(const Args& a, Connection& c) {
     absl::PrintF("%s\n", ScriptJson(resp));
     return kExitOk;
   }
+  MakePrintable(&resp);
   absl::PrintF("%-52s %5s %5s %10s %9s  %s\n", "path", "round", "epoch", "bytes", "top-1",
                "written");
   for (const auto& k : resp.checkpoints()) {
@@ -460,7 +463,8 @@ std::optional<topiary::v1::ServerInfo> FetchRemoteInfo(const Args& a, std::strin
 
 void PrintRemoteInfo(const Args& a) {
   std::string why;
-  const auto info = FetchRemoteInfo(a, &why);
+  auto info = FetchRemoteInfo(a, &why);
+  if (info) MakePrintable(&*info);
   if (!info) {
     absl::PrintF("daemon: %s\n", why);
     return;

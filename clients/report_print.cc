@@ -119,11 +119,12 @@ std::string MaskLabel(const topiary::v1::LayerReport& l) {
 
 }  // namespace
 
-void PrintImportSummary(const topiary::v1::ImportSummary& s, bool json) {
+void PrintImportSummary(topiary::v1::ImportSummary s, bool json) {
   if (json) {
     absl::PrintF("%s\n", ScriptJson(s));
     return;
   }
+  MakePrintable(&s);
   absl::PrintF(
       "%s: %s, %d layers from %d ONNX nodes (%d ReLUs fused, %d batch norms kept, %d dropped), "
       "%d parameters, %dx%dx%d images, %d classes\n",
@@ -131,15 +132,17 @@ void PrintImportSummary(const topiary::v1::ImportSummary& s, bool json) {
       s.dropped(), s.parameters(), s.height(), s.width(), s.channels(), s.classes());
 }
 
-void PrintCheckpointReport(const topiary::v1::CheckpointReport& r, bool json) {
+void PrintCheckpointReport(topiary::v1::CheckpointReport r, bool json) {
   if (json) {
     absl::PrintF("%s\n", ScriptJson(r));
     return;
   }
+  MakePrintable(&r);
   topiary::v1::CheckpointMetrics metrics;
   google::protobuf::util::JsonParseOptions lenient;
   lenient.ignore_unknown_fields = true;
   (void)google::protobuf::util::JsonStringToMessage(r.metrics_json(), &metrics, lenient);
+  MakePrintable(&metrics);  // JSON escapes decode back into control characters
   absl::PrintF("%s (topiary checkpoint, format %d)\n", r.path(), r.format_version());
   absl::PrintF("experiment %s: %s, round %d, epoch %d, step %d, written %s\n",
                r.experiment_id().empty() ? "-" : r.experiment_id(), r.model_arch(), r.round(),

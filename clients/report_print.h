@@ -14,9 +14,9 @@ namespace topiary {
 // `topiary inspect`'s output, local or through the daemon: the text report, or with `json`
 // one ScriptJson line.
 // `topiary import`'s result, local or remote: one line, or with json the ImportSummary.
-void PrintImportSummary(const topiary::v1::ImportSummary& s, bool json);
+void PrintImportSummary(topiary::v1::ImportSummary s, bool json);
 
-void PrintCheckpointReport(const topiary::v1::CheckpointReport& report, bool json = false);
+void PrintCheckpointReport(topiary::v1::CheckpointReport report, bool json = false);
 
 // The table of `topiary multipliers` (local or the daemon's): one line per multiplier, or
 // with `json` a JSON array of MultiplierInfo.

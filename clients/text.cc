@@ -46,6 +46,35 @@ std::string JsonString(absl::string_view s) {
 
 std::string OneLine(absl::string_view s) { return Printable(s); }
 
+std::string TerminalText(absl::string_view s) { return Printable(s, /*keep_lines=*/true); }
+
+void MakePrintable(google::protobuf::Message* message) {
+  const google::protobuf::Reflection* r = message->GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(*message, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    using FD = google::protobuf::FieldDescriptor;
+    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(*message, f); ++i) {
+          MakePrintable(r->MutableRepeatedMessage(message, f, i));
+        }
+      } else {
+        MakePrintable(r->MutableMessage(message, f));
+      }
+    } else if (f->type() == FD::TYPE_STRING) {
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(*message, f); ++i) {
+          r->SetRepeatedString(message, f, i,
+                               TerminalText(r->GetRepeatedString(*message, f, i)));
+        }
+      } else {
+        r->SetString(message, f, TerminalText(r->GetString(*message, f)));
+      }
+    }
+  }
+}
+
 namespace {
 
 using google::protobuf::FieldDescriptor;

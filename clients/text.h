@@ -18,6 +18,15 @@ std::string JsonString(absl::string_view s);
 // never break a table or move the terminal's cursor.
 std::string OneLine(absl::string_view s);
 
+// `s` for a terminal, lines kept: every other control character (an escape sequence from a
+// file name, a node name, an error quoting either) and bidirectional formatting shown as '?'.
+// Every message the CLI prints that names something from outside goes through this.
+std::string TerminalText(absl::string_view s);
+
+// Every string field of `message`, at any depth, made TerminalText: for a reply or event
+// about to be printed for people (not --json, whose JSON escaping already covers it).
+void MakePrintable(google::protobuf::Message* message);
+
 // `message` as JSON for scripts (every --json output of the CLI): proto field names, every
 // primitive field (defaults too), enums by name; unlike protobuf's canonical JSON, 64-bit
 // integers are numbers (exact below 2^53: counts, bytes, steps), and a string field named

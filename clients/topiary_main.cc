@@ -158,7 +158,7 @@ int Run(const Args& a) {
       e.mutable_summary()->set_error(std::string(spec.status().message()));
       absl::PrintF("%s\n", EventToJsonLine(e));
     } else {
-      absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
+      absl::FPrintF(stderr, "topiary: %s\n", TerminalText(spec.status().message()));
     }
     return kExitInvalid;
   }
@@ -189,7 +189,7 @@ int Validate(const Args& a) {
     if (a.json) {
       absl::PrintF("{\"valid\":false,\"error\":%s}\n", JsonString(spec.status().message()));
     } else {
-      absl::FPrintF(stderr, "topiary: %s\n", spec.status().message());
+      absl::FPrintF(stderr, "topiary: %s\n", TerminalText(spec.status().message()));
     }
     return kExitInvalid;
   }
@@ -199,7 +199,7 @@ int Validate(const Args& a) {
     if (a.json) {
       absl::PrintF("{\"valid\":false,\"error\":%s}\n", JsonString(st.message()));
     } else {
-      absl::FPrintF(stderr, "topiary: %s\n", st.message());
+      absl::FPrintF(stderr, "topiary: %s\n", TerminalText(st.message()));
     }
     return kExitInvalid;
   }

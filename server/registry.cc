@@ -10,12 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "trainer/run/events.h"
 #include "trainer/util/file_util.h"
 #include "trainer/util/utf8.h"
@@ -111,10 +110,17 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
                    Folder(id).c_str(), entry->record.id().c_str(), entry->record.folder().c_str());
       continue;
     }
-    std::ifstream events(Folder(id) + "/events.jsonl");
-    for (std::string line; std::getline(events, line);) {
+    // Through the checked reader like every other file: a FIFO or device planted here is
+    // refused without blocking, a link out is not followed.
+    auto events = ReadFile(Folder(id) + "/events.jsonl");
+    if (!events.ok() && !absl::IsNotFound(events.status())) {
+      std::fprintf(stderr, "topiaryd: %s; its events are left out\n",
+                   std::string(events.status().message()).c_str());
+    }
+    for (absl::string_view line : absl::StrSplit(events.ok() ? *events : "", '\n')) {
       Event e;
-      if (google::protobuf::util::JsonStringToMessage(line, &e, lenient).ok()) {
+      if (!line.empty() &&
+          google::protobuf::util::JsonStringToMessage(std::string(line), &e, lenient).ok()) {
         entry->events.push_back(std::move(e));  // a line cut by a crash fails and is skipped
       }
     }
@@ -488,6 +494,14 @@ absl::Status Registry::Advance(const topiary::v1::AdvanceRoundRequest& request) 
     return absl::FailedPreconditionError(absl::StrCat(request.id(), " is ",
                                                       ExperimentState_Name(e->record.state()),
                                                       "; AdvanceRound needs WAITING_FOR_ROUND"));
+  }
+  // One answer per round: a second call before the run takes the first would replace it,
+  // and an acknowledged --finish or next round would be lost.
+  if (e->advance) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        request.id(), ": an AdvanceRound for this round is already accepted (",
+        e->changes.finish() ? "finish" : "next round",
+        ") and the run is taking it; call again once it waits for the next round"));
   }
   e->advance = true;
   e->changes = request;

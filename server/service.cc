@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,7 @@ using grpc::Status;
 using grpc::StatusCode;
 
 constexpr int kMaxPageSize = 1000;
+constexpr int kMaxImports = 2;  // ImportModel calls at once
 using topiary::v1::ExperimentState_Name;
 
 // Lexically normalized absolute path ("a/./b/../c" -> "a/c"); empty if ".." leaves the root.
@@ -53,6 +55,29 @@ std::string RealOrSelf(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
+
+// Where `path` would really be: its deepest existing folder with links followed, and the
+// rest as written (a file or folders yet to be made).
+std::string WouldBeAt(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// One of at most `max` calls of a kind at once (Watch streams, imports): taken when made,
+// given back when it goes out of scope.
+class CallSlot {
+ public:
+  CallSlot(std::atomic<int>* count, int max) : count_(count), taken_(++*count <= max) {}
+  ~CallSlot() { --*count_; }
+  CallSlot(const CallSlot&) = delete;
+  CallSlot& operator=(const CallSlot&) = delete;
+  bool taken() const { return taken_; }
+
+ private:
+  std::atomic<int>* count_;
+  bool taken_;
+};
 
 // What this daemon serves, derived from the spec it accepts (so the list cannot fall behind
 // it): every value of the spec's enums that name a feature (pruning methods and scores,
@@ -238,11 +263,8 @@ Status TopiaryService::WatchExperiment(grpc::ServerContext* ctx,
   if (Status st = Authorize(ctx); !st.ok()) return st;
   if (auto r = registry_->Get(req->id()); !r.ok()) return ToGrpc(r.status());
   // Each stream holds a server thread for as long as it lasts.
-  struct Slot {
-    std::atomic<int>* n;
-    ~Slot() { --*n; }
-  } slot{&watchers_};
-  if (++watchers_ > options_.max_watchers) {
+  CallSlot slot(&watchers_, options_.max_watchers);
+  if (!slot.taken()) {
     return Status(StatusCode::RESOURCE_EXHAUSTED,
                   absl::StrCat(options_.max_watchers,
                                " watch streams are open; close one or try again later"));
@@ -432,9 +454,23 @@ Status TopiaryService::ImportModel(grpc::ServerContext* ctx,
     return Status(StatusCode::INVALID_ARGUMENT, "out_path: a .h5 file in the data directory");
   }
   if (Status st = ResolvePath("out_path", req->out_path(), &dest); !st.ok()) return st;
+  // Experiment folders belong to their runs (a pause checkpoint there is acknowledged data).
+  const std::string experiments = RealOrSelf(registry_->data_dir()) + "/experiments";
+  if (IsInsideFolder(dest, experiments) || IsInsideFolder(WouldBeAt(dest), experiments)) {
+    return Status(StatusCode::PERMISSION_DENIED,
+                  "out_path: '" + req->out_path() +
+                      "' is in experiments/, whose folders belong to the daemon's runs; "
+                      "import elsewhere in the data directory");
+  }
   if (PathExists(dest)) {
     return Status(StatusCode::ALREADY_EXISTS,
                   "out_path: '" + req->out_path() + "' exists; import into a new file");
+  }
+  // An import holds the whole model in memory for a while: a few at once.
+  CallSlot slot(&imports_, kMaxImports);
+  if (!slot.taken()) {
+    return Status(StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat(kMaxImports, " imports are under way; try again when one ends"));
   }
   if (absl::Status st = MakeDirs(dest.substr(0, dest.rfind('/'))); !st.ok()) return ToGrpc(st);
   OnnxImportOptions options;
@@ -445,6 +481,7 @@ Status TopiaryService::ImportModel(grpc::ServerContext* ctx,
   options.height = req->height();
   options.width = req->width();
   options.channels = req->channels();
+  options.create_only = true;  // a file made there meanwhile is never replaced
   auto summary = ImportOnnxFile(onnx, dest, options);
   if (!summary.ok()) return ToGrpc(summary.status());
   *out = *summary;

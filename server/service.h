@@ -85,6 +85,7 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   Scheduler* scheduler_;
   ServiceOptions options_;
   std::atomic<int> watchers_{0};
+  std::atomic<int> imports_{0};
 };
 
 // absl::Status -> grpc::Status with the same code and message.

@@ -203,14 +203,11 @@ absl::Status SetFilePolicies(const Flags& f, const ServiceOptions& service) {
   // Convolution plans measured by any run are kept here (and in the user's cache folder) for
   // the next start of the same shapes (trainer/nn/plan_cache.h).
   ConvPlanCache::Global().AddFile(f.data_dir + "/plan_cache/conv_plans.tsv");
-  std::vector<std::string> write_roots = {f.data_dir};
+  // The operator's own files are allowed one by one, not their folders: a --port_file in
+  // /tmp does not let the daemon write anywhere else in /tmp.
   std::vector<std::string> own_files = ConvPlanCache::Global().files();
   if (!f.port_file.empty()) own_files.push_back(f.port_file);
-  for (const std::string& file : own_files) {
-    const size_t slash = file.rfind('/');
-    write_roots.push_back(slash == std::string::npos ? "." : file.substr(0, slash + 1));
-  }
-  SetWriteRoots(write_roots);
+  SetWriteRoots({f.data_dir}, own_files);
   return absl::OkStatus();
 }
 

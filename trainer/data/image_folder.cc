@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
 
@@ -222,11 +223,9 @@ absl::StatusOr<std::string> ResolveImageFile(const std::string& root, const std:
 absl::Status CheckHeader(const std::string& root, const std::string& real_root, const Item& item,
                          const ImageFolderSpec& f) {
   TOPIARY_ASSIGN_OR_RETURN(const std::string real, ResolveImageFile(root, real_root, item.rel));
-  std::string head(kHeaderBytes, '\0');
-  FILE* file = std::fopen(real.c_str(), "rb");
-  if (file == nullptr) return ErrnoStatus(errno, item.rel);
-  head.resize(std::fread(head.data(), 1, head.size(), file));
-  std::fclose(file);
+  auto read = ReadFileHead(real, kHeaderBytes, kMaxImageFileBytes);
+  if (!read.ok()) return Bad(item.rel, std::string(read.status().message()));
+  std::string head = std::move(*read);
   auto size = ReadImageSize(head, item.rel, f.max_image_pixels());
   if (!size.ok() && head.size() == kHeaderBytes) {
     TOPIARY_ASSIGN_OR_RETURN(head, ReadImageFile(root, real_root, item.rel));
@@ -374,13 +373,22 @@ std::vector<uint8_t> FitImage(const DecodedImage& img, int size) {
   // (contiguous and vectorized), then columns of the size rows left.
   const auto rows = AxisTaps(img.height, size, scale, (img.height * scale - size) / 2);
   const auto cols = AxisTaps(img.width, size, scale, (img.width * scale - size) / 2);
-  const int row_len = img.width * c;
+  // Only the source columns the crop reads go through the first pass: its buffer and time
+  // follow the output (and the shorter side), however long the other side is.
+  int col0 = img.width, col1 = 0;
+  for (const Taps& t : cols) {
+    col0 = std::min(col0, t.first);
+    col1 = std::max(col1, t.first + static_cast<int>(t.w.size()) - 1);
+  }
+  const int row_len = (col1 - col0 + 1) * c;
   std::vector<float> tmp(static_cast<size_t>(size) * row_len, 0.0f);
   for (int y = 0; y < size; ++y) {
     float* dst = tmp.data() + static_cast<size_t>(y) * row_len;
     const Taps& t = rows[y];
     for (size_t j = 0; j < t.w.size(); ++j) {
-      const uint8_t* src = img.pixels.data() + (static_cast<size_t>(t.first) + j) * row_len;
+      const uint8_t* src = img.pixels.data() +
+                           (static_cast<size_t>(t.first) + j) * img.width * c +
+                           static_cast<size_t>(col0) * c;
       const float w = t.w[j];
 #pragma omp simd
       for (int i = 0; i < row_len; ++i) dst[i] += w * src[i];
@@ -394,7 +402,7 @@ std::vector<uint8_t> FitImage(const DecodedImage& img, int size) {
       const Taps& t = cols[x];
       for (int k = 0; k < c; ++k) {
         float v = 0;
-        for (size_t j = 0; j < t.w.size(); ++j) v += t.w[j] * src[(t.first + j) * c + k];
+        for (size_t j = 0; j < t.w.size(); ++j) v += t.w[j] * src[(t.first - col0 + j) * c + k];
         // Weights are >= 0: round half up without a libm call per pixel.
         dst[x * c + k] = static_cast<uint8_t>(std::min(v + 0.5f, 255.0f));
       }
@@ -428,6 +436,12 @@ absl::StatusOr<Dataset> ReadImageFolder(const DataSpec& data) {
   TOPIARY_ASSIGN_OR_RETURN(std::vector<std::string> classes, List(root + "/train", true));
   if (classes.empty())
     return absl::InvalidArgumentError("data.path: " + root + "/train has no class folders");
+  if (classes.size() > static_cast<size_t>(kMaxClasses)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("data.path: %s/train has %d class folders; a network has at most %d "
+                        "classes",
+                        root, classes.size(), kMaxClasses));
+  }
   ds.classes = static_cast<int>(classes.size());
   const std::string test_dir = SplitDir(root, {"val", "test"});
   std::vector<Item> splits[2];

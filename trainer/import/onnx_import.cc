@@ -152,6 +152,13 @@ class Reader {
 
   NetworkGraph& graph() { return graph_; }
   const std::vector<Param>& params() const { return params_; }
+  // The parameter values the file gives (and the zero biases it implies): the most a model
+  // built from it may hold.
+  int64_t parameter_values() const {
+    int64_t n = parameter_values_;
+    for (const Param& p : params_) n += p.value.count();
+    return n;
+  }
   topiary::v1::ImportSummary& summary() { return summary_; }
 
  private:
@@ -254,6 +261,15 @@ class Reader {
     return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
   }
 
+  // A weight's dims set its layer's width: one of 0 would make a layer of any width from no
+  // values at all.
+  absl::Status NoZeroDims(const onnx::NodeProto& n, const Const& w) const {
+    for (int64_t d : w.dims) {
+      if (d == 0) return NodeError(n, "weight dims " + DimsText(w.dims) + " include a zero");
+    }
+    return absl::OkStatus();
+  }
+
   // kernel_shape / strides / pads / dilations of Conv and the poolings, as Topiary's square
   // stride and symmetric pad; anything else is refused by name.
   struct Window {
@@ -301,11 +317,25 @@ class Reader {
     layer->set_kind(kind);
     for (const Value& v : inputs) layer->add_inputs(v.layer);
     values_[n.output(0)] = {name, graph_.layers_size() - 1};
+    uses_[graph_.layers_size() - 1] += Consumers(n.output(0));
     return layer;
   }
 
-  void Alias(const onnx::NodeProto& n, const Value& v) {
+  // The nodes (and graph outputs) that read the tensor `name`.
+  int64_t Consumers(const std::string& name) const {
+    auto c = consumers_.find(name);
+    return c == consumers_.end() ? 0 : c->second;
+  }
+
+  // Makes `n`'s first output another name of `v`, which `n` read: the readers of the new name
+  // read v's layer too, and `n` itself is no reader of it.
+  void Rename(const onnx::NodeProto& n, const Value& v) {
     values_[n.output(0)] = v;
+    if (v.node >= 0) uses_[v.node] += Consumers(n.output(0)) - 1;
+  }
+
+  void Alias(const onnx::NodeProto& n, const Value& v) {
+    Rename(n, v);
     summary_.set_dropped(summary_.dropped() + 1);
   }
 
@@ -384,6 +414,7 @@ class Reader {
     TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
     TOPIARY_ASSIGN_OR_RETURN(const Const* w, ConstIn(n, 1));
     if (w->dims.size() != 4) return NodeError(n, "weight is not 4-D [K, C/groups, kH, kW]");
+    TOPIARY_RETURN_IF_ERROR(NoZeroDims(n, *w));
     TOPIARY_ASSIGN_OR_RETURN(Window win, ReadWindow(n, w));
     if (w->dims[2] != win.kh || w->dims[3] != win.kw) {
       return NodeError(n, "kernel_shape differs from the weight's");
@@ -432,11 +463,13 @@ class Reader {
   // or add makes, that layer's fused ReLU.
   absl::Status Relu(const onnx::NodeProto& n, int index, bool six) {
     TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
-    if (!six && x.node >= 0 && consumers_[n.input(0)] == 1) {
+    // Counted over every name of x's layer (Identity and Dropout give it more): only when
+    // this ReLU is its one reader does the fusion leave every other reader the same values.
+    if (!six && x.node >= 0 && uses_[x.node] == 1) {
       LayerNode* p = graph_.mutable_layers(x.node);
       if ((p->kind() == "batch_norm" || p->kind() == "add") && !p->relu()) {
         p->set_relu(true);
-        values_[n.output(0)] = x;
+        Rename(n, x);
         summary_.set_fused_relus(summary_.fused_relus() + 1);
         return absl::OkStatus();
       }
@@ -474,7 +507,7 @@ class Reader {
       TOPIARY_ASSIGN_OR_RETURN(const Const* b, ConstIn(n, 1));
       params_.push_back({v.layer, ParamRole::kBias, *b});
       pending_bias_.erase(n.input(0));
-      values_[n.output(0)] = v;
+      Rename(n, v);
       return absl::OkStatus();
     }
     TOPIARY_ASSIGN_OR_RETURN(Value a, In(n, 0));
@@ -545,6 +578,7 @@ class Reader {
     TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
     TOPIARY_ASSIGN_OR_RETURN(const Const* w, ConstIn(n, 1));
     if (w->dims.size() != 2) return NodeError(n, "weight is not 2-D");
+    TOPIARY_RETURN_IF_ERROR(NoZeroDims(n, *w));
     const bool gemm = n.op_type() == "Gemm";
     if (gemm) {
       const auto* alpha = Attr(n, "alpha");
@@ -564,6 +598,7 @@ class Reader {
       params_.push_back({l->name(), ParamRole::kBias, *b});
     } else {
       pending_bias_.insert(n.output(0));  // a following Add may give it; else zero
+      parameter_values_ += out;
     }
     return absl::OkStatus();
   }
@@ -576,6 +611,10 @@ class Reader {
                           g_.output_size()));
     }
     auto v = values_.find(g_.output(0).name());
+    if (v != values_.end() && v->second.node < 0) {
+      return Error(absl::StrCat("the output '", g_.output(0).name(),
+                                "' is the graph's input: no layer makes the logits"));
+    }
     if (v == values_.end() || v->second.node != graph_.layers_size() - 1) {
       return Error(absl::StrCat("the output '", g_.output(0).name(),
                                 "' is not made by the last layer read (nodes after the logits, "
@@ -596,10 +635,12 @@ class Reader {
   int64_t opset_ = 0;
   std::map<std::string, Const> consts_;
   std::map<std::string, Value> values_;
-  std::map<std::string, int> consumers_;
+  std::map<std::string, int> consumers_;  // readers of each tensor name
+  std::map<int, int64_t> uses_;           // readers of each layer's output, under any name
   std::set<std::string> used_, pending_bias_;
   NetworkGraph graph_;
   std::vector<Param> params_;
+  int64_t parameter_values_ = 0;  // zero biases of linear layers without one in the file
   topiary::v1::ImportSummary summary_;
 };
 
@@ -621,6 +662,13 @@ absl::Status LoadParam(const Param& src, Parameter* p, const Shape4* flat_from,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: layer '%s' %s has ONNX dims %s; the network needs %s here (ONNX order)", what,
         src.layer, ParamRoleName(src.role), DimsText(src.value.dims), DimsText(want)));
+  }
+  for (double x : src.value.v) {
+    if (std::abs(x) > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: layer '%s' %s holds %g, beyond float32's range (it would become infinity)", what,
+          src.layer, ParamRoleName(src.role), x));
+    }
   }
   const std::vector<float> v(src.value.v.begin(), src.value.v.end());
   std::vector<float> mem = v;
@@ -739,7 +787,8 @@ absl::StatusOr<ImportedModel> ImportOnnx(const std::string& bytes, const std::st
   graph.set_arch(options.arch.empty() ? "onnx:" + CleanName(stem) : options.arch);
   ImportedModel out;
   TOPIARY_ASSIGN_OR_RETURN(out.input, InputFormatFor(graph, options));
-  TOPIARY_ASSIGN_OR_RETURN(out.model, BuildModelFromGraph(graph, device, name));
+  TOPIARY_ASSIGN_OR_RETURN(out.model,
+                           BuildModelFromGraph(graph, device, name, reader.parameter_values()));
   TOPIARY_RETURN_IF_ERROR(LoadParams(reader.params(), *out.model, name));
   out.summary = reader.summary();
   topiary::v1::ImportSummary& s = out.summary;
@@ -769,7 +818,9 @@ absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onn
   (void)google::protobuf::util::MessageToJsonString(imported.input, &state.input_json, json);
   state.parent = onnx_path;
   state.metrics_json = "{}";
-  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(out_path, *imported.model, state));
+  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(out_path, *imported.model, state,
+                                         options.create_only ? WriteMode::kCreate
+                                                             : WriteMode::kReplace));
   imported.summary.set_checkpoint(out_path);
   return imported.summary;
 }

@@ -34,6 +34,9 @@ struct OnnxImportOptions {
   // start from it): (pixel / max_value - mean[c]) / std[c]. Empty: mean 0, std 1.
   std::vector<float> mean, std;
   float max_value = 255;
+  // The checkpoint is only created, never replaces a file (ALREADY_EXISTS): the daemon's
+  // imports, whose path others may write meanwhile.
+  bool create_only = false;
 };
 
 // The model an ONNX file describes, parameters loaded, on `device`; `input` receives the

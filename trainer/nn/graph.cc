@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/nn/layers.h"
+#include "trainer/spec/catalog.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -40,7 +41,8 @@ bool GoodName(const std::string& name) {
 
 class GraphBuilder {
  public:
-  GraphBuilder(Model* model, const std::string& what) : model_(model), what_(what) {}
+  GraphBuilder(Model* model, const std::string& what, int64_t max_values)
+      : model_(model), what_(what), max_values_(max_values) {}
 
   absl::Status Add(const LayerNode& node) {
     const std::string at = absl::StrCat(what_, ": layer '", node.name(), "'");
@@ -95,12 +97,22 @@ class GraphBuilder {
         absl::StrFormat("%s: %s = %d is outside [%d, %d]", at, field, v, lo, hi));
   }
 
-  absl::Status Weights(const std::string& at, int64_t count) {
-    total_weights_ += count;
-    if (count > kMaxLayerWeights || total_weights_ > kMaxModelWeights) {
+  // Checked before the layer's parameters exist: `weights` is its kernel's size (bounded per
+  // layer and in all), `values` every value of its parameters (bounded by the caller's
+  // budget, what the file they come from holds).
+  absl::Status Parameters(const std::string& at, int64_t weights, int64_t values) {
+    total_weights_ += weights;
+    total_values_ += values;
+    if (weights > kMaxLayerWeights || total_weights_ > kMaxModelWeights) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: %d weights (the network %d so far) is over the limit of %d per layer and %d in all",
-          at, count, total_weights_, kMaxLayerWeights, kMaxModelWeights));
+          at, weights, total_weights_, kMaxLayerWeights, kMaxModelWeights));
+    }
+    if (max_values_ >= 0 && total_values_ > max_values_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the network needs %d parameter values up to here, but its file holds %d (a "
+          "layer wider than its weights, or weights missing)",
+          at, total_values_, max_values_));
     }
     return absl::OkStatus();
   }
@@ -128,8 +140,9 @@ class GraphBuilder {
     switch (kind) {
       case LayerKind::kConv2d: {
         TOPIARY_ASSIGN_OR_RETURN(auto c, ConvConfig(n, at));
+        const int64_t weights = int64_t{c.out_channels} * c.kernel_h * c.kernel_w * in_c;
         TOPIARY_RETURN_IF_ERROR(
-            Weights(at, int64_t{c.out_channels} * c.kernel_h * c.kernel_w * in_c));
+            Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
         return std::make_unique<Conv2d>(n.name(), c);
       }
       case LayerKind::kGroupedConv2d: {
@@ -140,8 +153,10 @@ class GraphBuilder {
               absl::StrFormat("%s: groups = %d does not divide the %d input and %d output channels",
                               at, n.groups(), in_c, c.out_channels));
         }
+        const int64_t weights =
+            int64_t{c.out_channels} * c.kernel_h * c.kernel_w * (in_c / n.groups());
         TOPIARY_RETURN_IF_ERROR(
-            Weights(at, int64_t{c.out_channels} * c.kernel_h * c.kernel_w * (in_c / n.groups())));
+            Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
         return std::make_unique<GroupedConv2d>(n.name(), c, n.groups());
       }
       case LayerKind::kBatchNorm: {
@@ -150,11 +165,14 @@ class GraphBuilder {
           return absl::InvalidArgumentError(
               absl::StrFormat("%s: epsilon = %g is outside (0, 1]", at, eps));
         }
+        // gamma, beta, running mean and variance
+        TOPIARY_RETURN_IF_ERROR(Parameters(at, 0, int64_t{4} * in_c));
         return std::make_unique<BatchNorm2d>(n.name(), n.relu(), eps);
       }
       case LayerKind::kLinear:
         TOPIARY_RETURN_IF_ERROR(Range(at, "out_channels", n.out_channels(), 1, kMaxChannels));
-        TOPIARY_RETURN_IF_ERROR(Weights(at, int64_t{n.out_channels()} * in_c));
+        TOPIARY_RETURN_IF_ERROR(Parameters(at, int64_t{n.out_channels()} * in_c,
+                                           int64_t{n.out_channels()} * (in_c + 1)));
         return std::make_unique<Linear>(n.name(), n.out_channels());
       case LayerKind::kMaxPool:
       case LayerKind::kAvgPool:
@@ -182,7 +200,8 @@ class GraphBuilder {
   Model* model_;
   std::string what_;
   std::map<std::string, int> values_ = {{kGraphInput, 0}};
-  int64_t total_weights_ = 0;
+  int64_t max_values_;
+  int64_t total_weights_ = 0, total_values_ = 0;
 };
 
 }  // namespace
@@ -207,15 +226,16 @@ NetworkGraph DescribeModel(const Model& model) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const NetworkGraph& g, Device* device,
-                                                           const std::string& what) {
+                                                           const std::string& what,
+                                                           int64_t max_parameter_values) {
   if (g.arch().empty() || g.arch().size() > 200) {
     return absl::InvalidArgumentError(what + ": arch must be 1-200 characters");
   }
   if (g.height() < 1 || g.height() > 4096 || g.width() < 1 || g.width() > 4096 ||
-      g.channels() < 1 || g.channels() > 64 || g.classes() < 1 || g.classes() > kMaxChannels) {
+      g.channels() < 1 || g.channels() > 64 || g.classes() < 1 || g.classes() > kMaxClasses) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: input %dx%dx%d with %d classes is outside 1-4096 x 1-4096 x 1-64, 1-%d classes", what,
-        g.height(), g.width(), g.channels(), g.classes(), kMaxChannels));
+        g.height(), g.width(), g.channels(), g.classes(), kMaxClasses));
   }
   if (g.layers_size() < 1 || g.layers_size() > kMaxLayers) {
     return absl::InvalidArgumentError(
@@ -223,7 +243,7 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const NetworkGraph& g
   }
   auto model = std::make_unique<Model>(g.arch(), device,
                                        Shape4{1, g.height(), g.width(), g.channels()}, g.classes());
-  GraphBuilder builder(model.get(), what);
+  GraphBuilder builder(model.get(), what, max_parameter_values);
   for (const LayerNode& node : g.layers()) TOPIARY_RETURN_IF_ERROR(builder.Add(node));
   if (auto st = model->Finish(builder.value(g.layers().rbegin()->name())); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the last layer, '",

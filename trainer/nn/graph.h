@@ -23,10 +23,14 @@ topiary::v1::NetworkGraph DescribeModel(const Model& model);
 // A model of `graph` on `device`, parameters created (not initialized). Every field is checked
 // before anything is allocated (names, kinds, attribute ranges, that each input names an
 // earlier layer, parameter and activation sizes), and errors name the layer and the field,
-// prefixed with `what` (e.g. the checkpoint's path).
+// prefixed with `what` (e.g. the checkpoint's path). `max_parameter_values` (>= 0) bounds
+// the values of every parameter together (kernels, biases, batch-norm statistics): a caller
+// whose weights come from a file passes what the file holds, so that a small file never
+// makes a large model (each layer is checked before its parameters are allocated).
 absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const topiary::v1::NetworkGraph& graph,
                                                            Device* device,
-                                                           const std::string& what = "network");
+                                                           const std::string& what = "network",
+                                                           int64_t max_parameter_values = -1);
 
 // The graph as JSON (the checkpoint attribute `network`), and back; parsing bounds the size.
 std::string NetworkGraphToJson(const topiary::v1::NetworkGraph& graph);

@@ -123,6 +123,7 @@ class ExperimentRun : public PhaseHooks {
   RunRecorder& recorder_;
   std::unique_ptr<RankGroup> ranks_;
   std::optional<CheckpointState> checkpoint_network_;  // set when the spec has no model.arch
+  std::optional<H5Document> start_doc_;  // its file, read by then, until LoadStart loads it
   std::optional<Dataset> data_;
   std::optional<Batcher> train_batcher_, test_batcher_;
   std::unique_ptr<PhaseTrainer> trainer_;
@@ -186,21 +187,25 @@ absl::Status ExperimentRun::ReadCheckpointNetwork() {
   if (!spec_.model().arch().empty()) return absl::OkStatus();
   const bool resume = !options_.resume_from.empty();
   const std::string& from = StartCheckpoint();
-  auto state = ReadCheckpointState(from);
-  if (!state.ok()) {
+  // Read whole and checked now, so that the network is built only as large as the file's
+  // weights (BuildCheckpointModel); LoadStart loads this same document.
+  auto doc = ReadCheckpointFile(from);
+  if (!doc.ok()) {
     return absl::Status(
-        state.status().code(),
+        doc.status().code(),
         absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
-                     " (the network of a spec without model.arch): ", state.status().message()));
+                     " (the network of a spec without model.arch): ", doc.status().message()));
   }
-  if (state->network_json.empty()) {
+  CheckpointState state = CheckpointStateOf(*doc);
+  if (state.network_json.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.arch: empty, and ", from,
                      " records no network (written before checkpoints did): name its "
                      "architecture, ",
-                     state->model_arch));
+                     state.model_arch));
   }
-  checkpoint_network_ = std::move(*state);
+  checkpoint_network_ = std::move(state);
+  start_doc_ = std::move(*doc);
   return absl::OkStatus();
 }
 
@@ -253,7 +258,9 @@ absl::Status ExperimentRun::LoadStart() {
   const bool resume = !options_.resume_from.empty();
   const std::string& from = StartCheckpoint();
   if (!from.empty()) {
-    auto state = LoadCheckpoint(from, ranks_->model(), /*with_optimizer=*/resume);
+    auto state = start_doc_ ? LoadCheckpoint(*start_doc_, from, ranks_->model(), resume)
+                            : LoadCheckpoint(from, ranks_->model(), /*with_optimizer=*/resume);
+    start_doc_.reset();
     if (!state.ok()) {
       return absl::Status(
           state.status().code(),

@@ -9,6 +9,10 @@
 
 namespace topiary {
 
+// The most classes a network (and so a dataset, and a checkpoint's graph) may have: one
+// bound, so that an image folder a run accepts gives checkpoints every reader reads back.
+inline constexpr int kMaxClasses = 1 << 16;
+
 // The architectures BuildModel (model_zoo.h) builds: the one list of their names, with the
 // shape of each (the zoo turns a family and its stage depths into layers).
 struct ModelArch {

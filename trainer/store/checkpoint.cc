@@ -226,7 +226,8 @@ PendingMask ParseMask(Parameter* p, const H5Dataset& d) {
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state) {
+absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state,
+                            WriteMode mode) {
   state.created_at = NowIso8601();
   state.model_arch = model.arch();
   state.network_json = NetworkGraphToJson(DescribeModel(model));
@@ -293,7 +294,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
     jobs[i].dataset->f32 = ToDisk(*jobs[i].param, host[i]->data(), jobs[i].param->size());
   });
   root[kMetadataChecksumAttr] = MetadataChecksum(doc);
-  return WriteH5File(path, doc);
+  return WriteH5File(path, doc, mode);
 }
 
 absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
@@ -344,6 +345,10 @@ CheckpointState CheckpointStateOf(const H5Document& doc) {
   CheckpointState s = StateOfRoot(doc.groups.at(kRootGroup));
   auto rng = doc.groups.find(kRngGroup);
   if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, kSeedAttr));
+  s.stored_parameter_values = 0;
+  for (const auto& [path, dataset] : doc.datasets) {
+    if (path.rfind(kLayersPrefix, 0) == 0) s.stored_parameter_values += dataset.f32.size();
+  }
   return s;
 }
 
@@ -485,7 +490,7 @@ absl::StatusOr<std::unique_ptr<Model>> BuildCheckpointModel(const CheckpointStat
         path, graph.arch(), graph.height(), graph.width(), graph.channels(), graph.classes(),
         input.h, input.w, input.c, classes));
   }
-  return BuildModelFromGraph(graph, device, path + ": /@network");
+  return BuildModelFromGraph(graph, device, path + ": /@network", state.stored_parameter_values);
 }
 
 }  // namespace topiary

@@ -44,14 +44,20 @@ struct CheckpointState {
   std::string network_json;
   RunPosition position;
   uint64_t seed = 0;  // the experiment's seed (every random stream derives from it)
+  // The float32 values the file stores under /layers (set by CheckpointStateOf; -1 when only
+  // the root was read). A recorded network needing more parameters is refused before any is
+  // allocated (BuildCheckpointModel): a small file cannot make a large model.
+  int64_t stored_parameter_values = -1;
 };
 
 // The disk layout (conv kernels OIHW, everything else as in memory) of `n` host values of p
 // laid out as in memory.
 FloatArray ToDisk(const Parameter& p, const float* mem, size_t n);
 
-// Writes the model (values, masks, momentum) and `state` to `path`, atomically.
-absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state);
+// Writes the model (values, masks, momentum) and `state` to `path`, atomically (`mode`:
+// replacing a file there, or only where none exists).
+absl::Status SaveCheckpoint(const std::string& path, const Model& model, CheckpointState state,
+                            WriteMode mode = WriteMode::kReplace);
 
 // Reads `path` and checks that it is a Topiary checkpoint of a supported version. Errors
 // name the file and the problem (missing, not HDF5, truncated, checksum, foreign, version).
@@ -75,7 +81,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std:
 // A fresh model (parameters created, not loaded) of the network `state` records, for images
 // `input` and `classes` classes on `device`: the recorded graph, or, in a file without one,
 // the zoo's state.model_arch at `width`. Errors name `path`, and say so when the graph
-// reads other images or gives other classes than the caller's.
+// reads other images or gives other classes than the caller's, or needs more parameter
+// values than state.stored_parameter_values.
 absl::StatusOr<std::unique_ptr<Model>> BuildCheckpointModel(const CheckpointState& state,
                                                             const std::string& path, float width,
                                                             Shape4 input, int classes,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -550,7 +551,7 @@ size_t H5Dataset::count() const {
   return n;
 }
 
-absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
+absl::Status WriteH5File(const std::string& path, const H5Document& doc, WriteMode mode) {
   absl::MutexLock lock(&Hdf5Lock());
   SilenceHdf5();
   // Made fresh (H5F_ACC_EXCL after removing a stale one: a planted link is not followed),
@@ -572,7 +573,16 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc) {
   }
   if (status.ok()) status = WriteSeal(tmp);
   if (status.ok()) status = SyncPath(tmp, O_RDONLY);
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (status.ok() && mode == WriteMode::kCreate) {
+    // link() fails when the name exists, whoever made it since the caller looked.
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      status = errno == EEXIST ? absl::AlreadyExistsError(absl::StrCat(
+                                     path, ": exists (made while this file was written?); "
+                                           "nothing was replaced"))
+                               : ErrnoStatus(errno, absl::StrCat(path, ": cannot link ", tmp));
+    }
+    ::unlink(tmp.c_str());
+  } else if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
     status = absl::InternalError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
   }
   if (!status.ok()) {

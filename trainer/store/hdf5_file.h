@@ -58,10 +58,16 @@ struct H5Document {
   std::map<std::string, H5Dataset> datasets;  // absolute dataset path -> dataset
 };
 
+// kReplace: a file at the path is replaced. kCreate: the path must not exist when the file
+// is put there (ALREADY_EXISTS otherwise, checked by the filesystem as the file is linked
+// into place, so a file written meanwhile by anyone is never replaced).
+enum class WriteMode { kReplace, kCreate };
+
 // Writes `doc` to `path` atomically (temporary file, fsync, rename, fsync of the folder),
 // sealed: a 512-byte HDF5 user block at the start holds a CRC-32 of the rest of the file
 // (docs/checkpoint-format.md). Errors name the file and what HDF5 or the OS reported.
-absl::Status WriteH5File(const std::string& path, const H5Document& doc);
+absl::Status WriteH5File(const std::string& path, const H5Document& doc,
+                         WriteMode mode = WriteMode::kReplace);
 
 // Reads every group attribute and dataset of `path`. Errors (missing, truncated, not HDF5,
 // checksum mismatch, an unsupported type) name the file and the object.

@@ -5,11 +5,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -55,9 +57,19 @@ uint64_t EffectiveLimit(uint64_t max_bytes) {
   return max_bytes == 0 ? policy : std::min(max_bytes, policy);
 }
 
-std::vector<std::string>& WriteRoots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(PolicyLock()) {
-  static auto* roots = new std::vector<std::string>;
-  return *roots;
+// Canonical folders the process may write in, and single files outside them it may write
+// (the operator's own: --port_file, the plan cache).
+struct WritePolicy {
+  std::vector<std::string> roots, files;
+  bool anywhere() const { return roots.empty() && files.empty(); }
+};
+WritePolicy& Writes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(PolicyLock()) {
+  static auto* policy = new WritePolicy;
+  return *policy;
+}
+WritePolicy GetWritePolicy() {
+  absl::MutexLock lock(&PolicyLock());
+  return Writes();
 }
 
 std::string Canonical(const std::string& path) {
@@ -66,32 +78,71 @@ std::string Canonical(const std::string& path) {
   return ec ? path : canonical.string();
 }
 
-// `folder`, once links are followed, lies inside the write roots (SetWriteRoots).
-absl::Status CheckFolderWritable(const std::string& folder, const std::string& what) {
-  std::vector<std::string> roots;
-  {
-    absl::MutexLock lock(&PolicyLock());
-    roots = WriteRoots();
-  }
-  if (roots.empty()) return absl::OkStatus();
+// Where `path` really is: its folder with every link followed, and its own name (itself not
+// followed). `what` names it in errors.
+absl::StatusOr<std::string> RealLocation(const std::string& path, const std::string& what) {
+  const size_t slash = path.rfind('/');
+  const std::string folder =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string name = path.substr(slash == std::string::npos ? 0 : slash + 1);
   char buf[PATH_MAX];
-  if (::realpath(folder.empty() ? "." : folder.c_str(), buf) == nullptr) {
-    return ErrnoStatus(errno, what);
-  }
-  for (const std::string& root : roots) {
-    if (IsInsideFolder(buf, root)) return absl::OkStatus();
-  }
+  if (::realpath(folder.c_str(), buf) == nullptr) return ErrnoStatus(errno, what);
+  if (name.empty() || name == "." || name == "..") return std::string(buf);
+  return absl::StrCat(std::string(buf) == "/" ? "" : buf, "/", name);
+}
+
+absl::Status OutsideWrites(const std::string& what, const std::string& real,
+                           const WritePolicy& policy) {
+  std::vector<std::string> allowed = policy.roots;
+  allowed.insert(allowed.end(), policy.files.begin(), policy.files.end());
   return absl::PermissionDeniedError(
-      absl::StrCat(what, ": its folder resolves to ", buf, ", outside where this process writes (",
-                   absl::StrJoin(roots, ", "), "); a symbolic link was planted?"));
+      absl::StrCat(what, ": it would be ", real, ", outside where this process writes (",
+                   absl::StrJoin(allowed, ", "), "); a symbolic link was planted?"));
+}
+
+// A file may be written inside a root, or where it is one of the own files (or the
+// temporary file an atomic write of one makes beside it).
+absl::Status CheckFileAllowed(const std::string& path) {
+  const WritePolicy policy = GetWritePolicy();
+  if (policy.anywhere()) return absl::OkStatus();
+  TOPIARY_ASSIGN_OR_RETURN(const std::string real, RealLocation(path, path));
+  for (const std::string& root : policy.roots) {
+    if (IsInsideFolder(real, root)) return absl::OkStatus();
+  }
+  for (const std::string& file : policy.files) {
+    if (real == file || real == file + ".tmp") return absl::OkStatus();
+  }
+  return OutsideWrites(path, real, policy);
+}
+
+// A folder may be made (or be the folder made) inside a root, or on the way to a root or an
+// own file (their missing parents), judged where it really goes: a planted link never has
+// folders made outside.
+absl::Status CheckFolderAllowed(const std::string& folder) {
+  const WritePolicy policy = GetWritePolicy();
+  if (policy.anywhere()) return absl::OkStatus();
+  const std::string what = "folder " + folder;
+  char buf[PATH_MAX];  // an existing folder, every link followed; else where it would be made
+  auto real = ::realpath(folder.c_str(), buf) ? std::string(buf) : RealLocation(folder, what);
+  if (!real.ok()) return real.status();
+  for (const auto* list : {&policy.roots, &policy.files}) {
+    for (const std::string& allowed : *list) {
+      if ((list == &policy.roots && IsInsideFolder(*real, allowed)) ||
+          (allowed != *real && IsInsideFolder(allowed, *real))) {
+        return absl::OkStatus();
+      }
+    }
+  }
+  return OutsideWrites(what, *real, policy);
 }
 
 }  // namespace
 
-void SetWriteRoots(std::vector<std::string> roots) {
+void SetWriteRoots(std::vector<std::string> roots, std::vector<std::string> files) {
   for (std::string& root : roots) root = Canonical(root);
+  for (std::string& file : files) file = Canonical(file);
   absl::MutexLock lock(&PolicyLock());
-  WriteRoots() = std::move(roots);
+  Writes() = WritePolicy{std::move(roots), std::move(files)};
 }
 
 absl::Status ErrnoStatus(int err, const std::string& what) {
@@ -118,9 +169,7 @@ absl::Status ErrnoStatus(int err, const std::string& what) {
 }
 
 absl::Status CheckWritable(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  TOPIARY_RETURN_IF_ERROR(CheckFolderWritable(folder, path));
+  TOPIARY_RETURN_IF_ERROR(CheckFileAllowed(path));
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     return errno == ENOENT ? absl::OkStatus() : ErrnoStatus(errno, path);
@@ -163,14 +212,16 @@ absl::Status MakeDirs(const std::string& path) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
-      if (!partial.empty() && !IsDirectory(partial) && ::mkdir(partial.c_str(), 0755) != 0 &&
-          errno != EEXIST) {
-        return ErrnoStatus(errno, "cannot create folder " + partial);
+      if (!partial.empty() && !IsDirectory(partial)) {
+        TOPIARY_RETURN_IF_ERROR(CheckFolderAllowed(partial));
+        if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+          return ErrnoStatus(errno, "cannot create folder " + partial);
+        }
       }
     }
     if (i < path.size()) partial += path[i];
   }
-  return CheckFolderWritable(path, path);
+  return CheckFolderAllowed(path);
 }
 
 absl::Status AppendToFile(const std::string& path, const std::string& text, bool sync,
@@ -258,7 +309,8 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
   return resolved;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+absl::StatusOr<std::string> ReadFileHead(const std::string& path, uint64_t head_bytes,
+                                         uint64_t max_bytes) {
   TOPIARY_ASSIGN_OR_RETURN(auto resolved, ResolveReadableFile(path, max_bytes));
   // Swapped since it was resolved: a link is not followed, a FIFO does not block the open,
   // and what was opened is checked again.
@@ -275,7 +327,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
     ::close(fd);
     return absl::ResourceExhaustedError(absl::StrCat(path, ": over the size limit"));
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  std::string out(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), head_bytes), '\0');
   size_t done = 0;
   while (done < out.size()) {
     const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
@@ -290,6 +342,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
   ::close(fd);
   out.resize(done);
   return out;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  return ReadFileHead(path, std::numeric_limits<uint64_t>::max(), max_bytes);
 }
 
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes) {

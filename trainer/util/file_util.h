@@ -46,6 +46,10 @@ absl::StatusOr<std::string> ResolveReadableFile(const std::string& path, uint64_
 // by their magic bytes) and refuses contents that inflate beyond the limit; a truncated or
 // corrupt gzip stream is DATA_LOSS.
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes = 0);
+// At most the first `head_bytes` of `path` (checked and opened as ReadFile does: a FIFO
+// swapped in never blocks the reader).
+absl::StatusOr<std::string> ReadFileHead(const std::string& path, uint64_t head_bytes,
+                                         uint64_t max_bytes = 0);
 absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path, uint64_t max_bytes = 0);
 
 // `raw` itself, or its gzip decompression when it starts with gzip's magic bytes, refused
@@ -59,7 +63,9 @@ absl::StatusOr<std::string> InflateMaybeGzip(std::string raw, uint64_t limit,
 // its data directory; none set: anywhere), (2) never follows a link in the last component
 // (O_NOFOLLOW; temporary files are made with O_EXCL after removing a stale one) and (3)
 // writes only regular files, opening without blocking (a FIFO never hangs a writer).
-void SetWriteRoots(std::vector<std::string> roots);  // made canonical here
+// `files`: single files outside the roots that may be written too (the operator's own, such as
+// topiaryd's --port_file), without making their folders roots. Both made canonical here.
+void SetWriteRoots(std::vector<std::string> roots, std::vector<std::string> files = {});
 // OK when `path` may be written as above (absent, or a regular file).
 absl::Status CheckWritable(const std::string& path);
 // errno as a Status naming `what`: a full disk is RESOURCE_EXHAUSTED, no access
@@ -74,8 +80,9 @@ absl::Status AppendToFile(const std::string& path, const std::string& text, bool
                           uint64_t max_bytes = 0);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
-// Creates `path` and its missing parents (like mkdir -p); errors name the folder. The
-// result must be a folder inside the write roots once links are followed.
+// Creates `path` and its missing parents (like mkdir -p); errors name the folder. Each
+// folder made, and the result, must lie inside the write roots once links are followed (or
+// be on the way to a root or an own file).
 absl::Status MakeDirs(const std::string& path);
 // The current time as ISO 8601 UTC, e.g. "2026-11-21T14:05:31Z" (records, checkpoints).
 std::string NowIso8601();

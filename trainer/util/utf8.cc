@@ -58,12 +58,13 @@ bool IsPlainText(absl::string_view s) {
   return true;
 }
 
-std::string Printable(absl::string_view s) {
+std::string Printable(absl::string_view s, bool keep_lines) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8SequenceLength(s, i);
-    if (n == 0 || IsControlOrBidi(Decode(s, i, n))) {
+    const bool line = keep_lines && (s[i] == '\n' || s[i] == '\t');
+    if (n == 0 || (!line && IsControlOrBidi(Decode(s, i, n)))) {
       out.push_back('?');
       i += n == 0 ? 1 : n;
       continue;

@@ -27,8 +27,9 @@ bool IsControlOrBidi(uint32_t code_point);
 bool IsPlainText(absl::string_view s);
 
 // `s` fit to print on one line: every control, bidirectional formatting character and
-// invalid byte becomes '?'.
-std::string Printable(absl::string_view s);
+// invalid byte becomes '?'. With `keep_lines`, newlines and tabs stay (a message of several
+// lines), and only the rest becomes '?': no escape sequence ever reaches a terminal.
+std::string Printable(absl::string_view s, bool keep_lines = false);
 
 }  // namespace topiary
 
