@@ -2,7 +2,12 @@
 // on awkward shapes (odd sizes, upscaling, strong downscaling, 1-pixel boxes, one channel).
 #include "kernels/resize.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -133,6 +138,49 @@ TEST(CropResize, SameSizeBoxCopiesAndFlipMirrors) {
     for (int x = 0; x < w; ++x)
       for (int k = 0; k < c; ++k)
         ASSERT_EQ(flipped[(y * w + x) * c + k], src[(y * w + (w - 1 - x)) * c + k]);
+}
+
+// A box 400,000 rows tall and one column wide: the separable pass used to keep one filtered
+// row per source row (2.1 GB here); its memory now follows the output, and the bytes are
+// the per-pixel kernel's. Run in a child so that its peak memory is its own.
+TEST(CropResize, ATallBoxCostsWhatItsOutputCosts) {
+  const int height = 400000, oh = 224, ow = 224;
+  std::vector<uint8_t> pixels(height);
+  for (int i = 0; i < height; ++i) pixels[i] = static_cast<uint8_t>(i * 7 + i / 1000);
+  ResizeJob job;
+  job.pixels = pixels.data();
+  job.width = 1;
+  job.height = height;
+  job.stride = 1;
+  job.box = {0, 0, 1, height, false};
+  auto peak_kib = [](const std::function<int()>& work, int* rc) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(work());
+    int status = 0;
+    struct rusage usage {};
+    ::wait4(pid, &status, 0, &usage);
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return usage.ru_maxrss;
+  };
+  int rc = 0;
+  const long baseline = peak_kib([] { return 0; }, &rc);
+  const long peak = peak_kib(
+      [&] {
+        std::vector<uint8_t> out(oh * ow), want(oh * ow);
+        CropResizeCpu(job, 1, oh, ow, out.data());
+        for (int y = 0; y < oh; y += 7) {
+          for (int x = 0; x < ow; x += 31) ResizePixel(job, 1, oh, ow, y, x, &want[y * ow + x]);
+        }
+        for (int y = 0; y < oh; y += 7) {
+          for (int x = 0; x < ow; x += 31) {
+            if (out[y * ow + x] != want[y * ow + x]) return 3;
+          }
+        }
+        return 0;
+      },
+      &rc);
+  EXPECT_EQ(rc, 0) << "bytes differ from ResizePixel's";
+  EXPECT_LT(peak - baseline, 64 << 10) << "peak " << peak << " KiB, baseline " << baseline;
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
 // The registry against a data directory someone else could write into, and its pages.
 #include "server/registry.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "trainer/util/file_util.h"
@@ -93,6 +98,94 @@ TEST(Registry, ListsInPagesThatFitAMessage) {
   auto none = r.ListPage(topiary::v1::RUNNING, "", 10, 1 << 20, &next);
   EXPECT_TRUE(none.empty());
   EXPECT_TRUE(next.empty());
+}
+
+// Concurrent AdvanceRound calls for one round all answered OK, but only the last took effect:
+// an acknowledged --finish (or next round) was silently dropped. Now exactly one is
+// accepted per round; the others are FAILED_PRECONDITION, and the run takes the accepted one.
+TEST(Registry, OneAdvanceRoundPerRound) {
+  const std::string dir = DataDir("advance");
+  Registry r(dir);
+  ASSERT_TRUE(r.Load().ok());
+  auto e = r.Create(Spec("manual"), "");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE(r.SetState(e->id(), topiary::v1::RUNNING, "started").ok());
+  std::unique_ptr<RunControl> control = r.ControlFor(e->id());
+  ASSERT_NE(control, nullptr);
+  for (int round = 1; round <= 20; ++round) {
+    SCOPED_TRACE(round);
+    topiary::v1::PruningSpec next;
+    RunControl::Stop taken = RunControl::Stop::kCancel;
+    std::thread run([&] { taken = control->WaitForRound(round, &next); });
+    while (r.Get(e->id())->state() != topiary::v1::WAITING_FOR_ROUND) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // Eight clients at once: one finishes, the others ask for a next round with a target.
+    std::atomic<int> accepted{0}, refused{0}, finish_accepted{0};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 8; ++c) {
+      clients.emplace_back([&, c] {
+        topiary::v1::AdvanceRoundRequest req;
+        req.set_id(e->id());
+        if (c == 0) {
+          req.set_finish(true);
+        } else {
+          req.set_target(0.5f);
+        }
+        const absl::Status st = r.Advance(req);
+        if (st.ok()) {
+          ++accepted;
+          if (c == 0) ++finish_accepted;
+        } else {
+          EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+          ++refused;
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    run.join();
+    EXPECT_EQ(accepted.load(), 1);
+    EXPECT_EQ(refused.load(), 7);
+    // What the run took is what was acknowledged.
+    EXPECT_EQ(taken == RunControl::Stop::kFinish, finish_accepted.load() == 1);
+    if (taken == RunControl::Stop::kNone) {
+      EXPECT_FLOAT_EQ(next.target(), 0.5f);
+    }
+    ASSERT_TRUE(r.SetState(e->id(), topiary::v1::RUNNING, "next").ok());
+  }
+}
+
+// A FIFO planted as an experiment's events.jsonl blocked the daemon's start-up before it
+// ever listened; it is now refused like any non-regular file, and the record still loads.
+TEST(Registry, APlantedFifoDoesNotBlockStartUp) {
+  const std::string dir = DataDir("fifo");
+  std::string id;
+  {
+    Registry r(dir);
+    ASSERT_TRUE(r.Load().ok());
+    auto e = r.Create(Spec("victim"), "");
+    ASSERT_TRUE(e.ok());
+    id = e->id();
+  }
+  const std::string events = dir + "/experiments/" + id + "/events.jsonl";
+  std::remove(events.c_str());
+  ASSERT_EQ(::mkfifo(events.c_str(), 0644), 0);
+  std::atomic<bool> done{false};
+  std::thread load([&] {
+    Registry r(dir);
+    auto queued = r.Load();
+    EXPECT_TRUE(queued.ok());
+    EXPECT_TRUE(r.Get(id).ok());
+    done = true;
+  });
+  for (int i = 0; i < 100 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!done) {
+    // Unblock the reader so that the test ends, then fail.
+    const int fd = ::open(events.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  }
+  load.join();
+  EXPECT_TRUE(done) << "Load blocked on a FIFO";
 }
 
 }  // namespace

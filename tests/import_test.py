@@ -204,6 +204,99 @@ wide = helper.make_tensor("w", TensorProto.FLOAT, [10, 7], np.zeros(70, np.float
 hostile("wrong_weight_shape", graph([flat, gemm], [wide]), "the network needs")
 hostile("symbolic_input", graph([flat, gemm], [w], in_dims=("N", 3, "H", 8)), "give it (--input HxWxC)")
 
+# Third hostile pass. A graph whose output is its own input (no nodes) indexed a layer before
+# the first and crashed the importer (and the daemon).
+g_self = helper.make_graph([], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])], [])
+hostile("output_is_input", helper.make_model(g_self, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
+        "is the graph's input")
+# A weight with a zero dimension set a layer 65,536 channels wide from no values (about 1.5 GB
+# allocated by a 250-byte file): refused, and the importer stays small while refusing it.
+zero = TensorProto(name="k", data_type=TensorProto.FLOAT, dims=[65536, 0, 25, 25])
+zero_bytes = graph([helper.make_node("Conv", ["x", "k"], ["c"], name="wide"), flat, gemm], [w, zero])
+zpath = os.path.join(WORK, "zero_dim.onnx")
+with open(zpath, "wb") as f:
+    f.write(zero_bytes)
+def peak_kb(args, errf):
+    """The child's exit code and its own peak resident memory (KiB)."""
+    with open(errf, "w") as ef:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=ef)
+        _, status, usage = os.wait4(proc.pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss
+
+
+_, base_kb = peak_kb([TOPIARY, "--help"], os.path.join(WORK, "help.err"))  # the binary itself
+errf = os.path.join(WORK, "zero_dim.err")
+rc, kb = peak_kb([TOPIARY, "import", zpath, "--out", os.path.join(WORK, "zero_dim.h5")], errf)
+err = open(errf).read()
+check("hostile zero_dim_weight (%d bytes): refused in %d MB beyond the binary's %d MB"
+      % (len(zero_bytes), (kb - base_kb) // 1024, base_kb // 1024),
+      rc == 3 and "include a zero" in err and kb - base_kb < 100 * 1024, err.strip()[:300])
+# A model whose weights are fine but whose layer reads more channels than its weight has:
+# the network it describes needs more values than the file holds, refused before building.
+narrow = helper.make_tensor("k", TensorProto.FLOAT, [4096, 1, 25, 25], np.zeros(4096 * 625, np.float32))
+hostile("wider_than_its_weights",
+        graph([helper.make_node("Conv", ["x", "k"], ["c"], name="wide"), flat, gemm], [w, narrow]),
+        "but its file holds")
+# A double beyond float range became +inf in the checkpoint (exit 0, a file every reader
+# refuses).
+big = helper.make_tensor("w", TensorProto.DOUBLE, [10, 192], np.full(1920, 1e300))
+hostile("double_beyond_float", graph([flat, gemm], [big]), "beyond float32's range")
+# Control characters in a node's name reach the terminal escaped, never raw.
+esc = graph([flat, helper.make_node("Gemm", ["f", "w"], ["z"], transB=1, name="fc"),
+             helper.make_node("Softmax", ["z"], ["y"], name="\x1b]0;pwned\x07soft\x1b[2J")], [w])
+epath = os.path.join(WORK, "escape.onnx")
+with open(epath, "wb") as f:
+    f.write(esc)
+r = run([TOPIARY, "import", epath, "--out", os.path.join(WORK, "escape.h5")])
+check("a node name's escape sequences are not printed raw",
+      r.returncode == 3 and "\x1b" not in r.stderr and "\x07" not in r.stderr and "?]0;pwned?soft?[2J" in r.stderr,
+      repr(r.stderr[:300]))
+
+
+# ReLU fusion sees through Identity and Dropout: Add(b, Relu(Identity(b))) must add b and relu(b),
+# not relu(b) twice. Topiary's logits against numpy's, for the aliased graph and the plain one.
+def bn_relu_add(alias_op):
+    rng = np.random.default_rng(5)
+    c = 3
+    gamma, beta = rng.normal(size=c).astype(np.float32), rng.normal(size=c).astype(np.float32)
+    mean, var = rng.normal(size=c).astype(np.float32), rng.uniform(0.5, 2, size=c).astype(np.float32)
+    wk = rng.normal(size=(10, c * 64)).astype(np.float32)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, v.shape, v.ravel())
+             for n, v in (("g", gamma), ("b", beta), ("m", mean), ("v", var), ("w", wk))]
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["bn"], name="bn", epsilon=1e-5)]
+    if alias_op:
+        nodes.append(helper.make_node(alias_op, ["bn"], ["al"], name="alias"))
+    nodes += [helper.make_node("Relu", ["al" if alias_op else "bn"], ["r"], name="relu"),
+              helper.make_node("Add", ["bn", "r"], ["a"], name="add"),
+              helper.make_node("Flatten", ["a"], ["f"], name="flat"),
+              helper.make_node("Gemm", ["f", "w"], ["y"], name="fc", transB=1)]
+    x = rng.normal(size=(4, c, 8, 8)).astype(np.float32)
+    bn = (x - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5) * gamma[None, :, None, None] + beta[None, :, None, None]
+    ref = (bn + np.maximum(bn, 0)).reshape(4, -1).astype(np.float64) @ wk.T.astype(np.float64)
+    return graph(nodes, inits), x, ref
+
+
+for alias_op in ("Identity", "Dropout", None):
+    name = "relu_alias_" + (alias_op or "none").lower()
+    model_bytes, x, ref = bn_relu_add(alias_op)
+    onnx_path, ckpt = os.path.join(WORK, name + ".onnx"), os.path.join(WORK, name + ".h5")
+    with open(onnx_path, "wb") as f:
+        f.write(model_bytes)
+    r = run([TOPIARY, "import", onnx_path, "--out", ckpt])
+    ok = r.returncode == 0
+    if ok:
+        inp, outp = os.path.join(WORK, name + ".in"), os.path.join(WORK, name + ".out")
+        x.tofile(inp)
+        r = run([LOGITS, ckpt, inp, "4", outp])
+        ok = r.returncode == 0
+    rel = np.inf
+    if ok:
+        got = np.fromfile(outp, dtype=np.float32).reshape(ref.shape)
+        rel = np.abs(got - ref).max() / np.abs(ref).max()
+    check("Add(bn, Relu(%s(bn))) imports exactly" % (alias_op or "-"), ok and rel <= 1e-4,
+          "max relative difference %.2e %s" % (rel, r.stderr.strip()[:200]))
+
 # --input fills a symbolic size.
 path = os.path.join(WORK, "symbolic.onnx")
 with open(path, "wb") as f:

@@ -4,12 +4,18 @@
 #include "trainer/data/image_folder.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
+#include <functional>
 
+#include "absl/strings/str_format.h"
 #include "tests/tools/image_files.h"
+#include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -207,6 +213,62 @@ TEST(ImageFolder, EmptyClassFoldersAndMissingSplitsAreErrorsNamingThem) {
   EXPECT_NE(stray.status().message().find("test/zebra is a class train/ does not have"),
             std::string::npos)
       << stray.status();
+}
+
+// One bound for classes: a folder with more than a network may have is refused at load (it
+// used to train, then its checkpoints were refused by every reader).
+TEST(ImageFolder, MoreClassesThanANetworkMayHaveAreRefusedAtLoad) {
+  const std::string root = Dir("folder_classes");
+  ASSERT_TRUE(MakeDirs(root + "/train").ok());
+  for (int i = 0; i <= kMaxClasses; ++i) {
+    ASSERT_EQ(::mkdir(absl::StrFormat("%s/train/c%05d", root, i).c_str(), 0755), 0);
+  }
+  Write(root + "/val/c00000/x.png", EncodePng(Pattern(4, 4, 1), 4, 4, 1));
+  auto ds = ReadImageFolder(Spec(root, 4, false));
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find("65537 class folders"), std::string::npos) << ds.status();
+}
+
+// The peak resident memory (KiB) of a child process running `work`, and its exit code.
+std::pair<int, long> InChild(const std::function<int()>& work) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(work());
+  int status = 0;
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, usage.ru_maxrss};
+}
+
+// A 1,000,000 x 1 image (3 KB as PNG, within max_image_pixels) cost 1.4 GB per decode thread
+// in the resize, cached or streamed (the statistics sample): the resize's memory now
+// follows its output.
+TEST(ImageFolder, AnImageOfExtremeAspectCostsWhatItsOutputCosts) {
+  const std::string root = Dir("folder_aspect");
+  const int long_side = 1000000;
+  const std::string wide = EncodePng(std::vector<uint8_t>(long_side, 200), long_side, 1, 1);
+  const std::string tall = EncodePng(std::vector<uint8_t>(long_side, 100), 1, long_side, 1);
+  ASSERT_LT(wide.size(), 8000u);
+  Write(root + "/train/a/wide.png", wide);
+  Write(root + "/train/a/tall.png", tall);
+  Write(root + "/val/a/wide.png", wide);
+  const long baseline = InChild([] { return 0; }).second;
+  for (auto pipeline : {topiary::v1::ImageFolderSpec::CACHE, topiary::v1::ImageFolderSpec::STREAM}) {
+    SCOPED_TRACE(topiary::v1::ImageFolderSpec::Pipeline_Name(pipeline));
+    auto [rc, kb] = InChild([&] {
+      auto spec = Spec(root, 224, false);
+      spec.mutable_image_folder()->set_max_image_pixels(long_side);
+      spec.mutable_image_folder()->set_decode_threads(1);
+      spec.mutable_image_folder()->set_pipeline(pipeline);
+      auto ds = ReadImageFolder(spec);
+      if (!ds.ok()) return 2;
+      if (pipeline == topiary::v1::ImageFolderSpec::STREAM) return 0;
+      // Every pixel of the wide image is 200: so is every pixel of its 224 x 224 crop.
+      const auto& px = ds->train.pixels;
+      return px.size() == 2u * 224 * 224 && px[224 * 224 + 5] == 200 && px[5] == 100 ? 0 : 3;
+    });
+    EXPECT_EQ(rc, 0);
+    EXPECT_LT(kb - baseline, 100 << 10) << "peak " << kb << " KiB, baseline " << baseline;
+  }
 }
 
 }  // namespace

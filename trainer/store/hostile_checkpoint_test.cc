@@ -9,9 +9,11 @@
 
 #include "gtest/gtest.h"
 #include "tests/tools/hostile_files.h"
+#include "trainer/nn/graph.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/checkpoint_report.h"
+#include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -94,6 +96,58 @@ TEST(HostileCheckpoint, NonRegularFilesAndLinksOutOfTheRootsAreRefused) {
   EXPECT_EQ(outside.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_NE(outside.status().message().find("outside the folders"), std::string::npos)
       << outside.status();
+}
+
+// A checkpoint's network graph was built (values, gradients, momentum, on every rank) before
+// anything checked that the file holds those weights: a 35 KB file cost 4 GB. Now the graph
+// may need no more parameter values than the file stores, checked layer by layer before
+// each is allocated; the file's own weights still build.
+TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
+  auto doc = ReadCheckpointFile(GoodFile());
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const CheckpointState good = CheckpointStateOf(*doc);
+  EXPECT_GT(good.stored_parameter_values, 200000);  // resnet20's ~270 K values
+  std::unique_ptr<Device> device = MakeCpuDevice(1);
+  auto built = BuildCheckpointModel(good, GoodFile(), 1.0f, {1, 28, 28, 1}, 10, device.get());
+  ASSERT_TRUE(built.ok()) << built.status();
+  // The same file claiming a 65,536-channel 25x25 convolution (41 M weights, 164 MB each
+  // for values, gradients and momentum).
+  topiary::v1::NetworkGraph g;
+  g.set_arch("wide");
+  g.set_height(28);
+  g.set_width(28);
+  g.set_channels(1);
+  g.set_classes(10);
+  auto* conv = g.add_layers();
+  conv->set_name("wide");
+  conv->set_kind("conv2d");
+  conv->add_inputs("input");
+  conv->set_out_channels(65536);
+  conv->set_kernel_h(25);
+  conv->set_kernel_w(25);
+  conv->set_stride(1);
+  auto* pool = g.add_layers();
+  pool->set_name("pool");
+  pool->set_kind("global_avg_pool");
+  pool->add_inputs("wide");
+  auto* fc = g.add_layers();
+  fc->set_name("fc");
+  fc->set_kind("linear");
+  fc->add_inputs("pool");
+  fc->set_out_channels(10);
+  const std::string path = TempPath("wide_graph.h5");
+  testing::WriteEdited(GoodFile(), path, [&](H5Document* d) {
+    d->groups["/"][kNetworkAttr] = NetworkGraphToJson(g);
+  });
+  auto hostile = ReadCheckpointFile(path);
+  ASSERT_TRUE(hostile.ok()) << hostile.status();  // a well-formed file: the graph is the lie
+  auto model = BuildCheckpointModel(CheckpointStateOf(*hostile), path, 1.0f, {1, 28, 28, 1}, 10,
+                                    device.get());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("layer 'wide': the network needs 40960000"),
+            std::string::npos)
+      << model.status();
+  EXPECT_NE(model.status().message().find("but its file holds"), std::string::npos);
 }
 
 }  // namespace

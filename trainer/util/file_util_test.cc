@@ -66,9 +66,12 @@ TEST_F(WriteSide, AFolderLinkedOutOfTheDataDirectoryIsRefused) {
   EXPECT_NE(st.message().find("outside where this process writes"), std::string::npos) << st;
   EXPECT_EQ(AppendToFile(data_ + "/checkpoints/log", "x", false).code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(MakeDirs(data_ + "/checkpoints/deeper").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(MakeDirs(data_ + "/checkpoints/deeper/still").code(),
+            absl::StatusCode::kPermissionDenied);
   struct stat st_out;
   EXPECT_NE(::stat((outside_ + "/round-001.h5").c_str(), &st_out), 0);
+  // Refused before anything was made out there (the folders used to be made, then refused).
+  EXPECT_NE(::stat((outside_ + "/deeper").c_str(), &st_out), 0);
   // A link that stays inside is fine.
   ASSERT_TRUE(MakeDirs(data_ + "/real").ok());
   ASSERT_EQ(::symlink((data_ + "/real").c_str(), (data_ + "/alias").c_str()), 0);
@@ -98,6 +101,42 @@ TEST_F(WriteSide, ErrorsSayWhatHappened) {
   ASSERT_TRUE(AppendToFile(capped, "12345", false, 8).ok());
   EXPECT_EQ(AppendToFile(capped, "6789", false, 8).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Contents(capped), "12345");
+}
+
+// The operator's own files outside the data directory (--port_file, the plan cache) are
+// written one by one: their folder is no write root (a --port_file in /tmp made all of /tmp
+// one). Their own missing folders may be made, nothing beside them.
+TEST_F(WriteSide, OwnFilesAreSingleFilesNotFolders) {
+  const std::string port = outside_ + "/port";
+  const std::string plans = outside_ + "/cache/topiary/plans.tsv";
+  SetWriteRoots({data_}, {port, plans});
+  EXPECT_TRUE(WriteFileAtomic(port, "7077\n").ok());
+  EXPECT_EQ(Contents(port), "7077\n");
+  auto other = WriteFileAtomic(outside_ + "/other", "x");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_TRUE(MakeDirs(outside_ + "/cache/topiary").ok());
+  EXPECT_TRUE(AppendToFile(plans, "line\n", false).ok());
+  EXPECT_EQ(MakeDirs(outside_ + "/cache/elsewhere").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(MakeDirs(outside_ + "/sibling").code(), absl::StatusCode::kPermissionDenied);
+  struct stat st;
+  EXPECT_NE(::stat((outside_ + "/sibling").c_str(), &st), 0);
+  // A link in the data directory to the own file's folder does not open that folder either.
+  ASSERT_EQ(::symlink(outside_.c_str(), (data_ + "/up").c_str()), 0);
+  EXPECT_EQ(WriteFileAtomic(data_ + "/up/escaped.h5", "x").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(::stat((outside_ + "/escaped.h5").c_str(), &st), 0);
+}
+
+TEST_F(WriteSide, AFileHeadIsReadThroughTheSameChecks) {
+  ASSERT_TRUE(WriteFileAtomic(data_ + "/image.png", std::string(100, 'p')).ok());
+  auto head = ReadFileHead(data_ + "/image.png", 16);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(*head, std::string(16, 'p'));
+  EXPECT_EQ(ReadFileHead(data_ + "/image.png", 1000)->size(), 100u);
+  // A FIFO swapped in where an image was: refused at once, never a blocked reader.
+  const std::string fifo = data_ + "/swapped.png";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(ReadFileHead(fifo, 16).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
