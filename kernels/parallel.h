@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 
 namespace topiary::kernels {
 
@@ -18,6 +19,16 @@ namespace topiary::kernels {
 constexpr int kMaxCpuThreads = 1024;
 void SetCpuThreads(int threads);
 int CpuThreads();
+
+// The most CPU threads a run may ask for on this machine, all ranks together: 4 per core, at
+// least 8. More only oversubscribes the cores, and on a small machine the system may refuse
+// to start them.
+int MachineThreadLimit();
+
+// Starts `count` threads that all run at once, then ends them: RESOURCE_EXHAUSTED naming how
+// many started when the system refuses one. Asked before OpenMP starts its teams, because
+// libgomp aborts the whole process (a daemon with every experiment) when it cannot.
+absl::Status CheckThreadsStart(int count);
 
 // Calls f(begin, end, thread) for CpuThreads() contiguous slices of [0, n) in parallel
 // (slices may be empty) and returns when all are done.

@@ -1,6 +1,12 @@
 #include <omp.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
 #include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
 
 #include "kernels/parallel.h"
 
@@ -18,6 +24,42 @@ void SetCpuThreads(int threads) {
 }
 
 int CpuThreads() { return g_threads; }
+
+int MachineThreadLimit() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return cores * 4 > 8 ? cores * 4 : 8;
+}
+
+absl::Status CheckThreadsStart(int count) {
+  std::mutex mu;
+  std::condition_variable release;
+  bool done = false;
+  std::vector<std::thread> threads;
+  std::string error;
+  for (int i = 0; i < count; ++i) {
+    try {
+      threads.emplace_back([&] {
+        std::unique_lock<std::mutex> lock(mu);
+        release.wait(lock, [&] { return done; });
+      });
+    } catch (const std::system_error& e) {
+      error = e.what();
+      break;
+    }
+  }
+  const int started = static_cast<int>(threads.size());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  release.notify_all();
+  for (std::thread& t : threads) t.join();
+  if (started == count) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "device.threads: the system started %d of the %d CPU threads this run needs (%s); ask "
+      "for fewer threads or CPU ranks",
+      started, count, error));
+}
 
 void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t, int)> f) {
   const int threads = g_threads;

@@ -2,17 +2,13 @@
 // on awkward shapes (odd sizes, upscaling, strong downscaling, 1-pixel boxes, one channel).
 #include "kernels/resize.h"
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <functional>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/resize_impl.h"  // the per-pixel form, to compare with
+#include "kernels/test_util.h"
 
 namespace topiary::kernels {
 namespace {
@@ -68,7 +64,7 @@ TEST(CropResize, MatchesFloat64TriangleFilter) {
   };
   std::mt19937 rng(7);
   for (const Case& cs : cases) {
-    SCOPED_TRACE(testing::Message()
+    SCOPED_TRACE(::testing::Message()
                  << cs.width << "x" << cs.height << " -> " << cs.oh << "x" << cs.ow);
     std::vector<uint8_t> src(static_cast<size_t>(cs.width) * cs.height * cs.c);
     for (auto& v : src) v = static_cast<uint8_t>(rng() >> 24);
@@ -153,18 +149,9 @@ TEST(CropResize, ATallBoxCostsWhatItsOutputCosts) {
   job.height = height;
   job.stride = 1;
   job.box = {0, 0, 1, height, false};
-  auto peak_kib = [](const std::function<int()>& work, int* rc) {
-    const pid_t pid = ::fork();
-    if (pid == 0) ::_exit(work());
-    int status = 0;
-    struct rusage usage {};
-    ::wait4(pid, &status, 0, &usage);
-    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return usage.ru_maxrss;
-  };
-  int rc = 0;
-  const long baseline = peak_kib([] { return 0; }, &rc);
-  const long peak = peak_kib(
+  long baseline = 0, peak = 0;
+  ASSERT_EQ(testing::RunInChild([] { return 0; }, &baseline), 0);
+  const int rc = testing::RunInChild(
       [&] {
         std::vector<uint8_t> out(oh * ow), want(oh * ow);
         CropResizeCpu(job, 1, oh, ow, out.data());
@@ -178,7 +165,7 @@ TEST(CropResize, ATallBoxCostsWhatItsOutputCosts) {
         }
         return 0;
       },
-      &rc);
+      &peak);
   EXPECT_EQ(rc, 0) << "bytes differ from ResizePixel's";
   EXPECT_LT(peak - baseline, 64 << 10) << "peak " << peak << " KiB, baseline " << baseline;
 }

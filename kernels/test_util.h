@@ -1,6 +1,11 @@
-// Helpers for kernel tests: seeded random data, error measures, finite differences.
+// Helpers for kernel tests: seeded random data, error measures, finite differences, the peak
+// memory of a piece of work.
 #ifndef TOPIARY_KERNELS_TEST_UTIL_H_
 #define TOPIARY_KERNELS_TEST_UTIL_H_
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -125,6 +130,19 @@ inline BlockGrid MakeBlockGrid(const ConvShape& s, int bi, int bo, GridPattern p
     }
   }
   return g;
+}
+
+// Runs `work` in a child process; returns its exit code (-1: killed) and sets `*kib` to the
+// child's own peak resident memory, the process's before the fork included: compare with
+// the peak of an empty `work` (a test of what something costs, not of what ran before).
+inline int RunInChild(const std::function<int()>& work, long* kib) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(work());
+  int status = 0;
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  *kib = usage.ru_maxrss;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace topiary::kernels::testing

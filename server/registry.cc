@@ -74,6 +74,28 @@ absl::Status Registry::Persist(const Experiment& record) const {
   return WriteFileAtomic(Folder(record.id()) + "/experiment.json", MessageToJson(record) + "\n");
 }
 
+namespace {
+// Room for a few hundred record rewrites (each makes a new file, then frees the old one).
+constexpr size_t kReserveBytes = 1 << 20;
+}  // namespace
+
+void Registry::MakeReserve() {
+  const std::string reserve = data_dir_ + "/.reserve";
+  if (!PathExists(reserve)) (void)WriteFileAtomic(reserve, std::string(kReserveBytes, '\0'));
+}
+
+absl::Status Registry::PersistAcknowledged(const Experiment& record) {
+  absl::Status st = Persist(record);
+  const std::string reserve = data_dir_ + "/.reserve";
+  if (absl::IsResourceExhausted(st) && PathExists(reserve) && ::unlink(reserve.c_str()) == 0) {
+    std::fprintf(stderr,
+                 "topiaryd: the disk is full; its reserve (%s) was freed to record %s as %s\n",
+                 reserve.c_str(), record.id().c_str(), ExperimentState_Name(record.state()).c_str());
+    st = Persist(record);
+  }
+  return st;
+}
+
 absl::StatusOr<std::vector<std::string>> Registry::Load() {
   if (auto st = MakeDirs(data_dir_); !st.ok()) return st;
   const std::string root = data_dir_ + "/experiments";
@@ -89,6 +111,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
   std::sort(ids.begin(), ids.end());
   std::vector<std::string> queue;
   absl::MutexLock lock(&mu_);
+  MakeReserve();
   for (const std::string& id : ids) {
     // Every folder's number stays taken, whatever is (or is not) in it: a new experiment
     // never reuses a folder and its old checkpoints.
@@ -127,7 +150,11 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
     Entry* raw = entry.get();
     entries_[id] = std::move(entry);
     const ExperimentState state = raw->record.state();
-    if (state == topiary::v1::RUNNING || state == topiary::v1::WAITING_FOR_ROUND) {
+    if (raw->record.cancel_requested() && !IsTerminal(state)) {
+      // Acknowledged before the daemon stopped: never run again.
+      ForceStateLocked(raw, topiary::v1::CANCELLED,
+                       "cancelled (the cancel was acknowledged before the daemon stopped)");
+    } else if (state == topiary::v1::RUNNING || state == topiary::v1::WAITING_FOR_ROUND) {
       Experiment& r = raw->record;
       r.set_crashes(r.crashes() + 1);
       if (r.crashes() >= max_restarts_) {
@@ -153,6 +180,15 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
 absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& spec,
                                             const std::string& parent) {
   absl::MutexLock lock(&mu_);
+  // Without its reserve the daemon could not record what it acknowledges about a new
+  // experiment (a cancel, the end of its run): no new work until the disk has room.
+  MakeReserve();
+  if (!PathExists(data_dir_ + "/.reserve")) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the data directory's disk is full (", data_dir_,
+        "/.reserve, the room kept for recording experiments, cannot be made); free space "
+        "and submit again"));
+  }
   // A folder of its own, made now: a name that exists (left over, or planted: a link) is
   // passed over rather than written into.
   std::string id;
@@ -302,7 +338,16 @@ absl::StatusOr<Experiment> Registry::RequestCancel(const std::string& id) {
     return e->record;
   }
   // A run under way (or taken by a worker): it stops at its next step boundary, and
-  // FinishRun records CANCELLED even if it was pausing meanwhile.
+  // FinishRun records CANCELLED even if it was pausing meanwhile. Recorded before it is
+  // acknowledged, so that a daemon restarted before then does not run it again.
+  Experiment next = e->record;
+  next.set_cancel_requested(true);
+  next.set_updated_at(NowIso8601());
+  if (absl::Status st = PersistAcknowledged(next); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("cannot record the cancel of ", id, ": ",
+                                                st.message(), "; nothing was changed"));
+  }
+  e->record = std::move(next);
   e->stop = static_cast<int>(RunControl::Stop::kCancel);
   e->resume_after_pause = false;
   changed_.SignalAll();
@@ -362,6 +407,7 @@ bool Registry::FinishRun(const std::string& id, ExperimentState run_state, const
     ForceStateLocked(e, topiary::v1::FAILED, SingleLine(error));
   }
   e->resume_after_pause = false;
+  MakeReserve();  // where a full disk had it spent, and has room again
   return requeue;
 }
 
@@ -371,7 +417,8 @@ absl::Status Registry::ChangeStateLocked(Entry* e, ExperimentState state, const 
   next.set_state(state);
   next.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) next.set_error(reason);
-  absl::Status saved = Persist(next);
+  if (IsTerminal(state) || state == topiary::v1::QUEUED) next.set_cancel_requested(false);
+  absl::Status saved = PersistAcknowledged(next);
   if (!saved.ok()) {
     saved = absl::Status(
         saved.code(), absl::StrCat("cannot record ", next.id(), " as ", ExperimentState_Name(state),

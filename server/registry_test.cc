@@ -188,5 +188,30 @@ TEST(Registry, APlantedFifoDoesNotBlockStartUp) {
   EXPECT_TRUE(done) << "Load blocked on a FIFO";
 }
 
+// A Cancel of a running experiment was only remembered in memory until the run stopped: a
+// daemon that died before then (or could not write the final record: a full disk) ran it
+// again. The request is now on disk before it is answered.
+TEST(Registry, AnAcknowledgedCancelSurvivesARestart) {
+  const std::string dir = DataDir("cancel");
+  std::string id;
+  {
+    Registry r(dir);
+    ASSERT_TRUE(r.Load().ok());
+    auto e = r.Create(Spec("long"), "");
+    ASSERT_TRUE(e.ok());
+    id = e->id();
+    ASSERT_TRUE(r.SetState(id, topiary::v1::RUNNING, "started").ok());
+    auto cancelled = r.RequestCancel(id);
+    ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+    EXPECT_TRUE(cancelled->cancel_requested());
+    // The daemon dies here, before the run reaches its next step.
+  }
+  Registry r(dir);
+  auto queued = r.Load();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_TRUE(queued->empty()) << "queued again: " << (*queued)[0];
+  EXPECT_EQ(r.Get(id)->state(), topiary::v1::CANCELLED);
+}
+
 }  // namespace
 }  // namespace topiary::server

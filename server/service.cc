@@ -18,6 +18,7 @@
 #include "server/auth_interceptor.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
+#include "trainer/core/device.h"
 #include "trainer/data/dataset.h"
 #include "trainer/import/onnx_import.h"
 #include "trainer/spec/catalog.h"
@@ -129,7 +130,7 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
   // Lexically inside, and still inside once symbolic links are followed.
   if (joined.empty() || !IsInsideFolder(joined, root) ||
-      !IsInsideFolder(RealOrSelf(joined), root)) {
+      !IsInsideFolder(WouldBeAt(joined), root)) {
     return Status(StatusCode::PERMISSION_DENIED,
                   absl::StrCat(field, ": '", path, "' is outside the daemon's data directory (",
                                root, "); copy the file into it and name it by its path there"));
@@ -173,6 +174,13 @@ Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   *spec = WithDefaults(*spec);
   // Refused now rather than queued forever: GPUs this daemon does not have.
   if (auto st = scheduler_->Feasible(*spec); !st.ok()) return ToGrpc(st);
+  // ... and CPU threads beyond this machine (a run that cannot start them fails alone).
+  const bool on_cpu = spec->device().kind() == topiary::v1::DeviceSpec::CPU ||
+                      (spec->device().kind() == topiary::v1::DeviceSpec::AUTO &&
+                       scheduler_->Occupancy().empty());
+  if (on_cpu) {
+    if (auto st = CheckCpuThreads(spec->device()); !st.ok()) return ToGrpc(st);
+  }
   if (spec->has_approximation()) {
     if (Status st = ResolveMultipliers(spec->mutable_approximation()); !st.ok()) return st;
   }

@@ -60,6 +60,7 @@ for case in "train { epochs: 100000000 }|train.epochs" \
             "train { epochs: 1 optimizer { lr: inf } }|train.optimizer.lr" \
             "train { epochs: 1 lr_schedule { warmup_epochs: inf } }|train.lr_schedule.warmup_epochs" \
             "train { epochs: 1 } device { threads: 100000 }|device.threads" \
+            "train { epochs: 1 } device { kind: CPU threads: 128 cpu_ranks: 8 }|device.threads" \
             "train { epochs: 1 } data { dataset: 99 }|data.dataset" \
             "name: \"a\\nb\" train { epochs: 1 }|name"; do
   printf '%s %s\n' "$base" "${case%%|*}" > "$tmp/spec.textproto"
@@ -183,7 +184,72 @@ check "its error says why" bash -c '[[ "$0" == *"the daemon stopped 2 times whil
 check "the daemon serves on" alive
 "$TOPIARY" cancel "$id" > /dev/null 2>&1
 
-# 8. SIGTERM stops the daemon promptly after all this.
+# 8. The third pass: model import, write-side links, experiment folders, concurrency, a FIFO
+# at start-up, escape sequences in names.
+python3 - "$tmp/data" <<'EOF'
+import sys
+import numpy as np
+from onnx import TensorProto, helper
+d = sys.argv[1]
+def model(nodes, inits, in_dims, out_name="y"):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_dims)],
+                          [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+# ~100 bytes whose output is its own input: killed the daemon.
+open(d + "/self.onnx", "wb").write(model([], [], [1, 3, 8, 8], out_name="x"))
+# A valid model with 32 MB of weights: an import takes a while.
+n = 3 * 512 * 512
+w = helper.make_tensor("w", TensorProto.FLOAT, [10, n], np.zeros(10 * n, np.float32).tobytes(), raw=True)
+open(d + "/big.onnx", "wb").write(model([helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+                                         helper.make_node("Gemm", ["f", "w"], ["y"], name="fc", transB=1)],
+                                        [w], [1, 3, 512, 512]))
+EOF
+err=$("$TOPIARY" import --remote self.onnx --out self.h5 2>&1); rc=$?
+check "import --remote of an ONNX whose output is its input: exit $rc, no crash" \
+  bash -c '[[ $1 -eq 3 && "$0" == *"is the graph'"'"'s input"* ]]' "$err" "$rc"
+check "the daemon is alive after it" alive
+ln -s "$tmp/elsewhere" "$tmp/data/up"
+err=$("$TOPIARY" import --remote big.onnx --out up/made/x.h5 2>&1); rc=$?
+check "import --remote through a planted link: refused (exit $rc), no folder made outside" \
+  bash -c '[[ $1 -ne 0 && "$0" == *PERMISSION_DENIED* && ! -e $2 ]]' "$err" "$rc" "$tmp/elsewhere/made"
+mkdir -p "$tmp/data/experiments/exp-0001/checkpoints"
+err=$("$TOPIARY" import --remote big.onnx --out experiments/exp-0001/checkpoints/pause.h5 2>&1); rc=$?
+check "import --remote into an experiment's folder: PERMISSION_DENIED (exit $rc)" \
+  bash -c '[[ $1 -ne 0 && "$0" == *PERMISSION_DENIED*"belong to the daemon"* ]]' "$err" "$rc"
+# Eight imports at once: two run, the others are told to come back; nothing else happens.
+pids=()
+for i in 1 2 3 4 5 6 7 8; do
+  "$TOPIARY" import --remote big.onnx --out "conc/$i.h5" > "$tmp/import_$i.out" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[@]}"
+ok_n=$(grep -L "topiary:" "$tmp"/import_*.out | wc -l)
+busy_n=$(grep -l "RESOURCE_EXHAUSTED.*imports are under way" "$tmp"/import_*.out | wc -l)
+check "8 concurrent imports: $ok_n done, $busy_n told to retry, none otherwise" \
+  bash -c '[[ $0 -ge 1 && $1 -ge 1 && $(($0 + $1)) -eq 8 ]]' "$ok_n" "$busy_n"
+check "the daemon is alive after them" alive
+# A file name carrying escape sequences fails its run; what the client prints has none.
+mkdir -p "$tmp/data/ds_esc/train/a" "$tmp/data/ds_esc/val/a"
+printf 'not an image' > "$tmp/data/ds_esc/train/a/"$'\e]0;pwned\a\e[2J'".png"
+printf 'not an image' > "$tmp/data/ds_esc/val/a/x.png"
+printf 'name: "esc"\nmodel { arch: "lenet5" }\ndata { dataset: IMAGE_FOLDER path: "%s" image_folder { image_size: 28 channels: 1 } }\ntrain { epochs: 1 }\n' \
+  "$tmp/data/ds_esc" > "$tmp/esc.textproto"
+id=$(submit "$tmp/esc.textproto")
+check "a run reading a file named with escape sequences ends FAILED" wait_state "$id" FAILED 60
+"$TOPIARY" get "$id" > "$tmp/esc_get.out" 2>&1
+"$TOPIARY" watch "$id" > "$tmp/esc_watch.out" 2>&1
+check "get and watch print its name without the escape sequences" bash -c \
+  '! grep -q $'"'"'\e'"'"' "$0" "$1" && grep -q "?]0;pwned??\[2J" "$0" && grep -q "?]0;pwned??\[2J" "$1"' \
+  "$tmp/esc_get.out" "$tmp/esc_watch.out"
+# A FIFO planted as an experiment's event log: the daemon still starts and serves.
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+rm -f "$tmp/data/experiments/$id/events.jsonl"
+mkfifo "$tmp/data/experiments/$id/events.jsonl"
+start_daemon --max_restarts 2 --max_file_bytes 67108864
+check "with a FIFO as an event log, the daemon listens and serves" alive
+check "... and still has that experiment" bash -c '"$0" get "$1" > /dev/null' "$TOPIARY" "$id"
+
+# 9. SIGTERM stops the daemon promptly after all this.
 kill "$daemon_pid"
 for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
 check "SIGTERM stops the daemon within 10 s" bash -c '! kill -0 "$0" 2>/dev/null' "$daemon_pid"

@@ -56,6 +56,25 @@ class CpuDevice : public Device {
 
 std::unique_ptr<Device> MakeCpuDevice(int threads) { return std::make_unique<CpuDevice>(threads); }
 
+int CpuThreadsPerRank(const topiary::v1::DeviceSpec& spec) {
+  // threads 0 ("all cores") shares the cores among the ranks rather than giving each rank
+  // all of them (ranks x cores threads, oversubscribed).
+  const int ranks = std::max(1, spec.cpu_ranks());
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return spec.threads() > 0 ? spec.threads() : std::max(1, cores / ranks);
+}
+
+absl::Status CheckCpuThreads(const topiary::v1::DeviceSpec& spec) {
+  const int ranks = std::max(1, spec.cpu_ranks());
+  const int64_t total = static_cast<int64_t>(CpuThreadsPerRank(spec)) * ranks;
+  if (total <= kernels::MachineThreadLimit()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "device.threads: %d threads on each of %d CPU ranks (%d in all) is over this machine's "
+      "limit of %d (4 per core on its %d cores)",
+      CpuThreadsPerRank(spec), ranks, total, kernels::MachineThreadLimit(),
+      std::thread::hardware_concurrency()));
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     const topiary::v1::DeviceSpec& spec) {
   using topiary::v1::DeviceSpec;
@@ -64,11 +83,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
   const std::vector<GpuInfo> gpus =
       spec.kind() == DeviceSpec::CPU ? std::vector<GpuInfo>{} : ListGpus(&why);
   if (spec.kind() == DeviceSpec::CPU || (gpus.empty() && spec.kind() == DeviceSpec::AUTO)) {
-    // threads 0 ("all cores") shares the cores among the ranks rather than giving each
-    // rank all of them (ranks x cores threads, oversubscribed).
     const int ranks = std::max(1, spec.cpu_ranks());
-    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    const int threads = spec.threads() > 0 ? spec.threads() : std::max(1, cores / ranks);
+    TOPIARY_RETURN_IF_ERROR(CheckCpuThreads(spec));
+    const int threads = CpuThreadsPerRank(spec);
+    // Every rank's kernels run an OpenMP team of `threads` (the rank's own thread among them).
+    TOPIARY_RETURN_IF_ERROR(kernels::CheckThreadsStart(ranks * threads));
     for (int r = 0; r < ranks; ++r) out.push_back(MakeCpuDevice(threads));
     return out;
   }

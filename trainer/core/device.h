@@ -89,6 +89,13 @@ absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal);
 // 0), or an error naming why none can be used. AUTO: the GPU when one is usable, else the CPU.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const topiary::v1::DeviceSpec& spec);
 
+// The CPU threads each rank of `spec` runs (device.threads, or its share of the cores).
+int CpuThreadsPerRank(const topiary::v1::DeviceSpec& spec);
+// INVALID_ARGUMENT naming device.threads when a CPU run of `spec` would ask this machine for
+// more threads than kernels::MachineThreadLimit(). CreateDevices checks it (and then that
+// the system starts that many); topiaryd refuses such specs at submission.
+absl::Status CheckCpuThreads(const topiary::v1::DeviceSpec& spec);
+
 // The devices of a data-parallel run, one per rank: spec.gpus, else the first
 // spec.gpu_count GPUs, else one; on the CPU (or AUTO without a GPU) spec.cpu_ranks host
 // devices. Errors name the field that asks for more GPUs than there are.

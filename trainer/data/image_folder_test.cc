@@ -4,16 +4,14 @@
 #include "trainer/data/image_folder.h"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
-#include <functional>
 
 #include "absl/strings/str_format.h"
+#include "kernels/test_util.h"
 #include "tests/tools/image_files.h"
 #include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
@@ -229,16 +227,6 @@ TEST(ImageFolder, MoreClassesThanANetworkMayHaveAreRefusedAtLoad) {
   EXPECT_NE(ds.status().message().find("65537 class folders"), std::string::npos) << ds.status();
 }
 
-// The peak resident memory (KiB) of a child process running `work`, and its exit code.
-std::pair<int, long> InChild(const std::function<int()>& work) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(work());
-  int status = 0;
-  struct rusage usage {};
-  ::wait4(pid, &status, 0, &usage);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, usage.ru_maxrss};
-}
-
 // A 1,000,000 x 1 image (3 KB as PNG, within max_image_pixels) cost 1.4 GB per decode thread
 // in the resize, cached or streamed (the statistics sample): the resize's memory now
 // follows its output.
@@ -251,10 +239,11 @@ TEST(ImageFolder, AnImageOfExtremeAspectCostsWhatItsOutputCosts) {
   Write(root + "/train/a/wide.png", wide);
   Write(root + "/train/a/tall.png", tall);
   Write(root + "/val/a/wide.png", wide);
-  const long baseline = InChild([] { return 0; }).second;
+  long baseline = 0, kb = 0;
+  ASSERT_EQ(kernels::testing::RunInChild([] { return 0; }, &baseline), 0);
   for (auto pipeline : {topiary::v1::ImageFolderSpec::CACHE, topiary::v1::ImageFolderSpec::STREAM}) {
     SCOPED_TRACE(topiary::v1::ImageFolderSpec::Pipeline_Name(pipeline));
-    auto [rc, kb] = InChild([&] {
+    const int rc = kernels::testing::RunInChild([&] {
       auto spec = Spec(root, 224, false);
       spec.mutable_image_folder()->set_max_image_pixels(long_side);
       spec.mutable_image_folder()->set_decode_threads(1);
@@ -265,7 +254,7 @@ TEST(ImageFolder, AnImageOfExtremeAspectCostsWhatItsOutputCosts) {
       // Every pixel of the wide image is 200: so is every pixel of its 224 x 224 crop.
       const auto& px = ds->train.pixels;
       return px.size() == 2u * 224 * 224 && px[224 * 224 + 5] == 200 && px[5] == 100 ? 0 : 3;
-    });
+    }, &kb);
     EXPECT_EQ(rc, 0);
     EXPECT_LT(kb - baseline, 100 << 10) << "peak " << kb << " KiB, baseline " << baseline;
   }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -560,17 +561,17 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc, WriteMo
   const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
   TOPIARY_RETURN_IF_ERROR(CheckWritable(tmp));
   ::unlink(tmp.c_str());
-  absl::Status status;
-  {
+  absl::Status status = [&] {
     Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
     if (!fcpl.ok() || H5Pset_userblock(fcpl.get(), kSealBytes) < 0) {
       return Fail(path, "cannot reserve the seal's user block");
     }
     Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT));
     if (!file.ok()) return Fail(path, "cannot create " + tmp);
-    status = WriteDocument(file.get(), doc, path);
-    if (status.ok() && H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) status = Fail(path, "flush");
-  }
+    absl::Status st = WriteDocument(file.get(), doc, path);
+    if (st.ok() && H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) st = Fail(path, "flush");
+    return st;
+  }();
   if (status.ok()) status = WriteSeal(tmp);
   if (status.ok()) status = SyncPath(tmp, O_RDONLY);
   if (status.ok() && mode == WriteMode::kCreate) {
@@ -585,13 +586,20 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc, WriteMo
   } else if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
     status = absl::InternalError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
   }
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (!status.ok()) {
     std::remove(tmp.c_str());
+    // HDF5 reports a full disk as a failed write; say what it is (and with the code for it).
+    struct statvfs fs;
+    if (!absl::IsAlreadyExists(status) && ::statvfs(folder.c_str(), &fs) == 0 &&
+        static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize < (uint64_t{1} << 20)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": cannot write it: the disk is full (", status.message(), ")"));
+    }
     return status;
   }
-  const size_t slash = path.rfind('/');
-  return SyncPath(slash == std::string::npos ? "." : path.substr(0, slash + 1),
-                  O_RDONLY | O_DIRECTORY);
+  return SyncPath(folder, O_RDONLY | O_DIRECTORY);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "tests/tools/hostile_files.h"
@@ -148,6 +149,27 @@ TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
             std::string::npos)
       << model.status();
   EXPECT_NE(model.status().message().find("but its file holds"), std::string::npos);
+}
+
+// An import aimed at an acknowledged checkpoint (a run's pause.h5) replaced it: the daemon
+// checked "exists" when the call started and wrote seconds later. Created-only writes are
+// decided by the filesystem as the file is linked into place.
+TEST(HostileCheckpoint, CreateOnlyNeverReplacesAFile) {
+  Net n;
+  const std::string dir = TempPath("create_only");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string acknowledged = dir + "/pause.h5";
+  ASSERT_TRUE(WriteFileAtomic(acknowledged, "acknowledged pause checkpoint").ok());
+  const absl::Status st = SaveCheckpoint(acknowledged, *n.model, {}, WriteMode::kCreate);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_EQ(*ReadFile(acknowledged), "acknowledged pause checkpoint");
+  const std::string fresh = dir + "/imported.h5";
+  ASSERT_TRUE(SaveCheckpoint(fresh, *n.model, {}, WriteMode::kCreate).ok());
+  EXPECT_TRUE(ReadCheckpointFile(fresh).ok());
+  // No temporary file is left behind either way.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2);
 }
 
 }  // namespace
