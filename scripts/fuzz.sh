@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"; shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(spec_fuzz idx_fuzz cifar_fuzz digits_fuzz checkpoint_fuzz multiplier_fuzz plan_cache_fuzz onnx_fuzz image_fuzz)
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(spec_fuzz idx_fuzz cifar_fuzz digits_fuzz checkpoint_fuzz multiplier_fuzz plan_cache_fuzz onnx_fuzz image_fuzz graph_fuzz)
 jobs="${FUZZ_JOBS:-2}"
 command -v clang > /dev/null || { echo "fuzz: clang is needed (apt-get install clang)"; exit 1; }
 base="${FUZZ_OUTPUT_BASE:-$HOME/.cache/topiary-fuzz}"
