@@ -13,14 +13,12 @@
 #include "pruning/pruner.h"
 #include "trainer/run/runner.h"
 #include "trainer/store/checkpoint.h"
+#include "util/test_dir.h"
 
 namespace topiary::testing {
 
-// A folder for a test's outputs, under Bazel's TEST_TMPDIR.
-inline std::string OutDir(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
+// A folder for a test's outputs.
+inline std::string OutDir(const std::string& name) { return TestPath(name); }
 
 inline RunOptions PruningOptions(const std::string& out_dir) {
   RunOptions o;

@@ -16,6 +16,7 @@
 #include "server/service.h"
 #include "trainer/spec/spec.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary::server {
 namespace {
@@ -43,8 +44,7 @@ class Daemon {
  public:
   explicit Daemon(const std::string& name, int slots = 2,
                   std::function<void(const std::string&)> after_run = nullptr) {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = std::string(tmp ? tmp : "/tmp") + "/" + name;
+    dir_ = testing::TestPath(name);
     registry_ = std::make_unique<Registry>(dir_);
     EXPECT_TRUE(registry_->Load().ok());
     SchedulerOptions options;

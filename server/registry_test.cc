@@ -14,14 +14,12 @@
 
 #include "gtest/gtest.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary::server {
 namespace {
 
-std::string DataDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return std::string(tmp ? tmp : "/tmp") + "/" + name;
-}
+std::string DataDir(const std::string& name) { return testing::TestPath(name); }
 
 topiary::v1::ExperimentSpec Spec(const std::string& name) {
   topiary::v1::ExperimentSpec spec;

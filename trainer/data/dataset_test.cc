@@ -12,14 +12,12 @@
 
 #include "trainer/data/batcher.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
 
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
+std::string TempDir() { return testing::TestDir(); }
 
 void Write(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

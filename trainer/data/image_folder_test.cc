@@ -15,6 +15,7 @@
 #include "tests/tools/image_files.h"
 #include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
@@ -23,8 +24,7 @@ using testing::EncodeJpeg;
 using testing::EncodePng;
 
 std::string Dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  const std::string d = testing::TestPath(name);
   EXPECT_EQ(std::system(("rm -rf '" + d + "'").c_str()), 0);
   EXPECT_TRUE(MakeDirs(d).ok());
   return d;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
@@ -14,8 +15,7 @@ namespace {
 using kernels::ConvAlgos;
 
 std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(t ? t : "/tmp", "/plan_cache_", getpid(), "_",
+  std::string dir = absl::StrCat(testing::TestDir(), "/plan_cache_", getpid(), "_",
                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
   mkdir(dir.c_str(), 0755);
   return dir;

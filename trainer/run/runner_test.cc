@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "trainer/spec/spec.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
@@ -57,9 +58,8 @@ TEST(Runner, KeepLastCountsCheckpointsFromBeforeAPause) {
   spec.mutable_train()->set_epochs(5);
   spec.mutable_checkpoints()->set_every_epochs(1);
   spec.mutable_checkpoints()->set_keep_last(2);
-  const char* tmp = std::getenv("TEST_TMPDIR");
   RunOptions options;
-  options.out_dir = std::string(tmp ? tmp : "/tmp") + "/keep_last";
+  options.out_dir = testing::TestPath("keep_last");
   PauseAt pause(50);  // in epoch 3, after epoch-0001.h5 and epoch-0002.h5
   options.control = &pause;
   const auto first = RunExperiment(spec, options);

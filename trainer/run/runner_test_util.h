@@ -10,6 +10,7 @@
 
 #include "trainer/run/runner.h"
 #include "trainer/spec/spec.h"
+#include "util/test_dir.h"
 
 namespace topiary::testing {
 
@@ -19,10 +20,8 @@ inline topiary::v1::ExperimentSpec Parse(const std::string& text) {
   return spec.ok() ? *spec : topiary::v1::ExperimentSpec();
 }
 
-// A path under the test's temporary folder.
-inline std::string TempDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
+// A path under the test's temporary folder (util/test_dir.h: also outside Bazel).
+inline std::string TempDir(const std::string& name) { return TestPath(name); }
 
 struct Trace {
   std::vector<double> losses;  // one per optimizer step

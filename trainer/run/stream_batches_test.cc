@@ -12,13 +12,13 @@
 #include "trainer/run/device_batches.h"
 #include "trainer/run/runner_test_util.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
 
 std::string Folder(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  const std::string d = testing::TestPath(name);
   EXPECT_EQ(std::system(("rm -rf '" + d + "'").c_str()), 0);
   for (int i = 0; i < 45; ++i) {
     const std::string split = i % 5 == 4 ? "val" : "train";

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "tensorboard/event.pb.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
@@ -19,8 +20,7 @@ TEST(TensorBoard, Crc32cMatchesTheStandardCheckValue) {
 
 // Reads the file back record by record, checking the framing and both CRCs.
 TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/tb";
+  const std::string dir = testing::TestPath("tb");
   {
     TensorBoardWriter w(dir);
     topiary::v1::Event e;
@@ -71,8 +71,7 @@ TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
 }
 
 TEST(TensorBoard, AFifoInPlaceOfTheFileNeitherBlocksNorIsWritten) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/tb_fifo";
+  const std::string dir = testing::TestPath("tb_fifo");
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
   ASSERT_EQ(::mkfifo((dir + "/events.out.tfevents.topiaryd").c_str(), 0644), 0);
   TensorBoardWriter w(dir);  // would block forever opening the FIFO for writing

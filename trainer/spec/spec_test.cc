@@ -4,6 +4,7 @@
 
 #include "trainer/core/random.h"
 #include "trainer/optim/lr_schedule.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
@@ -153,8 +154,7 @@ TEST(Spec, OnlyRegularFilesOfBoundedSizeAreRead) {
   auto dev = LoadSpecFile("/dev/zero");
   ASSERT_FALSE(dev.ok());
   EXPECT_NE(dev.status().message().find("not a regular file"), std::string::npos) << dev.status();
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  auto dir = LoadSpecFile(tmp ? tmp : "/tmp");
+  auto dir = LoadSpecFile(testing::TestDir());
   ASSERT_FALSE(dir.ok());
   EXPECT_NE(dir.status().message().find("is a folder, not a file"), std::string::npos)
       << dir.status();

@@ -13,14 +13,12 @@
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint_schema.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
+std::string TempPath(const std::string& name) { return testing::TestPath(name); }
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -16,14 +16,12 @@
 #include "trainer/store/checkpoint_report.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
+std::string TempPath(const std::string& name) { return testing::TestPath(name); }
 
 struct Net {
   std::unique_ptr<Device> device = MakeCpuDevice(1);

@@ -10,13 +10,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "util/test_dir.h"
 
 namespace topiary {
 namespace {
 
 std::string TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  const std::string dir = testing::TestPath(name);
   EXPECT_TRUE(MakeDirs(dir).ok());
   return dir;
 }
