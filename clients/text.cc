@@ -65,8 +65,7 @@ void MakePrintable(google::protobuf::Message* message) {
     } else if (f->type() == FD::TYPE_STRING) {
       if (f->is_repeated()) {
         for (int i = 0; i < r->FieldSize(*message, f); ++i) {
-          r->SetRepeatedString(message, f, i,
-                               TerminalText(r->GetRepeatedString(*message, f, i)));
+          r->SetRepeatedString(message, f, i, TerminalText(r->GetRepeatedString(*message, f, i)));
         }
       } else {
         r->SetString(message, f, TerminalText(r->GetString(*message, f)));

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-
 #include "kernels/parallel.h"
 
 extern "C" void openblas_set_num_threads(int);

@@ -21,6 +21,7 @@ PACKAGES=(
   openssl                   # tests/daemon_test.sh makes a self-signed certificate for TLS
   nginx-light               # deploy/nginx-topiaryd.conf, the front end (tests/frontend_test.sh)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
+  clang-format-14           # scripts/format_check.sh (.ci/run)
 )
 
 missing=()

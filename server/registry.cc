@@ -88,9 +88,9 @@ absl::Status Registry::PersistAcknowledged(const Experiment& record) {
   absl::Status st = Persist(record);
   const std::string reserve = data_dir_ + "/.reserve";
   if (absl::IsResourceExhausted(st) && PathExists(reserve) && ::unlink(reserve.c_str()) == 0) {
-    std::fprintf(stderr,
-                 "topiaryd: the disk is full; its reserve (%s) was freed to record %s as %s\n",
-                 reserve.c_str(), record.id().c_str(), ExperimentState_Name(record.state()).c_str());
+    std::fprintf(
+        stderr, "topiaryd: the disk is full; its reserve (%s) was freed to record %s as %s\n",
+        reserve.c_str(), record.id().c_str(), ExperimentState_Name(record.state()).c_str());
     st = Persist(record);
   }
   return st;
@@ -545,10 +545,10 @@ absl::Status Registry::Advance(const topiary::v1::AdvanceRoundRequest& request) 
   // One answer per round: a second call before the run takes the first would replace it,
   // and an acknowledged --finish or next round would be lost.
   if (e->advance) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        request.id(), ": an AdvanceRound for this round is already accepted (",
-        e->changes.finish() ? "finish" : "next round",
-        ") and the run is taking it; call again once it waits for the next round"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.id(), ": an AdvanceRound for this round is already accepted (",
+                     e->changes.finish() ? "finish" : "next round",
+                     ") and the run is taking it; call again once it waits for the next round"));
   }
   e->advance = true;
   e->changes = request;

@@ -129,8 +129,7 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   const std::string root = RealOrSelf(registry_->data_dir());
   const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
   // Lexically inside, and still inside once symbolic links are followed.
-  if (joined.empty() || !IsInsideFolder(joined, root) ||
-      !IsInsideFolder(WouldBeAt(joined), root)) {
+  if (joined.empty() || !IsInsideFolder(joined, root) || !IsInsideFolder(WouldBeAt(joined), root)) {
     return Status(StatusCode::PERMISSION_DENIED,
                   absl::StrCat(field, ": '", path, "' is outside the daemon's data directory (",
                                root, "); copy the file into it and name it by its path there"));
@@ -175,9 +174,9 @@ Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   // Refused now rather than queued forever: GPUs this daemon does not have.
   if (auto st = scheduler_->Feasible(*spec); !st.ok()) return ToGrpc(st);
   // ... and CPU threads beyond this machine (a run that cannot start them fails alone).
-  const bool on_cpu = spec->device().kind() == topiary::v1::DeviceSpec::CPU ||
-                      (spec->device().kind() == topiary::v1::DeviceSpec::AUTO &&
-                       scheduler_->Occupancy().empty());
+  const bool on_cpu =
+      spec->device().kind() == topiary::v1::DeviceSpec::CPU ||
+      (spec->device().kind() == topiary::v1::DeviceSpec::AUTO && scheduler_->Occupancy().empty());
   if (on_cpu) {
     if (auto st = CheckCpuThreads(spec->device()); !st.ok()) return ToGrpc(st);
   }

@@ -15,8 +15,8 @@ inline const std::string& TestDir() {
       return new std::string(bazel);
     }
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                          "/topiary_test_XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/topiary_test_XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) std::abort();  // no writable temporary folder
     return new std::string(pattern);
   }();

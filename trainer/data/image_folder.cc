@@ -386,8 +386,7 @@ std::vector<uint8_t> FitImage(const DecodedImage& img, int size) {
     float* dst = tmp.data() + static_cast<size_t>(y) * row_len;
     const Taps& t = rows[y];
     for (size_t j = 0; j < t.w.size(); ++j) {
-      const uint8_t* src = img.pixels.data() +
-                           (static_cast<size_t>(t.first) + j) * img.width * c +
+      const uint8_t* src = img.pixels.data() + (static_cast<size_t>(t.first) + j) * img.width * c +
                            static_cast<size_t>(col0) * c;
       const float w = t.w[j];
 #pragma omp simd

@@ -241,20 +241,23 @@ TEST(ImageFolder, AnImageOfExtremeAspectCostsWhatItsOutputCosts) {
   Write(root + "/val/a/wide.png", wide);
   long baseline = 0, kb = 0;
   ASSERT_EQ(kernels::testing::RunInChild([] { return 0; }, &baseline), 0);
-  for (auto pipeline : {topiary::v1::ImageFolderSpec::CACHE, topiary::v1::ImageFolderSpec::STREAM}) {
+  for (auto pipeline :
+       {topiary::v1::ImageFolderSpec::CACHE, topiary::v1::ImageFolderSpec::STREAM}) {
     SCOPED_TRACE(topiary::v1::ImageFolderSpec::Pipeline_Name(pipeline));
-    const int rc = kernels::testing::RunInChild([&] {
-      auto spec = Spec(root, 224, false);
-      spec.mutable_image_folder()->set_max_image_pixels(long_side);
-      spec.mutable_image_folder()->set_decode_threads(1);
-      spec.mutable_image_folder()->set_pipeline(pipeline);
-      auto ds = ReadImageFolder(spec);
-      if (!ds.ok()) return 2;
-      if (pipeline == topiary::v1::ImageFolderSpec::STREAM) return 0;
-      // Every pixel of the wide image is 200: so is every pixel of its 224 x 224 crop.
-      const auto& px = ds->train.pixels;
-      return px.size() == 2u * 224 * 224 && px[224 * 224 + 5] == 200 && px[5] == 100 ? 0 : 3;
-    }, &kb);
+    const int rc = kernels::testing::RunInChild(
+        [&] {
+          auto spec = Spec(root, 224, false);
+          spec.mutable_image_folder()->set_max_image_pixels(long_side);
+          spec.mutable_image_folder()->set_decode_threads(1);
+          spec.mutable_image_folder()->set_pipeline(pipeline);
+          auto ds = ReadImageFolder(spec);
+          if (!ds.ok()) return 2;
+          if (pipeline == topiary::v1::ImageFolderSpec::STREAM) return 0;
+          // Every pixel of the wide image is 200: so is every pixel of its 224 x 224 crop.
+          const auto& px = ds->train.pixels;
+          return px.size() == 2u * 224 * 224 && px[224 * 224 + 5] == 200 && px[5] == 100 ? 0 : 3;
+        },
+        &kb);
     EXPECT_EQ(rc, 0);
     EXPECT_LT(kb - baseline, 100 << 10) << "peak " << kb << " KiB, baseline " << baseline;
   }

@@ -818,9 +818,9 @@ absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onn
   (void)google::protobuf::util::MessageToJsonString(imported.input, &state.input_json, json);
   state.parent = onnx_path;
   state.metrics_json = "{}";
-  TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(out_path, *imported.model, state,
-                                         options.create_only ? WriteMode::kCreate
-                                                             : WriteMode::kReplace));
+  TOPIARY_RETURN_IF_ERROR(
+      SaveCheckpoint(out_path, *imported.model, state,
+                     options.create_only ? WriteMode::kCreate : WriteMode::kReplace));
   imported.summary.set_checkpoint(out_path);
   return imported.summary;
 }

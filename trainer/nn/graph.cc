@@ -141,8 +141,7 @@ class GraphBuilder {
       case LayerKind::kConv2d: {
         TOPIARY_ASSIGN_OR_RETURN(auto c, ConvConfig(n, at));
         const int64_t weights = int64_t{c.out_channels} * c.kernel_h * c.kernel_w * in_c;
-        TOPIARY_RETURN_IF_ERROR(
-            Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
+        TOPIARY_RETURN_IF_ERROR(Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
         return std::make_unique<Conv2d>(n.name(), c);
       }
       case LayerKind::kGroupedConv2d: {
@@ -155,8 +154,7 @@ class GraphBuilder {
         }
         const int64_t weights =
             int64_t{c.out_channels} * c.kernel_h * c.kernel_w * (in_c / n.groups());
-        TOPIARY_RETURN_IF_ERROR(
-            Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
+        TOPIARY_RETURN_IF_ERROR(Parameters(at, weights, weights + (c.bias ? c.out_channels : 0)));
         return std::make_unique<GroupedConv2d>(n.name(), c, n.groups());
       }
       case LayerKind::kBatchNorm: {

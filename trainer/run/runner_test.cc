@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/run/runner_test_util.h"
 #include "absl/strings/str_format.h"
+#include "trainer/run/runner_test_util.h"
 #include "trainer/spec/spec.h"
 #include "trainer/util/file_util.h"
 #include "util/test_dir.h"

@@ -577,9 +577,10 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc, WriteMo
   if (status.ok() && mode == WriteMode::kCreate) {
     // link() fails when the name exists, whoever made it since the caller looked.
     if (::link(tmp.c_str(), path.c_str()) != 0) {
-      status = errno == EEXIST ? absl::AlreadyExistsError(absl::StrCat(
-                                     path, ": exists (made while this file was written?); "
-                                           "nothing was replaced"))
+      status = errno == EEXIST ? absl::AlreadyExistsError(
+                                     absl::StrCat(path,
+                                                  ": exists (made while this file was written?); "
+                                                  "nothing was replaced"))
                                : ErrnoStatus(errno, absl::StrCat(path, ": cannot link ", tmp));
     }
     ::unlink(tmp.c_str());

@@ -76,9 +76,10 @@ absl::Status WriteH5File(const std::string& path, const H5Document& doc,
 // read whole, and its seal checked before libhdf5 parses a byte (from memory: the library
 // never opens the path, and what it parses is what the seal covered). A file without a
 // seal is refused (INVALID_ARGUMENT), a damaged one is DATA_LOSS. Then soft and external
-// links, external storage, virtual datasets and any filter but Fletcher-32 are refused; ranks are 1..8, element types float32 or uint8; the
-// declared sizes together must fit in the file's size, and every byte must be stored, all
-// before anything is allocated for a dataset. Attributes must be scalars.
+// links, external storage, virtual datasets and any filter but Fletcher-32 are refused; ranks
+// are 1..8, element types float32 or uint8; the declared sizes together must fit in the file's
+// size, and every byte must be stored, all before anything is allocated for a dataset. Attributes
+// must be scalars.
 absl::StatusOr<H5Document> ReadH5File(const std::string& path);
 
 // Only the root group's attributes of `path` (for listings; the seal is checked all the same).
