@@ -133,6 +133,9 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary checkpoints ID                 its checkpoints (paths relative to the data directory)
   topiary inspect --remote CKPT [--layer PATTERN]
                                          a checkpoint report through the daemon
+  topiary import --remote MODEL.onnx --out CKPT.h5 [...]
+                                         the daemon imports a model in its data directory
+                                         into a new checkpoint there (two at once at most)
 Every command takes --json.
 
   topiary help | --help | -h             this text

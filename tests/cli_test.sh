@@ -4,6 +4,7 @@
 set -uo pipefail
 TOPIARY="$1"
 SPEC="$2"
+README="$4"
 tmp="${TEST_TMPDIR:-/tmp}/cli_test"
 rm -rf "$tmp" && mkdir -p "$tmp"
 fail=0
@@ -15,6 +16,32 @@ check() {  # check DESCRIPTION COMMAND...
 help=$("$TOPIARY" --help)
 check "--help exits 0 and lists every command" \
   bash -c '[[ "$0" == *"run SPEC"* && "$0" == *"validate SPEC"* && "$0" == *"info"* && "$0" == *"--json"* ]]' "$help"
+# The README's command reference and --help name the same commands (with the same remote
+# forms), so that neither falls behind the other.
+check "README's command reference and --help name the same commands" python3 - "$README" <<'EOF' "$help"
+import re, sys
+readme, help_text = open(sys.argv[1]).read(), sys.argv[2]
+block = readme[readme.index("## The `topiary` command"):]
+block = block[block.index("```") + 3:]
+block = block[:block.index("```")]
+def commands(lines):
+    # "topiary get ID | watch ID": every word after "topiary " or "| " that names a command,
+    # with --remote where that form is meant.
+    found = set()
+    for line in lines:
+        m = re.match(r"\s*topiary (.*)", line)
+        if not m:
+            continue
+        for alt in re.split(r"\s\|\s", m.group(1)):
+            words = alt.split()
+            if words and re.fullmatch(r"[a-z]+", words[0]):
+                found.add(words[0] + (" --remote" if "--remote" in words[1:3] else ""))
+    return found
+in_help = commands(help_text.splitlines()) - {"help"}
+in_readme = commands(block.splitlines())
+if in_help != in_readme:
+    sys.exit("only in --help: %s; only in README: %s" % (sorted(in_help - in_readme), sorted(in_readme - in_help)))
+EOF
 
 "$TOPIARY" run >/dev/null 2>&1; rc=$?
 check "run without SPEC is a usage error (2)" test "$rc" -eq 2
