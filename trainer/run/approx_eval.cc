@@ -10,6 +10,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/run/evaluate.h"
 #include "trainer/run/step_runner.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
@@ -138,11 +139,8 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
   TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(approx));
   // fp32 (or TF32 where the spec asks), whatever the training precision: approximate
   // convolutions read fp32 activations, and every assignment is compared on one footing.
-  PlanOptions options;
-  options.precision = s.spec.train().precision() == topiary::v1::TrainSpec::TF32
-                          ? kernels::Precision::kTf32
-                          : kernels::Precision::kFp32;
-  options.deterministic = s.spec.device().deterministic();
+  PlanOptions options = PlanOptionsForSpec(s.spec);
+  if (options.precision == kernels::Precision::kBf16) options.precision = kernels::Precision::kFp32;
   TOPIARY_ASSIGN_OR_RETURN(
       auto net, Network::Plan(model.get(), s.spec.data().eval_batch_size(), false, options));
   const int64_t images = static_cast<int64_t>(s.data.test.size());
@@ -203,8 +201,7 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
     b.engine = mode == BlockSparseMode::kOff ? "dense" : "dispatch";
     b.batch = batch;
     TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(s.spec.approximation()));
-    PlanOptions options;
-    options.precision = PrecisionOf(s.spec.train().precision());
+    PlanOptions options = PlanOptionsForSpec(s.spec);  // deterministic too, as trained
     options.block_sparse = mode;
     TOPIARY_ASSIGN_OR_RETURN(auto net, Network::Plan(model.get(), batch, false, options));
     // The evaluation's first pass is where each masked layer measures its kernels.

@@ -17,6 +17,13 @@ kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p) {
   }
 }
 
+PlanOptions PlanOptionsForSpec(const topiary::v1::ExperimentSpec& spec) {
+  PlanOptions options;
+  options.precision = PrecisionOf(spec.train().precision());
+  options.deterministic = spec.device().deterministic();
+  return options;
+}
+
 absl::StatusOr<EvalResult> Evaluate(Network& net, DeviceBatches& data, int64_t images) {
   const int batch = net.batch();
   TOPIARY_RETURN_IF_ERROR(net.TakeMetrics().status());  // start from zero

@@ -30,6 +30,11 @@ absl::StatusOr<EvalResult> Evaluate(Network& net, DeviceBatches& data, int64_t i
 // The kernels' numeric mode of a spec's train.precision.
 kernels::Precision PrecisionOf(topiary::v1::TrainSpec::Precision p);
 
+// The planning options of a spec (precision, determinism): the one mapping from a spec to
+// how its networks are planned; callers change only what they are about (an evaluation's
+// precision, a benchmark's block-sparse mode).
+PlanOptions PlanOptionsForSpec(const topiary::v1::ExperimentSpec& spec);
+
 }  // namespace topiary
 
 #endif  // TOPIARY_TRAINER_RUN_EVALUATE_H_

@@ -16,13 +16,6 @@ namespace topiary {
 
 using topiary::v1::Event;
 
-PlanOptions PlanOptionsForSpec(const topiary::v1::ExperimentSpec& spec) {
-  PlanOptions options;
-  options.precision = PrecisionOf(spec.train().precision());
-  options.deterministic = spec.device().deterministic();
-  return options;
-}
-
 absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(Model* model, int batch, bool training,
                                                         const PlanOptions& plan_options, int ranks,
                                                         RunRecorder* recorder) {

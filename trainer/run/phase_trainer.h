@@ -20,6 +20,7 @@
 #include "trainer/nn/model.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/run/device_batches.h"
+#include "trainer/run/evaluate.h"
 #include "trainer/run/gradient_sampling.h"
 #include "trainer/run/pruner_interface.h"
 #include "trainer/run/round_report.h"
@@ -40,9 +41,6 @@ class PhaseHooks {
   // Writes the periodic checkpoint of the position (between epochs).
   virtual absl::Status PeriodicCheckpoint() = 0;
 };
-
-// The planning options of a spec (precision, determinism).
-PlanOptions PlanOptionsForSpec(const topiary::v1::ExperimentSpec& spec);
 
 // Plans a network of `model` for `batch`, sending Planning events as it goes and when it is
 // done (`ranks` > 1: the name says the batch is per rank).
