@@ -44,7 +44,8 @@ check "... on disk too" test "$(record "$a" state)" == CANCELLED
 # 2. A run that fills the disk itself: it ends FAILED saying the disk is full, the record
 # says so, and a restart does not run it again.
 rm -f "$tmp/data/ballast"
-kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null; rc=$?
+check "it stops cleanly on SIGTERM after the full disk (exit $rc)" test "$rc" -eq 0
 start_daemon --max_restarts 5
 b=$(submit "$tmp/long.textproto")
 wait_state "$b" RUNNING 60 > /dev/null
@@ -59,8 +60,9 @@ check "after a restart it is still FAILED" wait_state "$b" FAILED 10
 check "a submission on the full disk is refused, not half-made" \
   bash -c '! "$0" submit "$1" > /dev/null 2>&1' "$TOPIARY" "$tmp/long.textproto"
 check "the daemon still serves" alive
-kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null; rc=$?
 grep -a "topiaryd" "$tmp/daemon.log" | tail -5
+check "it stops cleanly on SIGTERM at the end (exit $rc, not a signal)" test "$rc" -eq 0
 check "no crash in the daemon's log" bash -c '! grep -qaE "Segmentation|Aborted|terminate called" "$0"' "$tmp/daemon.log"
 umount "$tmp/data"
 exit $fail
