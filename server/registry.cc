@@ -79,14 +79,16 @@ namespace {
 constexpr size_t kReserveBytes = 1 << 20;
 }  // namespace
 
-void Registry::MakeReserve() {
-  const std::string reserve = data_dir_ + "/.reserve";
-  if (!PathExists(reserve)) (void)WriteFileAtomic(reserve, std::string(kReserveBytes, '\0'));
+std::string Registry::ReservePath() const { return data_dir_ + "/.reserve"; }
+
+bool Registry::MakeReserve() {
+  const std::string reserve = ReservePath();
+  return PathExists(reserve) || WriteFileAtomic(reserve, std::string(kReserveBytes, '\0')).ok();
 }
 
 absl::Status Registry::PersistAcknowledged(const Experiment& record) {
   absl::Status st = Persist(record);
-  const std::string reserve = data_dir_ + "/.reserve";
+  const std::string reserve = ReservePath();
   if (absl::IsResourceExhausted(st) && PathExists(reserve) && ::unlink(reserve.c_str()) == 0) {
     std::fprintf(
         stderr, "topiaryd: the disk is full; its reserve (%s) was freed to record %s as %s\n",
@@ -111,7 +113,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
   std::sort(ids.begin(), ids.end());
   std::vector<std::string> queue;
   absl::MutexLock lock(&mu_);
-  MakeReserve();
+  (void)MakeReserve();
   for (const std::string& id : ids) {
     // Every folder's number stays taken, whatever is (or is not) in it: a new experiment
     // never reuses a folder and its old checkpoints.
@@ -182,12 +184,11 @@ absl::StatusOr<Experiment> Registry::Create(const topiary::v1::ExperimentSpec& s
   absl::MutexLock lock(&mu_);
   // Without its reserve the daemon could not record what it acknowledges about a new
   // experiment (a cancel, the end of its run): no new work until the disk has room.
-  MakeReserve();
-  if (!PathExists(data_dir_ + "/.reserve")) {
+  if (!MakeReserve()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the data directory's disk is full (", data_dir_,
-        "/.reserve, the room kept for recording experiments, cannot be made); free space "
-        "and submit again"));
+        "the data directory's disk is full (", ReservePath(),
+        ", the room kept for recording experiments, cannot be made); free space and submit "
+        "again"));
   }
   // A folder of its own, made now: a name that exists (left over, or planted: a link) is
   // passed over rather than written into.
@@ -407,7 +408,7 @@ bool Registry::FinishRun(const std::string& id, ExperimentState run_state, const
     ForceStateLocked(e, topiary::v1::FAILED, SingleLine(error));
   }
   e->resume_after_pause = false;
-  MakeReserve();  // where a full disk had it spent, and has room again
+  (void)MakeReserve();  // where a full disk had it spent, and has room again
   return requeue;
 }
 
@@ -417,7 +418,6 @@ absl::Status Registry::ChangeStateLocked(Entry* e, ExperimentState state, const 
   next.set_state(state);
   next.set_updated_at(NowIso8601());
   if (state == topiary::v1::FAILED) next.set_error(reason);
-  if (IsTerminal(state) || state == topiary::v1::QUEUED) next.set_cancel_requested(false);
   absl::Status saved = PersistAcknowledged(next);
   if (!saved.ok()) {
     saved = absl::Status(

@@ -119,8 +119,10 @@ class Registry {
   // Persist for what was acknowledged (state changes, a cancel request): on a full disk the
   // reserve file is given up to make room, once, so that the record still says it.
   absl::Status PersistAcknowledged(const Experiment& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // (Re)makes the reserve, data_dir/.reserve (kReserveBytes), where there is room for it.
-  void MakeReserve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (Re)makes the reserve, data_dir/.reserve (kReserveBytes), where there is room for it;
+  // false when it is not there.
+  bool MakeReserve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ReservePath() const;
   // Persists the new state, then applies it (record, stop flag, state event). A failed write
   // is returned; it changes nothing unless `force`, when the state is applied all the same
   // and the failure said on stderr and in the event.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pruning/pruner.h"
+#include "trainer/core/device.h"
 #include "trainer/run/runner.h"
 
 namespace topiary::server {
@@ -51,7 +52,10 @@ bool Scheduler::Dequeue(const std::string& id) {
 
 absl::Status Scheduler::Feasible(const topiary::v1::ExperimentSpec& spec) const {
   absl::MutexLock lock(&mu_);
-  return placement_.Feasible(placement_.NeedOf(spec));
+  const Need need = placement_.NeedOf(spec);
+  if (absl::Status st = placement_.Feasible(need); !st.ok()) return st;
+  // A CPU run asks this machine for its threads: no more than it can start.
+  return need.cpu ? CheckCpuThreads(spec.device()) : absl::OkStatus();
 }
 
 int Scheduler::slots() const {

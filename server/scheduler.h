@@ -37,7 +37,8 @@ class Scheduler {
   void Enqueue(const std::string& id);
   // Removes a queued experiment (pause or cancel before it started); false if not queued.
   bool Dequeue(const std::string& id);
-  // OK when this daemon could ever run `spec` (enough GPUs, the ordinals it names).
+  // OK when this daemon could ever run `spec` (enough GPUs, the ordinals it names; on the CPU,
+  // no more threads than this machine allows: CheckCpuThreads).
   absl::Status Feasible(const topiary::v1::ExperimentSpec& spec) const;
   // Experiments that can run at once: GPUs, or CPU slots on a daemon without GPUs.
   int slots() const;

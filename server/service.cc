@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,7 +17,6 @@
 #include "server/auth_interceptor.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
-#include "trainer/core/device.h"
 #include "trainer/data/dataset.h"
 #include "trainer/import/onnx_import.h"
 #include "trainer/spec/catalog.h"
@@ -55,14 +53,6 @@ std::string Normalize(const std::string& path) {
 std::string RealOrSelf(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
-}
-
-// Where `path` would really be: its deepest existing folder with links followed, and the
-// rest as written (a file or folders yet to be made).
-std::string WouldBeAt(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
-  return ec ? path : p.string();
 }
 
 // One of at most `max` calls of a kind at once (Watch streams, imports): taken when made,
@@ -129,7 +119,7 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   const std::string root = RealOrSelf(registry_->data_dir());
   const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
   // Lexically inside, and still inside once symbolic links are followed.
-  if (joined.empty() || !IsInsideFolder(joined, root) || !IsInsideFolder(WouldBeAt(joined), root)) {
+  if (joined.empty() || !IsInsideFolder(joined, root) || !IsInsideFolder(Canonical(joined), root)) {
     return Status(StatusCode::PERMISSION_DENIED,
                   absl::StrCat(field, ": '", path, "' is outside the daemon's data directory (",
                                root, "); copy the file into it and name it by its path there"));
@@ -171,15 +161,9 @@ Status TopiaryService::ResolveMultipliers(topiary::v1::ApproximationSpec* approx
 Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
   if (auto st = ValidateSpec(*spec); !st.ok()) return ToGrpc(st);
   *spec = WithDefaults(*spec);
-  // Refused now rather than queued forever: GPUs this daemon does not have.
+  // Refused now rather than queued forever: GPUs this daemon does not have, CPU threads
+  // beyond this machine.
   if (auto st = scheduler_->Feasible(*spec); !st.ok()) return ToGrpc(st);
-  // ... and CPU threads beyond this machine (a run that cannot start them fails alone).
-  const bool on_cpu =
-      spec->device().kind() == topiary::v1::DeviceSpec::CPU ||
-      (spec->device().kind() == topiary::v1::DeviceSpec::AUTO && scheduler_->Occupancy().empty());
-  if (on_cpu) {
-    if (auto st = CheckCpuThreads(spec->device()); !st.ok()) return ToGrpc(st);
-  }
   if (spec->has_approximation()) {
     if (Status st = ResolveMultipliers(spec->mutable_approximation()); !st.ok()) return st;
   }
@@ -463,7 +447,7 @@ Status TopiaryService::ImportModel(grpc::ServerContext* ctx,
   if (Status st = ResolvePath("out_path", req->out_path(), &dest); !st.ok()) return st;
   // Experiment folders belong to their runs (a pause checkpoint there is acknowledged data).
   const std::string experiments = RealOrSelf(registry_->data_dir()) + "/experiments";
-  if (IsInsideFolder(dest, experiments) || IsInsideFolder(WouldBeAt(dest), experiments)) {
+  if (IsInsideFolder(dest, experiments) || IsInsideFolder(Canonical(dest), experiments)) {
     return Status(StatusCode::PERMISSION_DENIED,
                   "out_path: '" + req->out_path() +
                       "' is in experiments/, whose folders belong to the daemon's runs; "

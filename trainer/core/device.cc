@@ -65,14 +65,13 @@ int CpuThreadsPerRank(const topiary::v1::DeviceSpec& spec) {
 }
 
 absl::Status CheckCpuThreads(const topiary::v1::DeviceSpec& spec) {
-  const int ranks = std::max(1, spec.cpu_ranks());
-  const int64_t total = static_cast<int64_t>(CpuThreadsPerRank(spec)) * ranks;
+  const int ranks = std::max(1, spec.cpu_ranks()), per_rank = CpuThreadsPerRank(spec);
+  const int64_t total = static_cast<int64_t>(per_rank) * ranks;
   if (total <= kernels::MachineThreadLimit()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "device.threads: %d threads on each of %d CPU ranks (%d in all) is over this machine's "
       "limit of %d (4 per core on its %d cores)",
-      CpuThreadsPerRank(spec), ranks, total, kernels::MachineThreadLimit(),
-      std::thread::hardware_concurrency()));
+      per_rank, ranks, total, kernels::MachineThreadLimit(), std::thread::hardware_concurrency()));
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(

@@ -72,12 +72,6 @@ WritePolicy GetWritePolicy() {
   return Writes();
 }
 
-std::string Canonical(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, ec);
-  return ec ? path : canonical.string();
-}
-
 // Where `path` really is: its folder with every link followed, and its own name (itself not
 // followed). `what` names it in errors.
 absl::StatusOr<std::string> RealLocation(const std::string& path, const std::string& what) {
@@ -125,13 +119,12 @@ absl::Status CheckFolderAllowed(const std::string& folder) {
   char buf[PATH_MAX];  // an existing folder, every link followed; else where it would be made
   auto real = ::realpath(folder.c_str(), buf) ? std::string(buf) : RealLocation(folder, what);
   if (!real.ok()) return real.status();
-  for (const auto* list : {&policy.roots, &policy.files}) {
-    for (const std::string& allowed : *list) {
-      if ((list == &policy.roots && IsInsideFolder(*real, allowed)) ||
-          (allowed != *real && IsInsideFolder(allowed, *real))) {
-        return absl::OkStatus();
-      }
-    }
+  auto on_the_way_to = [&](const std::string& p) { return p != *real && IsInsideFolder(p, *real); };
+  for (const std::string& root : policy.roots) {
+    if (IsInsideFolder(*real, root) || on_the_way_to(root)) return absl::OkStatus();
+  }
+  for (const std::string& file : policy.files) {
+    if (on_the_way_to(file)) return absl::OkStatus();
   }
   return OutsideWrites(what, *real, policy);
 }
@@ -238,6 +231,12 @@ absl::Status AppendToFile(const std::string& path, const std::string& text, bool
   if (st.ok() && sync && ::fdatasync(fd) != 0) st = ErrnoStatus(errno, path + ": fdatasync");
   ::close(fd);
   return st;
+}
+
+std::string Canonical(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : canonical.string();
 }
 
 bool IsInsideFolder(const std::string& path, const std::string& root) {

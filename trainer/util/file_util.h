@@ -30,6 +30,11 @@ struct ReadPolicy {
 void SetReadPolicy(ReadPolicy policy);
 ReadPolicy GetReadPolicy();
 
+// Where `path` really is: its existing part with every link followed and "." and ".."
+// resolved, the rest (files or folders yet to be made) as written; `path` itself when that
+// cannot be worked out.
+std::string Canonical(const std::string& path);
+
 // True when the canonical `path` is `root` or lies under it (both canonical).
 bool IsInsideFolder(const std::string& path, const std::string& root);
 
