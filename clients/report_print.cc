@@ -1,7 +1,5 @@
 #include "clients/report_print.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -138,11 +136,7 @@ void PrintCheckpointReport(topiary::v1::CheckpointReport r, bool json) {
     return;
   }
   MakePrintable(&r);
-  topiary::v1::CheckpointMetrics metrics;
-  google::protobuf::util::JsonParseOptions lenient;
-  lenient.ignore_unknown_fields = true;
-  (void)google::protobuf::util::JsonStringToMessage(r.metrics_json(), &metrics, lenient);
-  MakePrintable(&metrics);  // JSON escapes decode back into control characters
+  const topiary::v1::CheckpointMetrics& metrics = r.metrics();
   absl::PrintF("%s (topiary checkpoint, format %d)\n", r.path(), r.format_version());
   absl::PrintF("experiment %s: %s, round %d, epoch %d, step %d, written %s\n",
                r.experiment_id().empty() ? "-" : r.experiment_id(), r.model_arch(), r.round(),

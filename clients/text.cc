@@ -1,14 +1,10 @@
 #include "clients/text.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/util/utf8.h"
@@ -93,42 +89,6 @@ std::string Number(F v) {
 
 void AppendValue(const Message& m, const FieldDescriptor* f, int index, std::string* out);
 
-// A parsed JSON value, printed with its object keys sorted (a protobuf Struct's map has no
-// order of its own, and scripts diffing outputs want one).
-void AppendJson(const google::protobuf::Value& v, std::string* out) {
-  switch (v.kind_case()) {
-    case google::protobuf::Value::kNumberValue:
-      return absl::StrAppend(out, Number(v.number_value()));
-    case google::protobuf::Value::kStringValue:
-      return absl::StrAppend(out, JsonString(v.string_value()));
-    case google::protobuf::Value::kBoolValue:
-      return absl::StrAppend(out, v.bool_value() ? "true" : "false");
-    case google::protobuf::Value::kStructValue: {
-      std::vector<const std::string*> keys;
-      for (const auto& [key, value] : v.struct_value().fields()) keys.push_back(&key);
-      std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
-      out->push_back('{');
-      for (size_t i = 0; i < keys.size(); ++i) {
-        absl::StrAppend(out, i ? "," : "", JsonString(*keys[i]), ":");
-        AppendJson(v.struct_value().fields().at(*keys[i]), out);
-      }
-      out->push_back('}');
-      return;
-    }
-    case google::protobuf::Value::kListValue: {
-      out->push_back('[');
-      for (int i = 0; i < v.list_value().values_size(); ++i) {
-        if (i > 0) out->push_back(',');
-        AppendJson(v.list_value().values(i), out);
-      }
-      out->push_back(']');
-      return;
-    }
-    default:
-      return absl::StrAppend(out, "null");
-  }
-}
-
 void AppendMessage(const Message& m, std::string* out) {
   const Reflection* r = m.GetReflection();
   const auto* d = m.GetDescriptor();
@@ -140,7 +100,7 @@ void AppendMessage(const Message& m, std::string* out) {
     // Unset: messages, oneof members and proto3 `optional` fields are left out; other
     // primitives print their default, as protobuf's JSON does with always_print_primitive_fields.
     if (!set && (f->message_type() != nullptr || f->containing_oneof() != nullptr)) continue;
-    std::string name = f->name();
+    const std::string& name = f->name();
     std::string value;
     if (f->is_repeated()) {
       value.push_back('[');
@@ -149,16 +109,6 @@ void AppendMessage(const Message& m, std::string* out) {
         AppendValue(m, f, k, &value);
       }
       value.push_back(']');
-    } else if (f->type() == FieldDescriptor::TYPE_STRING && absl::EndsWith(name, "_json")) {
-      // Nested when it parses as JSON (re-printed, so nothing but JSON comes through).
-      google::protobuf::Value parsed;
-      const std::string text = r->GetString(m, f);
-      if (!text.empty() && google::protobuf::util::JsonStringToMessage(text, &parsed).ok()) {
-        name.resize(name.size() - 5);
-        AppendJson(parsed, &value);
-      } else {
-        AppendValue(m, f, -1, &value);
-      }
     } else {
       AppendValue(m, f, -1, &value);
     }

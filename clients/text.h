@@ -29,9 +29,7 @@ void MakePrintable(google::protobuf::Message* message);
 
 // `message` as JSON for scripts (every --json output of the CLI): proto field names, every
 // primitive field (defaults too), enums by name; unlike protobuf's canonical JSON, 64-bit
-// integers are numbers (exact below 2^53: counts, bytes, steps), and a string field named
-// `<x>_json` that holds valid JSON is nested as the value of `<x>` (e.g. a checkpoint's
-// metrics), not quoted as a string.
+// integers are numbers (exact below 2^53: counts, bytes, steps).
 std::string ScriptJson(const google::protobuf::Message& message);
 
 }  // namespace topiary

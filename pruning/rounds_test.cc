@@ -203,9 +203,9 @@ TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
   EXPECT_EQ(child.summary.rounds(0).sparsity(), parent.summary.rounds(1).sparsity())
       << "round 0 of the child is the parent's round-1 model, masks included";
   EXPECT_EQ(child.summary.epochs(), child.summary.rounds_size() - 1) << "no dense epochs";
-  auto doc = ReadCheckpointFile(child.summary.checkpoint());
-  ASSERT_TRUE(doc.ok());
-  EXPECT_EQ(CheckpointStateOf(*doc).parent, dir + "/checkpoints/round-001.h5");
+  auto file = OpenCheckpoint(child.summary.checkpoint());
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->state.parent, dir + "/checkpoints/round-001.h5");
   CheckMaskedCheckpoint(child.summary.checkpoint(), 0.75);
 }
 

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "trainer/run/events.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "trainer/util/utf8.h"
 
 namespace topiary::server {
@@ -71,7 +70,7 @@ Registry::Entry* Registry::Find(const std::string& id) const {
 }
 
 absl::Status Registry::Persist(const Experiment& record) const {
-  return WriteFileAtomic(Folder(record.id()) + "/experiment.json", MessageToJson(record) + "\n");
+  return WriteFileAtomic(Folder(record.id()) + "/experiment.json", ToJson(record) + "\n");
 }
 
 namespace {
@@ -121,11 +120,9 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
     auto json = ReadFile(Folder(id) + "/experiment.json");
     if (!json.ok()) continue;  // created but never acknowledged: the record is written first
     auto entry = std::make_unique<Entry>();
-    google::protobuf::util::JsonParseOptions lenient;
-    lenient.ignore_unknown_fields = true;
-    if (!google::protobuf::util::JsonStringToMessage(*json, &entry->record, lenient).ok()) {
-      std::fprintf(stderr, "topiaryd: %s/experiment.json does not parse; left out\n",
-                   Folder(id).c_str());
+    const std::string record = Folder(id) + "/experiment.json";
+    if (auto st = FromJson(*json, &entry->record, record, JsonUnknown::kIgnore); !st.ok()) {
+      std::fprintf(stderr, "topiaryd: %s; left out\n", std::string(st.message()).c_str());
       continue;
     }
     // The record names its own folder: it must be this one (a record whose id pointed
@@ -144,8 +141,7 @@ absl::StatusOr<std::vector<std::string>> Registry::Load() {
     }
     for (absl::string_view line : absl::StrSplit(events.ok() ? *events : "", '\n')) {
       Event e;
-      if (!line.empty() &&
-          google::protobuf::util::JsonStringToMessage(std::string(line), &e, lenient).ok()) {
+      if (!line.empty() && FromJson(line, &e, "events.jsonl", JsonUnknown::kIgnore).ok()) {
         entry->events.push_back(std::move(e));  // a line cut by a crash fails and is skipped
       }
     }
@@ -278,7 +274,7 @@ void Registry::AppendLocked(Entry* entry, Event event) {
   entry->record.set_last_seq(seq);
   const bool sync = !event.has_progress() && !event.has_epoch() &&
                     !(event.has_planning() && !event.planning().done());
-  AppendLine(Folder(entry->record.id()) + "/events.jsonl", MessageToJson(event), sync);
+  AppendLine(Folder(entry->record.id()) + "/events.jsonl", ToJson(event), sync);
   entry->events.push_back(std::move(event));
   changed_.SignalAll();
 }

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <google/protobuf/text_format.h>
-#include <google/protobuf/util/json_util.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -364,9 +363,9 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
   if (Status st = ResolvePath("checkpoint", req->checkpoint(), &path); !st.ok()) return st;
   // The whole file is checked, as the fork's run will load it: a damaged checkpoint answers
   // its real code (DATA_LOSS), NOT_FOUND only when it is missing.
-  auto doc = ReadCheckpointFile(path);
-  if (!doc.ok()) return ToGrpc(doc.status());
-  auto spec = ParseSpec(CheckpointStateOf(*doc).spec_text, req->checkpoint());
+  auto file = OpenCheckpoint(path);
+  if (!file.ok()) return ToGrpc(file.status());
+  auto spec = ParseSpec(file->state.spec_text, req->checkpoint());
   if (!spec.ok()) {
     return Status(StatusCode::FAILED_PRECONDITION,
                   absl::StrCat("checkpoint: its spec does not parse: ", spec.status().message()));
@@ -410,12 +409,7 @@ Status TopiaryService::ListCheckpoints(grpc::ServerContext* ctx,
     c->set_created_at(state->created_at);
     struct stat st;
     if (::stat(abs.c_str(), &st) == 0) c->set_bytes(st.st_size);
-    topiary::v1::CheckpointMetrics metrics;
-    google::protobuf::util::JsonParseOptions lenient;
-    lenient.ignore_unknown_fields = true;
-    if (google::protobuf::util::JsonStringToMessage(state->metrics_json, &metrics, lenient).ok()) {
-      c->set_test_top1(metrics.test_top1());
-    }
+    c->set_test_top1(state->metrics.test_top1());
   }
   return Status::OK;
 }

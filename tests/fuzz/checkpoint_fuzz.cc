@@ -232,7 +232,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = world->dir + "/input.h5";
   if (!topiary::WriteH5File(path, doc).ok()) return 0;
   RawEdit(path, &in);
-  auto read = topiary::ReadCheckpointFile(path);
+  auto read = topiary::OpenCheckpoint(path);
   auto report = topiary::InspectCheckpoint(path, in.Byte() & 1 ? "" : "conv*");
   // The two readers agree on whether the file is acceptable (the report may still find no
   // layer matching its pattern).

@@ -7,6 +7,7 @@
 
 #include "trainer/core/device.h"
 #include "trainer/nn/graph.h"
+#include "trainer/util/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::unique_ptr<topiary::Device> device = [] {
@@ -16,12 +17,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return std::move(*topiary::CreateDevice(cpu));
   }();
   const std::string json(reinterpret_cast<const char*>(data), size);
-  auto graph = topiary::NetworkGraphFromJson(json, "fuzz.h5: /@network");
-  if (!graph.ok()) return 0;
+  topiary::v1::NetworkGraph graph;
+  if (!topiary::FromJson(json, &graph, "fuzz.h5: /@network", topiary::JsonUnknown::kRefuse).ok()) {
+    return 0;
+  }
   // What a checkpoint of about 64 MiB could hold.
-  auto model = topiary::BuildModelFromGraph(*graph, device.get(), "fuzz.h5", int64_t{1} << 24);
+  auto model = topiary::BuildModelFromGraph(graph, device.get(), "fuzz.h5", int64_t{1} << 24);
   // A model that builds is finished: its output is the declared classes.
-  if (model.ok() && ((*model)->output() < 0 || (*model)->classes() != graph->classes())) {
+  if (model.ok() && ((*model)->output() < 0 || (*model)->classes() != graph.classes())) {
     __builtin_trap();
   }
   return 0;

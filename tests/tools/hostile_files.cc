@@ -55,7 +55,7 @@ void WriteGoodCheckpoint(const std::string& path) {
   CheckpointState s;
   s.seed = 7;
   s.spec_text = "name: \"hostile\"\nmodel { arch: \"resnet20\" }\n";
-  s.metrics_json = "{\"top1\":0.5}";
+  s.metrics.set_test_top1(0.5);
   (void)SaveCheckpoint(path, *model, s);
 }
 

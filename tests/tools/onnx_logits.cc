@@ -3,7 +3,6 @@
 //   onnx_logits CKPT.h5 INPUT.f32 N OUT.f32
 // INPUT holds N images [C, H, W] as the network reads them (normalized); OUT receives
 // N x classes float32 logits.
-#include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 #include <cstring>
@@ -13,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "topiary/v1/checkpoint.pb.h"
 #include "trainer/core/device.h"
-#include "trainer/store/checkpoint.h"
+#include "trainer/store/inference.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -21,22 +20,18 @@ namespace {
 
 absl::Status Main(const std::string& ckpt, const std::string& input_path, int n,
                   const std::string& out_path) {
-  auto doc = ReadCheckpointFile(ckpt);
-  if (!doc.ok()) return doc.status();
-  const CheckpointState state = CheckpointStateOf(*doc);
+  auto opened = OpenForInference(ckpt);
+  if (!opened.ok()) return opened.status();
   topiary::v1::DeviceSpec cpu;
   cpu.set_kind(topiary::v1::DeviceSpec::CPU);
   auto device = CreateDevice(cpu);
   if (!device.ok()) return device.status();
   // The network's own input size and classes: the tool trusts the checkpoint.
-  topiary::v1::InputFormat in;
-  (void)google::protobuf::util::JsonStringToMessage(state.input_json, &in);
-  auto model =
-      BuildCheckpointModel(state, ckpt, 1.0f, Shape4{1, in.height(), in.width(), in.channels()},
-                           in.classes(), device->get());
+  if (!opened->file.state.input) return absl::InvalidArgumentError(ckpt + ": no /@input");
+  const topiary::v1::InputFormat& in = *opened->file.state.input;
+  auto model = InferenceModel(*opened, Shape4{1, in.height(), in.width(), in.channels()},
+                              in.classes(), device->get(), /*load=*/true);
   if (!model.ok()) return model.status();
-  auto loaded = LoadCheckpoint(*doc, ckpt, model->get(), false);
-  if (!loaded.ok()) return loaded.status();
   auto net = Network::Plan(model->get(), n, false);
   if (!net.ok()) return net.status();
   auto bytes = ReadFile(input_path);

@@ -1,7 +1,5 @@
 #include "trainer/data/batcher.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <cmath>
 #include <numeric>
 
@@ -40,11 +38,10 @@ Normalization ComputeNormalization(const ImageSet& set, float max_value, bool no
 }
 
 absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value, bool normalize,
-                                               const std::string& recorded_input_json) {
-  if (recorded_input_json.empty()) return ComputeNormalization(set, max_value, normalize);
-  topiary::v1::InputFormat input;
-  const bool ok = google::protobuf::util::JsonStringToMessage(recorded_input_json, &input).ok();
-  if (!ok || input.mean_size() != set.c || input.inv_std_size() != set.c) {
+                                               const topiary::v1::InputFormat* recorded) {
+  if (recorded == nullptr) return ComputeNormalization(set, max_value, normalize);
+  const topiary::v1::InputFormat& input = *recorded;
+  if (input.mean_size() != set.c || input.inv_std_size() != set.c) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "data: the checkpoint's network reads %d-channel images normalized per channel (its "
         "recorded input format), and the data has %d channels",

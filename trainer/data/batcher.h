@@ -24,11 +24,11 @@ struct Normalization {
 Normalization ComputeNormalization(const ImageSet& set, float max_value, bool normalize);
 
 // The normalization a run (or an evaluation) uses: ComputeNormalization's, unless the network
-// comes from a checkpoint that recorded its input format (`recorded_input_json`, a
-// topiary.v1.InputFormat; empty: none), whose per-channel mean and inverse std it keeps, so an
-// imported model reads what it was trained on. Errors when the channel counts differ.
+// comes from a checkpoint that recorded its input format (`recorded`; null: none), whose
+// per-channel mean and inverse std it keeps, so an imported model reads what it was trained
+// on. Errors when the channel counts differ.
 absl::StatusOr<Normalization> RunNormalization(const ImageSet& set, float max_value, bool normalize,
-                                               const std::string& recorded_input_json);
+                                               const topiary::v1::InputFormat* recorded);
 
 // What a network trained on `set` reads, for checkpoints (and through them PyTorch and ONNX).
 topiary::v1::InputFormat DescribeInput(const ImageSet& set, int classes, float max_value,

@@ -1,7 +1,6 @@
 #include "trainer/export/onnx_export.h"
 
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <cmath>
 #include <cstring>
@@ -19,10 +18,11 @@
 #include "trainer/data/dataset.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
-#include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/store/checkpoint_schema.h"
+#include "trainer/store/inference.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -438,16 +438,14 @@ absl::StatusOr<OnnxExportSummary> ExportOnnx(
 absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& checkpoint,
                                                          const OnnxExportOptions& options,
                                                          const std::string& path) {
-  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(checkpoint));
-  const CheckpointState state = CheckpointStateOf(doc);
-  TOPIARY_ASSIGN_OR_RETURN(auto parsed, ParseSpec(state.spec_text, checkpoint + " (its spec)"));
-  const topiary::v1::ExperimentSpec spec = WithDefaults(parsed);
+  TOPIARY_ASSIGN_OR_RETURN(const InferenceCheckpoint opened, OpenForInference(checkpoint));
+  const H5Document& doc = opened.file.doc;
+  const CheckpointState& state = opened.file.state;
+  const topiary::v1::ExperimentSpec& spec = opened.spec;
 
   topiary::v1::InputFormat input;
-  if (!state.input_json.empty()) {
-    if (!google::protobuf::util::JsonStringToMessage(state.input_json, &input).ok()) {
-      return absl::DataLossError(absl::StrCat(checkpoint, ": /@input: not an InputFormat"));
-    }
+  if (state.input) {
+    input = *state.input;
   } else {
     // Written before checkpoints recorded their input: the run's normalization again.
     auto data = LoadDataset(spec.data(), spec.seed());
@@ -473,11 +471,8 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
   cpu.set_kind(topiary::v1::DeviceSpec::CPU);
   TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(cpu));
   TOPIARY_ASSIGN_OR_RETURN(
-      auto model, BuildCheckpointModel(state, checkpoint, spec.model().width(),
-                                       Shape4{1, input.height(), input.width(), input.channels()},
-                                       input.classes(), device.get()));
-  TOPIARY_ASSIGN_OR_RETURN(auto loaded,
-                           LoadCheckpoint(doc, checkpoint, model.get(), /*with_optimizer=*/false));
+      auto model, InferenceModel(opened, Shape4{1, input.height(), input.width(), input.channels()},
+                                 input.classes(), device.get(), /*load=*/true));
 
   // Approximate layers are exported exact; how they were approximated goes in the metadata,
   // so that a hardware flow reading the graph knows each layer's multiplier and codes.
@@ -495,21 +490,16 @@ absl::StatusOr<OnnxExportSummary> ExportCheckpointToOnnx(const std::string& chec
     }
     fields[kWeightTuningAttr].set_bool_value(AttrInt(attrs, kWeightTuningAttr) != 0);
   }
-  std::string input_json, approximation_json;
-  google::protobuf::util::JsonPrintOptions json;
-  json.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(input, &input_json, json);
-  (void)google::protobuf::util::MessageToJsonString(approximation, &approximation_json);
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"topiary.model_arch", state.model_arch},
       {"topiary.experiment", state.experiment_id},
       {"topiary.round", std::to_string(state.position.round)},
       {"topiary.epoch", std::to_string(state.position.epoch)},
-      {"topiary.metrics", state.metrics_json},
-      {"topiary.input", input_json},
+      {"topiary.metrics", ToJson(state.metrics)},
+      {"topiary.input", ToJson(input)},
       {"topiary.batch_norm", options.fold_batch_norm ? "folded" : "kept"},
       {"topiary.approximate_layers_exported_exact", absl::StrJoin(approximate, ",")},
-      {"topiary.approximation", approximation_json},
+      {"topiary.approximation", ToJson(approximation)},
   };
   TOPIARY_ASSIGN_OR_RETURN(auto summary, ExportOnnx(*model, input, options, metadata, path));
   summary.approximate_layers = approximate;

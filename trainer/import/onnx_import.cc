@@ -1,7 +1,5 @@
 #include "trainer/import/onnx_import.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -813,11 +811,8 @@ absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onn
   TOPIARY_ASSIGN_OR_RETURN(ImportedModel imported,
                            ImportOnnx(bytes, onnx_path, options, device.get()));
   CheckpointState state;
-  google::protobuf::util::JsonPrintOptions json;
-  json.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(imported.input, &state.input_json, json);
+  state.input = imported.input;
   state.parent = onnx_path;
-  state.metrics_json = "{}";
   TOPIARY_RETURN_IF_ERROR(
       SaveCheckpoint(out_path, *imported.model, state,
                      options.create_only ? WriteMode::kCreate : WriteMode::kReplace));

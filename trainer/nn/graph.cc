@@ -1,7 +1,5 @@
 #include "trainer/nn/graph.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +24,6 @@ constexpr int kMaxStride = 16;
 constexpr int64_t kMaxLayerWeights = int64_t{1} << 27;   // 512 MB of fp32
 constexpr int64_t kMaxModelWeights = int64_t{1} << 29;   // 2 GB of fp32
 constexpr int64_t kMaxValueElements = int64_t{1} << 28;  // one image's activation
-constexpr size_t kMaxJsonBytes = 16 << 20;
 
 // Layer names become HDF5 group names and ONNX tensor names: a safe alphabet only.
 bool GoodName(const std::string& name) {
@@ -249,29 +246,6 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const NetworkGraph& g
                                                    "', is not the logits: ", st.message()));
   }
   return model;
-}
-
-std::string NetworkGraphToJson(const NetworkGraph& graph) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(graph, &out, options);
-  return out;
-}
-
-absl::StatusOr<NetworkGraph> NetworkGraphFromJson(const std::string& json,
-                                                  const std::string& what) {
-  if (json.size() > kMaxJsonBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: network graph of %d bytes (at most %d)",
-                                                      what, json.size(), kMaxJsonBytes));
-  }
-  NetworkGraph g;
-  auto st = google::protobuf::util::JsonStringToMessage(json, &g);
-  if (!st.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": not a network graph: ", std::string(st.message()).substr(0, 200)));
-  }
-  return g;
 }
 
 }  // namespace topiary

@@ -32,11 +32,6 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModelFromGraph(const topiary::v1::Ne
                                                            const std::string& what = "network",
                                                            int64_t max_parameter_values = -1);
 
-// The graph as JSON (the checkpoint attribute `network`), and back; parsing bounds the size.
-std::string NetworkGraphToJson(const topiary::v1::NetworkGraph& graph);
-absl::StatusOr<topiary::v1::NetworkGraph> NetworkGraphFromJson(const std::string& json,
-                                                               const std::string& what);
-
 }  // namespace topiary
 
 #endif  // TOPIARY_TRAINER_NN_GRAPH_H_

@@ -7,6 +7,7 @@
 
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/util/json.h"
 
 namespace topiary {
 namespace {
@@ -23,9 +24,9 @@ TEST(Graph, EveryZooArchitectureRoundTrips) {
     auto zoo = BuildModel(arch, 0.5f, in, 10, dev.get());
     ASSERT_TRUE(zoo.ok()) << zoo.status();
     const NetworkGraph g = DescribeModel(**zoo);
-    auto parsed = NetworkGraphFromJson(NetworkGraphToJson(g), "test");
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
-    auto rebuilt = BuildModelFromGraph(*parsed, dev.get());
+    NetworkGraph parsed;
+    ASSERT_TRUE(FromJson(ToJson(g), &parsed, "test", JsonUnknown::kRefuse).ok());
+    auto rebuilt = BuildModelFromGraph(parsed, dev.get());
     ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
     EXPECT_EQ(DescribeModel(**rebuilt).SerializeAsString(), g.SerializeAsString());
     const auto a = (*zoo)->parameters(), b = (*rebuilt)->parameters();
@@ -142,8 +143,9 @@ TEST(Graph, HostileGraphsAreRefusedByName) {
     EXPECT_NE(model.status().message().find(c.expect), std::string::npos) << model.status();
     EXPECT_NE(model.status().message().find("file.h5"), std::string::npos) << model.status();
   }
-  EXPECT_FALSE(NetworkGraphFromJson("{\"layers\": 7}", "x").ok());
-  EXPECT_FALSE(NetworkGraphFromJson(std::string(17 << 20, ' '), "x").ok());
+  NetworkGraph parsed;
+  EXPECT_FALSE(FromJson("{\"layers\": 7}", &parsed, "x", JsonUnknown::kRefuse).ok());
+  EXPECT_FALSE(FromJson(std::string(17 << 20, ' '), &parsed, "x", JsonUnknown::kRefuse).ok());
 }
 
 }  // namespace

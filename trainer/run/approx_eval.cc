@@ -14,6 +14,7 @@
 #include "trainer/run/step_runner.h"
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
+#include "trainer/store/inference.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -21,30 +22,20 @@ namespace topiary {
 using topiary::v1::ApproximationSpec;
 
 struct CheckpointEvaluator::State {
-  std::string path;
-  CheckpointState checkpoint;
-  topiary::v1::ExperimentSpec spec;
+  InferenceCheckpoint checkpoint;
+  const topiary::v1::ExperimentSpec& spec = checkpoint.spec;
   std::unique_ptr<Device> device;
   Dataset data;
   std::optional<Batcher> batcher;
   mutable std::optional<DeviceBatches> batches;  // mutable: a streamed set prefetches
   std::vector<ConvLayerInfo> convs;
 
-  // A fresh model of the checkpoint's architecture (parameters not loaded).
-  absl::StatusOr<std::unique_ptr<Model>> BuildModel() const {
-    return BuildCheckpointModel(checkpoint, path, spec.model().width(),
-                                {1, data.test.batch_h(), data.test.batch_w(), data.test.c},
-                                data.classes, device.get());
-  }
-
-  // The checkpoint's model with `approx` applied and its weights (and masks) loaded.
-  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const ApproximationSpec& approx) const {
-    TOPIARY_ASSIGN_OR_RETURN(auto model, BuildModel());
-    // Before the load: a moving-average range is a parameter the checkpoint may hold.
-    if (approx.rules_size() > 0) TOPIARY_RETURN_IF_ERROR(ApplyApproximation(approx, model.get()));
-    TOPIARY_ASSIGN_OR_RETURN(auto loaded,
-                             LoadCheckpoint(path, model.get(), /*with_optimizer=*/false));
-    return model;
+  // The checkpoint's model for the test images: fresh, or with `approx` applied and its
+  // weights (and masks) loaded.
+  absl::StatusOr<std::unique_ptr<Model>> MakeModel(
+      bool load, const ApproximationSpec* approx = nullptr) const {
+    return InferenceModel(checkpoint, {1, data.test.batch_h(), data.test.batch_w(), data.test.c},
+                          data.classes, device.get(), load, approx);
   }
 };
 
@@ -57,16 +48,12 @@ std::string CheckpointEvaluator::device_name() const { return state_->device->na
 
 absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
     const std::string& checkpoint) {
-  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(checkpoint));
-  const CheckpointState cs = CheckpointStateOf(doc);
-  TOPIARY_ASSIGN_OR_RETURN(auto spec, ParseSpec(cs.spec_text, checkpoint + " (its spec)"));
-  if (auto st = ValidateSpec(spec); !st.ok()) {
+  auto s = std::make_unique<State>();
+  TOPIARY_ASSIGN_OR_RETURN(s->checkpoint, OpenForInference(checkpoint));
+  if (auto st = ValidateSpec(s->spec); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint, ": its spec: ", st.message()));
   }
-  auto s = std::make_unique<State>();
-  s->path = checkpoint;
-  s->checkpoint = cs;
-  s->spec = WithDefaults(spec);
+  const CheckpointState& cs = s->checkpoint.file.state;
   TOPIARY_ASSIGN_OR_RETURN(auto device, CreateDevice(s->spec.device()));
   s->device = std::move(device);
   TOPIARY_ASSIGN_OR_RETURN(auto data, LoadDataset(s->spec.data(), s->spec.seed()));
@@ -76,14 +63,14 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   TOPIARY_ASSIGN_OR_RETURN(
       const Normalization norm,
       RunNormalization(s->data.train, s->data.max_value, s->spec.data().normalize(),
-                       s->spec.model().arch().empty() ? cs.input_json : std::string()));
+                       s->spec.model().arch().empty() && cs.input ? &*cs.input : nullptr));
   s->batcher.emplace(&s->data.test, s->data.max_value, norm, topiary::v1::Augment{},
                      s->spec.seed());
   TOPIARY_ASSIGN_OR_RETURN(auto batches, DeviceBatches::Create(&*s->batcher, s->device.get()));
   s->batches.emplace(std::move(batches));
   TOPIARY_RETURN_IF_ERROR(s->batches->SetSequentialOrder());
   // The conv layers and their work, from a model of the checkpoint's architecture.
-  TOPIARY_ASSIGN_OR_RETURN(auto model, s->BuildModel());
+  TOPIARY_ASSIGN_OR_RETURN(auto model, s->MakeModel(/*load=*/false));
   for (const Model::Node& node : model->nodes()) {
     if (node.layer->kind() != LayerKind::kConv2d) continue;
     const kernels::ConvShape sh = static_cast<const Conv2d*>(node.layer)->ShapeFor(1);
@@ -136,7 +123,7 @@ absl::StatusOr<EvalResult> CheckpointEvaluator::Evaluate(
     const std::optional<ApproximationSpec>& approximation, std::vector<CodeUse>* code_use) {
   const State& s = *state_;
   const ApproximationSpec& approx = approximation ? *approximation : s.spec.approximation();
-  TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(approx));
+  TOPIARY_ASSIGN_OR_RETURN(auto model, s.MakeModel(/*load=*/true, &approx));
   // fp32 (or TF32 where the spec asks), whatever the training precision: approximate
   // convolutions read fp32 activations, and every assignment is compared on one footing.
   PlanOptions options = PlanOptionsForSpec(s.spec);
@@ -200,7 +187,7 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
     Bench b;
     b.engine = mode == BlockSparseMode::kOff ? "dense" : "dispatch";
     b.batch = batch;
-    TOPIARY_ASSIGN_OR_RETURN(auto model, s.LoadModel(s.spec.approximation()));
+    TOPIARY_ASSIGN_OR_RETURN(auto model, s.MakeModel(/*load=*/true, &s.spec.approximation()));
     PlanOptions options = PlanOptionsForSpec(s.spec);  // deterministic too, as trained
     options.block_sparse = mode;
     TOPIARY_ASSIGN_OR_RETURN(auto net, Network::Plan(model.get(), batch, false, options));

@@ -1,20 +1,10 @@
 #include "trainer/run/events.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/util/json.h"
 
 namespace topiary {
-
-std::string MessageToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  opts.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
-  return out;
-}
 
 std::string EventToJsonLine(const topiary::v1::Event& event) {
   const google::protobuf::Message* body = nullptr;
@@ -58,7 +48,7 @@ std::string EventToJsonLine(const topiary::v1::Event& event) {
   std::string head =
       absl::StrFormat(R"({"event":"%s","seq":%d,"time_s":%.3f)", kind, event.seq(), event.time_s());
   if (body == nullptr) return head + "}";
-  const std::string fields = MessageToJson(*body);  // "{...}"
+  const std::string fields = ToJson(*body);  // "{...}"
   if (fields.size() <= 2) return head + "}";
   return absl::StrCat(head, ",", fields.substr(1));
 }

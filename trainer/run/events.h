@@ -2,16 +2,12 @@
 #ifndef TOPIARY_TRAINER_RUN_EVENTS_H_
 #define TOPIARY_TRAINER_RUN_EVENTS_H_
 
-#include <google/protobuf/message.h>
-
 #include <string>
 
 #include "topiary/v1/events.pb.h"
 
 namespace topiary {
 
-// One message as JSON with proto field names and every field printed (zeros included).
-std::string MessageToJson(const google::protobuf::Message& message);
 // The event flattened into one line (no trailing newline).
 std::string EventToJsonLine(const topiary::v1::Event& event);
 

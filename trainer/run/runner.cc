@@ -1,7 +1,6 @@
 #include "trainer/run/runner.h"
 
 #include <dirent.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,7 +15,6 @@
 #include "trainer/dist/rank_group.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/device_batches.h"
-#include "trainer/run/events.h"
 #include "trainer/run/gradient_sampling.h"
 #include "trainer/run/phase_trainer.h"
 #include "trainer/run/round_report.h"
@@ -24,6 +22,7 @@
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -81,7 +80,7 @@ class ExperimentRun : public PhaseHooks {
   // Setup, in order.
   absl::Status SetupRanks();
   // A spec without model.arch: the network (and the input format) of the checkpoint it starts
-  // from, read into checkpoint_network_.
+  // from, opened into network_from_.
   absl::Status ReadCheckpointNetwork();
   // The checkpoint the run starts from: --resume's, else init_from_checkpoint (may be empty).
   const std::string& StartCheckpoint() const {
@@ -122,8 +121,9 @@ class ExperimentRun : public PhaseHooks {
   const RunOptions& options_;
   RunRecorder& recorder_;
   std::unique_ptr<RankGroup> ranks_;
-  std::optional<CheckpointState> checkpoint_network_;  // set when the spec has no model.arch
-  std::optional<H5Document> start_doc_;  // its file, read by then, until LoadStart loads it
+  // The start checkpoint, opened early when the spec has no model.arch (the network is the
+  // file's), until LoadStart loads it.
+  std::optional<CheckpointFile> network_from_;
   std::optional<Dataset> data_;
   std::optional<Batcher> train_batcher_, test_batcher_;
   std::unique_ptr<PhaseTrainer> trainer_;
@@ -135,7 +135,7 @@ class ExperimentRun : public PhaseHooks {
   RunControl::Stop stopped_ = RunControl::Stop::kNone;
   bool dense_done_ = false;
   std::string parent_;
-  std::string input_json_;  // topiary.v1.InputFormat: what the network reads
+  topiary::v1::InputFormat input_;                        // what the network reads
   topiary::v1::GradientSamplingReport sampling_applied_;  // sampled gradients: what was applied
   std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
   int stalled_round_ = 0;              // the round after which no layer could progress (0: none)
@@ -189,23 +189,21 @@ absl::Status ExperimentRun::ReadCheckpointNetwork() {
   const std::string& from = StartCheckpoint();
   // Read whole and checked now, so that the network is built only as large as the file's
   // weights (BuildCheckpointModel); LoadStart loads this same document.
-  auto doc = ReadCheckpointFile(from);
-  if (!doc.ok()) {
+  auto file = OpenCheckpoint(from);
+  if (!file.ok()) {
     return absl::Status(
-        doc.status().code(),
+        file.status().code(),
         absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
-                     " (the network of a spec without model.arch): ", doc.status().message()));
+                     " (the network of a spec without model.arch): ", file.status().message()));
   }
-  CheckpointState state = CheckpointStateOf(*doc);
-  if (state.network_json.empty()) {
+  if (!file->state.network) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.arch: empty, and ", from,
                      " records no network (written before checkpoints did): name its "
                      "architecture, ",
-                     state.model_arch));
+                     file->state.model_arch));
   }
-  checkpoint_network_ = std::move(state);
-  start_doc_ = std::move(*doc);
+  network_from_ = std::move(*file);
   return absl::OkStatus();
 }
 
@@ -220,12 +218,13 @@ absl::Status ExperimentRun::SetupData() {
   if (data_->test.size() == 0) return absl::InvalidArgumentError("data: the test set is empty");
   TOPIARY_ASSIGN_OR_RETURN(
       const Normalization norm,
-      RunNormalization(data_->train, data_->max_value, spec_.data().normalize(),
-                       checkpoint_network_ ? checkpoint_network_->input_json : std::string()));
+      RunNormalization(
+          data_->train, data_->max_value, spec_.data().normalize(),
+          network_from_ && network_from_->state.input ? &*network_from_->state.input : nullptr));
   train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
                          spec_.seed());
   test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
-  input_json_ = MessageToJson(DescribeInput(data_->train, data_->classes, data_->max_value, norm));
+  input_ = DescribeInput(data_->train, data_->classes, data_->max_value, norm);
   return absl::OkStatus();
 }
 
@@ -235,10 +234,10 @@ absl::Status ExperimentRun::BuildModels() {
   return ranks_->Run([&](int r) -> absl::Status {
     TOPIARY_ASSIGN_OR_RETURN(
         std::unique_ptr<Model> model,
-        checkpoint_network_ ? BuildCheckpointModel(*checkpoint_network_, StartCheckpoint(), 1.0f,
-                                                   input, data_->classes, ranks_->device(r))
-                            : BuildModel(spec_.model().arch(), spec_.model().width(), input,
-                                         data_->classes, ranks_->device(r)));
+        network_from_ ? BuildCheckpointModel(network_from_->state, StartCheckpoint(), 1.0f, input,
+                                             data_->classes, ranks_->device(r))
+                      : BuildModel(spec_.model().arch(), spec_.model().width(), input,
+                                   data_->classes, ranks_->device(r)));
     model->Initialize(spec_.seed());
     if (spec_.has_approximation()) {
       TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model.get()));
@@ -258,9 +257,9 @@ absl::Status ExperimentRun::LoadStart() {
   const bool resume = !options_.resume_from.empty();
   const std::string& from = StartCheckpoint();
   if (!from.empty()) {
-    auto state = start_doc_ ? LoadCheckpoint(*start_doc_, from, ranks_->model(), resume)
-                            : LoadCheckpoint(from, ranks_->model(), /*with_optimizer=*/resume);
-    start_doc_.reset();
+    auto state = network_from_ ? LoadCheckpoint(*network_from_, ranks_->model(), resume)
+                               : LoadCheckpoint(from, ranks_->model(), /*with_optimizer=*/resume);
+    network_from_.reset();
     if (!state.ok()) {
       return absl::Status(
           state.status().code(),
@@ -271,10 +270,7 @@ absl::Status ExperimentRun::LoadStart() {
     if (resume) {
       position_ = state->position;
       parent_ = state->parent;
-      if (!state->metrics_json.empty()) {
-        (void)google::protobuf::util::JsonStringToMessage(state->metrics_json,
-                                                          &recorder_.metrics());
-      }
+      recorder_.metrics() = state->metrics;
       dense_done_ = position_.round > 0 || position_.phase_epoch >= spec_.train().epochs();
     }
   }
@@ -359,8 +355,8 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   state.spec_text = SpecToText(spec_);
   state.position = position_;
   state.seed = spec_.seed();
-  state.metrics_json = MessageToJson(metrics);
-  state.input_json = input_json_;
+  state.metrics = metrics;
+  state.input = input_;
   // Rank 0 writes; every other rank must hold the same model, bit for bit.
   TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
   TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *ranks_->model(), state));
@@ -561,7 +557,7 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
   *e.mutable_summary() = summary;
   recorder.Emit(e);
   if (!options.out_dir.empty() && IsDirectory(options.out_dir)) {
-    (void)WriteFileAtomic(options.out_dir + "/summary.json", MessageToJson(summary) + "\n");
+    (void)WriteFileAtomic(options.out_dir + "/summary.json", ToJson(summary) + "\n");
   }
   return summary;
 }

@@ -2,7 +2,6 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "trainer/spec/catalog.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "trainer/util/utf8.h"
 #include "util/status_macros.h"
 
@@ -280,13 +280,7 @@ absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::str
   ExperimentSpec spec;
   const absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
   if (!trimmed.empty() && trimmed.front() == '{') {
-    google::protobuf::util::JsonParseOptions opts;
-    opts.ignore_unknown_fields = false;
-    const auto st = google::protobuf::util::JsonStringToMessage(text, &spec, opts);
-    if (!st.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": invalid JSON spec: ", std::string(st.message())));
-    }
+    TOPIARY_RETURN_IF_ERROR(FromJson(text, &spec, source, JsonUnknown::kRefuse));
     return spec;
   }
   google::protobuf::TextFormat::Parser parser;

@@ -15,6 +15,7 @@
 #include "trainer/nn/model_zoo.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -230,7 +231,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
                             WriteMode mode) {
   state.created_at = NowIso8601();
   state.model_arch = model.arch();
-  state.network_json = NetworkGraphToJson(DescribeModel(model));
+  state.network = DescribeModel(model);
   H5Document doc;
   H5Attrs& root = doc.groups[kRootGroup];
   root[kFormatAttr] = std::string(kCheckpointFormat);
@@ -246,9 +247,9 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
   root[kSpecAttr] = state.spec_text;
   root[kParentAttr] = state.parent;
   root[kCreatedAtAttr] = state.created_at;
-  root[kMetricsAttr] = state.metrics_json.empty() ? std::string("{}") : state.metrics_json;
-  if (!state.input_json.empty()) root[kInputAttr] = state.input_json;
-  root[kNetworkAttr] = state.network_json;
+  root[kMetricsAttr] = ToJson(state.metrics);
+  if (state.input) root[kInputAttr] = ToJson(*state.input);
+  root[kNetworkAttr] = ToJson(*state.network);
   doc.groups[kOptimizerGroup][kAlgorithmAttr] = std::string("sgd");
   doc.groups[kOptimizerGroup][kGlobalStepAttr] = at.global_step();
   H5Attrs& rng = doc.groups[kRngGroup];
@@ -320,16 +321,33 @@ absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path) {
 
 namespace {
 
-CheckpointState StateOfRoot(const H5Attrs& root) {
+// The root's JSON attribute `name` into `out`.
+absl::Status ParseRootJson(const H5Attrs& root, const char* name, const std::string& path,
+                           JsonUnknown unknown, google::protobuf::Message* out) {
+  return FromJson(AttrString(root, name), out, absl::StrCat(path, ": /@", name), unknown);
+}
+
+absl::StatusOr<CheckpointState> StateOfRoot(const H5Attrs& root, const std::string& path) {
   CheckpointState s;
   s.experiment_id = AttrString(root, kExperimentIdAttr);
   s.parent = AttrString(root, kParentAttr);
   s.spec_text = AttrString(root, kSpecAttr);
   s.model_arch = AttrString(root, kModelArchAttr);
   s.created_at = AttrString(root, kCreatedAtAttr);
-  s.metrics_json = AttrString(root, kMetricsAttr);
-  if (root.count(kInputAttr)) s.input_json = AttrString(root, kInputAttr);
-  if (root.count(kNetworkAttr)) s.network_json = AttrString(root, kNetworkAttr);
+  // Metrics are a record (a newer writer's keys are ignored); the input and the network say
+  // what runs, so a key this build does not know is refused.
+  if (root.count(kMetricsAttr)) {
+    TOPIARY_RETURN_IF_ERROR(
+        ParseRootJson(root, kMetricsAttr, path, JsonUnknown::kIgnore, &s.metrics));
+  }
+  if (root.count(kInputAttr)) {
+    TOPIARY_RETURN_IF_ERROR(
+        ParseRootJson(root, kInputAttr, path, JsonUnknown::kRefuse, &s.input.emplace()));
+  }
+  if (root.count(kNetworkAttr)) {
+    TOPIARY_RETURN_IF_ERROR(
+        ParseRootJson(root, kNetworkAttr, path, JsonUnknown::kRefuse, &s.network.emplace()));
+  }
   RunPosition& at = s.position;
   at.round = static_cast<int>(AttrInt(root, kRoundAttr));
   at.epoch = static_cast<int>(AttrInt(root, kEpochAttr));
@@ -341,8 +359,8 @@ CheckpointState StateOfRoot(const H5Attrs& root) {
 
 }  // namespace
 
-CheckpointState CheckpointStateOf(const H5Document& doc) {
-  CheckpointState s = StateOfRoot(doc.groups.at(kRootGroup));
+absl::StatusOr<CheckpointState> CheckpointStateOf(const H5Document& doc, const std::string& path) {
+  TOPIARY_ASSIGN_OR_RETURN(CheckpointState s, StateOfRoot(doc.groups.at(kRootGroup), path));
   auto rng = doc.groups.find(kRngGroup);
   if (rng != doc.groups.end()) s.seed = static_cast<uint64_t>(AttrInt(rng->second, kSeedAttr));
   s.stored_parameter_values = 0;
@@ -357,18 +375,28 @@ absl::StatusOr<CheckpointState> ReadCheckpointState(const std::string& path) {
   if (AttrString(root, kFormatAttr) != kCheckpointFormat) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": not a Topiary checkpoint"));
   }
-  return StateOfRoot(root);
+  return StateOfRoot(root, path);
+}
+
+absl::StatusOr<CheckpointFile> OpenCheckpoint(const std::string& path) {
+  CheckpointFile file;
+  file.path = path;
+  TOPIARY_ASSIGN_OR_RETURN(file.doc, ReadCheckpointFile(path));
+  TOPIARY_ASSIGN_OR_RETURN(file.state, CheckpointStateOf(file.doc, path));
+  return file;
 }
 
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
                                                bool with_optimizer) {
-  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(path));
-  return LoadCheckpoint(doc, path, model, with_optimizer);
+  TOPIARY_ASSIGN_OR_RETURN(auto file, OpenCheckpoint(path));
+  return LoadCheckpoint(file, model, with_optimizer);
 }
 
-absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,
-                                               Model* model, bool with_optimizer) {
-  const CheckpointState state = CheckpointStateOf(doc);
+absl::StatusOr<CheckpointState> LoadCheckpoint(const CheckpointFile& file, Model* model,
+                                               bool with_optimizer) {
+  const H5Document& doc = file.doc;
+  const std::string& path = file.path;
+  const CheckpointState& state = file.state;
   if (state.model_arch != model->arch()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: a checkpoint of %s, not %s", path, state.model_arch, model->arch()));
@@ -477,11 +505,8 @@ absl::StatusOr<std::unique_ptr<Model>> BuildCheckpointModel(const CheckpointStat
                                                             const std::string& path, float width,
                                                             Shape4 input, int classes,
                                                             Device* device) {
-  if (state.network_json.empty()) {
-    return BuildModel(state.model_arch, width, input, classes, device);
-  }
-  TOPIARY_ASSIGN_OR_RETURN(auto graph,
-                           NetworkGraphFromJson(state.network_json, path + ": /@network"));
+  if (!state.network) return BuildModel(state.model_arch, width, input, classes, device);
+  const topiary::v1::NetworkGraph& graph = *state.network;
   if (graph.height() != input.h || graph.width() != input.w || graph.channels() != input.c ||
       graph.classes() != classes) {
     return absl::InvalidArgumentError(absl::StrFormat(

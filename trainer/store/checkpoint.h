@@ -6,9 +6,13 @@
 #define TOPIARY_TRAINER_STORE_CHECKPOINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "topiary/v1/checkpoint.pb.h"
+#include "topiary/v1/events.pb.h"
+#include "topiary/v1/network.pb.h"
 #include "trainer/nn/model.h"
 #include "trainer/store/hdf5_file.h"
 
@@ -36,12 +40,12 @@ struct CheckpointState {
   std::string parent;     // the checkpoint this experiment started from, if any
   std::string spec_text;  // the experiment's spec (text format, defaults filled in)
   std::string model_arch;
-  std::string created_at;    // ISO 8601, UTC (set by SaveCheckpoint)
-  std::string metrics_json;  // loss, top1, sparsity, the round table so far, ...
-  std::string input_json;    // topiary.v1.InputFormat as JSON (empty: not recorded)
-  // topiary.v1.NetworkGraph as JSON (trainer/nn/graph.h); empty in files written before
-  // checkpoints recorded it (their network is the zoo's model_arch). Set by SaveCheckpoint.
-  std::string network_json;
+  std::string created_at;                  // ISO 8601, UTC (set by SaveCheckpoint)
+  topiary::v1::CheckpointMetrics metrics;  // loss, top1, sparsity, the round table so far, ...
+  std::optional<topiary::v1::InputFormat> input;  // what the network reads (absent: not recorded)
+  // The network (trainer/nn/graph.h); absent in files written before checkpoints recorded it
+  // (their network is the zoo's model_arch). Set by SaveCheckpoint.
+  std::optional<topiary::v1::NetworkGraph> network;
   RunPosition position;
   uint64_t seed = 0;  // the experiment's seed (every random stream derives from it)
   // The float32 values the file stores under /layers (set by CheckpointStateOf; -1 when only
@@ -62,7 +66,18 @@ absl::Status SaveCheckpoint(const std::string& path, const Model& model, Checkpo
 // Reads `path` and checks that it is a Topiary checkpoint of a supported version. Errors
 // name the file and the problem (missing, not HDF5, truncated, checksum, foreign, version).
 absl::StatusOr<H5Document> ReadCheckpointFile(const std::string& path);
-CheckpointState CheckpointStateOf(const H5Document& doc);
+// The state `doc` (read from `path`) records. The JSON attributes (metrics, input, network)
+// are parsed here, once: errors name the file and the attribute.
+absl::StatusOr<CheckpointState> CheckpointStateOf(const H5Document& doc, const std::string& path);
+
+// A checkpoint read whole and checked, with its state: what every reader of weights opens
+// (runs starting from it, evaluation, export, fork), so the file is read and parsed once.
+struct CheckpointFile {
+  std::string path;
+  H5Document doc;
+  CheckpointState state;
+};
+absl::StatusOr<CheckpointFile> OpenCheckpoint(const std::string& path);
 
 // The state of `path` without its tensors, for listings: the file's seal is checked (DATA_LOSS
 // when damaged) but not the schema of every dataset; NOT_FOUND only when it is missing.
@@ -73,10 +88,9 @@ absl::StatusOr<CheckpointState> ReadCheckpointState(const std::string& path);
 // shapes, mask sizes) before anything is changed, so a failed load leaves the model as it was.
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, Model* model,
                                                bool with_optimizer);
-// The same, from `doc` as ReadCheckpointFile(path) returned it (a caller that has read the
-// file for its metadata does not read it again).
-absl::StatusOr<CheckpointState> LoadCheckpoint(const H5Document& doc, const std::string& path,
-                                               Model* model, bool with_optimizer);
+// The same, from a file already open.
+absl::StatusOr<CheckpointState> LoadCheckpoint(const CheckpointFile& file, Model* model,
+                                               bool with_optimizer);
 
 // A fresh model (parameters created, not loaded) of the network `state` records, for images
 // `input` and `classes` classes on `device`: the recorded graph, or, in a file without one,

@@ -117,8 +117,9 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
 
 absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
                                                    const std::string& layer_pattern) {
-  TOPIARY_ASSIGN_OR_RETURN(auto doc, ReadCheckpointFile(path));
-  const CheckpointState state = CheckpointStateOf(doc);
+  TOPIARY_ASSIGN_OR_RETURN(const CheckpointFile file, OpenCheckpoint(path));
+  const H5Document& doc = file.doc;
+  const CheckpointState& state = file.state;
   CheckpointReport report;
   report.set_path(path);
   report.set_format_version(AttrInt(doc.groups.at(kRootGroup), kFormatVersionAttr));
@@ -129,7 +130,7 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
   report.set_round(state.position.round);
   report.set_epoch(state.position.epoch);
   report.set_global_step(state.position.global_step());
-  report.set_metrics_json(state.metrics_json);
+  *report.mutable_metrics() = state.metrics;
   report.set_spec(state.spec_text);
   // Kernels: /layers/<layer>/kernel (datasets are sorted by path).
   std::vector<std::string> kernels;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/tools/hostile_files.h"
 #include "trainer/nn/graph.h"
@@ -16,6 +17,7 @@
 #include "trainer/store/checkpoint_report.h"
 #include "trainer/store/checkpoint_schema.h"
 #include "trainer/util/file_util.h"
+#include "trainer/util/json.h"
 #include "util/test_dir.h"
 
 namespace topiary {
@@ -102,9 +104,9 @@ TEST(HostileCheckpoint, NonRegularFilesAndLinksOutOfTheRootsAreRefused) {
 // may need no more parameter values than the file stores, checked layer by layer before
 // each is allocated; the file's own weights still build.
 TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
-  auto doc = ReadCheckpointFile(GoodFile());
-  ASSERT_TRUE(doc.ok()) << doc.status();
-  const CheckpointState good = CheckpointStateOf(*doc);
+  auto file = OpenCheckpoint(GoodFile());
+  ASSERT_TRUE(file.ok()) << file.status();
+  const CheckpointState& good = file->state;
   EXPECT_GT(good.stored_parameter_values, 200000);  // resnet20's ~270 K values
   std::unique_ptr<Device> device = MakeCpuDevice(1);
   auto built = BuildCheckpointModel(good, GoodFile(), 1.0f, {1, 28, 28, 1}, 10, device.get());
@@ -135,18 +137,49 @@ TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
   fc->add_inputs("pool");
   fc->set_out_channels(10);
   const std::string path = TempPath("wide_graph.h5");
-  testing::WriteEdited(GoodFile(), path, [&](H5Document* d) {
-    d->groups["/"][kNetworkAttr] = NetworkGraphToJson(g);
-  });
-  auto hostile = ReadCheckpointFile(path);
+  testing::WriteEdited(GoodFile(), path,
+                       [&](H5Document* d) { d->groups["/"][kNetworkAttr] = ToJson(g); });
+  auto hostile = OpenCheckpoint(path);
   ASSERT_TRUE(hostile.ok()) << hostile.status();  // a well-formed file: the graph is the lie
-  auto model = BuildCheckpointModel(CheckpointStateOf(*hostile), path, 1.0f, {1, 28, 28, 1}, 10,
-                                    device.get());
+  auto model = BuildCheckpointModel(hostile->state, path, 1.0f, {1, 28, 28, 1}, 10, device.get());
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("layer 'wide': the network needs 40960000"),
             std::string::npos)
       << model.status();
   EXPECT_NE(model.status().message().find("but its file holds"), std::string::npos);
+}
+
+// The JSON attributes are parsed once, when the file is opened: one that is not JSON of its
+// message (or, for the input and the network, names a key this build does not know) is an
+// error naming the file and the attribute, for every reader (runs, evaluate, export, inspect).
+TEST(HostileCheckpoint, JsonAttributesThatDoNotParseNameTheAttribute) {
+  const struct {
+    const char* attr;
+    std::string value;
+  } cases[] = {
+      {kMetricsAttr, "{\"test_top1\": \"high\"}"},
+      {kInputAttr, "{\"height\": 28, \"resize\": \"bicubic\"}"},
+      {kNetworkAttr, "{\"layers\": 7}"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const std::string path = TempPath(absl::StrCat("json_attr_", i++, ".h5"));
+    testing::WriteEdited(GoodFile(), path,
+                         [&](H5Document* d) { d->groups["/"][c.attr] = c.value; });
+    for (const auto& st : {OpenCheckpoint(path).status(), ReadCheckpointState(path).status(),
+                           InspectCheckpoint(path, "").status()}) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_NE(st.message().find(absl::StrCat(path, ": /@", c.attr)), std::string::npos) << st;
+    }
+  }
+  // A newer writer's metrics key is a record's, not a lie: ignored.
+  const std::string newer = TempPath("json_attr_newer.h5");
+  testing::WriteEdited(GoodFile(), newer, [&](H5Document* d) {
+    d->groups["/"][kMetricsAttr] = std::string("{\"test_top1\": 0.5, \"from_the_future\": 1}");
+  });
+  auto file = OpenCheckpoint(newer);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->state.metrics.test_top1(), 0.5);
 }
 
 // An import aimed at an acknowledged checkpoint (a run's pause.h5) replaced it: the daemon
