@@ -4,8 +4,10 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "clients/text.h"
+#include "trainer/run/events.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {
@@ -20,8 +22,8 @@ std::string FormatDuration(double seconds) {
 namespace {
 
 // "round 3 " before a fine-tuning epoch; nothing before a dense one.
-std::string PhasePrefix(const std::string& phase) {
-  return phase.empty() || phase == "dense" ? "" : phase + " ";
+std::string PhasePrefix(const topiary::v1::Phase& phase) {
+  return phase.kind() == topiary::v1::Phase::DENSE ? "" : PhaseName(phase) + " ";
 }
 
 }  // namespace
@@ -116,7 +118,9 @@ void ProgressPrinter::PrintStarted(const topiary::v1::RunStarted& s) {
   if (s.has_gradient_sampling()) {
     const auto& g = s.gradient_sampling();
     absl::FPrintF(out_, "sampled weight gradients in %d conv layers (top_k %d, %s scale), %s\n",
-                  g.layers_size(), g.top_k(), g.scale(), g.policy());
+                  g.layers_size(), g.top_k(),
+                  absl::AsciiStrToLower(topiary::v1::GradientSamplingSpec::Scale_Name(g.scale())),
+                  g.policy());
   }
 }
 

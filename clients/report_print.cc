@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -55,24 +56,26 @@ std::string MaskHeatMap(const topiary::v1::LayerReport& r) {
 // The approximate layers of a report, one line each (nothing when all are exact).
 void PrintApproximations(const topiary::v1::CheckpointReport& r) {
   bool header = false;
+  using topiary::v1::ApproximationSpec;
   for (const auto& l : r.layers()) {
-    if (l.multiplier().empty()) continue;
+    if (!l.has_approximation()) continue;
+    const topiary::v1::LayerApproximation& a = l.approximation();
     if (!header) {
       absl::PrintF("\napproximate convolutions: multiplier, table SHA-256, activation range\n");
       header = true;
     }
-    std::string range = l.range_mode();
-    if (l.activation_range_size() == 3) {
-      range += l.activation_range(2) != 0
-                   ? absl::StrFormat(" [%.4g, %.4g]", l.activation_range(0), l.activation_range(1))
+    std::string range = absl::AsciiStrToLower(ApproximationSpec::RangeMode_Name(a.range()));
+    if (a.activation_range_size() == 3) {
+      range += a.activation_range(2) != 0
+                   ? absl::StrFormat(" [%.4g, %.4g]", a.activation_range(0), a.activation_range(1))
                    : " (not yet observed)";
     }
-    absl::PrintF("  %-30s %-20s %.16s  %s%s%s\n", l.layer(), l.multiplier(), l.multiplier_sha256(),
+    absl::PrintF("  %-30s %-20s %.16s  %s%s%s\n", l.layer(), a.multiplier(), a.multiplier_sha256(),
                  range,
-                 l.weight_code() == "sign_magnitude" ? ", sign-magnitude weights"
-                 : l.weight_tuning()                 ? ", weight-tuned"
-                                                     : "",
-                 l.weight_scales() == "per_channel" ? ", per-channel weight scales" : "");
+                 a.weight_code() == ApproximationSpec::SIGN_MAGNITUDE ? ", sign-magnitude weights"
+                 : a.weight_tuning()                                  ? ", weight-tuned"
+                                                                      : "",
+                 a.per_channel_weights() ? ", per-channel weight scales" : "");
   }
 }
 
@@ -82,10 +85,11 @@ void PrintSampling(const topiary::v1::CheckpointReport& r,
   std::vector<std::string> layers;
   std::string how;
   for (const auto& l : r.layers()) {
-    if (l.weight_gradient() != "sampled") continue;
+    if (!l.has_weight_gradient()) continue;
     layers.push_back(l.layer());
-    how =
-        absl::StrFormat("top_k %d, %s scale", l.weight_gradient_top_k(), l.weight_gradient_scale());
+    how = absl::StrFormat("top_k %d, %s scale", l.weight_gradient().top_k(),
+                          absl::AsciiStrToLower(topiary::v1::GradientSamplingSpec::Scale_Name(
+                              l.weight_gradient().scale())));
   }
   if (layers.empty()) return;
   absl::PrintF("\nsampled weight gradients (%s): %s\n", how, absl::StrJoin(layers, ", "));

@@ -39,7 +39,7 @@ TEST(ScriptJson, Int64AsNumbersMetricsNestedEnumsByName) {
   layer->add_shape(3);
   layer->set_mask(topiary::v1::MASK_BLOCK);
   layer->set_sparsity(0.1);
-  layer->add_activation_range(0.1f);
+  layer->mutable_approximation()->add_activation_range(0.1f);
   const std::string json = ScriptJson(report);
   EXPECT_NE(json.find("\"parameters\":1099511627776,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"metrics\":{\"test_top1\":0.5,"), std::string::npos) << json;

@@ -76,9 +76,26 @@ TOPIARY_HD inline QuantParams SymmetricQuantParams(float min, float max) {
   return q;
 }
 
+// How weights become 8-bit codes, and over which range: the spec's approximation.weight_code
+// and weight_scales, the checkpoint's weight_code and weight_scales attributes. One enum each
+// from the spec's conversion (trainer/approx) through the layer to these kernels.
+enum class WeightCode : uint8_t {
+  kAsymmetric,    // ChooseQuantParams: TFApprox's uint8 codes with a zero point
+  kSignMagnitude  // SymmetricQuantParams: code 128 is exactly 0 (the table: SignMagnitudeTable)
+};
+enum class WeightScales : uint8_t {
+  kPerTensor,  // one range for the whole filter
+  kPerChannel  // each output channel's (filter row's) own range
+};
+struct ApproxWeights {
+  WeightCode code = WeightCode::kAsymmetric;
+  WeightScales scales = WeightScales::kPerTensor;
+};
+
 // A filter's (or, per output channel, one filter row's) weight parameters for [min, max].
-TOPIARY_HD inline QuantParams WeightParams(float min, float max, bool symmetric) {
-  return symmetric ? SymmetricQuantParams(min, max) : ChooseQuantParams(min, max);
+TOPIARY_HD inline QuantParams WeightParams(float min, float max, WeightCode code) {
+  return code == WeightCode::kSignMagnitude ? SymmetricQuantParams(min, max)
+                                            : ChooseQuantParams(min, max);
 }
 
 // floor((x - offset) / scale + 0.5) clamped to 0..255, offset = -zp * scale (NaN gives 0),
@@ -191,20 +208,16 @@ struct ApproxConvOptions {
   // null: the per-batch range) and whether this pass moves it.
   float* running_range = nullptr;
   bool update_range = false;
-  // The sign-magnitude mode's weight codes (SymmetricQuantParams; the table comes from
-  // SignMagnitudeTable).
-  bool symmetric_weights = false;
-  // Weight parameters from each output channel's own range instead of the whole filter's.
-  bool per_channel_weights = false;
+  ApproxWeights weights;
 };
 
 // The quantization parameters one pass writes: the activation's, then one per output channel
-// (all equal without per_channel_weights): params[0], params[1 + k].
+// (all equal with WeightScales::kPerTensor): params[0], params[1 + k].
 inline int ApproxParamCount(const ConvShape& shape) { return 1 + shape.k; }
 
 // The weight parameters a forward pass uses, one per output channel (params[0, K), host
 // memory): WeightParams over the whole filter's range, or over each filter row's own with
-// per_channel_weights. The CPU forward pass writes these; diagnostics that recompute a
+// WeightScales::kPerChannel. The CPU forward pass writes these; diagnostics that recompute a
 // layer's codes (trainer/approx/code_use) call it too.
 void ApproxWeightParamsCpu(const ConvShape& shape, const float* w, const ApproxConvOptions& options,
                            QuantParams* params);

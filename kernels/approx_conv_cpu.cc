@@ -74,16 +74,17 @@ void ApproxWeightParamsCpu(const ConvShape& s, const float* w, const ApproxConvO
                            QuantParams* params) {
   const int patch = s.patch();
   // A plain pair, not a structured binding: C++17 lambdas cannot capture those.
+  const bool per_channel = o.weights.scales == WeightScales::kPerChannel;
   const std::pair<float, float> whole =
-      o.per_channel_weights ? std::pair{0.0f, 0.0f} : Range(w, static_cast<int64_t>(s.k) * patch);
+      per_channel ? std::pair{0.0f, 0.0f} : Range(w, static_cast<int64_t>(s.k) * patch);
   ParallelFor(s.k, [&](int64_t begin, int64_t end, int) {
     for (int64_t k = begin; k < end; ++k) {
       std::pair<float, float> r = whole;
-      if (o.per_channel_weights) {
+      if (per_channel) {
         const auto [lo, hi] = std::minmax_element(w + k * patch, w + (k + 1) * patch);
         r = {*lo, *hi};
       }
-      params[k] = WeightParams(r.first, r.second, o.symmetric_weights);
+      params[k] = WeightParams(r.first, r.second, o.weights.code);
     }
   });
 }

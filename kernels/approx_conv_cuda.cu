@@ -87,13 +87,14 @@ __global__ void QuantizeKernel(const float* __restrict__ x, int64_t n,
 // whole filter's in ranges[2..3]), params[1 + k], its codes, fake-quantized weights and code
 // sum w_sum[k].
 __global__ void WeightCodesKernel(const float* __restrict__ w, int patch, const int* ranges,
-                                  bool per_channel, bool symmetric, QuantParams* params,
+                                  ApproxWeights weights, QuantParams* params,
                                   uint8_t* __restrict__ w_codes, float* __restrict__ wq,
                                   int32_t* __restrict__ w_sum) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * patch;
   __shared__ float warp_lo[kThreads / 32], warp_hi[kThreads / 32];
   __shared__ int32_t warp_sums[kThreads / 32];
   __shared__ QuantParams q_shared;
+  const bool per_channel = weights.scales == WeightScales::kPerChannel;
   if (per_channel) {
     float lo = INFINITY, hi = -INFINITY;
     for (int p = threadIdx.x; p < patch; p += blockDim.x) {
@@ -117,7 +118,7 @@ __global__ void WeightCodesKernel(const float* __restrict__ w, int patch, const 
         hi = fmaxf(hi, warp_hi[i]);
       }
     }
-    q_shared = params[1 + blockIdx.x] = WeightParams(lo, hi, symmetric);
+    q_shared = params[1 + blockIdx.x] = WeightParams(lo, hi, weights.code);
   }
   __syncthreads();
   const QuantParams q = q_shared;
@@ -338,16 +339,15 @@ absl::Status ApproxConv2dForwardCuda(const ConvShape& sh, const float* x, const 
   int32_t* w_sum = ws.w_sum;
   ResetRangesKernel<<<1, 32, 0, cuda.stream>>>(ranges);
   RangeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(x, x_count, ranges);
-  if (!o.per_channel_weights) {
+  if (o.weights.scales == WeightScales::kPerTensor) {
     RangeKernel<<<BlocksFor(w_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(w, w_count,
                                                                                  ranges + 2);
   }
   ActivationParamsKernel<<<1, 1, 0, cuda.stream>>>(ranges, params, o.running_range, o.update_range);
   QuantizeKernel<<<BlocksFor(x_count, cuda.sm_count), kThreads, 0, cuda.stream>>>(
       x, x_count, params, a_codes, xq);
-  WeightCodesKernel<<<sh.k, kThreads, 0, cuda.stream>>>(w, sh.patch(), ranges,
-                                                        o.per_channel_weights, o.symmetric_weights,
-                                                        params, w_codes, wq, w_sum);
+  WeightCodesKernel<<<sh.k, kThreads, 0, cuda.stream>>>(w, sh.patch(), ranges, o.weights, params,
+                                                        w_codes, wq, w_sum);
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("approximate convolution: quantization"));
   if (sh.k <= 16) {
     return LaunchTableConv<16>(sh, a_codes, w_codes, w_sum, table, params, bias, y, cuda);

@@ -69,10 +69,10 @@ Quantized Forward(const ConvShape& s, const std::vector<float>& x, const std::ve
   }
   const int patch = s.patch();
   for (int k = 0; k < s.k; ++k) {
-    auto first = w.begin() + (o.per_channel_weights ? k * patch : 0);
-    auto last = o.per_channel_weights ? first + patch : w.end();
+    auto first = w.begin() + (o.weights.scales == WeightScales::kPerChannel ? k * patch : 0);
+    auto last = o.weights.scales == WeightScales::kPerChannel ? first + patch : w.end();
     const auto [lo, hi] = std::minmax_element(first, last);
-    const QuantParams expected = WeightParams(*lo, *hi, o.symmetric_weights);
+    const QuantParams expected = WeightParams(*lo, *hi, o.weights.code);
     EXPECT_EQ(q.qw[k].scale, expected.scale) << "channel " << k;
     EXPECT_EQ(q.qw[k].zero_point, expected.zero_point) << "channel " << k;
     for (int p = 0; p < patch; ++p) {
@@ -170,7 +170,7 @@ TEST(ApproxConv, ExactTableEqualsFakeQuantizedExactConv) {
     const auto bias = RandomFloats(s.k, seed++);
     for (const bool per_channel : {false, true}) {
       ApproxConvOptions o;
-      o.per_channel_weights = per_channel;
+      o.weights.scales = per_channel ? WeightScales::kPerChannel : WeightScales::kPerTensor;
       const Quantized q = Forward(s, x, w, table, bias, o);
       EXPECT_LE(RelError(q.y, FakeQuantConvReference(s, q, bias)), 1e-5)
           << c.what << (per_channel ? ", per channel" : "");
@@ -188,7 +188,7 @@ TEST(ApproxConv, RandomTableEqualsTheFormulaWithPaddingThroughTheTable) {
     const auto bias = RandomFloats(s.k, seed++);
     for (const bool per_channel : {false, true}) {
       ApproxConvOptions o;
-      o.per_channel_weights = per_channel;
+      o.weights.scales = per_channel ? WeightScales::kPerChannel : WeightScales::kPerTensor;
       const Quantized q = Forward(s, x, w, table, bias, o);
       EXPECT_LE(RelError(q.y, FormulaReference(s, q, table, bias)), 1e-5)
           << c.what << (per_channel ? ", per channel" : "");
@@ -203,8 +203,8 @@ Quantized SignMagnitudeForward(const ConvShape& s, const std::vector<float>& x,
                                const std::vector<float>& w, const std::vector<uint16_t>& multiplier,
                                const std::vector<float>& bias, bool per_channel = false) {
   ApproxConvOptions o;
-  o.symmetric_weights = true;
-  o.per_channel_weights = per_channel;
+  o.weights.code = true ? WeightCode::kSignMagnitude : WeightCode::kAsymmetric;
+  o.weights.scales = per_channel ? WeightScales::kPerChannel : WeightScales::kPerTensor;
   return Forward(s, x, w, SignMagnitudeTable(multiplier), bias, o);
 }
 
@@ -272,8 +272,8 @@ TEST(ApproxConv, PerChannelScalesKeepSmallFiltersResolved) {
     double err[2];
     for (const bool per_channel : {false, true}) {
       ApproxConvOptions o;
-      o.symmetric_weights = symmetric;
-      o.per_channel_weights = per_channel;
+      o.weights.code = symmetric ? WeightCode::kSignMagnitude : WeightCode::kAsymmetric;
+      o.weights.scales = per_channel ? WeightScales::kPerChannel : WeightScales::kPerTensor;
       const Quantized q =
           Forward(s, x, w, symmetric ? SignMagnitudeTable(ExactTable()) : ExactTable(), bias, o);
       double e = 0, m = 0;

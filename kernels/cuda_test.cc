@@ -747,8 +747,8 @@ TEST_F(CudaKernels, ApproxConvBitIdenticalToCpu) {
         SCOPED_TRACE(std::string(symmetric ? "sign-magnitude" : "asymmetric") +
                      (per_channel ? ", per channel" : ", per tensor"));
         ApproxConvOptions o;
-        o.symmetric_weights = symmetric;
-        o.per_channel_weights = per_channel;
+        o.weights.code = symmetric ? WeightCode::kSignMagnitude : WeightCode::kAsymmetric;
+        o.weights.scales = per_channel ? WeightScales::kPerChannel : WeightScales::kPerTensor;
         const std::vector<uint16_t> t = symmetric ? SignMagnitudeTable(table) : table;
         ApproxConv2dForwardCpu(s, x.data(), w.data(), bias.data(), t.data(), y.data(), xq.data(),
                                wq.data(), cpu_params.data(), cpu_ws.data(), o);

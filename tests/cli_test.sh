@@ -246,16 +246,17 @@ check "inspect lists the sampled layers and the steps that sampled (78 steps, ev
   bash -c 'grep -q "^sampled weight gradients (top_k 2, unbiased scale): conv1, conv2$" "$0" &&
            grep -q "^  every 2 steps: 39 steps sampled, 39 exact$" "$0"' "$tmp/approx_inspect.txt"
 check "the summary event reports the sampled layers and step counts" \
-  bash -c 'tail -n 1 "$0" | grep -q "\"gradient_sampling\":{\"layers\":\[\"conv1\",\"conv2\"\],\"top_k\":2,\"scale\":\"unbiased\",\"policy\":\"every 2 steps\",\"sampled_steps\":\"39\",\"exact_steps\":\"39\"}"' "$tmp/approx.jsonl"
+  bash -c 'tail -n 1 "$0" | grep -q "\"gradient_sampling\":{\"layers\":\[\"conv1\",\"conv2\"\],\"top_k\":2,\"scale\":\"UNBIASED\",\"policy\":\"every 2 steps\",\"sampled_steps\":\"39\",\"exact_steps\":\"39\"}"' "$tmp/approx.jsonl"
 "$TOPIARY" inspect --file "$approx_ckpt" --json > "$tmp/approx_inspect.json"; rc=$?
-check "inspect --json: multiplier, multiplier_sha256, range_mode and activation_range of conv2 only" \
+check "inspect --json: conv2's approximation (multiplier, its SHA-256, range, activation_range), not conv1's" \
   python3 -c '
 import json, sys
 r = {l["layer"]: l for l in json.load(open(sys.argv[1]))["layers"]}
-c = r["conv2"]
+c = r["conv2"]["approximation"]
 assert c["multiplier"].endswith("mul8u_L40.bin") and len(c["multiplier_sha256"]) == 64, c
-assert c["range_mode"] == "moving_average" and c["activation_range"][2] == 1, c
-assert r["conv1"]["multiplier"] == "" and r["conv1"]["activation_range"] == [], r["conv1"]
+assert c["range"] == "MOVING_AVERAGE" and c["activation_range"][2] == 1, c
+assert c["weight_code"] == "ASYMMETRIC" and c["per_channel_weights"] is False, c
+assert "approximation" not in r["conv1"], r["conv1"]
 ' "$tmp/approx_inspect.json"
 "$TOPIARY" sensitivity "$dense" "$l40" > "$tmp/sens.txt"; rc=$?
 check "sensitivity prints the layer table and the assignment" \

@@ -85,7 +85,7 @@ apath=$("$TOPIARY" checkpoints "$aid" --json | python3 -c 'import json,sys; prin
 check "its checkpoint records the library table for every conv" python3 -c '
 import json, sys
 layers = [l for l in json.load(open(sys.argv[1]))["layers"] if l["layer"].startswith("conv")]
-assert len(layers) == 2 and all(l["multiplier"].endswith("/multipliers/mul8u_L40.bin") for l in layers), layers
+assert len(layers) == 2 and all(l["approximation"]["multiplier"].endswith("/multipliers/mul8u_L40.bin") for l in layers), layers
 ' "$tmp/approx_report.json"
 
 # Errors and their codes.

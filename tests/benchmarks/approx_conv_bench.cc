@@ -4,7 +4,7 @@
 // table-MAC/s (N * Ho * Wo * K * R * S * C per second). approx_conv_pytorch.py measures
 // PyTorch's LUT emulation and cuDNN on the same shapes; docs/PERFORMANCE.md has results.
 //   approx_conv_bench [--batch 512] [--iters 20] [--per_channel]
-// --per_channel: weight parameters per output channel (approximation.per_channel_weights).
+// --per_channel: weight parameters per output channel (approximation.weight_scales: PER_CHANNEL).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -40,7 +40,7 @@ int Main(int argc, char** argv) {
   int batch = 512, iters = 20;
   ApproxConvOptions options;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--per_channel")) options.per_channel_weights = true;
+    if (!std::strcmp(argv[i], "--per_channel")) options.weights.scales = WeightScales::kPerChannel;
     if (i + 1 == argc) break;
     if (!std::strcmp(argv[i], "--batch")) (void)absl::SimpleAtoi(argv[i + 1], &batch);
     if (!std::strcmp(argv[i], "--iters")) (void)absl::SimpleAtoi(argv[i + 1], &iters);
@@ -99,8 +99,8 @@ int Main(int argc, char** argv) {
         "{\"impl\":\"topiary\",\"gpu\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"per_channel\":%s,"
         "\"approx_ms\":%.4f,"
         "\"table_macs_per_s\":%.4g,\"cudnn_fp32_ms\":%.4f,\"approx_over_cudnn\":%.2f}\n",
-        gpu, l.name, batch, options.per_channel_weights ? "true" : "false", approx_ms,
-        macs / (approx_ms * 1e-3), exact_ms, approx_ms / exact_ms);
+        gpu, l.name, batch, options.weights.scales == WeightScales::kPerChannel ? "true" : "false",
+        approx_ms, macs / (approx_ms * 1e-3), exact_ms, approx_ms / exact_ms);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y),
                     static_cast<void*>(wq), static_cast<void*>(d_params), ws, cws}) {
       cudaFree(p);

@@ -80,7 +80,7 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
   for (size_t i = 0; i < tables.size(); ++i) {
     const auto& m = (multipliers)[i];
     if (!m) continue;
-    tables[i] = spec.weight_code() == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE
+    tables[i] = WeightCodeFromSpec(spec.weight_code()) == kernels::WeightCode::kSignMagnitude
                     ? kernels::SignMagnitudeTable(m->table)
                 : spec.weight_tuning() ? WeightTuned(m->table)
                                        : m->table;
@@ -91,9 +91,11 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
     a.multiplier = spec.rules(rule).multiplier();
     a.sha256 = m.sha256;
     a.weight_tuning = spec.weight_tuning();
-    a.sign_magnitude = spec.weight_code() == topiary::v1::ApproximationSpec::SIGN_MAGNITUDE;
-    a.per_channel_weights = spec.per_channel_weights();
-    a.moving_average = spec.range() == topiary::v1::ApproximationSpec::MOVING_AVERAGE;
+    a.weights.code = WeightCodeFromSpec(spec.weight_code());
+    // The spec's one bool of the approximation: the engine's enum from here on.
+    a.weights.scales = spec.per_channel_weights() ? kernels::WeightScales::kPerChannel
+                                                  : kernels::WeightScales::kPerTensor;
+    a.range = RangeFromSpec(spec.range());
     a.table = tables[rule];
     auto* conv = static_cast<Conv2d*>(model->FindLayer(name));
     if (auto st = conv->Approximate(std::move(a), model->device()); !st.ok()) {

@@ -36,8 +36,7 @@ CodeUse MeasureCodeUse(const std::string& layer, const kernels::ConvShape& s, co
   }
   // The weight codes, with the parameters the forward pass would choose.
   kernels::ApproxConvOptions o;
-  o.symmetric_weights = approx.sign_magnitude;
-  o.per_channel_weights = approx.per_channel_weights;
+  o.weights = approx.weights;
   std::vector<kernels::QuantParams> qw(s.k);
   kernels::ApproxWeightParamsCpu(s, w, o, qw.data());
   const int patch = s.patch();

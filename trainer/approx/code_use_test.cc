@@ -20,8 +20,10 @@ using kernels::testing::RandomFloats;
 ConvApproximation Approx(const Multiplier& m, bool sign_magnitude, bool per_channel) {
   ConvApproximation a;
   a.multiplier = m.name;
-  a.sign_magnitude = sign_magnitude;
-  a.per_channel_weights = per_channel;
+  a.weights.code =
+      sign_magnitude ? kernels::WeightCode::kSignMagnitude : kernels::WeightCode::kAsymmetric;
+  a.weights.scales =
+      per_channel ? kernels::WeightScales::kPerChannel : kernels::WeightScales::kPerTensor;
   a.table = sign_magnitude ? kernels::SignMagnitudeTable(m.table) : m.table;
   return a;
 }
@@ -35,10 +37,11 @@ double DirectUsedErrorPct(const kernels::ConvShape& s, const std::vector<float>&
   double err = 0, size = 0;
   const int patch = s.patch();
   for (int k = 0; k < s.k; ++k) {
-    auto first = a.per_channel_weights ? w.begin() + k * patch : w.begin();
-    auto last = a.per_channel_weights ? first + patch : w.end();
+    const bool per_channel = a.weights.scales == kernels::WeightScales::kPerChannel;
+    auto first = per_channel ? w.begin() + k * patch : w.begin();
+    auto last = per_channel ? first + patch : w.end();
     const auto [wl, wh] = std::minmax_element(first, last);
-    const kernels::QuantParams qw = kernels::WeightParams(*wl, *wh, a.sign_magnitude);
+    const kernels::QuantParams qw = kernels::WeightParams(*wl, *wh, a.weights.code);
     for (int p = 0; p < patch; ++p) {
       const int c = kernels::QuantizeCode(w[k * patch + p], qw);
       for (float v : x) {

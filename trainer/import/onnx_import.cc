@@ -302,10 +302,10 @@ class Reader {
   }
 
   // Adds a layer reading `inputs` and makes it the value of the node's first output.
-  LayerNode* Emit(const onnx::NodeProto& n, int index, const std::string& kind,
+  LayerNode* Emit(const onnx::NodeProto& n, int index, topiary::v1::NodeKind kind,
                   const std::vector<Value>& inputs) {
     std::string base = CleanName(n.name().empty() ? n.output(0) : n.name());
-    if (base.empty()) base = absl::StrCat(kind, index);
+    if (base.empty()) base = absl::StrCat(topiary::v1::NodeKind_Name(kind), index);
     std::string name = base;
     for (int k = 1; used_.count(name) || name == kGraphInput; ++k)
       name = absl::StrCat(base, "_", k);
@@ -365,7 +365,7 @@ class Reader {
     if (op == "MaxPool" || op == "AveragePool") return Pool(n, index);
     if (op == "GlobalAveragePool") {
       TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
-      Emit(n, index, "global_avg_pool", {x});
+      Emit(n, index, topiary::v1::global_avg_pool, {x});
       return absl::OkStatus();
     }
     if (op == "ReduceMean") return ReduceMean(n, index);
@@ -379,7 +379,7 @@ class Reader {
         TOPIARY_ASSIGN_OR_RETURN(Value v, In(n, i));
         ins.push_back(v);
       }
-      Emit(n, index, "concat", ins);
+      Emit(n, index, topiary::v1::concat, ins);
       return absl::OkStatus();
     }
     return NodeError(n,
@@ -420,7 +420,8 @@ class Reader {
     const int64_t groups = IntAttr(n, "group", 1);
     if (groups < 1 || groups > 65536) return NodeError(n, "group outside 1-65536");
     const bool bias = n.input_size() > 2 && !n.input(2).empty();
-    LayerNode* l = Emit(n, index, groups == 1 ? "conv2d" : "grouped_conv2d", {x});
+    LayerNode* l =
+        Emit(n, index, groups == 1 ? topiary::v1::conv2d : topiary::v1::grouped_conv2d, {x});
     l->set_out_channels(static_cast<int>(std::min<int64_t>(w->dims[0], 1 << 20)));
     l->set_kernel_h(win.kh);
     l->set_kernel_w(win.kw);
@@ -445,7 +446,7 @@ class Reader {
       }
     }
     const auto* eps = Attr(n, "epsilon");
-    LayerNode* l = Emit(n, index, "batch_norm", {x});
+    LayerNode* l = Emit(n, index, topiary::v1::batch_norm, {x});
     l->set_epsilon(eps ? eps->f() : 1e-5f);
     const ParamRole roles[4] = {ParamRole::kGamma, ParamRole::kBeta, ParamRole::kRunningMean,
                                 ParamRole::kRunningVar};
@@ -465,14 +466,14 @@ class Reader {
     // this ReLU is its one reader does the fusion leave every other reader the same values.
     if (!six && x.node >= 0 && uses_[x.node] == 1) {
       LayerNode* p = graph_.mutable_layers(x.node);
-      if ((p->kind() == "batch_norm" || p->kind() == "add") && !p->relu()) {
+      if ((p->kind() == topiary::v1::batch_norm || p->kind() == topiary::v1::add) && !p->relu()) {
         p->set_relu(true);
         Rename(n, x);
         summary_.set_fused_relus(summary_.fused_relus() + 1);
         return absl::OkStatus();
       }
     }
-    Emit(n, index, six ? "relu6" : "relu", {x});
+    Emit(n, index, six ? topiary::v1::relu6 : topiary::v1::relu, {x});
     return absl::OkStatus();
   }
 
@@ -510,7 +511,7 @@ class Reader {
     }
     TOPIARY_ASSIGN_OR_RETURN(Value a, In(n, 0));
     TOPIARY_ASSIGN_OR_RETURN(Value b, In(n, 1));
-    Emit(n, index, "add", {a, b});
+    Emit(n, index, topiary::v1::add, {a, b});
     return absl::OkStatus();
   }
 
@@ -528,7 +529,7 @@ class Reader {
                        "padding left out of the average (count_include_pad = 0) is not "
                        "read; Topiary's average pooling counts padding as zeros");
     }
-    LayerNode* l = Emit(n, index, max ? "max_pool" : "avg_pool", {x});
+    LayerNode* l = Emit(n, index, max ? topiary::v1::max_pool : topiary::v1::avg_pool, {x});
     l->set_window(win.kh);
     l->set_stride(win.stride);
     l->set_pad(win.pad);
@@ -549,10 +550,10 @@ class Reader {
     if (axes != std::vector<int64_t>{2, 3}) {
       return NodeError(n, "a mean over axes other than height and width (2, 3) is not read");
     }
-    Emit(n, index, "global_avg_pool", {x});
+    Emit(n, index, topiary::v1::global_avg_pool, {x});
     if (IntAttr(n, "keepdims", 1) == 0) {
       const Value pooled = values_.at(n.output(0));
-      Emit(n, index, "flatten", {pooled});
+      Emit(n, index, topiary::v1::flatten, {pooled});
     }
     return absl::OkStatus();
   }
@@ -568,7 +569,7 @@ class Reader {
         return NodeError(n, "only a reshape to 2-D [batch, features] is read");
       }
     }
-    Emit(n, index, "flatten", {x});
+    Emit(n, index, topiary::v1::flatten, {x});
     return absl::OkStatus();
   }
 
@@ -587,7 +588,7 @@ class Reader {
     }
     const bool trans_b = gemm && IntAttr(n, "transB", 0) == 1;
     const int64_t out = trans_b ? w->dims[0] : w->dims[1];
-    LayerNode* l = Emit(n, index, "linear", {x});
+    LayerNode* l = Emit(n, index, topiary::v1::linear, {x});
     l->set_out_channels(static_cast<int>(std::min<int64_t>(out, 1 << 20)));
     params_.push_back({l->name(), ParamRole::kKernel, *w, !trans_b});
     if (gemm && n.input_size() > 2 && !n.input(2).empty()) {
@@ -619,8 +620,9 @@ class Reader {
                                 "or an unused branch?)"));
     }
     const LayerNode& last = graph_.layers(graph_.layers_size() - 1);
-    if (last.kind() != "linear") {
-      return Error("the last layer is a " + last.kind() + ", not a linear layer making the logits");
+    if (last.kind() != topiary::v1::linear) {
+      return Error("the last layer is a " + topiary::v1::NodeKind_Name(last.kind()) +
+                   ", not a linear layer making the logits");
     }
     graph_.set_classes(last.out_channels());
     return absl::OkStatus();

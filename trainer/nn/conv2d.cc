@@ -70,7 +70,7 @@ absl::Status Conv2d::Approximate(ConvApproximation approx, Device* device) {
     return absl::InvalidArgumentError(name() + ": " + std::string(st.message()));
   }
   Parameter* range = nullptr;
-  if (approx.moving_average) {
+  if (approx.range == ConvApproximation::Range::kMovingAverage) {
     TOPIARY_ASSIGN_OR_RETURN(auto r, AddParameter(device, ParamRole::kActivationRange, {3},
                                                   /*trainable=*/false, /*decay=*/false));
     range = r;

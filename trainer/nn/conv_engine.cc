@@ -142,7 +142,8 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
 absl::Status BackwardSampled(const ConvOperands& op, const LayerIo& io, const void* x) {
   float* dbias = op.bias ? op.bias->grad.data() : nullptr;
   const kernels::WeightGradSampling sampling{
-      op.sampling->top_k, op.sampling->reference_scale ? 1.0f / op.shape.n : 1.0f};
+      op.sampling->top_k,
+      op.sampling->scale == GradientSampling::Scale::kReference ? 1.0f / op.shape.n : 1.0f};
   const uint8_t* mask = op.kernel->mask.empty() ? nullptr : op.kernel->mask.data();
   if (io.cuda) {
     return kernels::SampledWeightGradCuda(io.dtype, op.shape, sampling, x, io.dy, mask,
@@ -247,11 +248,8 @@ static_assert(sizeof(kernels::QuantParams) == 2 * sizeof(float));
 
 class ApproxConvEngine : public ConvEngine {
  public:
-  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range, bool sign_magnitude, bool per_channel)
-      : table_(std::move(table)),
-        range_(range),
-        sign_magnitude_(sign_magnitude),
-        per_channel_(per_channel) {}
+  ApproxConvEngine(Buffer<uint16_t> table, Parameter* range, kernels::ApproxWeights weights)
+      : table_(std::move(table)), range_(range), weights_(weights) {}
 
   absl::StatusOr<LayerResources> Prepare(const ConvOperands& op, Device* device,
                                          const PlanOptions& options) override {
@@ -282,8 +280,7 @@ class ApproxConvEngine : public ConvEngine {
     kernels::ApproxConvOptions o;
     o.running_range = range_ ? range_->value.data() : nullptr;
     o.update_range = training;
-    o.symmetric_weights = sign_magnitude_;
-    o.per_channel_weights = per_channel_;
+    o.weights = weights_;
     float* xq = training ? saved.xq : nullptr;  // only the backward pass reads it
     if (io.cuda) {
       return kernels::ApproxConv2dForwardCuda(op.shape, io.xf(0), op.kernel->value.data(), bias,
@@ -304,8 +301,7 @@ class ApproxConvEngine : public ConvEngine {
  private:
   Buffer<uint16_t> table_;  // on the layer's device
   Parameter* range_;
-  bool sign_magnitude_;  // symmetric weight codes (the table is the sign-magnitude one)
-  bool per_channel_;     // weight parameters per output channel
+  kernels::ApproxWeights weights_;
 };
 
 }  // namespace
@@ -320,8 +316,7 @@ absl::StatusOr<std::unique_ptr<ConvEngine>> MakeApproxConvEngine(const ConvAppro
   }
   TOPIARY_ASSIGN_OR_RETURN(auto table, Buffer<uint16_t>::Create(device, approx.table.size()));
   table.CopyFromHost(approx.table.data());
-  return std::make_unique<ApproxConvEngine>(std::move(table), range, approx.sign_magnitude,
-                                            approx.per_channel_weights);
+  return std::make_unique<ApproxConvEngine>(std::move(table), range, approx.weights);
 }
 
 }  // namespace topiary

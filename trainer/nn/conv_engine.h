@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/approx_conv.h"
 #include "kernels/conv.h"
+#include "topiary/v1/experiment.pb.h"
 #include "trainer/nn/layer.h"
 
 namespace topiary {
@@ -19,8 +21,12 @@ namespace topiary {
 // How a layer samples its weight gradient (docs/algorithms.md §5): set by the runner from the
 // spec's gradient_sampling block. Whether a given step samples is the runner's decision.
 struct GradientSampling {
+  enum class Scale {
+    kUnbiased,  // the sampled sum keeps the exact gradient's magnitude
+    kReference  // divided by the batch size, as the reference kernel did
+  };
   int top_k = 1;
-  bool reference_scale = false;  // divide by the batch size, as the reference kernel did
+  Scale scale = Scale::kUnbiased;
 };
 
 // What an engine computes with, for one call: the layer (named in errors), its shape for the
@@ -54,16 +60,49 @@ std::unique_ptr<ConvEngine> MakeExactConvEngine();
 // How a layer is approximated (docs/algorithms.md §4). Made by the runner from the spec's
 // approximation rules; the layer keeps it for checkpoints and reports.
 struct ConvApproximation {
-  std::string multiplier;       // as the rule names it: a family ("trunc:4") or a .bin path
-  std::string sha256;           // of the table's contents as loaded (before weight tuning)
-  bool weight_tuning = false;   // ALWANN's weight-code remapping is folded into `table`
-  bool moving_average = false;  // activation range: moving average (else per batch)
+  enum class Range {
+    kPerBatch,      // each batch's min and max (the reference)
+    kMovingAverage  // a running range (the layer's activation_range parameter)
+  };
+  std::string multiplier;      // as the rule names it: a family ("trunc:4") or a .bin path
+  std::string sha256;          // of the table's contents as loaded (before weight tuning)
+  bool weight_tuning = false;  // ALWANN's weight-code remapping is folded into `table`
+  Range range = Range::kPerBatch;
   std::vector<uint16_t> table;  // 65,536 entries, T[(a << 8) | w], as the kernels use it
-  // Sign-magnitude weight codes: `table` is then kernels::SignMagnitudeTable of the multiplier.
-  bool sign_magnitude = false;
-  // Weight scales (and zero points) per output channel instead of per filter.
-  bool per_channel_weights = false;
+  // How weights become codes; with WeightCode::kSignMagnitude `table` is
+  // kernels::SignMagnitudeTable of the multiplier.
+  kernels::ApproxWeights weights;
 };
+
+// The spec's enums and the engine's, either way: the spec (and the reports, which speak the
+// spec's terms) at one end, the layers and kernels at the other; the checkpoint's names are
+// trainer/store/checkpoint_schema.h's.
+using SpecApprox = topiary::v1::ApproximationSpec;
+using SpecSampling = topiary::v1::GradientSamplingSpec;
+inline ConvApproximation::Range RangeFromSpec(SpecApprox::RangeMode m) {
+  return m == SpecApprox::MOVING_AVERAGE ? ConvApproximation::Range::kMovingAverage
+                                         : ConvApproximation::Range::kPerBatch;
+}
+inline SpecApprox::RangeMode RangeToSpec(ConvApproximation::Range r) {
+  return r == ConvApproximation::Range::kMovingAverage ? SpecApprox::MOVING_AVERAGE
+                                                       : SpecApprox::PER_BATCH;
+}
+inline kernels::WeightCode WeightCodeFromSpec(SpecApprox::WeightCode c) {
+  return c == SpecApprox::SIGN_MAGNITUDE ? kernels::WeightCode::kSignMagnitude
+                                         : kernels::WeightCode::kAsymmetric;
+}
+inline SpecApprox::WeightCode WeightCodeToSpec(kernels::WeightCode c) {
+  return c == kernels::WeightCode::kSignMagnitude ? SpecApprox::SIGN_MAGNITUDE
+                                                  : SpecApprox::ASYMMETRIC;
+}
+inline GradientSampling::Scale ScaleFromSpec(SpecSampling::Scale s) {
+  return s == SpecSampling::REFERENCE ? GradientSampling::Scale::kReference
+                                      : GradientSampling::Scale::kUnbiased;
+}
+inline SpecSampling::Scale ScaleToSpec(GradientSampling::Scale s) {
+  return s == GradientSampling::Scale::kReference ? SpecSampling::REFERENCE
+                                                  : SpecSampling::UNBIASED;
+}
 
 // The approximate convolution: a table convolution forward, and a straight-through backward
 // pass (the exact convolution's gradients at the fake-quantized operands). `range` is the

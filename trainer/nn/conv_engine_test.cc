@@ -73,7 +73,8 @@ ConvApproximation Approx(std::vector<uint16_t> table, bool moving_average = fals
   ConvApproximation a;
   a.multiplier = "test";
   a.sha256 = "00";
-  a.moving_average = moving_average;
+  a.range = moving_average ? ConvApproximation::Range::kMovingAverage
+                           : ConvApproximation::Range::kPerBatch;
   a.table = std::move(table);
   return a;
 }
@@ -223,7 +224,9 @@ TEST(SampledConvEngine, BackwardSamplesTheFilterGradientOnlyWhileOn) {
       h.Setup(seed);
       exact.Setup(seed);
       seed += 10;
-      ASSERT_TRUE(h.conv.SampleWeightGradients(GradientSampling{2, true}).ok());
+      ASSERT_TRUE(
+          h.conv.SampleWeightGradients(GradientSampling{2, GradientSampling::Scale::kReference})
+              .ok());
       if (approximate) {
         ASSERT_TRUE(h.conv.Approximate(Approx(ExactTable()), h.device.get()).ok());
         ASSERT_TRUE(exact.conv.Approximate(Approx(ExactTable()), exact.device.get()).ok());
@@ -253,7 +256,8 @@ TEST(SampledConvEngine, BackwardSamplesTheFilterGradientOnlyWhileOn) {
 TEST(SampledConvEngine, MaskedEntriesOfASampledGradientAreZero) {
   Harness h({1, 6, 6, 8}, {8, 3, 3, 1, 1, false}, 3);
   h.Setup(300);
-  ASSERT_TRUE(h.conv.SampleWeightGradients(GradientSampling{1, false}).ok());
+  ASSERT_TRUE(
+      h.conv.SampleWeightGradients(GradientSampling{1, GradientSampling::Scale::kUnbiased}).ok());
   std::vector<uint8_t> mask(h.conv.kernel()->size());
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i / 8) % 3 != 0;
   ASSERT_TRUE(InstallMask(h.conv.kernel(), mask, MaskInfo{}).ok());
@@ -275,7 +279,8 @@ TEST(SampledConvEngine, MaskedEntriesOfASampledGradientAreZero) {
 TEST(SampledConvEngine, RefusesABadTopK) {
   Harness h({1, 4, 4, 3}, {2, 3, 3, 1, 1, false}, 1);
   h.Setup(5);
-  const absl::Status st = h.conv.SampleWeightGradients(GradientSampling{0, false});
+  const absl::Status st =
+      h.conv.SampleWeightGradients(GradientSampling{0, GradientSampling::Scale::kUnbiased});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("block.conv: top_k"), absl::string_view::npos) << st;
   EXPECT_EQ(h.conv.gradient_sampling(), nullptr);

@@ -49,9 +49,10 @@ class GraphBuilder {
           "' is not 1-200 characters of [A-Za-z0-9_.:-] (or is the reserved 'input')"));
     }
     if (values_.count(node.name())) return absl::InvalidArgumentError(at + ": duplicate name");
-    const auto kind = LayerKindFromName(node.kind());
+    const auto kind = LayerKindOf(node.kind());
     if (!kind) {
-      return absl::InvalidArgumentError(absl::StrCat(at, ": unknown kind '", node.kind(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ": no kind (or one this build does not know, ", static_cast<int>(node.kind()), ")"));
     }
     std::vector<int> inputs;
     for (const std::string& in : node.inputs()) {
@@ -68,7 +69,7 @@ class GraphBuilder {
                                                         : arity == 1;
     if (!arity_ok) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: a %s layer cannot read %d inputs", at, node.kind(), arity));
+          absl::StrFormat("%s: a %s layer cannot read %d inputs", at, LayerKindName(*kind), arity));
     }
     TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, Make(*kind, node, inputs, at));
     const int out = model_->Add(std::move(layer), inputs);

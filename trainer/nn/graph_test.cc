@@ -48,7 +48,7 @@ NetworkGraph SmallGraph() {
   g.set_width(8);
   g.set_channels(2);
   g.set_classes(3);
-  auto add = [&](const std::string& name, const std::string& kind,
+  auto add = [&](const std::string& name, topiary::v1::NodeKind kind,
                  std::vector<std::string> inputs) {
     LayerNode* n = g.add_layers();
     n->set_name(name);
@@ -56,14 +56,14 @@ NetworkGraph SmallGraph() {
     for (auto& i : inputs) n->add_inputs(i);
     return n;
   };
-  LayerNode* c = add("conv", "conv2d", {"input"});
+  LayerNode* c = add("conv", topiary::v1::conv2d, {"input"});
   c->set_out_channels(8);
   c->set_kernel_h(3);
   c->set_kernel_w(3);
   c->set_stride(1);
   c->set_pad(1);
-  add("bn", "batch_norm", {"conv"})->set_relu(true);
-  LayerNode* dw = add("dw", "grouped_conv2d", {"bn"});
+  add("bn", topiary::v1::batch_norm, {"conv"})->set_relu(true);
+  LayerNode* dw = add("dw", topiary::v1::grouped_conv2d, {"bn"});
   dw->set_out_channels(8);
   dw->set_kernel_h(3);
   dw->set_kernel_w(3);
@@ -71,14 +71,14 @@ NetworkGraph SmallGraph() {
   dw->set_pad(1);
   dw->set_groups(8);
   dw->set_bias(true);
-  add("six", "relu6", {"dw"});
-  LayerNode* p = add("pool", "avg_pool", {"bn"});
+  add("six", topiary::v1::relu6, {"dw"});
+  LayerNode* p = add("pool", topiary::v1::avg_pool, {"bn"});
   p->set_window(2);
   p->set_stride(2);
-  add("cat", "concat", {"six", "pool"});
-  add("gap", "global_avg_pool", {"cat"});
-  add("flat", "flatten", {"gap"});
-  add("fc", "linear", {"flat"})->set_out_channels(3);
+  add("cat", topiary::v1::concat, {"six", "pool"});
+  add("gap", topiary::v1::global_avg_pool, {"cat"});
+  add("flat", topiary::v1::flatten, {"gap"});
+  add("fc", topiary::v1::linear, {"flat"})->set_out_channels(3);
   return g;
 }
 
@@ -112,7 +112,12 @@ TEST(Graph, HostileGraphsAreRefusedByName) {
     std::function<void(NetworkGraph&)> change;
   };
   const std::vector<Case> cases = {
-      {"unknown kind 'softmax'", [](NetworkGraph& g) { g.mutable_layers(3)->set_kind("softmax"); }},
+      {"no kind",
+       [](NetworkGraph& g) { g.mutable_layers(3)->set_kind(topiary::v1::NODE_KIND_UNSPECIFIED); }},
+      {"one this build does not know, 99",
+       [](NetworkGraph& g) {
+         g.mutable_layers(3)->set_kind(static_cast<topiary::v1::NodeKind>(99));
+       }},
       {"input 'fc' is not 'input' or an earlier layer",
        [](NetworkGraph& g) { g.mutable_layers(1)->set_inputs(0, "fc"); }},
       {"duplicate name", [](NetworkGraph& g) { g.mutable_layers(1)->set_name("conv"); }},

@@ -4,41 +4,41 @@
 
 namespace topiary {
 
-const char* LayerKindName(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConv2d:
-      return "conv2d";
-    case LayerKind::kBatchNorm:
-      return "batch_norm";
-    case LayerKind::kLinear:
-      return "linear";
-    case LayerKind::kMaxPool:
-      return "max_pool";
-    case LayerKind::kAvgPool:
-      return "avg_pool";
-    case LayerKind::kGlobalAvgPool:
-      return "global_avg_pool";
-    case LayerKind::kGroupedConv2d:
-      return "grouped_conv2d";
-    case LayerKind::kRelu6:
-      return "relu6";
-    case LayerKind::kConcat:
-      return "concat";
-    case LayerKind::kRelu:
-      return "relu";
-    case LayerKind::kAdd:
-      return "add";
-    case LayerKind::kFlatten:
-      return "flatten";
+namespace {
+
+constexpr std::pair<LayerKind, topiary::v1::NodeKind> kNodeKinds[] = {
+    {LayerKind::kConv2d, topiary::v1::conv2d},
+    {LayerKind::kBatchNorm, topiary::v1::batch_norm},
+    {LayerKind::kLinear, topiary::v1::linear},
+    {LayerKind::kMaxPool, topiary::v1::max_pool},
+    {LayerKind::kAvgPool, topiary::v1::avg_pool},
+    {LayerKind::kGlobalAvgPool, topiary::v1::global_avg_pool},
+    {LayerKind::kRelu, topiary::v1::relu},
+    {LayerKind::kAdd, topiary::v1::add},
+    {LayerKind::kFlatten, topiary::v1::flatten},
+    {LayerKind::kGroupedConv2d, topiary::v1::grouped_conv2d},
+    {LayerKind::kRelu6, topiary::v1::relu6},
+    {LayerKind::kConcat, topiary::v1::concat},
+};
+
+}  // namespace
+
+topiary::v1::NodeKind NodeKindOf(LayerKind kind) {
+  for (const auto& [layer, node] : kNodeKinds) {
+    if (layer == kind) return node;
   }
-  return "";
+  return topiary::v1::NODE_KIND_UNSPECIFIED;
 }
 
-std::optional<LayerKind> LayerKindFromName(absl::string_view name) {
-  for (int k = 0; k <= static_cast<int>(LayerKind::kConcat); ++k) {
-    if (name == LayerKindName(static_cast<LayerKind>(k))) return static_cast<LayerKind>(k);
+std::optional<LayerKind> LayerKindOf(topiary::v1::NodeKind kind) {
+  for (const auto& [layer, node] : kNodeKinds) {
+    if (node == kind) return layer;
   }
   return std::nullopt;
+}
+
+const std::string& LayerKindName(LayerKind kind) {
+  return topiary::v1::NodeKind_Name(NodeKindOf(kind));
 }
 
 absl::StatusOr<Parameter*> Layer::AddParameter(Device* device, ParamRole role,

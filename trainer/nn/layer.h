@@ -151,10 +151,13 @@ enum class LayerKind {
   kRelu6,
   kConcat
 };
-// "conv2d", "batch_norm", "linear", "max_pool", ... (for reports, benchmarks and the network
-// graphs of checkpoints, topiary/v1/network.proto).
-const char* LayerKindName(LayerKind kind);
-std::optional<LayerKind> LayerKindFromName(absl::string_view name);
+// The network graph's kind (topiary/v1/network.proto LayerNode.Kind) of each LayerKind, and
+// back (nullopt: NODE_KIND_UNSPECIFIED or a value this build does not know).
+topiary::v1::NodeKind NodeKindOf(LayerKind kind);
+std::optional<LayerKind> LayerKindOf(topiary::v1::NodeKind kind);
+// "conv2d", "batch_norm", "linear", "max_pool", ... (for reports and benchmarks): the graph
+// kind's name.
+const std::string& LayerKindName(LayerKind kind);
 
 class Layer {
  public:
@@ -165,7 +168,7 @@ class Layer {
 
   const std::string& name() const { return name_; }
   virtual LayerKind kind() const = 0;
-  const char* type() const { return LayerKindName(kind()); }
+  const char* type() const { return LayerKindName(kind()).c_str(); }
 
   // Called once, when the layer joins a model: checks the input shapes (n = 1), creates the
   // parameters on `device` and returns the output shape for one image. Errors name the layer.
@@ -176,7 +179,7 @@ class Layer {
   // each layer its own attributes; the inputs are the graph's business.
   virtual void Describe(topiary::v1::LayerNode* node) const {
     node->set_name(name_);
-    node->set_kind(type());
+    node->set_kind(NodeKindOf(kind()));
   }
 
   // Called once per planned network: what the layer needs for `batch` images on `device`.

@@ -6,6 +6,18 @@
 
 namespace topiary {
 
+topiary::v1::Phase FineTunePhase(int round) {
+  topiary::v1::Phase p;
+  p.set_kind(topiary::v1::Phase::FINE_TUNE);
+  p.set_round(round);
+  return p;
+}
+
+std::string PhaseName(const topiary::v1::Phase& phase) {
+  return phase.kind() == topiary::v1::Phase::FINE_TUNE ? absl::StrCat("round ", phase.round())
+                                                       : "dense";
+}
+
 std::string EventToJsonLine(const topiary::v1::Event& event) {
   const google::protobuf::Message* body = nullptr;
   const char* kind = "unknown";

@@ -8,6 +8,11 @@
 
 namespace topiary {
 
+// The fine-tuning phase after prune step `round`, and a phase as people read it: "dense",
+// "round 3".
+topiary::v1::Phase FineTunePhase(int round);
+std::string PhaseName(const topiary::v1::Phase& phase);
+
 // The event flattened into one line (no trailing newline).
 std::string EventToJsonLine(const topiary::v1::Event& event);
 

@@ -9,6 +9,7 @@
 #include "trainer/dist/batch_norm_sync.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/run/events.h"
 #include "trainer/run/step_runner.h"
 #include "util/status_macros.h"
 
@@ -121,7 +122,7 @@ std::vector<float> PhaseTrainer::LrTable(const topiary::v1::LrSchedule& schedule
 }
 
 struct PhaseTrainer::Phase {
-  std::string name;
+  topiary::v1::Phase which;
   int epochs = 0;
   std::vector<TrainingClock> clocks;       // per rank
   std::vector<StepRunner> exact, sampled;  // per rank
@@ -136,10 +137,10 @@ struct PhaseTrainer::Phase {
   double joules_start = -1;
 };
 
-absl::Status PhaseTrainer::Train(const std::string& name, int epochs,
+absl::Status PhaseTrainer::Train(const topiary::v1::Phase& which, int epochs,
                                  const std::vector<float>& lr_table, PhaseHooks& hooks) {
   Phase phase;
-  phase.name = name;
+  phase.which = which;
   phase.epochs = epochs;
   phase.start_seconds = seconds_;
   for (int r = 0; r < group_->size(); ++r) {
@@ -234,7 +235,7 @@ absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
   if (!std::isfinite(window.loss_sum)) {
     return absl::InternalError(absl::StrFormat(
         "training diverged: loss is %f in %s, epoch %d, step %d (lower the learning rate)",
-        window.loss(), phase.name, phase.epoch + 1, step + 1));
+        window.loss(), PhaseName(phase.which), phase.epoch + 1, step + 1));
   }
   const double elapsed = seconds_ - phase.start_seconds + SecondsSince(phase.epoch_start);
   const int64_t phase_step = static_cast<int64_t>(phase.epoch) * steps_per_epoch_ + step;
@@ -242,7 +243,7 @@ absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
   const int64_t total = static_cast<int64_t>(phase.epochs) * steps_per_epoch_ * batch_;
   Event e = recorder_->New();
   auto* p = e.mutable_progress();
-  p->set_phase(phase.name);
+  *p->mutable_phase() = phase.which;
   p->set_epoch(phase.epoch + 1);
   p->set_epochs(phase.epochs);
   p->set_step(static_cast<int32_t>(position_->epoch_start_step + step + 1));
@@ -273,7 +274,7 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
 
   Event e = recorder_->New();
   auto* es = e.mutable_epoch();
-  es->set_phase(phase.name);
+  *es->mutable_phase() = phase.which;
   es->set_epoch(phase.epoch + 1);
   es->set_train_loss(phase.metrics.loss());
   es->set_train_top1(phase.metrics.top1_rate());

@@ -66,8 +66,8 @@ class PhaseTrainer {
                              int epochs) const;
   // Trains `epochs` epochs of `phase` from the position's phase_epoch (and epoch_step, when a
   // paused run resumes inside an epoch), with `lr_table` for the phase's steps.
-  absl::Status Train(const std::string& phase, int epochs, const std::vector<float>& lr_table,
-                     PhaseHooks& hooks);
+  absl::Status Train(const topiary::v1::Phase& phase, int epochs,
+                     const std::vector<float>& lr_table, PhaseHooks& hooks);
   // Mean |dW| of every prunable kernel over a few training batches (GRAD_L2 scores). Batch
   // norm running statistics are restored afterwards, so the model is as it was.
   absl::StatusOr<GradientStats> GradientStatistics();

@@ -15,6 +15,7 @@
 #include "trainer/dist/rank_group.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/device_batches.h"
+#include "trainer/run/events.h"
 #include "trainer/run/gradient_sampling.h"
 #include "trainer/run/phase_trainer.h"
 #include "trainer/run/round_report.h"
@@ -414,8 +415,8 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
     position_.phase_epoch = 0;
   }
   last_eval_.reset();
-  TOPIARY_RETURN_IF_ERROR(trainer_->Train(absl::StrCat("round ", position_.round),
-                                          pr.finetune_epochs(), finetune_lr, *this));
+  TOPIARY_RETURN_IF_ERROR(
+      trainer_->Train(FineTunePhase(position_.round), pr.finetune_epochs(), finetune_lr, *this));
   TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, LastOrNewEvaluation());
   auto& metrics = recorder_.metrics();
   RoundSummary* row = metrics.add_rounds();
@@ -443,7 +444,7 @@ absl::Status ExperimentRun::DensePhase() {
     const auto& t = spec_.train();
     last_eval_.reset();
     TOPIARY_RETURN_IF_ERROR(
-        trainer_->Train("dense", t.epochs(),
+        trainer_->Train(topiary::v1::Phase(), t.epochs(),
                         trainer_->LrTable(t.lr_schedule(), t.optimizer().lr(), t.epochs()), *this));
   }
   auto& metrics = recorder_.metrics();

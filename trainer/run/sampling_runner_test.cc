@@ -68,7 +68,7 @@ TEST(SamplingRunner, ReferencePolicyWarmsUpSamplesReportsAndResumesExactly) {
   EXPECT_EQ(full.started.layers(0), "stem.conv");
   EXPECT_EQ(full.started.layers(1), "stage1.block0.conv2");
   EXPECT_EQ(full.started.top_k(), 2);
-  EXPECT_EQ(full.started.scale(), "unbiased");
+  EXPECT_EQ(full.started.scale(), topiary::v1::GradientSamplingSpec::UNBIASED);
   EXPECT_EQ(full.started.policy(), "probability 0.5 after 1 warm-up epoch");
 
   // The warm-up epoch is exact; the others sample some steps, not all.
@@ -132,7 +132,7 @@ TEST(SamplingRunner, StepPoliciesSampleTheStepsTheySay) {
 
   const Recorded always = Train("gradient_sampling { top_k: 3 scale: REFERENCE }");
   EXPECT_EQ(always.sampled_per_epoch, (std::vector<int>{10, 10, 10}));
-  EXPECT_EQ(always.started.scale(), "reference");
+  EXPECT_EQ(always.started.scale(), topiary::v1::GradientSamplingSpec::REFERENCE);
   EXPECT_EQ(always.started.policy(), "every step");
 }
 

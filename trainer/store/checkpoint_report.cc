@@ -113,6 +113,35 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
   }
 }
 
+// An approximate or sampled layer's group attributes, in the spec's terms. The document check
+// has refused names outside the schema's tables, so each maps (absent: the default, which is
+// what files before the attribute meant).
+void DescribeLayerAttrs(const H5Attrs& attrs, LayerReport* r) {
+  auto value = [&](const char* attr, auto& names, auto fallback) {
+    return ValueOf(names, AttrString(attrs, attr)).value_or(fallback);
+  };
+  if (attrs.count(kMultiplierAttr)) {
+    topiary::v1::LayerApproximation* a = r->mutable_approximation();
+    a->set_multiplier(AttrString(attrs, kMultiplierAttr));
+    a->set_multiplier_sha256(AttrString(attrs, kMultiplierSha256Attr));
+    a->set_range(
+        RangeToSpec(value(kActivationRangeAttr, kRangeNames, ConvApproximation::Range::kPerBatch)));
+    a->set_weight_tuning(AttrInt(attrs, kWeightTuningAttr) != 0);
+    a->set_weight_code(WeightCodeToSpec(
+        value(kWeightCodeAttr, kWeightCodeNames, kernels::WeightCode::kAsymmetric)));
+    a->set_per_channel_weights(
+        value(kWeightScalesAttr, kWeightScalesNames, kernels::WeightScales::kPerTensor) ==
+        kernels::WeightScales::kPerChannel);
+  }
+  if (attrs.count(kWeightGradientAttr)) {
+    topiary::v1::LayerGradientSampling* g = r->mutable_weight_gradient();
+    g->set_top_k(static_cast<int32_t>(
+        std::clamp<int64_t>(AttrInt(attrs, kWeightGradientTopKAttr), 0, INT32_MAX)));
+    g->set_scale(ScaleToSpec(
+        value(kWeightGradientScaleAttr, kSamplingScaleNames, GradientSampling::Scale::kUnbiased)));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
@@ -189,20 +218,11 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
     r->set_layer(layer);
     r->set_has_bias(dataset(ParamRoleName(ParamRole::kBias)) != doc.datasets.end());
     if (auto g = doc.groups.find(dir); g != doc.groups.end()) {
-      r->set_multiplier(AttrString(g->second, kMultiplierAttr));
-      r->set_multiplier_sha256(AttrString(g->second, kMultiplierSha256Attr));
-      r->set_range_mode(AttrString(g->second, kActivationRangeAttr));
-      r->set_weight_tuning(AttrInt(g->second, kWeightTuningAttr) != 0);
-      r->set_weight_code(AttrString(g->second, kWeightCodeAttr));
-      r->set_weight_scales(AttrString(g->second, kWeightScalesAttr));
-      r->set_weight_gradient(AttrString(g->second, kWeightGradientAttr));
-      r->set_weight_gradient_top_k(static_cast<int32_t>(
-          std::clamp<int64_t>(AttrInt(g->second, kWeightGradientTopKAttr), 0, INT32_MAX)));
-      r->set_weight_gradient_scale(AttrString(g->second, kWeightGradientScaleAttr));
+      DescribeLayerAttrs(g->second, r);
     }
     if (auto range = dataset(ParamRoleName(ParamRole::kActivationRange));
-        range != doc.datasets.end()) {
-      for (float v : range->second.f32) r->add_activation_range(v);
+        range != doc.datasets.end() && r->has_approximation()) {
+      for (float v : range->second.f32) r->mutable_approximation()->add_activation_range(v);
     }
     FillLayer(dataset(ParamRoleName(ParamRole::kKernel))->second,
               mask == doc.datasets.end() ? nullptr : &mask->second, matched.size() == 1, r);

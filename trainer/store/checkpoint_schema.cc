@@ -10,6 +10,7 @@
 #include "kernels/parallel.h"
 #include "trainer/core/parameter.h"
 #include "trainer/util/crc32c.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -160,6 +161,34 @@ int64_t MetadataChecksum(const H5Document& doc) {
   return static_cast<int64_t>(Crc32c(text.data(), text.size()));
 }
 
+namespace {
+
+// A layer group's enum attributes hold one of their names (a reader maps them without a
+// fallback).
+absl::Status CheckLayerEnums(const std::string& file, const H5Document& doc) {
+  for (const auto& [group, attrs] : doc.groups) {
+    if (group.rfind(kLayersPrefix, 0) != 0) continue;
+    auto check = [&](const char* attr, auto& names) -> absl::Status {
+      auto it = attrs.find(attr);
+      if (it == attrs.end()) return absl::OkStatus();
+      const std::string value = AttrString(attrs, attr);
+      if (ValueOf(names, value)) return absl::OkStatus();
+      std::vector<std::string> known;
+      for (const auto& n : names) known.push_back(n.name);
+      return Bad(
+          file, absl::StrCat(group, "/@", attr),
+          absl::StrCat("'", value.substr(0, 40), "' is not one of ", absl::StrJoin(known, ", ")));
+    };
+    TOPIARY_RETURN_IF_ERROR(check(kWeightCodeAttr, kWeightCodeNames));
+    TOPIARY_RETURN_IF_ERROR(check(kWeightScalesAttr, kWeightScalesNames));
+    TOPIARY_RETURN_IF_ERROR(check(kActivationRangeAttr, kRangeNames));
+    TOPIARY_RETURN_IF_ERROR(check(kWeightGradientScaleAttr, kSamplingScaleNames));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateCheckpointDocument(const std::string& file, const H5Document& doc) {
   const H5Attrs& root = doc.groups.at(kRootGroup);
   auto stored = root.find(kMetadataChecksumAttr);
@@ -171,6 +200,7 @@ absl::Status ValidateCheckpointDocument(const std::string& file, const H5Documen
                "checksum mismatch: an attribute, shape or name was changed or damaged");
   }
   if (auto st = CheckRoot(file, doc); !st.ok()) return st;
+  if (auto st = CheckLayerEnums(file, doc); !st.ok()) return st;
   for (const auto& [path, d] : doc.datasets) {
     const std::vector<std::string> parts = absl::StrSplit(path, '/');  // "", top, ...
     const bool layer = parts.size() == 4 && parts[1] == "layers";

@@ -7,10 +7,14 @@
 #define TOPIARY_TRAINER_STORE_CHECKPOINT_SCHEMA_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/approx_conv.h"
+#include "trainer/nn/conv_engine.h"
 #include "trainer/store/hdf5_file.h"
 
 namespace topiary {
@@ -62,12 +66,47 @@ inline constexpr char kMAttr[] = "m";
 inline constexpr char kMultiplierAttr[] = "multiplier";
 inline constexpr char kMultiplierSha256Attr[] = "multiplier_sha256";
 inline constexpr char kWeightTuningAttr[] = "weight_tuning";
-inline constexpr char kWeightCodeAttr[] = "weight_code";      // asymmetric | sign_magnitude
-inline constexpr char kWeightScalesAttr[] = "weight_scales";  // per_tensor | per_channel
-inline constexpr char kActivationRangeAttr[] = "activation_range";
-inline constexpr char kWeightGradientAttr[] = "weight_gradient";
+inline constexpr char kWeightCodeAttr[] = "weight_code";            // kWeightCodeNames
+inline constexpr char kWeightScalesAttr[] = "weight_scales";        // kWeightScalesNames
+inline constexpr char kActivationRangeAttr[] = "activation_range";  // kRangeNames
+inline constexpr char kWeightGradientAttr[] = "weight_gradient";    // "sampled"
 inline constexpr char kWeightGradientTopKAttr[] = "weight_gradient_top_k";
-inline constexpr char kWeightGradientScaleAttr[] = "weight_gradient_scale";
+inline constexpr char kWeightGradientScaleAttr[] = "weight_gradient_scale";  // kSamplingScaleNames
+
+// The file's names for the engine's enums (docs/checkpoint-format.md): the one place either
+// way between an enum and its string, for the writer, the document check and the report.
+template <typename E>
+struct EnumName {
+  E value;
+  const char* name;
+};
+inline constexpr EnumName<kernels::WeightCode> kWeightCodeNames[] = {
+    {kernels::WeightCode::kAsymmetric, "asymmetric"},
+    {kernels::WeightCode::kSignMagnitude, "sign_magnitude"}};
+inline constexpr EnumName<kernels::WeightScales> kWeightScalesNames[] = {
+    {kernels::WeightScales::kPerTensor, "per_tensor"},
+    {kernels::WeightScales::kPerChannel, "per_channel"}};
+inline constexpr EnumName<ConvApproximation::Range> kRangeNames[] = {
+    {ConvApproximation::Range::kPerBatch, "per_batch"},
+    {ConvApproximation::Range::kMovingAverage, "moving_average"}};
+inline constexpr EnumName<GradientSampling::Scale> kSamplingScaleNames[] = {
+    {GradientSampling::Scale::kUnbiased, "unbiased"},
+    {GradientSampling::Scale::kReference, "reference"}};
+
+template <typename E, size_t N>
+const char* NameOf(const EnumName<E> (&names)[N], E value) {
+  for (const auto& n : names) {
+    if (n.value == value) return n.name;
+  }
+  return "";
+}
+template <typename E, size_t N>
+std::optional<E> ValueOf(const EnumName<E> (&names)[N], absl::string_view name) {
+  for (const auto& n : names) {
+    if (name == n.name) return n.value;
+  }
+  return std::nullopt;
+}
 
 // "[8, 1, 3, 3]": shapes in messages.
 std::string ShapeText(const std::vector<int64_t>& shape);

@@ -272,7 +272,7 @@ TEST(Checkpoint, RecordsItsNetworkGraph) {
             std::string::npos)
       << other.status();
   CheckpointState damaged = *state;
-  damaged.network->mutable_layers(0)->set_kind("conv9d");
+  damaged.network->mutable_layers(0)->set_kind(topiary::v1::NODE_KIND_UNSPECIFIED);
   EXPECT_FALSE(BuildCheckpointModel(damaged, path, 0.5f, {1, 28, 28, 1}, 10, dev.get()).ok());
   CheckpointState older = *state;
   older.network.reset();

@@ -121,7 +121,7 @@ TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
   g.set_classes(10);
   auto* conv = g.add_layers();
   conv->set_name("wide");
-  conv->set_kind("conv2d");
+  conv->set_kind(topiary::v1::conv2d);
   conv->add_inputs("input");
   conv->set_out_channels(65536);
   conv->set_kernel_h(25);
@@ -129,11 +129,11 @@ TEST(HostileCheckpoint, AGraphLargerThanItsFileIsRefusedBeforeAllocation) {
   conv->set_stride(1);
   auto* pool = g.add_layers();
   pool->set_name("pool");
-  pool->set_kind("global_avg_pool");
+  pool->set_kind(topiary::v1::global_avg_pool);
   pool->add_inputs("wide");
   auto* fc = g.add_layers();
   fc->set_name("fc");
-  fc->set_kind("linear");
+  fc->set_kind(topiary::v1::linear);
   fc->add_inputs("pool");
   fc->set_out_channels(10);
   const std::string path = TempPath("wide_graph.h5");
