@@ -80,10 +80,11 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
   for (size_t i = 0; i < tables.size(); ++i) {
     const auto& m = (multipliers)[i];
     if (!m) continue;
-    tables[i] = WeightCodeFromSpec(spec.weight_code()) == kernels::WeightCode::kSignMagnitude
-                    ? kernels::SignMagnitudeTable(m->table)
-                : spec.weight_tuning() ? WeightTuned(m->table)
-                                       : m->table;
+    tables[i] =
+        FromSpec(kSpecWeightCodes, spec.weight_code()) == kernels::WeightCode::kSignMagnitude
+            ? kernels::SignMagnitudeTable(m->table)
+        : spec.weight_tuning() ? WeightTuned(m->table)
+                               : m->table;
   }
   for (const auto& [name, rule] : layers) {
     const Multiplier& m = *(multipliers)[rule];
@@ -91,11 +92,11 @@ absl::Status ApplyApproximation(const topiary::v1::ApproximationSpec& spec, Mode
     a.multiplier = spec.rules(rule).multiplier();
     a.sha256 = m.sha256;
     a.weight_tuning = spec.weight_tuning();
-    a.weights.code = WeightCodeFromSpec(spec.weight_code());
+    a.weights.code = FromSpec(kSpecWeightCodes, spec.weight_code());
     // The spec's one bool of the approximation: the engine's enum from here on.
     a.weights.scales = spec.per_channel_weights() ? kernels::WeightScales::kPerChannel
                                                   : kernels::WeightScales::kPerTensor;
-    a.range = RangeFromSpec(spec.range());
+    a.range = FromSpec(kSpecRanges, spec.range());
     a.table = tables[rule];
     auto* conv = static_cast<Conv2d*>(model->FindLayer(name));
     if (auto st = conv->Approximate(std::move(a), model->device()); !st.ok()) {

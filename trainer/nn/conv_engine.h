@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,29 +80,25 @@ struct ConvApproximation {
 // trainer/store/checkpoint_schema.h's.
 using SpecApprox = topiary::v1::ApproximationSpec;
 using SpecSampling = topiary::v1::GradientSamplingSpec;
-inline ConvApproximation::Range RangeFromSpec(SpecApprox::RangeMode m) {
-  return m == SpecApprox::MOVING_AVERAGE ? ConvApproximation::Range::kMovingAverage
-                                         : ConvApproximation::Range::kPerBatch;
+// One pair per value; the first pair is the default either way.
+template <typename Spec, typename Engine>
+using EnumPairs = std::pair<Spec, Engine>[2];
+inline constexpr EnumPairs<SpecApprox::RangeMode, ConvApproximation::Range> kSpecRanges = {
+    {SpecApprox::PER_BATCH, ConvApproximation::Range::kPerBatch},
+    {SpecApprox::MOVING_AVERAGE, ConvApproximation::Range::kMovingAverage}};
+inline constexpr EnumPairs<SpecApprox::WeightCode, kernels::WeightCode> kSpecWeightCodes = {
+    {SpecApprox::ASYMMETRIC, kernels::WeightCode::kAsymmetric},
+    {SpecApprox::SIGN_MAGNITUDE, kernels::WeightCode::kSignMagnitude}};
+inline constexpr EnumPairs<SpecSampling::Scale, GradientSampling::Scale> kSpecScales = {
+    {SpecSampling::UNBIASED, GradientSampling::Scale::kUnbiased},
+    {SpecSampling::REFERENCE, GradientSampling::Scale::kReference}};
+template <typename Spec, typename Engine>
+Engine FromSpec(const EnumPairs<Spec, Engine>& pairs, Spec value) {
+  return pairs[1].first == value ? pairs[1].second : pairs[0].second;
 }
-inline SpecApprox::RangeMode RangeToSpec(ConvApproximation::Range r) {
-  return r == ConvApproximation::Range::kMovingAverage ? SpecApprox::MOVING_AVERAGE
-                                                       : SpecApprox::PER_BATCH;
-}
-inline kernels::WeightCode WeightCodeFromSpec(SpecApprox::WeightCode c) {
-  return c == SpecApprox::SIGN_MAGNITUDE ? kernels::WeightCode::kSignMagnitude
-                                         : kernels::WeightCode::kAsymmetric;
-}
-inline SpecApprox::WeightCode WeightCodeToSpec(kernels::WeightCode c) {
-  return c == kernels::WeightCode::kSignMagnitude ? SpecApprox::SIGN_MAGNITUDE
-                                                  : SpecApprox::ASYMMETRIC;
-}
-inline GradientSampling::Scale ScaleFromSpec(SpecSampling::Scale s) {
-  return s == SpecSampling::REFERENCE ? GradientSampling::Scale::kReference
-                                      : GradientSampling::Scale::kUnbiased;
-}
-inline SpecSampling::Scale ScaleToSpec(GradientSampling::Scale s) {
-  return s == GradientSampling::Scale::kReference ? SpecSampling::REFERENCE
-                                                  : SpecSampling::UNBIASED;
+template <typename Spec, typename Engine>
+Spec ToSpec(const EnumPairs<Spec, Engine>& pairs, Engine value) {
+  return pairs[1].second == value ? pairs[1].first : pairs[0].first;
 }
 
 // The approximate convolution: a table convolution forward, and a straight-through backward

@@ -74,14 +74,15 @@ absl::StatusOr<std::vector<Conv2d*>> SelectSampledLayers(const GradientSamplingS
 absl::StatusOr<topiary::v1::GradientSamplingReport> ApplyGradientSampling(
     const GradientSamplingSpec& spec, Model* model) {
   TOPIARY_ASSIGN_OR_RETURN(auto layers, SelectSampledLayers(spec, *model));
-  const GradientSampling sampling{spec.top_k() > 0 ? spec.top_k() : 1, ScaleFromSpec(spec.scale())};
+  const GradientSampling sampling{spec.top_k() > 0 ? spec.top_k() : 1,
+                                  FromSpec(kSpecScales, spec.scale())};
   topiary::v1::GradientSamplingReport report;
   for (Conv2d* conv : layers) {
     if (auto st = conv->SampleWeightGradients(sampling); !st.ok()) return st;
     report.add_layers(conv->name());
   }
   report.set_top_k(sampling.top_k);
-  report.set_scale(ScaleToSpec(sampling.scale));
+  report.set_scale(ToSpec(kSpecScales, sampling.scale));
   report.set_policy(SamplingPolicy(spec, 0).Describe());
   return report;
 }

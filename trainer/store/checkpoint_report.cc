@@ -124,11 +124,11 @@ void DescribeLayerAttrs(const H5Attrs& attrs, LayerReport* r) {
     topiary::v1::LayerApproximation* a = r->mutable_approximation();
     a->set_multiplier(AttrString(attrs, kMultiplierAttr));
     a->set_multiplier_sha256(AttrString(attrs, kMultiplierSha256Attr));
-    a->set_range(
-        RangeToSpec(value(kActivationRangeAttr, kRangeNames, ConvApproximation::Range::kPerBatch)));
+    a->set_range(ToSpec(kSpecRanges, value(kActivationRangeAttr, kRangeNames,
+                                           ConvApproximation::Range::kPerBatch)));
     a->set_weight_tuning(AttrInt(attrs, kWeightTuningAttr) != 0);
-    a->set_weight_code(WeightCodeToSpec(
-        value(kWeightCodeAttr, kWeightCodeNames, kernels::WeightCode::kAsymmetric)));
+    a->set_weight_code(ToSpec(kSpecWeightCodes, value(kWeightCodeAttr, kWeightCodeNames,
+                                                      kernels::WeightCode::kAsymmetric)));
     a->set_per_channel_weights(
         value(kWeightScalesAttr, kWeightScalesNames, kernels::WeightScales::kPerTensor) ==
         kernels::WeightScales::kPerChannel);
@@ -137,8 +137,8 @@ void DescribeLayerAttrs(const H5Attrs& attrs, LayerReport* r) {
     topiary::v1::LayerGradientSampling* g = r->mutable_weight_gradient();
     g->set_top_k(static_cast<int32_t>(
         std::clamp<int64_t>(AttrInt(attrs, kWeightGradientTopKAttr), 0, INT32_MAX)));
-    g->set_scale(ScaleToSpec(
-        value(kWeightGradientScaleAttr, kSamplingScaleNames, GradientSampling::Scale::kUnbiased)));
+    g->set_scale(ToSpec(kSpecScales, value(kWeightGradientScaleAttr, kSamplingScaleNames,
+                                           GradientSampling::Scale::kUnbiased)));
   }
 }
 
