@@ -57,18 +57,13 @@ absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(Model* model, int batch,
 }
 
 PhaseTrainer::PhaseTrainer(const topiary::v1::ExperimentSpec& spec, RankGroup* ranks,
-                           Batcher* batcher, RunRecorder* recorder, RunPosition* position)
-    : spec_(spec),
-      group_(ranks),
-      batcher_(batcher),
-      recorder_(recorder),
-      position_(position),
-      ranks_(ranks->size()) {}
+                           Batcher* batcher, RunRecorder* recorder)
+    : spec_(spec), group_(ranks), batcher_(batcher), recorder_(recorder), ranks_(ranks->size()) {}
 
 absl::StatusOr<std::unique_ptr<PhaseTrainer>> PhaseTrainer::Create(
     const topiary::v1::ExperimentSpec& spec, RankGroup* ranks, Batcher* batcher,
-    RunRecorder* recorder, RunPosition* position) {
-  std::unique_ptr<PhaseTrainer> t(new PhaseTrainer(spec, ranks, batcher, recorder, position));
+    RunRecorder* recorder) {
+  std::unique_ptr<PhaseTrainer> t(new PhaseTrainer(spec, ranks, batcher, recorder));
   t->batch_ = spec.data().batch_size();
   t->local_batch_ = t->batch_ / ranks->size();  // ValidateSpec: it divides
   t->steps_per_epoch_ = static_cast<int>(batcher->set().size() / t->batch_);
@@ -180,15 +175,15 @@ absl::Status PhaseTrainer::Train(const topiary::v1::Phase& which, int epochs,
   // Made once: a std::function built per step would allocate on the host every step.
   phase.run_exact = [&phase](int r) { return phase.exact[r].Run(); };
   phase.run_sampled = [&phase](int r) { return phase.sampled[r].Run(); };
-  for (; position_->phase_epoch < epochs; ++position_->phase_epoch) {
-    phase.epoch = position_->phase_epoch;
+  while (position_.phase_epoch < epochs) {  // EndEpoch moves it on
+    phase.epoch = position_.phase_epoch;
     TOPIARY_RETURN_IF_ERROR(Epoch(phase, hooks));
   }
   return absl::OkStatus();
 }
 
 absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
-  RunPosition& at = *position_;
+  RunPosition& at = position_;
   phase.epoch_start = phase.last_progress = RunClock::now();
   phase.first_step = at.epoch_step;
   phase.metrics = Metrics{};
@@ -199,9 +194,9 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
     TOPIARY_RETURN_IF_ERROR(phase.clocks[r].BeginEpoch(
         at.epoch, static_cast<int64_t>(phase.epoch) * steps_per_epoch_, phase.first_step));
   }
-  at.epoch_step = 0;
   TOPIARY_ASSIGN_OR_RETURN(phase.joules_start, recorder_->energy()->Joules());
   for (int step = phase.first_step; step < steps_per_epoch_; ++step) {
+    at.epoch_step = step;  // what a pause checkpoint before this step saves
     TOPIARY_RETURN_IF_ERROR(hooks.BeforeStep(step));
     const bool sample = sampling_ && sampling_->Samples(at.epoch, step, at.epoch_start_step + step);
     for (int r = 0; r < group_->size(); ++r) {  // streamed sets: the step's batch, staged
@@ -246,7 +241,7 @@ absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
   *p->mutable_phase() = phase.which;
   p->set_epoch(phase.epoch + 1);
   p->set_epochs(phase.epochs);
-  p->set_step(static_cast<int32_t>(position_->epoch_start_step + step + 1));
+  p->set_step(static_cast<int32_t>(position_.epoch_start_step + step + 1));
   p->set_images_done((step + 1) * batch_);
   p->set_images_total(steps_per_epoch_ * batch_);
   p->set_loss(window.loss());
@@ -260,7 +255,7 @@ absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
 }
 
 absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
-  RunPosition& at = *position_;
+  RunPosition& at = position_;
   const double epoch_seconds = SecondsSince(phase.epoch_start);
   const int steps = steps_per_epoch_ - phase.first_step;
   const int64_t epoch_images = static_cast<int64_t>(steps) * batch_;
@@ -270,7 +265,9 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
   const double train_jpi =
       recorder_->energy()->AddTraining(phase.joules_start, joules_end, epoch_images);
   at.epoch_start_step += steps_per_epoch_;
+  at.epoch_step = 0;
   ++at.epoch;
+  ++at.phase_epoch;  // what a resume continues from
 
   Event e = recorder_->New();
   auto* es = e.mutable_epoch();
@@ -295,9 +292,7 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
   recorder_->Emit(e);
   const int every = spec_.checkpoints().every_epochs();
   if (every > 0 && at.epoch % every == 0 && !last_epoch) {
-    at.phase_epoch = phase.epoch + 1;  // the position a resume continues from
     TOPIARY_RETURN_IF_ERROR(hooks.PeriodicCheckpoint());
-    at.phase_epoch = phase.epoch;
   }
   return absl::OkStatus();
 }
@@ -313,7 +308,7 @@ absl::StatusOr<GradientStats> PhaseTrainer::GradientStatistics() {
   for (Parameter* p : running) saved.push_back(p->value.ToHost());
   GradientStats stats;
   for (Parameter* p : kernels) stats[p->full_name()].assign(p->size(), 0.0f);
-  const int epoch = position_->epoch;
+  const int epoch = position_.epoch;
   const std::vector<int32_t> order = batcher_->EpochOrder(epoch);
   for (RankState& rank : ranks_) TOPIARY_RETURN_IF_ERROR(rank.data->SetOrder(order));
   for (int b = 0; b < kBatches && (b + 1) * batch_ <= static_cast<int>(batcher_->set().size());

@@ -33,8 +33,8 @@ namespace topiary {
 class PhaseHooks {
  public:
   virtual ~PhaseHooks() = default;
-  // Before each step (step_in_epoch: steps done in this epoch). An error (ABORTED when the
-  // run pauses or is cancelled) ends the phase.
+  // Before each step (step_in_epoch: steps done in this epoch, as the position says). An
+  // error (ABORTED when the run pauses or is cancelled) ends the phase.
   virtual absl::Status BeforeStep(int step_in_epoch) = 0;
   // Evaluates the test set (at the end of an epoch that evaluates).
   virtual absl::StatusOr<EvalResult> EvaluateTest() = 0;
@@ -51,10 +51,23 @@ absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(Model* model, int batch,
 class PhaseTrainer {
  public:
   // `spec` (the run's, which manual rounds may change), `ranks` (models built), `batcher`
-  // (the training set), `recorder` and `position` outlive the trainer.
+  // (the training set) and `recorder` outlive the trainer.
   static absl::StatusOr<std::unique_ptr<PhaseTrainer>> Create(
       const topiary::v1::ExperimentSpec& spec, RankGroup* ranks, Batcher* batcher,
-      RunRecorder* recorder, RunPosition* position);
+      RunRecorder* recorder);
+
+  // Where the run stands. The trainer is its one writer: the epochs and steps it trains, and
+  // the run's transitions below, so the position a checkpoint saves is always one it made.
+  const RunPosition& position() const { return position_; }
+  // A resumed run continues from its checkpoint's position.
+  void Restore(const RunPosition& at) { position_ = at; }
+  // A prune step: the fine-tuning of the next round starts at its first epoch.
+  void BeginRound() {
+    ++position_.round;
+    position_.phase_epoch = 0;
+  }
+  // The dense phase is over: trained here, or skipped (the model came from a checkpoint).
+  void EndDensePhase() { position_.phase_epoch = spec_.train().epochs(); }
 
   // Plans the training networks: rank 0's with planning events, the other ranks' from the
   // plan cache's memory of rank 0's choices; and the gradient reducers between ranks.
@@ -90,7 +103,7 @@ class PhaseTrainer {
   struct Phase;  // one call of Train: its clocks, steps and figures
 
   PhaseTrainer(const topiary::v1::ExperimentSpec& spec, RankGroup* ranks, Batcher* batcher,
-               RunRecorder* recorder, RunPosition* position);
+               RunRecorder* recorder);
   absl::Status Epoch(Phase& phase, PhaseHooks& hooks);
   // Every progress interval (and at the epoch's last step): reads the metrics and sends a
   // Progress event. Waits for the devices, so not every step.
@@ -103,7 +116,7 @@ class PhaseTrainer {
   RankGroup* group_;
   Batcher* batcher_;
   RunRecorder* recorder_;
-  RunPosition* position_;
+  RunPosition position_;
   std::vector<RankState> ranks_;
   int batch_ = 0;        // the global batch
   int local_batch_ = 0;  // each rank's share of it

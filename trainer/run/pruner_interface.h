@@ -3,9 +3,10 @@
 // trainer, not the other way round: whoever starts a run (the CLI, the daemon) passes a
 // PrunerFactory in RunOptions.
 //
-// A pruner keeps no state that a checkpoint would lose: everything it needs is the spec,
-// the model and the masks installed on the model's parameters, so a resumed run continues
-// with the same decisions.
+// The runner makes one pruner for a run's rounds (again only when a manual round changes the
+// spec). Its decisions come from the spec, the model and the masks installed on the model's
+// parameters, so a resumed run continues with the same ones; the one thing it remembers,
+// which layers' last step stalled, a resumed run's pruner learns again in one step.
 #ifndef TOPIARY_TRAINER_RUN_PRUNER_INTERFACE_H_
 #define TOPIARY_TRAINER_RUN_PRUNER_INTERFACE_H_
 

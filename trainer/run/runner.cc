@@ -58,7 +58,8 @@ std::vector<std::string> EarlierPeriodicCheckpoints(const std::string& dir, int 
 // One experiment from setup to the end of its last round: the schedule (dense phase, rounds,
 // manual rounds), evaluation and checkpoints. The ranks (trainer/dist/rank_group.h), the
 // training of a phase (phase_trainer.h) and what the run reports (run_recorder.h) are their
-// own; the position in the run is one value (RunPosition) that checkpoints save whole.
+// own; the position in the run is one value (RunPosition) that checkpoints save whole and
+// the phase trainer alone writes.
 class ExperimentRun : public PhaseHooks {
  public:
   ExperimentRun(const ExperimentSpec& spec, const RunOptions& options, RunRecorder& recorder)
@@ -68,16 +69,21 @@ class ExperimentRun : public PhaseHooks {
   absl::Status Execute();
   // Why Execute ended early (kNone: it did not).
   RunControl::Stop stopped() const { return stopped_; }
-  int epochs_done() const { return position_.epoch; }
+  int epochs_done() const { return position().epoch; }
 
   // PhaseHooks.
   absl::Status BeforeStep(int step_in_epoch) override;
   absl::StatusOr<EvalResult> EvaluateTest() override;
   absl::Status PeriodicCheckpoint() override {
-    return Checkpoint(absl::StrFormat("epoch-%04d.h5", position_.epoch), true);
+    return Checkpoint(absl::StrFormat("epoch-%04d.h5", position().epoch), true);
   }
 
  private:
+  // Where the run stands (the start, before the trainer exists).
+  const RunPosition& position() const {
+    static const RunPosition kStart;
+    return trainer_ ? trainer_->position() : kStart;
+  }
   // Setup, in order.
   absl::Status SetupRanks();
   // A spec without model.arch: the network (and the input format) of the checkpoint it starts
@@ -132,7 +138,6 @@ class ExperimentRun : public PhaseHooks {
   std::optional<DeviceBatches> test_data_;  // rank 0's
   std::optional<EvalResult> last_eval_;     // the last evaluation of the current phase
 
-  RunPosition position_;
   RunControl::Stop stopped_ = RunControl::Stop::kNone;
   bool dense_done_ = false;
   std::string parent_;
@@ -151,8 +156,8 @@ absl::Status ExperimentRun::Setup() {
   TOPIARY_RETURN_IF_ERROR(ReadCheckpointNetwork());
   TOPIARY_RETURN_IF_ERROR(SetupData());
   TOPIARY_RETURN_IF_ERROR(BuildModels());
-  TOPIARY_ASSIGN_OR_RETURN(trainer_, PhaseTrainer::Create(spec_, ranks_.get(), &*train_batcher_,
-                                                          &recorder_, &position_));
+  TOPIARY_ASSIGN_OR_RETURN(trainer_,
+                           PhaseTrainer::Create(spec_, ranks_.get(), &*train_batcher_, &recorder_));
   TOPIARY_ASSIGN_OR_RETURN(DeviceBatches test_data,
                            DeviceBatches::Create(&*test_batcher_, ranks_->device()));
   test_data_.emplace(std::move(test_data));
@@ -269,10 +274,10 @@ absl::Status ExperimentRun::LoadStart() {
     dense_done_ = !TrainsDensePhase();
     parent_ = from;
     if (resume) {
-      position_ = state->position;
+      trainer_->Restore(state->position);
       parent_ = state->parent;
       recorder_.metrics() = state->metrics;
-      dense_done_ = position_.round > 0 || position_.phase_epoch >= spec_.train().epochs();
+      dense_done_ = position().round > 0 || position().phase_epoch >= spec_.train().epochs();
     }
   }
   auto& metrics = recorder_.metrics();
@@ -306,7 +311,7 @@ void ExperimentRun::EmitStarted() {
     *s->mutable_gradient_sampling() = recorder_.metrics().gradient_sampling();
   }
   s->set_phase(!options_.resume_from.empty() ? absl::StrFormat("resumed at round %d, epoch %d",
-                                                               position_.round, position_.epoch)
+                                                               position().round, position().epoch)
                : !spec_.init_from_checkpoint().empty() ? "from checkpoint"
                                                        : "dense");
   recorder_.Emit(e);
@@ -338,7 +343,8 @@ absl::Status ExperimentRun::NoteTarget() {
           ? "the client ended the rounds (topiary round --finish)"
           : absl::StrFormat("max_rounds (%d) ended the rounds", spec_.pruning().max_rounds());
   summary.set_target_note(TargetNote(spec_.pruning(), rounds[rounds.size() - 1],
-                                     SparsityNow(position_.round, nullptr), position_.round, why));
+                                     SparsityNow(position().round, nullptr), position().round,
+                                     why));
   return absl::OkStatus();
 }
 
@@ -348,13 +354,13 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/" + name;
   auto& metrics = recorder_.metrics();
-  metrics.set_sparsity(SparsityNow(position_.round, nullptr).sparsity());
+  metrics.set_sparsity(SparsityNow(position().round, nullptr).sparsity());
   metrics.set_train_joules_per_image(recorder_.energy()->train_joules_per_image());
   CheckpointState state;
   state.experiment_id = options_.experiment_id.empty() ? spec_.name() : options_.experiment_id;
   state.parent = parent_;
   state.spec_text = SpecToText(spec_);
-  state.position = position_;
+  state.position = position();
   state.seed = spec_.seed();
   state.metrics = metrics;
   state.input = input_;
@@ -365,14 +371,14 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   Event e = recorder_.New();
   auto* c = e.mutable_checkpoint();
   c->set_path(path);
-  c->set_round(position_.round);
-  c->set_epoch(position_.epoch);
+  c->set_round(position().round);
+  c->set_epoch(position().epoch);
   if (ranks_->size() > 1) c->set_ranks_identical(ranks_->size());
   recorder_.Emit(e);
   if (periodic) {
     // The periodic checkpoints of earlier starts of this run (before a pause, a restart)
     // count towards keep_last too.
-    if (periodic_.empty()) periodic_ = EarlierPeriodicCheckpoints(dir, position_.epoch);
+    if (periodic_.empty()) periodic_ = EarlierPeriodicCheckpoints(dir, position().epoch);
     periodic_.push_back(path);
     const int keep = spec_.checkpoints().keep_last();
     while (keep > 0 && static_cast<int>(periodic_.size()) > keep) {
@@ -389,8 +395,7 @@ absl::Status ExperimentRun::BeforeStep(int step_in_epoch) {
   if (stop == RunControl::Stop::kNone) return absl::OkStatus();
   stopped_ = stop;
   if (stop == RunControl::Stop::kPause) {
-    position_.epoch_step = step_in_epoch;
-    TOPIARY_RETURN_IF_ERROR(Checkpoint("pause.h5", false));
+    TOPIARY_RETURN_IF_ERROR(Checkpoint("pause.h5", false));  // at step_in_epoch
   }
   return absl::AbortedError(stop == RunControl::Stop::kPause ? "paused" : "cancelled");
 }
@@ -404,30 +409,29 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
   const RunClock::time_point start = RunClock::now();
   std::vector<LayerPruneReport> reports;
   if (prune) {
-    ++position_.round;
+    trainer_->BeginRound();
     GradientStats grads;
     if (pruner->needs_gradients()) {
       TOPIARY_ASSIGN_OR_RETURN(grads, trainer_->GradientStatistics());
     }
     TOPIARY_ASSIGN_OR_RETURN(
-        reports, pruner->Step(position_.round, pruner->needs_gradients() ? &grads : nullptr));
+        reports, pruner->Step(position().round, pruner->needs_gradients() ? &grads : nullptr));
     TOPIARY_RETURN_IF_ERROR(ranks_->Replicate());  // rank 0 pruned: the same masks everywhere
-    position_.phase_epoch = 0;
   }
   last_eval_.reset();
   TOPIARY_RETURN_IF_ERROR(
-      trainer_->Train(FineTunePhase(position_.round), pr.finetune_epochs(), finetune_lr, *this));
+      trainer_->Train(FineTunePhase(position().round), pr.finetune_epochs(), finetune_lr, *this));
   TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, LastOrNewEvaluation());
   auto& metrics = recorder_.metrics();
   RoundSummary* row = metrics.add_rounds();
-  *row = SparsityNow(position_.round, prune ? &reports : nullptr);
-  if (position_.round == 1 && pruner != nullptr) {
+  *row = SparsityNow(position().round, prune ? &reports : nullptr);
+  if (position().round == 1 && pruner != nullptr) {
     for (const std::string& why : pruner->dense_layers()) row->add_dense_layers(why);
   }
   row->set_test_top1(r.top1);
   row->set_test_loss(r.loss);
   row->set_seconds(SecondsSince(start));
-  TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", position_.round), false));
+  TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", position().round), false));
   row = metrics.mutable_rounds(metrics.rounds_size() - 1);
   row->set_checkpoint(recorder_.summary().checkpoint());
   Event e = recorder_.New();
@@ -448,7 +452,7 @@ absl::Status ExperimentRun::DensePhase() {
                         trainer_->LrTable(t.lr_schedule(), t.optimizer().lr(), t.epochs()), *this));
   }
   auto& metrics = recorder_.metrics();
-  if (position_.round > 0 || metrics.rounds_size() > 0) return absl::OkStatus();
+  if (position().round > 0 || metrics.rounds_size() > 0) return absl::OkStatus();
   TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, LastOrNewEvaluation());
   metrics.set_dense_top1(r.top1);
   RoundSummary* row = metrics.add_rounds();
@@ -456,7 +460,7 @@ absl::Status ExperimentRun::DensePhase() {
   row->set_test_top1(r.top1);
   row->set_test_loss(r.loss);
   row->set_seconds(SecondsSince(start));
-  position_.phase_epoch = spec_.train().epochs();
+  trainer_->EndDensePhase();
   if (TrainsDensePhase()) {
     TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
     metrics.mutable_rounds(0)->set_checkpoint(recorder_.summary().checkpoint());
@@ -472,17 +476,17 @@ absl::Status ExperimentRun::DensePhase() {
 absl::Status ExperimentRun::Rounds() {
   const auto& metrics = recorder_.metrics();
   // A resumed run may have stopped inside a round's fine-tuning: finish that round first.
-  if (position_.round > 0 && metrics.rounds_size() <= position_.round) {
+  if (position().round > 0 && metrics.rounds_size() <= position().round) {
     TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/false));
   }
-  while (true) {
-    // The pruner keeps no state of its own: made anew, it follows spec changes.
-    TOPIARY_ASSIGN_OR_RETURN(auto pruner,
-                             options_.make_pruner(spec_.pruning(), ranks_->model(), spec_.seed()));
-    if (position_.round >= spec_.pruning().max_rounds() || pruner->finished()) break;
+  // One pruner for the rounds, so that finished() can keep its promise (its layers remember
+  // whether their last step stalled); made again only when a manual round changes the spec.
+  auto make = [&] { return options_.make_pruner(spec_.pruning(), ranks_->model(), spec_.seed()); };
+  TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Pruner> pruner, make());
+  while (position().round < spec_.pruning().max_rounds() && !pruner->finished()) {
     if (spec_.pruning().manual_rounds() && options_.control != nullptr) {
       const RunControl::Stop stop =
-          options_.control->WaitForRound(position_.round, spec_.mutable_pruning());
+          options_.control->WaitForRound(position().round, spec_.mutable_pruning());
       if (stop == RunControl::Stop::kFinish) {  // the client ends the rounds here
         finished_by_client_ = true;
         break;
@@ -491,17 +495,13 @@ absl::Status ExperimentRun::Rounds() {
         stopped_ = stop;  // the last round's checkpoint is where a resume continues
         return absl::AbortedError("stopped while waiting for a round");
       }
-      TOPIARY_ASSIGN_OR_RETURN(
-          pruner, options_.make_pruner(spec_.pruning(), ranks_->model(), spec_.seed()));
+      TOPIARY_ASSIGN_OR_RETURN(pruner, make());
     }
     TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner.get()));
-    // Every layer at its target or unable to add a zero: more rounds would only repeat
-    // this one (the pruner is made anew each round, so the runner remembers this).
-    const RoundSummary& last = metrics.rounds(metrics.rounds_size() - 1);
-    if (last.layers_stalled() > 0 &&
-        last.layers_at_target() + last.layers_stalled() >= last.layers_pruned()) {
-      stalled_round_ = position_.round;
-      break;
+    // Every layer at its target or unable to add a zero: more rounds would only repeat this
+    // one. When some layer stalled, the target note says the rounds ended there.
+    if (pruner->finished() && metrics.rounds(metrics.rounds_size() - 1).layers_stalled() > 0) {
+      stalled_round_ = position().round;
     }
   }
   return NoteTarget();
@@ -510,7 +510,7 @@ absl::Status ExperimentRun::Rounds() {
 absl::Status ExperimentRun::Execute() {
   TOPIARY_RETURN_IF_ERROR(DensePhase());
   if (spec_.has_pruning()) TOPIARY_RETURN_IF_ERROR(Rounds());
-  recorder_.Finish(position_.epoch, SparsityNow(position_.round, nullptr).sparsity(),
+  recorder_.Finish(position().epoch, SparsityNow(position().round, nullptr).sparsity(),
                    trainer_->images_per_s());
   return absl::OkStatus();
 }
