@@ -28,15 +28,13 @@ class RoundsGpu : public ::testing::Test {
 
 TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
   for (const char* method : {"BLOCK", "N_OF_M", "MAGNITUDE"}) {
-    auto spec = Parse(std::string(R"(
+    auto spec = testing::SyntheticRun(std::string(R"(
       name: "gpu-rounds" seed: 5
-      model { arch: "resnet20" width: 0.5 }
-      data { dataset: SYNTHETIC batch_size: 32
-             synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 160 } }
-      train { epochs: 1 optimizer { lr: 0.05 } }
+      data { synthetic { test_size: 160 } }
+      train { epochs: 1 }
       pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 2 method: )") +
-                      method + R"( }
-      device { kind: CUDA })");
+                                      method + R"( }
+      device { kind: CUDA threads: 0 })");
     const auto s = RunExperiment(spec, PruningOptions(OutDir(method)));
     ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << method << ": " << s.error();
     const auto& last = s.rounds(s.rounds_size() - 1);
@@ -60,15 +58,13 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
 TEST_F(RoundsGpu, MasksHoldInBf16) {
   // bf16 kernels read weight copies cast from the fp32 masters before every pass; the masks
   // are projected on the masters, so masked weights and momentum stay exactly zero.
-  auto spec = Parse(R"(
+  auto spec = testing::SyntheticRun(R"(
     name: "gpu-rounds-bf16" seed: 5
-    model { arch: "resnet20" width: 0.5 }
-    data { dataset: SYNTHETIC batch_size: 32
-           synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 160 } }
-    train { epochs: 1 optimizer { lr: 0.05 } precision: BF16 }
+    data { synthetic { test_size: 160 } }
+    train { epochs: 1 precision: BF16 }
     pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 2
               method: BLOCK score: GRAD_L2 }
-    device { kind: CUDA })");
+    device { kind: CUDA threads: 0 })");
   const auto s = RunExperiment(spec, PruningOptions(OutDir("bf16")));
   ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   const testing::MaskCheck check = CheckMaskedCheckpoint(s.checkpoint(), 0.5);
@@ -82,14 +78,11 @@ TEST_F(RoundsGpu, MasksHoldInBf16) {
 // cuDNN (=off): losses that agree to bf16 rounding, bit-deterministic, and round reports that
 // say which kernels ran.
 TEST_F(RoundsGpu, BlockSparseKernelsTrainLikeDenseOnes) {
-  auto spec = Parse(R"(
-    seed: 11
-    model { arch: "resnet20" }
-    data { dataset: SYNTHETIC batch_size: 32
-           synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 } }
-    train { epochs: 1 precision: BF16 optimizer { lr: 0.05 } }
+  auto spec = testing::SyntheticRun(R"(
+    model { width: 1 }
+    train { epochs: 1 precision: BF16 }
     pruning { method: BLOCK target: 0.5 step_fraction: 0.5 finetune_epochs: 1 max_rounds: 2 }
-    device { kind: CUDA deterministic: true })");
+    device { kind: CUDA threads: 0 deterministic: true })");
   auto run = [&](const char* mode) {
     setenv("TOPIARY_SPARSE_CONV", mode, 1);
     testing::Trace t = testing::RunAndTrace(spec, PruningOptions(OutDir(mode)));

@@ -15,18 +15,16 @@ using testing::CheckMaskedCheckpoint;
 using testing::OutDir;
 using testing::Parse;
 using testing::PruningOptions;
+using testing::SyntheticRun;
 
 // resnet20 at half width (8, 16, 32 channels) with 4 x 4 blocks: every conv but the stem is
 // eligible (the stem has 2 input channels: one input block).
-constexpr char kSpec[] = R"(
+constexpr char kRounds[] = R"(
   name: "rounds" seed: 5
-  model { arch: "resnet20" width: 0.5 }
-  data { dataset: SYNTHETIC batch_size: 32
-         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 320 test_size: 160 } }
-  train { epochs: 2 optimizer { lr: 0.05 } }
+  data { synthetic { train_size: 320 test_size: 160 } }
+  train { epochs: 2 }
   pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 1 }
   checkpoints { every_epochs: 1 }
-  device { kind: CPU threads: 2 }
 )";
 
 // The loss of every step, by global step.
@@ -45,7 +43,7 @@ StepLosses RunWithLosses(const topiary::v1::ExperimentSpec& spec, RunOptions opt
 }
 
 TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
-  const StepLosses a = RunWithLosses(Parse(kSpec), PruningOptions(OutDir("block")));
+  const StepLosses a = RunWithLosses(SyntheticRun(kRounds), PruningOptions(OutDir("block")));
   const auto& s = a.summary;
   ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
   ASSERT_GE(s.rounds_size(), 3);  // round 0 (dense) and at least two prune steps
@@ -66,7 +64,7 @@ TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
 }
 
 TEST(Rounds, ResumedRunsContinueBitIdentically) {
-  const auto spec = Parse(kSpec);
+  const auto spec = SyntheticRun(kRounds);
   const std::string dir = OutDir("full");
   const StepLosses full = RunWithLosses(spec, PruningOptions(dir));
   ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
@@ -110,7 +108,7 @@ class StopAt : public RunControl {
 // checkpoint is written only after the ranks were compared bit for bit. A pause on two
 // ranks resumes on one and still reaches the target.
 TEST(Rounds, DataParallelPruningKeepsRanksIdentical) {
-  auto spec = Parse(kSpec);
+  auto spec = SyntheticRun(kRounds);
   spec.mutable_device()->set_cpu_ranks(2);
   spec.mutable_pruning()->set_score(topiary::v1::PruningSpec::GRAD_L2);
   std::vector<int> identical;
@@ -136,7 +134,7 @@ TEST(Rounds, DataParallelPruningKeepsRanksIdentical) {
 }
 
 TEST(Rounds, PausedRunsResumeMidEpochBitIdentically) {
-  const auto spec = Parse(kSpec);
+  const auto spec = SyntheticRun(kRounds);
   const StepLosses full = RunWithLosses(spec, PruningOptions(OutDir("nopause")));
   ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
   // 10 steps per epoch: step 15 is inside the second dense epoch; step 27 inside round 1.
@@ -178,7 +176,7 @@ class ManualRounds : public RunControl {
 };
 
 TEST(Rounds, ManualRoundsWaitAfterEachRoundAndTakeChanges) {
-  auto spec = Parse(kSpec);
+  auto spec = SyntheticRun(kRounds);
   spec.mutable_pruning()->set_manual_rounds(true);
   ManualRounds control;
   RunOptions options = PruningOptions(OutDir("manual"));
@@ -193,9 +191,9 @@ TEST(Rounds, ManualRoundsWaitAfterEachRoundAndTakeChanges) {
 
 TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
   const std::string dir = OutDir("parent");
-  const StepLosses parent = RunWithLosses(Parse(kSpec), PruningOptions(dir));
+  const StepLosses parent = RunWithLosses(SyntheticRun(kRounds), PruningOptions(dir));
   ASSERT_EQ(parent.summary.state(), topiary::v1::SUCCEEDED) << parent.summary.error();
-  auto spec = Parse(kSpec);
+  auto spec = SyntheticRun(kRounds);
   spec.set_init_from_checkpoint(dir + "/checkpoints/round-001.h5");
   spec.mutable_pruning()->set_target(0.75f);
   const StepLosses child = RunWithLosses(spec, PruningOptions(OutDir("child")));
@@ -210,7 +208,7 @@ TEST(Rounds, InitFromCheckpointSkipsTheDensePhaseAndKeepsMasks) {
 }
 
 TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
-  auto spec = Parse(kSpec);
+  auto spec = SyntheticRun(kRounds);
   spec.mutable_pruning()->set_score(topiary::v1::PruningSpec::GRAD_L2);
   const StepLosses grad = RunWithLosses(spec, PruningOptions(OutDir("grad")));
   ASSERT_EQ(grad.summary.state(), topiary::v1::SUCCEEDED) << grad.summary.error();
@@ -218,7 +216,7 @@ TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
   EXPECT_EQ(last.layers_at_target(), 20);
   EXPECT_EQ(CheckMaskedCheckpoint(grad.summary.checkpoint(), 0.5).block_layers_at_target, 20);
 
-  spec = Parse(kSpec);
+  spec = SyntheticRun(kRounds);
   spec.mutable_pruning()->set_method(topiary::v1::PruningSpec::MAGNITUDE);
   spec.mutable_pruning()->add_overrides()->set_layer("fc");
   spec.mutable_pruning()->mutable_overrides(0)->set_exclude(true);
@@ -235,7 +233,7 @@ TEST(Rounds, GradientWeightedScoresAndPerLayerMagnitudeReachTheirTargets) {
 }
 
 TEST(Rounds, BadCheckpointsAreRefusedNamingTheField) {
-  auto spec = Parse(kSpec);
+  auto spec = SyntheticRun(kRounds);
   spec.set_init_from_checkpoint(OutDir("nope.h5"));
   const StepLosses r = RunWithLosses(spec, PruningOptions(OutDir("bad")));
   EXPECT_EQ(r.summary.state(), topiary::v1::FAILED);
@@ -254,7 +252,7 @@ namespace {
 // and the summary says the target was not reached, why, and which layers fell short; they
 // used to go on to max_rounds and end as if the target had been met.
 TEST(Rounds, StopWhenNoLayerCanProgressAndSayTheTargetWasMissed) {
-  auto spec = testing::Parse(kSpec);
+  auto spec = testing::SyntheticRun(kRounds);
   spec.mutable_train()->set_epochs(1);
   spec.mutable_pruning()->set_target(0.99f);
   spec.mutable_pruning()->set_step_fraction(1.0f);

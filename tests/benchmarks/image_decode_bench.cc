@@ -25,8 +25,8 @@
 #include "tests/tools/image_files.h"
 #include "trainer/core/device.h"
 #include "trainer/data/batcher.h"
+#include "trainer/data/device_batches.h"
 #include "trainer/data/image_folder.h"
-#include "trainer/run/device_batches.h"
 #include "trainer/util/file_util.h"
 
 namespace topiary {

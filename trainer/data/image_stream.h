@@ -4,7 +4,7 @@
 // image_size, the centre crop_size square), and it is decoded and scaled into the batch by the
 // antialiased filter of kernels/resize.h. The draws are the cached pipeline's (position j of
 // the epoch's order, kernels/augment_impl.h), so any batch can be rebuilt on its own.
-// Decoding here is on CPU threads; trainer/run/stream_batches.h sends JPEGs to nvJPEG instead.
+// Decoding here is on CPU threads; trainer/data/stream_batches.h sends JPEGs to nvJPEG instead.
 #ifndef TOPIARY_TRAINER_DATA_IMAGE_STREAM_H_
 #define TOPIARY_TRAINER_DATA_IMAGE_STREAM_H_
 

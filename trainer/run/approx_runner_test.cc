@@ -16,17 +16,15 @@ namespace {
 
 using testing::Parse;
 using testing::RunAndTrace;
+using testing::SyntheticRun;
 using testing::TempDir;
 using testing::Trace;
 
 constexpr char kApprox[] = R"(
   seed: 5
-  model { arch: "resnet20" width: 0.5 }
-  data { dataset: SYNTHETIC batch_size: 32
-         synthetic { height: 10 width: 10 channels: 2 classes: 4 train_size: 320 test_size: 128 } }
-  train { epochs: 2 optimizer { lr: 0.05 } }
+  data { synthetic { height: 10 width: 10 classes: 4 train_size: 320 test_size: 128 } }
+  train { epochs: 2 }
   checkpoints { every_epochs: 1 }
-  device { kind: CPU threads: 2 }
   approximation {
     rules { layer: "*" multiplier: "drum:4" }
     rules { layer: "stem.conv" exclude: true }
@@ -46,7 +44,7 @@ Trace RunTo(const topiary::v1::ExperimentSpec& spec, const std::string& out,
 }
 
 TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
-  const auto spec = Parse(kApprox);
+  const auto spec = SyntheticRun(kApprox);
   const std::string out = TempDir("approx");
   const Trace full = RunTo(spec, out);
   ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
@@ -90,7 +88,7 @@ TEST(ApproxRunner, TrainsRecordsMultipliersAndResumesExactly) {
 TEST(ApproxRunner, ExactTableTrainsLikeFakeQuantization) {
   // The exact table through the approximate path learns the synthetic classes like the exact
   // convolution does: quantization to 8 bits costs little on an easy task.
-  auto spec = Parse(kApprox);
+  auto spec = SyntheticRun(kApprox);
   spec.clear_checkpoints();
   spec.mutable_train()->set_epochs(4);
   auto* a = spec.mutable_approximation();
@@ -118,7 +116,7 @@ TEST(ApproxRunner, BadRulesFailNamingTheRule) {
       {"stage9.*", "exact", "approximation.rules[0].layer: 'stage9.*' matches no convolution"},
   };
   for (const Case& c : cases) {
-    auto spec = Parse(kApprox);
+    auto spec = SyntheticRun(kApprox);
     auto* a = spec.mutable_approximation();
     a->clear_rules();
     a->add_rules()->set_layer(c.layer);
@@ -128,11 +126,11 @@ TEST(ApproxRunner, BadRulesFailNamingTheRule) {
     EXPECT_NE(s.error().find(c.message), std::string::npos) << s.error();
   }
   // Caught by validation before anything runs.
-  auto spec = Parse(kApprox);
+  auto spec = SyntheticRun(kApprox);
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   EXPECT_NE(RunAndTrace(spec).summary.error().find("train.precision: BF16 cannot be combined"),
             std::string::npos);
-  spec = Parse(kApprox);
+  spec = SyntheticRun(kApprox);
   spec.mutable_approximation()->mutable_rules(0)->clear_multiplier();
   EXPECT_NE(RunAndTrace(spec).summary.error().find("approximation.rules[0].multiplier: required"),
             std::string::npos);
@@ -140,7 +138,7 @@ TEST(ApproxRunner, BadRulesFailNamingTheRule) {
 
 TEST(ApproxEval, EvaluatesCheckpointsUnderAssignmentsAndRanksLayers) {
   // An exact model, trained briefly; then its checkpoint evaluated without training.
-  auto spec = Parse(kApprox);
+  auto spec = SyntheticRun(kApprox);
   spec.clear_approximation();
   spec.clear_checkpoints();
   spec.mutable_train()->set_epochs(3);

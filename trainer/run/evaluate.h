@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
 #include "topiary/v1/experiment.pb.h"
+#include "trainer/data/device_batches.h"
 #include "trainer/nn/model.h"
-#include "trainer/run/device_batches.h"
 
 namespace topiary {
 

@@ -14,8 +14,8 @@
 #include "topiary/v1/events.pb.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/data/batcher.h"
+#include "trainer/data/device_batches.h"
 #include "trainer/nn/model.h"
-#include "trainer/run/device_batches.h"
 #include "trainer/run/evaluate.h"
 #include "trainer/run/pruner_interface.h"
 

@@ -15,16 +15,14 @@ namespace {
 
 using testing::Parse;
 using testing::RunAndTrace;
+using testing::SyntheticRun;
 using testing::Trace;
 
-constexpr char kSynthetic[] = R"(
-  seed: 11
-  model { arch: "resnet20" width: 0.5 }
-  data { dataset: SYNTHETIC batch_size: 32
-         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 } }
-  train { epochs: 3 optimizer { lr: 0.05 } lr_schedule { kind: COSINE warmup_epochs: 0.5 } }
-  device { kind: CUDA deterministic: true }
-)";
+topiary::v1::ExperimentSpec Synthetic() {
+  return SyntheticRun(R"(
+    train { lr_schedule { kind: COSINE warmup_epochs: 0.5 } }
+    device { kind: CUDA threads: 0 deterministic: true })");
+}
 
 class RunnerGpu : public ::testing::Test {
  protected:
@@ -35,7 +33,7 @@ class RunnerGpu : public ::testing::Test {
 };
 
 TEST_F(RunnerGpu, LearnsAndIsDeterministic) {
-  const auto spec = Parse(kSynthetic);
+  const auto spec = Synthetic();
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
   ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   EXPECT_NE(a.summary.device().find("cuda:0"), std::string::npos) << a.summary.device();
@@ -45,7 +43,7 @@ TEST_F(RunnerGpu, LearnsAndIsDeterministic) {
 }
 
 TEST_F(RunnerGpu, GraphReplayEqualsEagerLaunches) {
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_data()->mutable_augment()->set_crop_padding(1);
   spec.mutable_data()->mutable_augment()->set_horizontal_flip(true);
   const Trace graphs = RunAndTrace(spec);
@@ -59,7 +57,7 @@ TEST_F(RunnerGpu, GraphReplayEqualsEagerLaunches) {
 
 TEST_F(RunnerGpu, FirstStepMatchesCpu) {
   // Same initialization, same first batch: the first step's loss agrees to float rounding.
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_train()->set_epochs(1);
   const Trace gpu = RunAndTrace(spec);
   spec.mutable_device()->set_kind(topiary::v1::DeviceSpec::CPU);
@@ -75,7 +73,7 @@ TEST_F(RunnerGpu, ApproximateConvolutionsLearnDeterministicallyAndMatchTheCpu) {
   // Every conv through a multiplier table, moving-average ranges: the run learns, repeats
   // bit for bit, replays as a graph what it launches eagerly, and its first step (table
   // forward, straight-through backward) agrees with the CPU's.
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   auto* a = spec.mutable_approximation();
   a->add_rules()->set_layer("*");
   a->mutable_rules(0)->set_multiplier("drum:6");
@@ -124,7 +122,7 @@ TEST_F(RunnerGpu, SampledWeightGradientsLearnDeterministicallyInFp32AndBf16) {
   // approximate layer too in fp32: the run learns, repeats bit for bit, replays as graphs
   // what it launches eagerly, and its first sampled step agrees with the CPU's.
   for (auto precision : {topiary::v1::TrainSpec::FP32, topiary::v1::TrainSpec::BF16}) {
-    auto spec = Parse(kSynthetic);
+    auto spec = Synthetic();
     spec.mutable_train()->set_precision(precision);
     auto* g = spec.mutable_gradient_sampling();
     g->set_top_k(2);
@@ -166,7 +164,7 @@ TEST_F(RunnerGpu, SampledWeightGradientsLearnDeterministicallyInFp32AndBf16) {
 }
 
 TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
   ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
@@ -174,7 +172,7 @@ TEST_F(RunnerGpu, Bf16LearnsDeterministicallyAndHalvesActivations) {
   ASSERT_EQ(a.losses.size(), 60u);
   EXPECT_EQ(a.losses, b.losses);
   // The first step sees the same weights and batch as fp32, rounded to bf16: close losses.
-  const Trace fp32 = RunAndTrace(Parse(kSynthetic));
+  const Trace fp32 = RunAndTrace(Synthetic());
   EXPECT_NEAR(a.losses[0], fp32.losses[0], 0.02 * std::abs(fp32.losses[0]));
   EXPECT_NE(a.losses, fp32.losses);  // and yet a different computation
 
@@ -210,9 +208,9 @@ TEST_F(RunnerGpu, ClearErrorsForMemoryAndDevice) {
     EXPECT_NE(msg.find("out of GPU memory"), std::string::npos) << msg;
   }
   // The process survives and the GPU is usable again.
-  const auto ok = RunAndTrace(Parse(kSynthetic)).summary;
+  const auto ok = RunAndTrace(Synthetic()).summary;
   EXPECT_EQ(ok.state(), topiary::v1::SUCCEEDED) << ok.error();
-  auto bad = Parse(kSynthetic);
+  auto bad = Synthetic();
   bad.mutable_device()->add_gpus(63);  // a valid ordinal that no test machine has
   const auto s = RunAndTrace(bad).summary;
   EXPECT_NE(s.error().find("device.gpus: GPU 63 requested"), std::string::npos) << s.error();

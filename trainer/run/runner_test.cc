@@ -17,20 +17,17 @@ namespace {
 
 using testing::Parse;
 using testing::RunAndTrace;
+using testing::SyntheticRun;
 using testing::Trace;
 
-constexpr char kSynthetic[] = R"(
-  seed: 11
-  model { arch: "resnet20" width: 0.5 }
-  data { dataset: SYNTHETIC batch_size: 32
-         synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 }
-         augment { crop_padding: 1 horizontal_flip: true } }
-  train { epochs: 3 optimizer { lr: 0.05 } lr_schedule { kind: COSINE warmup_epochs: 0.5 } }
-  device { kind: CPU threads: 2 }
-)";
+topiary::v1::ExperimentSpec Synthetic() {
+  return SyntheticRun(R"(
+    data { augment { crop_padding: 1 horizontal_flip: true } }
+    train { lr_schedule { kind: COSINE warmup_epochs: 0.5 } })");
+}
 
 TEST(Runner, SameSpecAndSeedGiveBitIdenticalLosses) {
-  const auto spec = Parse(kSynthetic);
+  const auto spec = Synthetic();
   const Trace a = RunAndTrace(spec), b = RunAndTrace(spec);
   ASSERT_EQ(a.summary.state(), topiary::v1::SUCCEEDED) << a.summary.error();
   ASSERT_EQ(a.losses.size(), 60u);  // 3 epochs x 20 steps
@@ -54,7 +51,7 @@ class PauseAt : public RunControl {
 // keep_last counts the periodic checkpoints of earlier starts of the run too: a run paused
 // and resumed (or restarted by the daemon) used to forget them and keep them forever.
 TEST(Runner, KeepLastCountsCheckpointsFromBeforeAPause) {
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_train()->set_epochs(5);
   spec.mutable_checkpoints()->set_every_epochs(1);
   spec.mutable_checkpoints()->set_keep_last(2);
@@ -82,7 +79,7 @@ TEST(Runner, KeepLastCountsCheckpointsFromBeforeAPause) {
 TEST(Runner, LearnsSyntheticClasses) {
   // Without augmentation: the random-blob prototypes are not flip- or shift-invariant, so
   // flips can make one class look like another.
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_data()->clear_augment();
   const Trace t = RunAndTrace(spec);
   ASSERT_EQ(t.summary.state(), topiary::v1::SUCCEEDED) << t.summary.error();
@@ -106,7 +103,7 @@ TEST(Runner, LearnsSyntheticClasses) {
 }
 
 TEST(Runner, SaysOnceWhyThereAreNoEnergyFigures) {
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_train()->set_epochs(1);
   std::vector<std::string> notes;
   RunOptions opt;
@@ -134,22 +131,22 @@ TEST(Runner, LenetLearnsFashionMnistSubset) {
 }
 
 TEST(Runner, FailuresAreReportedNotThrown) {
-  auto spec = Parse(kSynthetic);
+  auto spec = Synthetic();
   spec.mutable_data()->set_batch_size(10000);
   auto s = RunAndTrace(spec).summary;
   EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_EQ(s.error(), "data.batch_size: 10000 exceeds the 640 training images");
-  spec = Parse(kSynthetic);
+  spec = Synthetic();
   spec.mutable_device()->set_kind(topiary::v1::DeviceSpec::CUDA);
   s = RunAndTrace(spec).summary;
   EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_NE(s.error().find("device.kind: CUDA"), std::string::npos) << s.error();
-  spec = Parse(kSynthetic);
+  spec = Synthetic();
   spec.mutable_train()->set_precision(topiary::v1::TrainSpec::BF16);
   s = RunAndTrace(spec).summary;
   EXPECT_EQ(s.state(), topiary::v1::FAILED);
   EXPECT_NE(s.error().find("train.precision: BF16 needs a GPU"), std::string::npos) << s.error();
-  spec = Parse(kSynthetic);
+  spec = Synthetic();
   spec.mutable_train()->mutable_optimizer()->set_lr(1000.0f);  // the largest lr validation allows
   spec.mutable_train()->mutable_optimizer()->set_weight_decay(1.0f);
   s = RunAndTrace(spec).summary;

@@ -2,6 +2,7 @@
 #ifndef TOPIARY_TRAINER_RUN_RUNNER_TEST_UTIL_H_
 #define TOPIARY_TRAINER_RUN_RUNNER_TEST_UTIL_H_
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,6 +19,22 @@ inline topiary::v1::ExperimentSpec Parse(const std::string& text) {
   auto spec = ParseSpec(text, "test");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.ok() ? *spec : topiary::v1::ExperimentSpec();
+}
+
+// The small run the runner, rounds and sampling tests share: resnet20 at width 0.5 on
+// synthetic 12x12x2 images of 5 classes (640 to train, 320 to test), batch 32, 3 epochs at
+// lr 0.05, seed 11, on 2 CPU threads. `changes` (spec text) are merged over it: a test says
+// only what it is about, e.g. "train { epochs: 2 } device { kind: CUDA threads: 0 }".
+inline topiary::v1::ExperimentSpec SyntheticRun(const std::string& changes = "") {
+  topiary::v1::ExperimentSpec spec = Parse(R"(
+    seed: 11
+    model { arch: "resnet20" width: 0.5 }
+    data { dataset: SYNTHETIC batch_size: 32
+           synthetic { height: 12 width: 12 channels: 2 classes: 5 train_size: 640 test_size: 320 } }
+    train { epochs: 3 optimizer { lr: 0.05 } }
+    device { kind: CPU threads: 2 })");
+  EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(changes, &spec)) << changes;
+  return spec;
 }
 
 // A path under the test's temporary folder (util/test_dir.h: also outside Bazel).

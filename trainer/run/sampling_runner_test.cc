@@ -16,16 +16,14 @@ namespace topiary {
 namespace {
 
 using testing::Parse;
+using testing::SyntheticRun;
 using testing::TempDir;
 
+// The shared run on 10x10 images of 4 classes (320 to train, 128 to test), a checkpoint
+// per epoch.
 constexpr char kBase[] = R"(
-  seed: 11
-  model { arch: "resnet20" width: 0.5 }
-  data { dataset: SYNTHETIC batch_size: 32
-         synthetic { height: 10 width: 10 channels: 2 classes: 4 train_size: 320 test_size: 128 } }
-  train { epochs: 3 optimizer { lr: 0.05 } }
+  data { synthetic { height: 10 width: 10 classes: 4 train_size: 320 test_size: 128 } }
   checkpoints { every_epochs: 1 }
-  device { kind: CPU threads: 2 }
 )";
 
 struct Recorded {
@@ -47,7 +45,7 @@ Recorded Train(const std::string& extra, const std::string& out = "",
     if (e.has_epoch()) r.sampled_per_epoch.push_back(e.epoch().sampled_steps());
     if (e.has_started()) r.started = e.started().gradient_sampling();
   };
-  r.summary = RunExperiment(Parse(std::string(kBase) + extra), opt);
+  r.summary = RunExperiment(SyntheticRun(std::string(kBase) + extra), opt);
   return r;
 }
 

@@ -8,8 +8,8 @@
 
 #include "pruning/pruner.h"
 #include "tests/tools/image_files.h"
+#include "trainer/data/device_batches.h"
 #include "trainer/data/image_folder.h"
-#include "trainer/run/device_batches.h"
 #include "trainer/run/runner_test_util.h"
 #include "trainer/util/file_util.h"
 #include "util/test_dir.h"

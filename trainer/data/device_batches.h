@@ -3,8 +3,8 @@
 // there; on the CPU the host vectors are used in place. A streamed set (IMAGE_FOLDER pipeline
 // STREAM) has no images in memory: its batches are read and decoded ahead of training
 // (StreamBatches) and staged, and assembly normalizes the staged batch.
-#ifndef TOPIARY_TRAINER_RUN_DEVICE_BATCHES_H_
-#define TOPIARY_TRAINER_RUN_DEVICE_BATCHES_H_
+#ifndef TOPIARY_TRAINER_DATA_DEVICE_BATCHES_H_
+#define TOPIARY_TRAINER_DATA_DEVICE_BATCHES_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "kernels/step_clock.h"
 #include "trainer/core/device.h"
 #include "trainer/data/batcher.h"
-#include "trainer/run/stream_batches.h"
+#include "trainer/data/stream_batches.h"
 
 namespace topiary {
 
@@ -61,4 +61,4 @@ class DeviceBatches {
 
 }  // namespace topiary
 
-#endif  // TOPIARY_TRAINER_RUN_DEVICE_BATCHES_H_
+#endif  // TOPIARY_TRAINER_DATA_DEVICE_BATCHES_H_

@@ -4,8 +4,8 @@
 // there and scaled by the CUDA resize kernel on a side stream (kernels/image_lane.h), the rest
 // decoded and scaled on CPU threads and uploaded. The training stream then copies the batch
 // into buffers at fixed addresses, which a captured CUDA graph's batch assembly reads.
-#ifndef TOPIARY_TRAINER_RUN_STREAM_BATCHES_H_
-#define TOPIARY_TRAINER_RUN_STREAM_BATCHES_H_
+#ifndef TOPIARY_TRAINER_DATA_STREAM_BATCHES_H_
+#define TOPIARY_TRAINER_DATA_STREAM_BATCHES_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -103,4 +103,4 @@ class StreamBatches {
 
 }  // namespace topiary
 
-#endif  // TOPIARY_TRAINER_RUN_STREAM_BATCHES_H_
+#endif  // TOPIARY_TRAINER_DATA_STREAM_BATCHES_H_

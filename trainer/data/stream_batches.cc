@@ -1,4 +1,4 @@
-#include "trainer/run/stream_batches.h"
+#include "trainer/data/stream_batches.h"
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "trainer/run/device_batches.h"
+#include "trainer/data/device_batches.h"
 
 #include <numeric>
 
