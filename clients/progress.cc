@@ -153,8 +153,8 @@ void ProgressPrinter::PrintProgress(const topiary::v1::Progress& p) {
       out_,
       "\r\033[K%sepoch %d/%d [%s] %3.0f%%  %6.0f img/s  loss %.4f  top-1 %.1f%%  lr %.4g  "
       "ETA %s",
-      PhasePrefix(p.phase()), p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(), p.loss(),
-      100 * p.top1(), p.lr(), FormatDuration(p.eta_s()));
+      PhasePrefix(p.training_phase()), p.epoch(), p.epochs(), bar, 100 * frac, p.images_per_s(),
+      p.loss(), 100 * p.top1(), p.lr(), FormatDuration(p.eta_s()));
   bar_open_ = true;
 }
 
@@ -162,8 +162,8 @@ void ProgressPrinter::PrintEpoch(const topiary::v1::EpochSummary& ep) {
   if (bar_open_) absl::FPrintF(out_, "\r\033[K");
   bar_open_ = false;
   absl::FPrintF(out_, "%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
-                PhasePrefix(ep.phase()), ep.epoch(), ep.train_loss(), 100 * ep.train_top1(),
-                ep.images_per_s(), FormatDuration(ep.seconds()));
+                PhasePrefix(ep.training_phase()), ep.epoch(), ep.train_loss(),
+                100 * ep.train_top1(), ep.images_per_s(), FormatDuration(ep.seconds()));
   if (ep.evaluated()) {
     absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
                   100 * ep.test_top1(), 100 * ep.test_top5());

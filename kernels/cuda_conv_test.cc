@@ -1,4 +1,5 @@
-// CUDA kernels of convolutions: cuDNN, sampled weight gradients, block-sparse against their CPU twins (kernels/cuda_test_util.h).
+// CUDA kernels of convolutions: cuDNN, sampled weight gradients, block-sparse against their CPU
+// twins (kernels/cuda_test_util.h).
 #include "kernels/cuda_test_util.h"
 
 namespace topiary::kernels {

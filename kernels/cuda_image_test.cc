@@ -1,4 +1,5 @@
-// CUDA kernels of batch assembly and crop-and-resize against their CPU twins (kernels/cuda_test_util.h).
+// CUDA kernels of batch assembly and crop-and-resize against their CPU twins
+// (kernels/cuda_test_util.h).
 #include "kernels/cuda_test_util.h"
 
 namespace topiary::kernels {

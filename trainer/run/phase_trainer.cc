@@ -238,7 +238,7 @@ absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
   const int64_t total = static_cast<int64_t>(phase.epochs) * steps_per_epoch_ * batch_;
   Event e = recorder_->New();
   auto* p = e.mutable_progress();
-  *p->mutable_phase() = phase.which;
+  *p->mutable_training_phase() = phase.which;
   p->set_epoch(phase.epoch + 1);
   p->set_epochs(phase.epochs);
   p->set_step(static_cast<int32_t>(position_.epoch_start_step + step + 1));
@@ -271,7 +271,7 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
 
   Event e = recorder_->New();
   auto* es = e.mutable_epoch();
-  *es->mutable_phase() = phase.which;
+  *es->mutable_training_phase() = phase.which;
   es->set_epoch(phase.epoch + 1);
   es->set_train_loss(phase.metrics.loss());
   es->set_train_top1(phase.metrics.top1_rate());
