@@ -166,7 +166,10 @@ namespace {
 // A layer group's enum attributes hold one of their names (a reader maps them without a
 // fallback).
 absl::Status CheckLayerEnums(const std::string& file, const H5Document& doc) {
-  for (const auto& [group, attrs] : doc.groups) {
+  // A plain pair, not a structured binding: C++17 lambdas cannot capture those.
+  for (const auto& entry : doc.groups) {
+    const std::string& group = entry.first;
+    const H5Attrs& attrs = entry.second;
     if (group.rfind(kLayersPrefix, 0) != 0) continue;
     auto check = [&](const char* attr, auto& names) -> absl::Status {
       auto it = attrs.find(attr);

@@ -31,8 +31,8 @@ TEST(Json, UnknownKeysAreRefusedOrIgnoredAsAsked) {
   ASSERT_TRUE(
       FromJson(R"({"name": "x", "from_the_future": 1})", &spec, "r", JsonUnknown::kIgnore).ok());
   EXPECT_EQ(spec.name(), "x");
-  EXPECT_FALSE(FromJson(std::string(kMaxJsonBytes + 1, ' '), &spec, "big", JsonUnknown::kIgnore)
-                   .ok());
+  EXPECT_FALSE(
+      FromJson(std::string(kMaxJsonBytes + 1, ' '), &spec, "big", JsonUnknown::kIgnore).ok());
   EXPECT_FALSE(FromJson("{\"name\": ", &spec, "cut", JsonUnknown::kIgnore).ok());
 }
 
@@ -41,9 +41,10 @@ TEST(Json, UnknownKeysAreRefusedOrIgnoredAsAsked) {
 // the rest of the record is kept (an event log line is not lost).
 TEST(Json, RecordsOfEarlierVersionsStillRead) {
   topiary::v1::CheckpointMetrics m;
-  ASSERT_TRUE(FromJson(R"({"test_top1": 0.75, "gradient_sampling": {"top_k": 2, "scale": "unbiased"}})",
-                       &m, "old.h5: /@metrics", JsonUnknown::kIgnore)
-                  .ok());
+  ASSERT_TRUE(
+      FromJson(R"({"test_top1": 0.75, "gradient_sampling": {"top_k": 2, "scale": "unbiased"}})", &m,
+               "old.h5: /@metrics", JsonUnknown::kIgnore)
+          .ok());
   EXPECT_EQ(m.test_top1(), 0.75);
   EXPECT_EQ(m.gradient_sampling().top_k(), 2);
   topiary::v1::Event e;
