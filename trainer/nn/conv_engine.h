@@ -16,6 +16,7 @@
 #include "kernels/conv.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/nn/layer.h"
+#include "trainer/util/enum_pairs.h"
 
 namespace topiary {
 
@@ -81,24 +82,22 @@ struct ConvApproximation {
 using SpecApprox = topiary::v1::ApproximationSpec;
 using SpecSampling = topiary::v1::GradientSamplingSpec;
 // One pair per value; the first pair is the default either way.
-template <typename Spec, typename Engine>
-using EnumPairs = std::pair<Spec, Engine>[2];
-inline constexpr EnumPairs<SpecApprox::RangeMode, ConvApproximation::Range> kSpecRanges = {
+inline constexpr std::pair<SpecApprox::RangeMode, ConvApproximation::Range> kSpecRanges[] = {
     {SpecApprox::PER_BATCH, ConvApproximation::Range::kPerBatch},
     {SpecApprox::MOVING_AVERAGE, ConvApproximation::Range::kMovingAverage}};
-inline constexpr EnumPairs<SpecApprox::WeightCode, kernels::WeightCode> kSpecWeightCodes = {
+inline constexpr std::pair<SpecApprox::WeightCode, kernels::WeightCode> kSpecWeightCodes[] = {
     {SpecApprox::ASYMMETRIC, kernels::WeightCode::kAsymmetric},
     {SpecApprox::SIGN_MAGNITUDE, kernels::WeightCode::kSignMagnitude}};
-inline constexpr EnumPairs<SpecSampling::Scale, GradientSampling::Scale> kSpecScales = {
+inline constexpr std::pair<SpecSampling::Scale, GradientSampling::Scale> kSpecScales[] = {
     {SpecSampling::UNBIASED, GradientSampling::Scale::kUnbiased},
     {SpecSampling::REFERENCE, GradientSampling::Scale::kReference}};
-template <typename Spec, typename Engine>
-Engine FromSpec(const EnumPairs<Spec, Engine>& pairs, Spec value) {
-  return pairs[1].first == value ? pairs[1].second : pairs[0].second;
+template <typename Spec, typename Engine, size_t N>
+Engine FromSpec(const std::pair<Spec, Engine> (&pairs)[N], Spec value) {
+  return SecondOf(pairs, value).value_or(pairs[0].second);
 }
-template <typename Spec, typename Engine>
-Spec ToSpec(const EnumPairs<Spec, Engine>& pairs, Engine value) {
-  return pairs[1].second == value ? pairs[1].first : pairs[0].first;
+template <typename Spec, typename Engine, size_t N>
+Spec ToSpec(const std::pair<Spec, Engine> (&pairs)[N], Engine value) {
+  return FirstOf(pairs, value).value_or(pairs[0].first);
 }
 
 // The approximate convolution: a table convolution forward, and a straight-through backward

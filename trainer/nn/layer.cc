@@ -1,5 +1,6 @@
 #include "trainer/nn/layer.h"
 
+#include "trainer/util/enum_pairs.h"
 #include "util/status_macros.h"
 
 namespace topiary {
@@ -24,17 +25,11 @@ constexpr std::pair<LayerKind, topiary::v1::NodeKind> kNodeKinds[] = {
 }  // namespace
 
 topiary::v1::NodeKind NodeKindOf(LayerKind kind) {
-  for (const auto& [layer, node] : kNodeKinds) {
-    if (layer == kind) return node;
-  }
-  return topiary::v1::NODE_KIND_UNSPECIFIED;
+  return SecondOf(kNodeKinds, kind).value_or(topiary::v1::NODE_KIND_UNSPECIFIED);
 }
 
 std::optional<LayerKind> LayerKindOf(topiary::v1::NodeKind kind) {
-  for (const auto& [layer, node] : kNodeKinds) {
-    if (node == kind) return layer;
-  }
-  return std::nullopt;
+  return FirstOf(kNodeKinds, kind);
 }
 
 const std::string& LayerKindName(LayerKind kind) {

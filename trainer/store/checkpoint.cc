@@ -41,9 +41,9 @@ void AddApproximationAttrs(const ConvApproximation& a, H5Attrs& attrs) {
   attrs[kMultiplierAttr] = a.multiplier;
   attrs[kMultiplierSha256Attr] = a.sha256;
   attrs[kWeightTuningAttr] = int64_t{a.weight_tuning ? 1 : 0};
-  attrs[kWeightCodeAttr] = std::string(NameOf(kWeightCodeNames, a.weights.code));
-  attrs[kWeightScalesAttr] = std::string(NameOf(kWeightScalesNames, a.weights.scales));
-  attrs[kActivationRangeAttr] = std::string(NameOf(kRangeNames, a.range));
+  attrs[kWeightCodeAttr] = std::string(*SecondOf(kWeightCodeNames, a.weights.code));
+  attrs[kWeightScalesAttr] = std::string(*SecondOf(kWeightScalesNames, a.weights.scales));
+  attrs[kActivationRangeAttr] = std::string(*SecondOf(kRangeNames, a.range));
 }
 
 // ... and of a layer whose weight gradient the run sampled (provenance only: loading ignores
@@ -51,7 +51,7 @@ void AddApproximationAttrs(const ConvApproximation& a, H5Attrs& attrs) {
 void AddSamplingAttrs(const GradientSampling& g, H5Attrs& attrs) {
   attrs[kWeightGradientAttr] = std::string("sampled");
   attrs[kWeightGradientTopKAttr] = int64_t{g.top_k};
-  attrs[kWeightGradientScaleAttr] = std::string(NameOf(kSamplingScaleNames, g.scale));
+  attrs[kWeightGradientScaleAttr] = std::string(*SecondOf(kSamplingScaleNames, g.scale));
 }
 
 std::string MaskPath(const Parameter& p) {

@@ -118,7 +118,7 @@ void FillLayer(const H5Dataset& kernel, const H5Dataset* mask, bool one_layer, L
 // what files before the attribute meant).
 void DescribeLayerAttrs(const H5Attrs& attrs, LayerReport* r) {
   auto value = [&](const char* attr, auto& names, auto fallback) {
-    return ValueOf(names, AttrString(attrs, attr)).value_or(fallback);
+    return FirstOf(names, AttrString(attrs, attr)).value_or(fallback);
   };
   if (attrs.count(kMultiplierAttr)) {
     topiary::v1::LayerApproximation* a = r->mutable_approximation();

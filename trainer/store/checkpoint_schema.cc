@@ -175,9 +175,9 @@ absl::Status CheckLayerEnums(const std::string& file, const H5Document& doc) {
       auto it = attrs.find(attr);
       if (it == attrs.end()) return absl::OkStatus();
       const std::string value = AttrString(attrs, attr);
-      if (ValueOf(names, value)) return absl::OkStatus();
+      if (FirstOf(names, value)) return absl::OkStatus();
       std::vector<std::string> known;
-      for (const auto& n : names) known.push_back(n.name);
+      for (const auto& n : names) known.push_back(n.second);
       return Bad(
           file, absl::StrCat(group, "/@", attr),
           absl::StrCat("'", value.substr(0, 40), "' is not one of ", absl::StrJoin(known, ", ")));

@@ -16,6 +16,7 @@
 #include "kernels/approx_conv.h"
 #include "trainer/nn/conv_engine.h"
 #include "trainer/store/hdf5_file.h"
+#include "trainer/util/enum_pairs.h"
 
 namespace topiary {
 
@@ -74,39 +75,20 @@ inline constexpr char kWeightGradientTopKAttr[] = "weight_gradient_top_k";
 inline constexpr char kWeightGradientScaleAttr[] = "weight_gradient_scale";  // kSamplingScaleNames
 
 // The file's names for the engine's enums (docs/checkpoint-format.md): the one place either
-// way between an enum and its string, for the writer, the document check and the report.
-template <typename E>
-struct EnumName {
-  E value;
-  const char* name;
-};
-inline constexpr EnumName<kernels::WeightCode> kWeightCodeNames[] = {
+// way between an enum and its string (trainer/util/enum_pairs.h looks them up), for the
+// writer, the document check and the report.
+inline constexpr std::pair<kernels::WeightCode, const char*> kWeightCodeNames[] = {
     {kernels::WeightCode::kAsymmetric, "asymmetric"},
     {kernels::WeightCode::kSignMagnitude, "sign_magnitude"}};
-inline constexpr EnumName<kernels::WeightScales> kWeightScalesNames[] = {
+inline constexpr std::pair<kernels::WeightScales, const char*> kWeightScalesNames[] = {
     {kernels::WeightScales::kPerTensor, "per_tensor"},
     {kernels::WeightScales::kPerChannel, "per_channel"}};
-inline constexpr EnumName<ConvApproximation::Range> kRangeNames[] = {
+inline constexpr std::pair<ConvApproximation::Range, const char*> kRangeNames[] = {
     {ConvApproximation::Range::kPerBatch, "per_batch"},
     {ConvApproximation::Range::kMovingAverage, "moving_average"}};
-inline constexpr EnumName<GradientSampling::Scale> kSamplingScaleNames[] = {
+inline constexpr std::pair<GradientSampling::Scale, const char*> kSamplingScaleNames[] = {
     {GradientSampling::Scale::kUnbiased, "unbiased"},
     {GradientSampling::Scale::kReference, "reference"}};
-
-template <typename E, size_t N>
-const char* NameOf(const EnumName<E> (&names)[N], E value) {
-  for (const auto& n : names) {
-    if (n.value == value) return n.name;
-  }
-  return "";
-}
-template <typename E, size_t N>
-std::optional<E> ValueOf(const EnumName<E> (&names)[N], absl::string_view name) {
-  for (const auto& n : names) {
-    if (name == n.name) return n.value;
-  }
-  return std::nullopt;
-}
 
 // "[8, 1, 3, 3]": shapes in messages.
 std::string ShapeText(const std::vector<int64_t>& shape);
