@@ -1,6 +1,6 @@
 // The fixture and helpers every CUDA kernel test shares (the tests beside their ops:
-// cuda_*_test.cc, one binary //kernels:cuda_test): a stream, cuDNN and cuBLAS handles, device
-// buffers, activation buffers of either type and the tolerances. Each kernel is checked
+// <family>/cuda_*_test.cc, one binary //kernels:cuda_test): a stream, cuDNN and cuBLAS handles,
+// device buffers, activation buffers of either type and the tolerances. Each kernel is checked
 // against its CPU twin on the same random inputs, for both activation types: fp32, and bf16
 // (inputs rounded to bf16 on both sides, so the difference left is the GPU's rounding of its
 // outputs, at most 2^-9 relative). Tagged gpu: skips, saying why, where no GPU is usable.
@@ -17,22 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/approx_conv.h"
-#include "kernels/augment.h"
-#include "kernels/batch_norm.h"
-#include "kernels/block_sparse_conv.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_context.h"
-#include "kernels/dtype.h"
-#include "kernels/elementwise.h"
-#include "kernels/grouped_conv.h"
-#include "kernels/linear.h"
-#include "kernels/loss.h"
-#include "kernels/parallel.h"
-#include "kernels/pooling.h"
-#include "kernels/resize.h"
-#include "kernels/sampled_grad.h"
-#include "kernels/sgd.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/dtype.h"
+#include "kernels/runtime/parallel.h"
 #include "kernels/test_util.h"
 
 namespace topiary::kernels::testing {

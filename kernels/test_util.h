@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/block_sparse_conv.h"
-#include "kernels/conv.h"
-#include "kernels/pooling.h"
+#include "kernels/conv/conv.h"
+#include "kernels/norm_pool/pooling.h"
+#include "kernels/sparse/block_sparse_conv.h"
 
 namespace topiary::kernels::testing {
 

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "kernels/block_grid.h"
+#include "kernels/sparse/block_grid.h"
 
 namespace topiary::pruning {
 

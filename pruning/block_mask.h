@@ -9,13 +9,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/block_grid.h"
+#include "kernels/sparse/block_grid.h"
 #include "pruning/kernel_view.h"
 #include "topiary/v1/experiment.pb.h"
 
 namespace topiary::pruning {
 
-// The grid type is the kernels' (kernels/block_grid.h): one type from pruner to kernel.
+// The grid type is the kernels' (kernels/sparse/block_grid.h): one type from pruner to kernel.
 using kernels::BlockGrid;
 
 // Score of every block (row-major like the grid): the mean over the block's weights of

@@ -8,7 +8,7 @@ PACKAGES=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libhdf5-dev libgtest-dev libopenblas-dev zlib1g-dev
-  libdnnl-dev               # oneDNN: CPU convolutions (kernels/conv_onednn.h)
+  libdnnl-dev               # oneDNN: CPU convolutions (kernels/conv/conv_onednn.h)
   libturbojpeg0-dev libpng-dev  # IMAGE_FOLDER datasets: JPEG and PNG decoding
   libgfortran-12-dev        # libgfortran.a, for --config=static (OpenBLAS needs it)
   dataset-fashion-mnist     # the default dataset: /usr/share/datasets/fashion-mnist

@@ -16,9 +16,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "kernels/approx_conv.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_context.h"
+#include "kernels/approx/approx_conv.h"
+#include "kernels/conv/conv.h"
+#include "kernels/runtime/cuda_context.h"
 #include "tests/benchmarks/gpu_bench_util.h"
 
 namespace topiary::kernels {

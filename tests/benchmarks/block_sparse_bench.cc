@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "kernels/block_sparse_conv.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_context.h"
+#include "kernels/conv/conv.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/sparse/block_sparse_conv.h"
 #include "tests/benchmarks/block_grid_util.h"
 #include "tests/benchmarks/gpu_bench_util.h"
 

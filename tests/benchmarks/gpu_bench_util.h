@@ -14,9 +14,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_context.h"
-#include "kernels/dtype.h"
+#include "kernels/conv/conv.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/dtype.h"
 
 namespace topiary::kernels::bench {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_context.h"
-#include "kernels/sampled_grad.h"
+#include "kernels/conv/conv.h"
+#include "kernels/conv/sampled_grad.h"
+#include "kernels/runtime/cuda_context.h"
 #include "tests/benchmarks/gpu_bench_util.h"
 
 namespace topiary::kernels {

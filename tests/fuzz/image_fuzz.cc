@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/resize.h"
+#include "kernels/image/resize.h"
 #include "trainer/data/image_folder.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

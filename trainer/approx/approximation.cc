@@ -1,7 +1,7 @@
 #include "trainer/approx/approximation.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/approx_conv.h"
+#include "kernels/approx/approx_conv.h"
 #include "trainer/nn/layers.h"
 #include "trainer/util/glob.h"
 #include "util/status_macros.h"

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/approx_conv.h"
+#include "kernels/approx/approx_conv.h"
 
 namespace topiary {
 

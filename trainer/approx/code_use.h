@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 #include "trainer/nn/conv_engine.h"
 
 namespace topiary {

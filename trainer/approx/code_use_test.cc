@@ -8,7 +8,7 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/approx_conv.h"
+#include "kernels/approx/approx_conv.h"
 #include "kernels/test_util.h"
 #include "trainer/approx/multiplier.h"
 

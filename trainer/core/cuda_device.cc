@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_format.h"
-#include "kernels/cuda_context.h"
+#include "kernels/runtime/cuda_context.h"
 #include "trainer/core/device.h"
 
 namespace topiary {

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_format.h"
-#include "kernels/parallel.h"
+#include "kernels/runtime/parallel.h"
 #include "util/status_macros.h"
 
 namespace topiary {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "kernels/block_grid.h"
-#include "kernels/dtype.h"
+#include "kernels/runtime/dtype.h"
+#include "kernels/sparse/block_grid.h"
 #include "trainer/core/device.h"
 #include "trainer/core/tensor.h"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/philox.h"
+#include "kernels/runtime/philox.h"
 
 namespace topiary {
 

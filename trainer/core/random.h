@@ -34,7 +34,7 @@ class Philox {
   // Standard normal (Box-Muller, double internally).
   float Normal();
 
-  // The Philox key of this stream (for stateless draws, see kernels/augment.h).
+  // The Philox key of this stream (for stateless draws, see kernels/image/augment.h).
   std::array<uint32_t, 2> key() const { return key_; }
 
   // The state to save and restore for exact resumption.

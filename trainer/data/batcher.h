@@ -1,7 +1,7 @@
 // Batcher: how an ImageSet becomes batches. Seeded shuffling per epoch; random crop with zero
 // padding and horizontal flips (training only); per-channel normalization. Crop and pad act
 // on raw pixels before normalization, as torchvision's transforms do. The arithmetic is in
-// kernels/augment.h (CPU and CUDA twins); the draws are stateless, so both devices build the
+// kernels/image/augment.h (CPU and CUDA twins); the draws are stateless, so both devices build the
 // same batches and any epoch or batch can be rebuilt on its own.
 #ifndef TOPIARY_TRAINER_DATA_BATCHER_H_
 #define TOPIARY_TRAINER_DATA_BATCHER_H_
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/augment.h"
+#include "kernels/image/augment.h"
 #include "topiary/v1/checkpoint.pb.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/data/dataset.h"

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "kernels/augment.h"
+#include "kernels/image/augment.h"
 #include "util/status_macros.h"
 
 namespace topiary {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/step_clock.h"
+#include "kernels/runtime/step_clock.h"
 #include "trainer/core/device.h"
 #include "trainer/data/batcher.h"
 #include "trainer/data/stream_batches.h"

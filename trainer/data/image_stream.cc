@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/augment_impl.h"
+#include "kernels/image/augment_impl.h"
 #include "trainer/data/image_folder.h"
 #include "util/status_macros.h"
 

@@ -2,8 +2,8 @@
 // its crop box drawn from its full-size dimensions (training: a random-resized crop when the
 // spec asks for one, else the centre crop evaluation takes: the shorter side resized to
 // image_size, the centre crop_size square), and it is decoded and scaled into the batch by the
-// antialiased filter of kernels/resize.h. The draws are the cached pipeline's (position j of
-// the epoch's order, kernels/augment_impl.h), so any batch can be rebuilt on its own.
+// antialiased filter of kernels/image/resize.h. The draws are the cached pipeline's (position j of
+// the epoch's order, kernels/image/augment_impl.h), so any batch can be rebuilt on its own.
 // Decoding here is on CPU threads; trainer/data/stream_batches.h sends JPEGs to nvJPEG instead.
 #ifndef TOPIARY_TRAINER_DATA_IMAGE_STREAM_H_
 #define TOPIARY_TRAINER_DATA_IMAGE_STREAM_H_
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/resize.h"
+#include "kernels/image/resize.h"
 #include "trainer/data/batcher.h"
 
 namespace topiary {

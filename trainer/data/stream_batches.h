@@ -1,8 +1,8 @@
 // StreamBatches: batches of a streamed image set (IMAGE_FOLDER pipeline STREAM) prepared a few
 // batches ahead of training on a thread of their own. Each batch's files are read and their
 // boxes drawn (trainer/data/image_stream.h); on a GPU, JPEGs that nvJPEG takes are decoded
-// there and scaled by the CUDA resize kernel on a side stream (kernels/image_lane.h), the rest
-// decoded and scaled on CPU threads and uploaded. The training stream then copies the batch
+// there and scaled by the CUDA resize kernel on a side stream (kernels/image/image_lane.h), the
+// rest decoded and scaled on CPU threads and uploaded. The training stream then copies the batch
 // into buffers at fixed addresses, which a captured CUDA graph's batch assembly reads.
 #ifndef TOPIARY_TRAINER_DATA_STREAM_BATCHES_H_
 #define TOPIARY_TRAINER_DATA_STREAM_BATCHES_H_
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/image_lane.h"
-#include "kernels/jpeg_gpu.h"
+#include "kernels/image/image_lane.h"
+#include "kernels/image/jpeg_gpu.h"
 #include "trainer/core/device.h"
 #include "trainer/data/image_stream.h"
 

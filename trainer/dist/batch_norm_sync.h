@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "kernels/batch_norm.h"
+#include "kernels/norm_pool/batch_norm.h"
 #include "trainer/dist/collective.h"
 #include "trainer/nn/model.h"
 

@@ -7,7 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "trainer/dist/collective.h"
 #include "util/status_macros.h"
 

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/cuda_context.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/runtime/cuda_context.h"
 #include "trainer/dist/collective.h"
 #include "util/status_macros.h"
 

@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
-#include "kernels/batch_norm.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/norm_pool/batch_norm.h"
 #include "kernels/test_util.h"
 #include "trainer/dist/batch_norm_sync.h"
 #include "trainer/dist/collective.h"

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "trainer/dist/collective.h"
 #include "trainer/nn/model.h"
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "kernels/batch_norm.h"
+#include "kernels/norm_pool/batch_norm.h"
 #include "onnx/onnx.pb.h"
 #include "protos/version.h"
 #include "trainer/core/device.h"

@@ -1,8 +1,8 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "kernels/approx_conv.h"
-#include "kernels/sampled_grad.h"
+#include "kernels/approx/approx_conv.h"
+#include "kernels/conv/sampled_grad.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 #include "util/status_macros.h"

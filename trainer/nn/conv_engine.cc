@@ -6,9 +6,9 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/approx_conv.h"
-#include "kernels/conv_onednn.h"
-#include "kernels/sampled_grad.h"
+#include "kernels/approx/approx_conv.h"
+#include "kernels/conv/conv_onednn.h"
+#include "kernels/conv/sampled_grad.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
 #include "util/status_macros.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/approx_conv.h"
-#include "kernels/conv.h"
+#include "kernels/approx/approx_conv.h"
+#include "kernels/conv/conv.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/nn/layer.h"
 #include "trainer/util/enum_pairs.h"
@@ -53,7 +53,7 @@ class ConvEngine {
 };
 
 // Every engine's backward pass computes the filter gradient exactly or, when the operands say
-// so, sampled (kernels/sampled_grad.h) at the same operands, masked entries left at zero; the
+// so, sampled (kernels/conv/sampled_grad.h) at the same operands, masked entries left at zero; the
 // input gradient is always exact.
 
 // The exact convolution: cuDNN on a GPU (fp32, TF32 or bf16), the CPU kernels otherwise.

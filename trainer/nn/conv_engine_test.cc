@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/approx_conv.h"
-#include "kernels/sampled_grad.h"
+#include "kernels/approx/approx_conv.h"
+#include "kernels/conv/sampled_grad.h"
 #include "kernels/test_util.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"

@@ -1,8 +1,8 @@
-// The GroupedConv2d layer (declared in layers.h); its kernels are kernels/grouped_conv.h.
+// The GroupedConv2d layer (declared in layers.h); its kernels are kernels/conv/grouped_conv.h.
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 #include "util/status_macros.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/batch_norm.h"
-#include "kernels/dtype.h"
+#include "kernels/norm_pool/batch_norm.h"
+#include "kernels/runtime/dtype.h"
 #include "topiary/v1/network.pb.h"
 #include "trainer/core/device.h"
 #include "trainer/core/parameter.h"
@@ -69,7 +69,7 @@ struct PlanProgress {
 // How a network is planned.
 struct PlanOptions {
   // fp32, tf32 (convolutions may use TF32 tensor cores) or bf16 (bf16 activations and weight
-  // copies, GPU only); see kernels/dtype.h.
+  // copies, GPU only); see kernels/runtime/dtype.h.
   kernels::Precision precision = kernels::Precision::kFp32;
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
   bool deterministic = false;                // only algorithms that give the same bits on every run

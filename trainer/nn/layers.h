@@ -5,10 +5,10 @@
 
 #include <optional>
 
-#include "kernels/batch_norm.h"
-#include "kernels/conv.h"
-#include "kernels/grouped_conv.h"
-#include "kernels/pooling.h"
+#include "kernels/conv/conv.h"
+#include "kernels/conv/grouped_conv.h"
+#include "kernels/norm_pool/batch_norm.h"
+#include "kernels/norm_pool/pooling.h"
 #include "trainer/nn/conv_engine.h"
 #include "trainer/nn/layer.h"
 
@@ -241,7 +241,7 @@ class Concat : public Layer {
 
 // Grouped convolution (groups > 1; depthwise when groups = input channels), filters
 // [K, R, S, C / groups] (parameter "kernel", OIHW [K, C / groups, R, S] on disk), optional
-// bias. Exact only, on direct kernels (kernels/grouped_conv.h): block pruning, approximation
+// bias. Exact only, on direct kernels (kernels/conv/grouped_conv.h): block pruning, approximation
 // and sampled gradients apply to Conv2d, not here. Initialization as Conv2d's.
 class GroupedConv2d : public Layer {
  public:

@@ -1,7 +1,7 @@
-// The Linear layer (declared in layers.h); its kernels are kernels/linear.h.
+// The Linear layer (declared in layers.h); its kernels are kernels/conv/linear.h.
 #include <cmath>
 
-#include "kernels/linear.h"
+#include "kernels/conv/linear.h"
 #include "trainer/nn/init.h"
 #include "trainer/nn/layers.h"
 #include "util/status_macros.h"

@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
-#include "kernels/elementwise.h"
-#include "kernels/loss.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/elementwise/loss.h"
 #include "trainer/nn/memory_plan.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "trainer/core/tensor.h"
 #include "trainer/nn/layer.h"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 
 namespace topiary {
 

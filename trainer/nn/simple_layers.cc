@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "kernels/elementwise.h"
-#include "kernels/pooling.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/norm_pool/pooling.h"
 #include "trainer/nn/layers.h"
 #include "util/status_macros.h"
 

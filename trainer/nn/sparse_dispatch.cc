@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/conv.h"
-#include "kernels/cuda_timing.h"
+#include "kernels/conv/conv.h"
+#include "kernels/runtime/cuda_timing.h"
 #include "util/status_macros.h"
 
 namespace topiary {

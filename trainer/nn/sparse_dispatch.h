@@ -1,5 +1,5 @@
 // Dispatch by measurement between a convolution's dense cuDNN plan and the block-sparse kernels
-// (kernels/block_sparse_conv.h), per pass, for a layer whose kernel has a block mask.
+// (kernels/sparse/block_sparse_conv.h), per pass, for a layer whose kernel has a block mask.
 //
 // The block lists are packed when the dispatch first sees a mask version (a prune step or a
 // checkpoint load installs a new one), on the first eager call after it: each pass then times
@@ -22,8 +22,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/block_sparse_conv.h"
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
+#include "kernels/sparse/block_sparse_conv.h"
 #include "trainer/core/parameter.h"
 #include "trainer/nn/layer.h"
 

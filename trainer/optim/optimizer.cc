@@ -1,6 +1,6 @@
 #include "trainer/optim/optimizer.h"
 
-#include "kernels/sgd.h"
+#include "kernels/elementwise/sgd.h"
 #include "util/status_macros.h"
 
 namespace topiary {

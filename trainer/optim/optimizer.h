@@ -1,18 +1,18 @@
-// SGD over a model's trainable parameters (kernels/sgd.h does the arithmetic), and the
+// SGD over a model's trainable parameters (kernels/elementwise/sgd.h does the arithmetic), and the
 // training clock that tells it each step's learning rate.
 #ifndef TOPIARY_TRAINER_OPTIM_OPTIMIZER_H_
 #define TOPIARY_TRAINER_OPTIM_OPTIMIZER_H_
 
 #include <vector>
 
-#include "kernels/sgd.h"
-#include "kernels/step_clock.h"
+#include "kernels/elementwise/sgd.h"
+#include "kernels/runtime/step_clock.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/core/parameter.h"
 
 namespace topiary {
 
-// The step clock (kernels/step_clock.h) in the device's memory, with the learning rate of
+// The step clock (kernels/runtime/step_clock.h) in the device's memory, with the learning rate of
 // every step of the run uploaded once.
 class TrainingClock {
  public:

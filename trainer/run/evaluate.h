@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/dtype.h"
+#include "kernels/runtime/dtype.h"
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/data/device_batches.h"
 #include "trainer/nn/model.h"

@@ -4,7 +4,7 @@
 // inside a capture); the next call records the step and replays it.
 //
 // REQUIRES: the step enqueues the same work every time, reading whatever changes between
-// steps from device memory (see kernels/step_clock.h).
+// steps from device memory (see kernels/runtime/step_clock.h).
 #ifndef TOPIARY_TRAINER_RUN_STEP_RUNNER_H_
 #define TOPIARY_TRAINER_RUN_STEP_RUNNER_H_
 

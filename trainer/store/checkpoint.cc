@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/parallel.h"
+#include "kernels/runtime/parallel.h"
 #include "trainer/nn/graph.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "kernels/parallel.h"
+#include "kernels/runtime/parallel.h"
 #include "trainer/core/parameter.h"
 #include "trainer/util/crc32c.h"
 #include "util/status_macros.h"

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "kernels/approx_conv.h"
+#include "kernels/approx/approx_conv.h"
 #include "trainer/nn/conv_engine.h"
 #include "trainer/store/hdf5_file.h"
 #include "trainer/util/enum_pairs.h"

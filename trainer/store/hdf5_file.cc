@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/parallel.h"
+#include "kernels/runtime/parallel.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
 

@@ -1,0 +1,65 @@
+// The CUDA entry points of kernels/conv in a CPU-only build (see kernels/runtime/no_cuda.h).
+#include "kernels/conv/conv.h"
+#include "kernels/conv/grouped_conv.h"
+#include "kernels/conv/linear.h"
+#include "kernels/conv/sampled_grad.h"
+#include "kernels/runtime/no_cuda.h"
+
+namespace topiary::kernels {
+
+absl::Status GroupedConvForwardCuda(DType, const GroupedConvShape&, const void*, const float*,
+                                    const float*, void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status GroupedConvBackwardDataCuda(DType, const GroupedConvShape&, const void*, const float*,
+                                         void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status GroupedConvBackwardFilterCuda(DType, const GroupedConvShape&, const void*, const void*,
+                                           float*, const CudaContext&) {
+  return NoCuda();
+}
+size_t SampledWeightGradWorkspaceBytes(const ConvShape&, int) { return 0; }
+absl::Status SampledWeightGradCuda(DType, const ConvShape&, const WeightGradSampling&, const void*,
+                                   const void*, const uint8_t*, void*, float*, void*,
+                                   const CudaContext&) {
+  return NoCuda();
+}
+absl::Status LinearForwardCuda(DType, const LinearShape&, const void*, const void*, const float*,
+                               void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status LinearBackwardDataCuda(DType, const LinearShape&, const void*, const void*, void*,
+                                    const CudaContext&) {
+  return NoCuda();
+}
+absl::Status LinearBackwardFilterCuda(DType, const LinearShape&, const void*, const void*, void*,
+                                      float*, const CudaContext&) {
+  return NoCuda();
+}
+struct ConvCudaPlan::Descriptors {};
+absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(const ConvShape&, Precision,
+                                                                   size_t, bool, const CudaContext&,
+                                                                   const ConvSearch&) {
+  return NoCuda();
+}
+std::string ConvDeviceIdentity(const CudaContext&) { return ""; }
+ConvCudaPlan::~ConvCudaPlan() = default;
+absl::Status ConvCudaPlan::RunPass(int, const void*, const void*, void*, void*,
+                                   const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status ConvCudaPlan::Forward(const void*, const void*, const float*, void*, void*,
+                                   const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status ConvCudaPlan::BackwardData(const void*, const void*, void*, void*,
+                                        const CudaContext&) const {
+  return NoCuda();
+}
+absl::Status ConvCudaPlan::BackwardFilter(const void*, const void*, void*, float*, void*,
+                                          const CudaContext&) const {
+  return NoCuda();
+}
+
+}  // namespace topiary::kernels

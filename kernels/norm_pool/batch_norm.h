@@ -1,0 +1,86 @@
+// Batch normalization over NHWC activations viewed as [M, C] (M = N*H*W): statistics per
+// channel, optionally fused with the ReLU that follows it (one pass over memory instead of
+// two, forward and backward: these layers are memory-bound on the CPU). Semantics follow PyTorch's
+// BatchNorm2d: biased variance for normalization, unbiased variance in the running average, running
+// = (1 - momentum)*running + momentum*batch.
+#ifndef TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_H_
+#define TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/runtime/dtype.h"
+
+namespace topiary::kernels {
+
+struct CudaContext;
+
+// Synchronized batch norm (data parallelism): every rank normalizes with the statistics of the
+// global batch. The CPU functions below hand each pass's per-channel sums to MeanOverRanks and
+// use the global figures; every rank holds the same number of rows and calls it in the same
+// order. Errors (another rank failed) come back from the functions.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  virtual int ranks() const = 0;
+  // sums[0, n), this rank's, become the mean over the ranks of every rank's sums[0, n).
+  virtual absl::Status MeanOverRanks(double* sums, int n) = 0;
+};
+
+struct BatchNormShape {
+  int64_t m = 0;  // rows: N*H*W
+  int c = 0;      // channels
+  float eps = 1e-5f;
+  float momentum = 0.1f;
+  bool relu = false;  // y = max(0, bn(x)); the backward pass then needs y
+};
+
+// Floats of scratch memory the CPU functions below need (planned, so a training step
+// allocates nothing; depends on CpuThreads()).
+size_t BatchNormWorkspaceFloatsCpu(const BatchNormShape& sh);
+
+// Training forward: y = (x - mean) * inv_std * gamma + beta with the batch's statistics (with
+// `sync`, the global batch's: m rows on each of sync->ranks() ranks). Writes save_mean and
+// save_inv_std [C] for the backward pass and updates the running stats.
+// REQUIRES: m >= 2; workspace holds BatchNormWorkspaceFloatsCpu(sh) floats.
+absl::Status BatchNormForwardTrainCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                                      const float* beta, float* running_mean, float* running_var,
+                                      float* save_mean, float* save_inv_std, float* y,
+                                      float* workspace, BatchNormSync* sync = nullptr);
+
+// Inference forward with the running statistics.
+void BatchNormForwardEvalCpu(const BatchNormShape& sh, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var,
+                             float* y, float* workspace);
+
+// Backward of the training forward: overwrites dx [M, C], dgamma and dbeta [C]. With relu,
+// y is the forward output and dy is first masked by y > 0; otherwise y may be null. With
+// `sync` (as in the forward pass), dx uses the global batch's means of dy and dy * xhat;
+// dgamma and dbeta stay this rank's sums (the gradient averaging combines them).
+absl::Status BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, const float* y,
+                                  const float* dy, const float* gamma, const float* save_mean,
+                                  const float* save_inv_std, float* dx, float* dgamma, float* dbeta,
+                                  float* workspace, BatchNormSync* sync = nullptr);
+
+// CUDA twins. Statistics are reduced without atomics (per-slice partials merged in a fixed
+// order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats.
+// x, y, dy and dx are of type t (fp32 or bf16); statistics, parameters and their gradients
+// are fp32.
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh);
+absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       void* y, float* workspace, const CudaContext& ctx);
+absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean, const float* running_var, void* y,
+                                      const CudaContext& ctx);
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
+                                   const void* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
+                                   float* workspace, const CudaContext& ctx);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_H_

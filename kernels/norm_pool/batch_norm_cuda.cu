@@ -1,0 +1,589 @@
+// Batch norm on NHWC [M, C]. Statistics: blocks of 32 channels x 8 row lanes (or, for C a
+// multiple of a 16-byte vector, 256 threads reading whole rows in vectors) walk a slice of
+// rows each; a thread keeps a running (count, mean, M2) (Welford) or plain sums, the 8 lanes
+// are merged in order in shared memory, and a second kernel merges the slices per channel in
+// order, in double. No atomics: the same input gives the same bits on every run.
+#include <algorithm>
+#include <initializer_list>
+
+#include "kernels/norm_pool/batch_norm.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_launch.cuh"
+
+namespace topiary::kernels {
+namespace {
+
+constexpr int kTileC = 32;  // channels per block (one warp across a row: coalesced)
+constexpr int kLanes = 8;   // row lanes per block
+
+// Row slices of the reductions, one block each: enough blocks to keep every SM's loads in
+// flight (a resnet50 layer4 batch norm has only 12,544 rows of 2,048 channels), at least
+// 64 rows each so that the partial sums ([3][slices][C] floats) stay a small share of the
+// traffic.
+constexpr int kMaxSlices = 512;
+int Slices(const BatchNormShape& sh) {
+  return static_cast<int>(std::clamp<int64_t>(sh.m / 64, 1, kMaxSlices));
+}
+
+int Tiles(const BatchNormShape& sh) { return (sh.c + kTileC - 1) / kTileC; }
+
+__device__ inline void RowRange(int64_t m, int slices, int slice, int64_t* begin, int64_t* end) {
+  *begin = m * slice / slices;
+  *end = m * (slice + 1) / slices;
+}
+
+// Chan et al.'s merge of two (count, mean, M2) summaries into the first.
+__device__ inline void Merge(float& n, float& mean, float& m2, float nb, float meanb, float m2b) {
+  if (nb == 0.0f) return;
+  const float total = n + nb;
+  const float delta = meanb - mean;
+  mean += delta * nb / total;
+  m2 += m2b + delta * delta * n * nb / total;
+  n = total;
+}
+
+// Partial summaries per (slice, channel): out[3][slices][C] = count, mean, M2. A thread sums
+// x - shift and its square (shift: the first value it sees, which keeps the sums small and
+// avoids cancellation) with no division per element, then turns them into (count, mean, M2)
+// for the ordered merges.
+template <typename T>
+__global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                              float* __restrict__ out) {
+  const int ch = blockIdx.x * kTileC + threadIdx.x;
+  const int slice = blockIdx.y;
+  int64_t begin, end;
+  RowRange(m, slices, slice, &begin, &end);
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  if (ch < c && begin + threadIdx.y < end) {
+    const float shift = Ld(x + (begin + threadIdx.y) * c + ch);
+    float s = 0.0f, sq = 0.0f;
+    int count = 0;
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
+      const float d = Ld(x + r * c + ch) - shift;
+      s += d;
+      sq += d * d;
+      ++count;
+    }
+    n = static_cast<float>(count);
+    const float md = s / n;
+    mean = shift + md;
+    m2 = fmaxf(sq - s * md, 0.0f);
+  }
+  __shared__ float sn[kLanes][kTileC], smean[kLanes][kTileC], sm2[kLanes][kTileC];
+  sn[threadIdx.y][threadIdx.x] = n;
+  smean[threadIdx.y][threadIdx.x] = mean;
+  sm2[threadIdx.y][threadIdx.x] = m2;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int l = 1; l < kLanes; ++l) {
+      Merge(n, mean, m2, sn[l][threadIdx.x], smean[l][threadIdx.x], sm2[l][threadIdx.x]);
+    }
+    const size_t plane = static_cast<size_t>(slices) * c;
+    out[static_cast<size_t>(slice) * c + ch] = n;
+    out[plane + static_cast<size_t>(slice) * c + ch] = mean;
+    out[2 * plane + static_cast<size_t>(slice) * c + ch] = m2;
+  }
+}
+
+// One block per channel: merges the slices (double) along a fixed binary tree (the same
+// order every run, and log2(slices) steps instead of a serial chain of divisions), then
+// updates the running statistics and writes the normalization's scale and shift (into
+// coef[0..C) and coef[C..2C)).
+constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
+
+__global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
+                                    const float* gamma, const float* beta, float* running_mean,
+                                    float* running_var, float* save_mean, float* save_inv_std,
+                                    float* coef) {
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  __shared__ double sn[kFinishThreads], smean[kFinishThreads], sm2[kFinishThreads];
+  sn[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  smean[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sm2[t] = t < slices ? part[2 * plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride && sn[t + stride] > 0.0) {
+      const double n = sn[t], nb = sn[t + stride], total = n + nb;
+      const double delta = smean[t + stride] - smean[t];
+      smean[t] += delta * nb / total;
+      sm2[t] += sm2[t + stride] + delta * delta * n * nb / total;
+      sn[t] = total;
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  const double n = sn[0], mean = smean[0], m2 = sm2[0];
+  const double var = m2 / n;
+  const double inv_std = 1.0 / sqrt(var + sh.eps);
+  save_mean[ch] = static_cast<float>(mean);
+  save_inv_std[ch] = static_cast<float>(inv_std);
+  coef[ch] = static_cast<float>(gamma[ch] * inv_std);
+  coef[sh.c + ch] = static_cast<float>(beta[ch] - mean * gamma[ch] * inv_std);
+  const double unbiased = m2 / (n - 1.0);
+  running_mean[ch] = (1.0f - sh.momentum) * running_mean[ch] + sh.momentum * save_mean[ch];
+  running_var[ch] =
+      static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
+}
+
+template <bool kRelu, typename Index, typename T>
+__global__ void ScaleShiftKernel(Index n, int c, const T* __restrict__ x,
+                                 const float* __restrict__ coef, T* __restrict__ y) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const int ch = static_cast<int>(i % c);
+    const float v = Ld(x + i) * coef[ch] + coef[c + ch];
+    St(y + i, kRelu ? fmaxf(v, 0.0f) : v);
+  }
+}
+
+template <bool kRelu, typename Index, typename T>
+__global__ void EvalKernel(Index n, int c, float eps, const T* __restrict__ x, const float* gamma,
+                           const float* beta, const float* rm, const float* rv, T* __restrict__ y) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const int ch = static_cast<int>(i % c);
+    const float inv_std = rsqrtf(rv[ch] + eps);
+    const float v = (Ld(x + i) - rm[ch]) * inv_std * gamma[ch] + beta[ch];
+    St(y + i, kRelu ? fmaxf(v, 0.0f) : v);
+  }
+}
+
+// Vector forms of the per-element kernels (kernels/runtime/cuda_launch.cuh), used when C is a
+// multiple of the vector width so that a vector never straddles two rows: one 16-byte access
+// per operand instead of 4 or 8 element accesses.
+//
+// A thread's vectors are a grid stride apart, so its channel advances by a fixed step each
+// iteration (VecChannel): one division per thread, none per vector.
+struct VecChannel {
+  int64_t first, stride;  // the thread's first vector and the grid stride
+  int cv, step, g;        // vectors per row, the step, the current vector of the row
+  int loaded = -1;        // the vector of the row whose per-channel values the thread holds
+  __device__ VecChannel(int c, int width)
+      : first(blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x),
+        stride(static_cast<int64_t>(gridDim.x) * blockDim.x),
+        cv(c / width),
+        step(static_cast<int>(stride % cv)),
+        g(static_cast<int>(first % cv)) {}
+  __device__ void Next() {
+    g += step;
+    if (g >= cv) g -= cv;
+  }
+  // True once per change of channel: the caller loads the channel's values again (never
+  // again, when the grid stride is a multiple of the row).
+  __device__ bool Moved() {
+    if (g == loaded) return false;
+    loaded = g;
+    return true;
+  }
+};
+template <bool kRelu, typename T>
+__global__ void ScaleShiftVecKernel(int64_t nv, int c, const T* __restrict__ x,
+                                    const float* __restrict__ coef, T* __restrict__ y) {
+  constexpr int V = kVec<T>;
+  VecChannel at(c, V);
+  // The channels' coefficients, held while the channel stays (a warp's scattered coefficient
+  // loads per vector saturate L1 at C = 256 and more, halving the kernel's bandwidth).
+  float scale[V], shift[V];
+  for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
+    if (at.Moved()) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        scale[e] = coef[at.g * V + e];
+        shift[e] = coef[c + at.g * V + e];
+      }
+    }
+    float v[V];
+    LdVec(x + j * V, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float t = v[e] * scale[e] + shift[e];
+      v[e] = kRelu ? fmaxf(t, 0.0f) : t;
+    }
+    StVec(y + j * V, v);
+  }
+}
+
+template <bool kRelu, typename T>
+__global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
+                                   const T* __restrict__ y, const T* __restrict__ dy,
+                                   const float* __restrict__ mean,
+                                   const float* __restrict__ inv_std,
+                                   const float* __restrict__ coef, T* __restrict__ dx) {
+  constexpr int V = kVec<T>;
+  VecChannel at(c, V);
+  // Per channel, held while the channel stays (as in ScaleShiftVecKernel): dx = a * (g -
+  // mean(g) - xhat * mean(g * xhat)) with a = gamma * inv_std.
+  float mu[V], is[V], a[V], mg[V], mgx[V];
+  for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
+    if (at.Moved()) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int k = at.g * V + e;
+        mu[e] = mean[k];
+        is[e] = inv_std[k];
+        a[e] = coef[k];
+        mg[e] = coef[c + k];
+        mgx[e] = coef[2 * c + k];
+      }
+    }
+    float xv[V], gv[V], yv[V] = {};
+    LdVec(x + j * V, xv);
+    LdVec(dy + j * V, gv);
+    if (kRelu) LdVec(y + j * V, yv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float g = (!kRelu || yv[e] > 0.0f) ? gv[e] : 0.0f;
+      const float xhat = (xv[e] - mu[e]) * is[e];
+      xv[e] = a[e] * (g - mg[e] - xhat * mgx[e]);
+    }
+    StVec(dx + j * V, xv);
+  }
+}
+
+// Whether the vector kernels apply: C a multiple of the width, every pointer aligned.
+template <typename T>
+bool VecOk(int c, std::initializer_list<const void*> ptrs) {
+  if (c % kVec<T> != 0) return false;
+  for (const void* p : ptrs) {
+    if (p != nullptr && !Aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Vector forms of the two reductions, for C a multiple of the vector width (16 bytes) with
+// C / width <= kVecThreads: a thread loads one 16-byte vector of a row (all C channels take
+// `groups` threads, so a warp reads whole rows, however few channels there are), and a
+// block's lanes walk the slice's rows. The scalar kernels above give a warp one channel tile
+// of 32 and leave half of it idle at 16 channels (resnet20's first stage). The lanes are
+// merged in order per channel, so results are as deterministic as the scalar kernels'.
+constexpr int kVecThreads = 256;
+
+template <typename T>
+bool VecReduceOk(int c, std::initializer_list<const void*> ptrs) {
+  return VecOk<T>(c, ptrs) && c / kVec<T> <= kVecThreads;
+}
+
+// Where a thread of the vector reductions works: its vector of channels g (of `groups` per
+// row), its row lane (of `lanes`), and its slice's rows [begin, end).
+struct VecRows {
+  int groups, lanes, g, lane;
+  int64_t begin, end;
+  __device__ VecRows(int64_t m, int c, int slices, int width)
+      : groups(c / width),
+        lanes(kVecThreads / groups),
+        g(threadIdx.x % groups),
+        lane(threadIdx.x / groups) {
+    RowRange(m, slices, blockIdx.x, &begin, &end);
+  }
+  __device__ bool active() const { return lane < lanes; }
+};
+
+// Puts a thread's per-channel values in its lane's row of the block's [lanes][C] array.
+template <int V>
+__device__ void StoreLane(const VecRows& w, int c, const float (&v)[V], float* lanes_by_c) {
+  if (!w.active()) return;
+  for (int k = 0; k < V; ++k) lanes_by_c[w.lane * c + w.g * V + k] = v[k];
+}
+
+template <typename T>
+__global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                                 float* __restrict__ out) {
+  constexpr int V = kVec<T>;
+  const VecRows w(m, c, slices, V);
+  float n = 0.0f, mean[V], m2[V];
+  for (int v = 0; v < V; ++v) mean[v] = m2[v] = 0.0f;
+  if (w.active() && w.begin + w.lane < w.end) {
+    float shift[V], s[V], sq[V], d[V];
+    LdVec(x + (w.begin + w.lane) * c + w.g * V, shift);
+    for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
+    int count = 0;
+#pragma unroll 4
+    for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
+      LdVec(x + r * c + w.g * V, d);
+      for (int v = 0; v < V; ++v) {
+        d[v] -= shift[v];
+        s[v] += d[v];
+        sq[v] += d[v] * d[v];
+      }
+      ++count;
+    }
+    n = static_cast<float>(count);
+    for (int v = 0; v < V; ++v) {
+      const float md = s[v] / n;
+      mean[v] = shift[v] + md;
+      m2[v] = fmaxf(sq[v] - s[v] * md, 0.0f);
+    }
+  }
+  // Per lane and channel: count, mean, M2 (lanes * c <= kVecThreads * V entries each).
+  __shared__ float sn[kVecThreads], smean[kVecThreads * V], sm2[kVecThreads * V];
+  if (w.active() && w.g == 0) sn[w.lane] = n;
+  StoreLane(w, c, mean, smean);
+  StoreLane(w, c, m2, sm2);
+  __syncthreads();
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float cn = sn[0], cmean = smean[ch], cm2 = sm2[ch];
+    for (int l = 1; l < w.lanes; ++l)
+      Merge(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = cn;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = cmean;
+    out[2 * plane + static_cast<size_t>(blockIdx.x) * c + ch] = cm2;
+  }
+}
+
+template <bool kRelu, typename T>
+__global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                                  const T* __restrict__ y, const T* __restrict__ dy,
+                                  const float* __restrict__ mean, const float* __restrict__ inv_std,
+                                  float* __restrict__ out) {
+  constexpr int V = kVec<T>;
+  const VecRows w(m, c, slices, V);
+  float a[V], b[V];
+  for (int v = 0; v < V; ++v) a[v] = b[v] = 0.0f;
+  if (w.active()) {
+    float mu[V], is[V], xv[V], gv[V], yv[V];
+    for (int v = 0; v < V; ++v) {
+      mu[v] = mean[w.g * V + v];
+      is[v] = inv_std[w.g * V + v];
+    }
+#pragma unroll 4
+    for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
+      const int64_t k = r * c + w.g * V;
+      LdVec(x + k, xv);
+      LdVec(dy + k, gv);
+      if (kRelu) LdVec(y + k, yv);
+      for (int v = 0; v < V; ++v) {
+        const float gg = (!kRelu || yv[v] > 0.0f) ? gv[v] : 0.0f;
+        a[v] += gg;
+        b[v] += gg * (xv[v] - mu[v]) * is[v];
+      }
+    }
+  }
+  __shared__ float sa[kVecThreads * V], sb[kVecThreads * V];
+  StoreLane(w, c, a, sa);
+  StoreLane(w, c, b, sb);
+  __syncthreads();
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float ta = 0.0f, tb = 0.0f;
+    for (int l = 0; l < w.lanes; ++l) {
+      ta += sa[l * c + ch];
+      tb += sb[l * c + ch];
+    }
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = ta;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = tb;
+  }
+}
+
+// Partial sums per (slice, channel): out[2][slices][C] = sum g, sum g * xhat, with g the
+// incoming gradient masked by the fused ReLU's output.
+template <bool kRelu, typename T>
+__global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict__ x,
+                               const T* __restrict__ y, const T* __restrict__ dy,
+                               const float* __restrict__ mean, const float* __restrict__ inv_std,
+                               float* __restrict__ out) {
+  const int ch = blockIdx.x * kTileC + threadIdx.x;
+  const int slice = blockIdx.y;
+  int64_t begin, end;
+  RowRange(m, slices, slice, &begin, &end);
+  float a = 0.0f, b = 0.0f;
+  if (ch < c) {
+    const float mu = mean[ch], is = inv_std[ch];
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
+      const int64_t k = r * c + ch;
+      const float g = (!kRelu || Ld(y + k) > 0.0f) ? Ld(dy + k) : 0.0f;
+      a += g;
+      b += g * (Ld(x + k) - mu) * is;
+    }
+  }
+  __shared__ float sa[kLanes][kTileC], sb[kLanes][kTileC];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int l = 1; l < kLanes; ++l) {
+      a += sa[l][threadIdx.x];
+      b += sb[l][threadIdx.x];
+    }
+    const size_t plane = static_cast<size_t>(slices) * c;
+    out[static_cast<size_t>(slice) * c + ch] = a;
+    out[plane + static_cast<size_t>(slice) * c + ch] = b;
+  }
+}
+
+// One block per channel: dgamma, dbeta, and coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+// The slices are summed (double) along a fixed binary tree: deterministic, and log2(slices)
+// steps instead of a serial chain.
+__global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
+                                 const float* gamma, const float* inv_std, float* dgamma,
+                                 float* dbeta, float* coef) {
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  __shared__ double sa[kFinishThreads], sb[kFinishThreads];
+  sa[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sb[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      sa[t] += sa[t + stride];
+      sb[t] += sb[t + stride];
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  const double a = sa[0], b = sb[0];
+  dbeta[ch] = static_cast<float>(a);
+  dgamma[ch] = static_cast<float>(b);
+  coef[ch] = gamma[ch] * inv_std[ch];
+  coef[sh.c + ch] = static_cast<float>(a / sh.m);
+  coef[2 * sh.c + ch] = static_cast<float>(b / sh.m);
+}
+
+template <bool kRelu, typename Index, typename T>
+__global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x, const T* __restrict__ y,
+                                const T* __restrict__ dy, const float* __restrict__ mean,
+                                const float* __restrict__ inv_std, const float* __restrict__ coef,
+                                T* __restrict__ dx) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const int ch = static_cast<int>(i % c);
+    const float g = (!kRelu || Ld(y + i) > 0.0f) ? Ld(dy + i) : 0.0f;
+    const float xhat = (Ld(x + i) - mean[ch]) * inv_std[ch];
+    St(dx + i, coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]));
+  }
+}
+
+// Launches kernel<relu, Index, T> (T: the element type in scope) with 32-bit index arithmetic when
+// n allows it (integer division by C is several times cheaper in 32 bits, and these kernels are per
+// element).
+#define TOPIARY_LAUNCH_ELEMENTWISE(kernel, relu, n, blocks, stream, ...)            \
+  do {                                                                              \
+    const bool small = (n) < (int64_t{1} << 31);                                    \
+    if (relu && small)                                                              \
+      kernel<true, int32_t, T>                                                      \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__);  \
+    else if (relu)                                                                  \
+      kernel<true, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__);  \
+    else if (small)                                                                 \
+      kernel<false, int32_t, T>                                                     \
+          <<<blocks, kThreads, 0, stream>>>(static_cast<int32_t>(n), __VA_ARGS__);  \
+    else                                                                            \
+      kernel<false, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__); \
+  } while (0)
+
+}  // namespace
+
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh) {
+  return static_cast<size_t>(3) * Slices(sh) * sh.c + 3 * static_cast<size_t>(sh.c);
+}
+
+absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       void* y, float* workspace, const CudaContext& ctx) {
+  const int slices = Slices(sh);
+  float* part = workspace;
+  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  const int64_t n = sh.m * sh.c;
+  return VisitDType(t, [&](auto tag) -> absl::Status {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    if (VecReduceOk<T>(sh.c, {x})) {
+      MomentsVecKernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, part);
+    } else {
+      MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
+          sh.m, sh.c, slices, xt, part);
+    }
+    TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
+    FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+        sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
+    TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
+    if (VecOk<T>(sh.c, {x, y})) {
+      const int64_t nv = n / kVec<T>;
+      const int blocks = BlocksFor(nv, ctx.sm_count);
+      if (sh.relu) {
+        ScaleShiftVecKernel<true>
+            <<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, xt, coef, static_cast<T*>(y));
+      } else {
+        ScaleShiftVecKernel<false>
+            <<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, xt, coef, static_cast<T*>(y));
+      }
+    } else {
+      TOPIARY_LAUNCH_ELEMENTWISE(ScaleShiftKernel, sh.relu, n, BlocksFor(n, ctx.sm_count),
+                                 ctx.stream, sh.c, xt, coef, static_cast<T*>(y));
+    }
+    return LaunchStatus("batch norm apply");
+  });
+}
+
+absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean, const float* running_var, void* y,
+                                      const CudaContext& ctx) {
+  const int64_t n = sh.m * sh.c;
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    TOPIARY_LAUNCH_ELEMENTWISE(EvalKernel, sh.relu, n, BlocksFor(n, ctx.sm_count), ctx.stream, sh.c,
+                               sh.eps, static_cast<const T*>(x), gamma, beta, running_mean,
+                               running_var, static_cast<T*>(y));
+  });
+  return LaunchStatus("batch norm inference");
+}
+
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
+                                   const void* dy, const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
+                                   float* workspace, const CudaContext& ctx) {
+  const int slices = Slices(sh);
+  float* part = workspace;
+  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
+  const int64_t n = sh.m * sh.c;
+  const int blocks = BlocksFor(n, ctx.sm_count);
+  return VisitDType(t, [&](auto tag) -> absl::Status {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    const T* yt = static_cast<const T*>(y);
+    const T* dyt = static_cast<const T*>(dy);
+    if (VecReduceOk<T>(sh.c, {x, y, dy})) {
+      if (sh.relu) {
+        GradSumsVecKernel<true><<<slices, kVecThreads, 0, ctx.stream>>>(
+            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+      } else {
+        GradSumsVecKernel<false><<<slices, kVecThreads, 0, ctx.stream>>>(
+            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+      }
+    } else if (sh.relu) {
+      GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+                                                           save_mean, save_inv_std, part);
+    } else {
+      GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+                                                            save_mean, save_inv_std, part);
+    }
+    TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
+    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma, save_inv_std,
+                                                              dgamma, dbeta, coef);
+    TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
+    if (VecOk<T>(sh.c, {x, y, dy, dx})) {
+      const int64_t nv = n / kVec<T>;
+      const int vblocks = BlocksFor(nv, ctx.sm_count);
+      T* dxt = static_cast<T*>(dx);
+      if (sh.relu) {
+        GradApplyVecKernel<true><<<vblocks, kThreads, 0, ctx.stream>>>(
+            nv, sh.c, xt, yt, dyt, save_mean, save_inv_std, coef, dxt);
+      } else {
+        GradApplyVecKernel<false><<<vblocks, kThreads, 0, ctx.stream>>>(
+            nv, sh.c, xt, yt, dyt, save_mean, save_inv_std, coef, dxt);
+      }
+    } else {
+      TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, yt, dyt,
+                                 save_mean, save_inv_std, coef, static_cast<T*>(dx));
+    }
+    return LaunchStatus("batch norm input gradient");
+  });
+}
+
+}  // namespace topiary::kernels

@@ -1,0 +1,306 @@
+#include <cfloat>
+#include <type_traits>
+
+#include "kernels/norm_pool/pooling.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_launch.cuh"
+
+namespace topiary::kernels {
+namespace {
+
+// Output pixel (oh, ow)'s window, clipped to the image.
+__device__ inline void Window(const PoolShape& sh, int oh, int ow, int* h0, int* h1, int* w0,
+                              int* w1) {
+  const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
+  *h0 = max(hs, 0);
+  *h1 = min(hs + sh.r, sh.h);
+  *w0 = max(ws, 0);
+  *w1 = min(ws + sh.s, sh.w);
+}
+
+// Output windows that contain input row ih: oh in [oh0, oh1].
+__device__ inline void Covering(int i, int pad, int k, int stride, int out, int* o0, int* o1) {
+  // oh*stride - pad <= i < oh*stride - pad + k
+  const int hi = (i + pad) / stride;
+  const int lo_num = i + pad - k + 1;
+  *o0 = lo_num <= 0 ? 0 : (lo_num + stride - 1) / stride;
+  *o1 = min(hi, out - 1);
+}
+
+// Max pooling also records, when argmax is not null, where in its window each maximum was
+// (the first in scan order, as position (row * s + column) of the unclipped window), so the
+// backward pass routes gradients with one byte per window instead of rescanning it.
+template <bool kMax, typename T>
+__global__ void PoolForwardKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
+                                  uint8_t* __restrict__ argmax) {
+  const int ho = sh.ho(), wo = sh.wo();
+  const int64_t total = static_cast<int64_t>(sh.n) * ho * wo * sh.c;
+  TOPIARY_GRID_STRIDE(i, total) {
+    const int c = static_cast<int>(i % sh.c);
+    int64_t rest = i / sh.c;
+    const int ow = static_cast<int>(rest % wo);
+    rest /= wo;
+    const int oh = static_cast<int>(rest % ho);
+    const int n = static_cast<int>(rest / ho);
+    int h0, h1, w0, w1;
+    Window(sh, oh, ow, &h0, &h1, &w0, &w1);
+    const T* img = x + static_cast<int64_t>(n) * sh.h * sh.w * sh.c;
+    const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
+    float acc = kMax ? -FLT_MAX : 0.0f;
+    int best = (h0 - hs) * sh.s + (w0 - ws);
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) {
+        const float v = Ld(img + (static_cast<int64_t>(ih) * sh.w + iw) * sh.c + c);
+        if (!kMax) {
+          acc += v;
+        } else if (v > acc) {
+          acc = v;
+          best = (ih - hs) * sh.s + (iw - ws);
+        }
+      }
+    St(y + i, kMax ? acc : acc / static_cast<float>(sh.r * sh.s));
+    if (kMax && argmax != nullptr) argmax[i] = static_cast<uint8_t>(best);
+  }
+}
+
+template <bool kMax, typename T>
+__global__ void PoolBackwardKernel(PoolShape sh, const uint8_t* __restrict__ argmax,
+                                   const T* __restrict__ dy, T* __restrict__ dx) {
+  const int ho = sh.ho(), wo = sh.wo();
+  const int64_t total = static_cast<int64_t>(sh.n) * sh.h * sh.w * sh.c;
+  TOPIARY_GRID_STRIDE(i, total) {
+    const int c = static_cast<int>(i % sh.c);
+    int64_t rest = i / sh.c;
+    const int iw = static_cast<int>(rest % sh.w);
+    rest /= sh.w;
+    const int ih = static_cast<int>(rest % sh.h);
+    const int n = static_cast<int>(rest / sh.h);
+    int oh0, oh1, ow0, ow1;
+    Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
+    Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
+    const int64_t out_base = static_cast<int64_t>(n) * ho * wo;
+    float g = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh)
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const int64_t o = (out_base + static_cast<int64_t>(oh) * wo + ow) * sh.c + c;
+        // Routed here only if this pixel is the window's recorded maximum.
+        const int pos =
+            (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
+        if (!kMax || argmax[o] == pos) g += Ld(dy + o);
+      }
+    St(dx + i, kMax ? g : g / static_cast<float>(sh.r * sh.s));
+  }
+}
+
+// The same max pooling over 16-byte channel vectors (kVec<T> channels per thread), with
+// 32-bit index arithmetic: the scalar kernels spend most of their time in 64-bit divisions
+// (four per element), these one set per vector. For C % kVec<T> == 0, 16-byte aligned
+// tensors and fewer than 2^31 vectors (MaxPoolVecOk); results are identical to the scalar
+// kernels (the same first-maximum rule, the same sums in the same order).
+// V argmax bytes (V = 4 or 8) as one aligned 4- or 8-byte access.
+template <int V>
+__device__ inline void StoreBytes(uint8_t* p, const uint8_t (&b)[V]) {
+  using Word = std::conditional_t<V == 8, uint2, uint32_t>;
+  Word w;
+  memcpy(&w, b, V);
+  *reinterpret_cast<Word*>(p) = w;
+}
+template <int V>
+__device__ inline void LoadBytes(const uint8_t* p, uint8_t (&b)[V]) {
+  using Word = std::conditional_t<V == 8, uint2, uint32_t>;
+  const Word w = *reinterpret_cast<const Word*>(p);
+  memcpy(b, &w, V);
+}
+
+template <typename T>
+__global__ void MaxPoolForwardVecKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
+                                        uint8_t* __restrict__ argmax) {
+  constexpr int V = kVec<T>;
+  const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
+  const unsigned total = sh.n * ho * wo * cv;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned cb = (i % cv) * V;
+    unsigned rest = i / cv;
+    const int ow = rest % wo;
+    rest /= wo;
+    const int oh = rest % ho;
+    const unsigned n = rest / ho;
+    int h0, h1, w0, w1;
+    Window(sh, oh, ow, &h0, &h1, &w0, &w1);
+    const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
+    float acc[V], v[V];
+    uint8_t best[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc[k] = -FLT_MAX;
+      best[k] = static_cast<uint8_t>((h0 - hs) * sh.s + (w0 - ws));
+    }
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) {
+        LdVec(x + ((static_cast<size_t>(n) * sh.h + ih) * sh.w + iw) * sh.c + cb, v);
+        const auto pos = static_cast<uint8_t>((ih - hs) * sh.s + (iw - ws));
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (v[k] > acc[k]) {
+            acc[k] = v[k];
+            best[k] = pos;
+          }
+        }
+      }
+    StVec(y + static_cast<size_t>(i) * V, acc);
+    if (argmax != nullptr) StoreBytes(argmax + static_cast<size_t>(i) * V, best);
+  }
+}
+
+template <typename T>
+__global__ void MaxPoolBackwardVecKernel(PoolShape sh, const uint8_t* __restrict__ argmax,
+                                         const T* __restrict__ dy, T* __restrict__ dx) {
+  constexpr int V = kVec<T>;
+  const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
+  const unsigned total = sh.n * sh.h * sh.w * cv;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned cb = (i % cv) * V;
+    unsigned rest = i / cv;
+    const int iw = rest % sh.w;
+    rest /= sh.w;
+    const int ih = rest % sh.h;
+    const unsigned n = rest / sh.h;
+    int oh0, oh1, ow0, ow1;
+    Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
+    Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
+    float g[V], d[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh)
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const size_t o = ((static_cast<size_t>(n) * ho + oh) * wo + ow) * sh.c + cb;
+        const int pos =
+            (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
+        uint8_t a[V];
+        LoadBytes(argmax + o, a);
+        bool any = false;
+#pragma unroll
+        for (int k = 0; k < V; ++k) any |= a[k] == pos;
+        if (!any) continue;  // most windows route elsewhere: skip their gradient
+        LdVec(dy + o, d);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (a[k] == pos) g[k] += d[k];  // as the scalar kernel: the same sums, same zeros
+        }
+      }
+    StVec(dx + static_cast<size_t>(i) * V, g);
+  }
+}
+
+// Whether the vector kernels apply (see above).
+template <typename T>
+bool MaxPoolVecOk(const PoolShape& sh, const void* a, const void* b, const uint8_t* argmax) {
+  constexpr int V = kVec<T>;
+  const int64_t vectors = static_cast<int64_t>(sh.n) * sh.h * sh.w * (sh.c / V);
+  return sh.c % V == 0 && vectors < (int64_t{1} << 31) && Aligned16(a) && Aligned16(b) &&
+         (reinterpret_cast<uintptr_t>(argmax) % V) == 0;
+}
+
+template <typename T>
+__global__ void GlobalAvgForwardKernel(int n, int hw, int c, const T* __restrict__ x,
+                                       T* __restrict__ y) {
+  TOPIARY_GRID_STRIDE(i, static_cast<int64_t>(n) * c) {
+    const int64_t img = i / c;
+    const int ch = static_cast<int>(i % c);
+    const T* p = x + img * hw * c + ch;
+    float s = 0.0f;
+    for (int k = 0; k < hw; ++k) s += Ld(p + static_cast<int64_t>(k) * c);
+    St(y + i, s / static_cast<float>(hw));
+  }
+}
+
+template <typename T>
+__global__ void GlobalAvgBackwardKernel(int n, int hw, int c, const T* __restrict__ dy,
+                                        T* __restrict__ dx) {
+  TOPIARY_GRID_STRIDE(i, static_cast<int64_t>(n) * hw * c) {
+    const int64_t img = i / (static_cast<int64_t>(hw) * c);
+    St(dx + i, Ld(dy + img * c + i % c) / static_cast<float>(hw));
+  }
+}
+
+int64_t OutCount(const PoolShape& sh) {
+  return static_cast<int64_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
+}
+int64_t InCount(const PoolShape& sh) { return static_cast<int64_t>(sh.n) * sh.h * sh.w * sh.c; }
+
+}  // namespace
+
+absl::Status MaxPoolForwardCuda(DType t, const PoolShape& sh, const void* x, void* y,
+                                uint8_t* argmax, const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (MaxPoolVecOk<T>(sh, x, y, argmax)) {
+      MaxPoolForwardVecKernel<T>
+          <<<BlocksFor(OutCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+              sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+      return;
+    }
+    PoolForwardKernel<true><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+  });
+  return LaunchStatus("max pool forward");
+}
+
+absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& sh, const uint8_t* argmax,
+                                 const void* dy, void* dx, const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (MaxPoolVecOk<T>(sh, dy, dx, argmax)) {
+      MaxPoolBackwardVecKernel<T>
+          <<<BlocksFor(InCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+              sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+      return;
+    }
+    PoolBackwardKernel<true><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+  return LaunchStatus("max pool backward");
+}
+
+absl::Status AvgPoolForwardCuda(DType t, const PoolShape& sh, const void* x, void* y,
+                                const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    PoolForwardKernel<false><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        sh, static_cast<const T*>(x), static_cast<T*>(y), nullptr);
+  });
+  return LaunchStatus("avg pool forward");
+}
+
+absl::Status AvgPoolBackwardCuda(DType t, const PoolShape& sh, const void* dy, void* dx,
+                                 const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    PoolBackwardKernel<false><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        sh, nullptr, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+  return LaunchStatus("avg pool backward");
+}
+
+absl::Status GlobalAvgPoolForwardCuda(DType t, int n, int hw, int c, const void* x, void* y,
+                                      const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    GlobalAvgForwardKernel<<<BlocksFor(static_cast<int64_t>(n) * c, ctx.sm_count), kThreads, 0,
+                             ctx.stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+  return LaunchStatus("global average pool forward");
+}
+
+absl::Status GlobalAvgPoolBackwardCuda(DType t, int n, int hw, int c, const void* dy, void* dx,
+                                       const CudaContext& ctx) {
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    GlobalAvgBackwardKernel<<<BlocksFor(static_cast<int64_t>(n) * hw * c, ctx.sm_count), kThreads,
+                              0, ctx.stream>>>(n, hw, c, static_cast<const T*>(dy),
+                                               static_cast<T*>(dx));
+  });
+  return LaunchStatus("global average pool backward");
+}
+
+}  // namespace topiary::kernels

@@ -1,0 +1,74 @@
+// Launch helpers shared by the .cu files: grid sizing for elementwise kernels, element
+// loads and stores for both activation types, and dispatch on the element type.
+#ifndef TOPIARY_KERNELS_RUNTIME_CUDA_LAUNCH_CUH_
+#define TOPIARY_KERNELS_RUNTIME_CUDA_LAUNCH_CUH_
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/runtime/dtype.h"
+
+namespace topiary::kernels {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n elements: enough to fill the GPU several times over,
+// never more than needed.
+inline int BlocksFor(int64_t n, int sm_count) {
+  const int64_t needed = (n + kThreads - 1) / kThreads;
+  const int64_t cap = static_cast<int64_t>(std::max(sm_count, 1)) * 8;
+  return static_cast<int>(std::max<int64_t>(1, std::min(needed, cap)));
+}
+
+#define TOPIARY_GRID_STRIDE(i, n)                                                        \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Loads and stores of activation elements: fp32 arithmetic whatever the storage type.
+__device__ __forceinline__ float Ld(const float* p) { return *p; }
+__device__ __forceinline__ float Ld(const Bf16* p) {
+  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
+}
+__device__ __forceinline__ void St(float* p, float v) { *p = v; }
+__device__ __forceinline__ void St(Bf16* p, float v) {
+  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(v);
+}
+
+// 16-byte vectors of activation elements (4 floats or 8 bf16): memory-bound kernels move
+// whole vectors per thread, which a 2-byte element per thread cannot do at full bandwidth.
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+__device__ __forceinline__ void LdVec(const T* p, float (&v)[kVec<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec<T>; ++k) v[k] = Ld(e + k);
+}
+
+template <typename T>
+__device__ __forceinline__ void StVec(T* p, const float (&v)[kVec<T>]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec<T>; ++k) St(e + k, v[k]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Calls fn(T{}) with T the storage type of `dtype` (float or Bf16): one templated kernel
+// serves both element types behind a type-erased entry point.
+// Returns what fn returns (nothing, or a Status).
+template <typename Fn>
+inline auto VisitDType(DType dtype, Fn&& fn) {
+  if (dtype == DType::kBf16) return fn(Bf16{});
+  return fn(float{});
+}
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_RUNTIME_CUDA_LAUNCH_CUH_

@@ -1,0 +1,95 @@
+// CUDA kernels of block-sparse convolutions against their CPU twins, over the shared fixture of
+// kernels/cuda_test_util.h.
+#include "kernels/cuda_test_util.h"
+#include "kernels/sparse/block_sparse_conv.h"
+
+namespace topiary::kernels {
+namespace {
+
+using namespace testing;  // NOLINT: the shared fixture and helpers (cuda_test_util.h)
+
+// The block-sparse convolution against its CPU reference: every kernel configuration of every
+// pass, fp32 (plain kernels) and bf16 (tensor cores where channels and blocks are multiples of
+// 8), random grids, every block kept and one block kept per row, on the awkward shapes. The
+// filter holds nonzero values outside the kept blocks, which every pass must ignore, and the
+// filter gradient must be exactly 0 there.
+TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
+  const testing::BlockConvCase cases[] = {
+      {MakeConv(2, 14, 14, 64, 64, 3, 3, 1, 1), 8, 8},
+      {MakeConv(1, 7, 7, 32, 48, 3, 3, 2, 1), 8, 8},
+      {MakeConv(3, 8, 8, 16, 32, 1, 1, 1, 0), 8, 8},
+      {MakeConv(2, 9, 7, 24, 16, 5, 3, 1, 2), 8, 8},
+      {MakeConv(2, 6, 6, 13, 11, 3, 3, 1, 1), 8, 8},
+      {MakeConv(2, 8, 8, 32, 32, 3, 3, 1, 1), 16, 16},
+      {MakeConv(2, 6, 6, 16, 24, 3, 3, 2, 0), 4, 4},
+      {MakeConv(5, 28, 28, 64, 72, 3, 3, 1, 1), 8, 8},
+      {MakeConv(2, 15, 15, 40, 24, 1, 1, 2, 0), 8, 8},
+  };
+  uint32_t seed = 1300;
+  for (const testing::BlockConvCase& c : cases) {
+    const ConvShape& sh = c.shape;
+    for (testing::GridPattern pattern : testing::kGridPatterns) {
+      const BlockGrid grid = testing::MakeBlockGrid(sh, c.bi, c.bo, pattern, seed++);
+      for (DType t : kTypes) {
+        SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" +
+                     std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
+                     std::to_string(sh.r) + "x" + std::to_string(sh.s) + " stride " +
+                     std::to_string(sh.stride_h) + " blocks " + std::to_string(c.bi) + "x" +
+                     std::to_string(c.bo) + " pattern " +
+                     std::to_string(static_cast<int>(pattern)) + " " + Name(t));
+        const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+        const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+        const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+        const auto x = Round(RandomFloats(nx, seed++), t), w = Round(RandomFloats(nw, seed++), t);
+        const auto g = Round(RandomFloats(ny, seed++), t);
+        const auto b = RandomFloats(sh.k, seed++);
+        std::vector<float> ry(ny), rgx(nx), rgw(nw), rgb(sh.k);
+        BlockSparseConv2dForwardCpu(sh, grid, x.data(), w.data(), b.data(), ry.data());
+        BlockSparseConv2dBackwardDataCpu(sh, grid, g.data(), w.data(), rgx.data());
+        BlockSparseConv2dBackwardFilterCpu(sh, grid, x.data(), g.data(), rgw.data(), rgb.data());
+
+        auto plan = BlockSparseConvCuda::Create(sh, grid, t, ctx_);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const bool tc =
+            t == DType::kBf16 && sh.c % 8 == 0 && sh.k % 8 == 0 && c.bi % 8 == 0 && c.bo % 8 == 0;
+        EXPECT_EQ((*plan)->tensor_cores(), tc);
+        Act dx(t, x), dw(t, w), dg(t, g), y(t, ny), gx(t, nx), gw(t, nw);
+        Dev<float> db(b), gb(sh.k);
+        for (int config = 0; config < (*plan)->configs(SparsePass::kForward); ++config) {
+          SCOPED_TRACE("configuration " + std::to_string(config));
+          ASSERT_TRUE((*plan)->set_config(SparsePass::kForward, config).ok());
+          ASSERT_TRUE((*plan)->set_config(SparsePass::kBackwardData, config).ok());
+          ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
+          ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ctx_).ok());
+          Sync();
+          EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
+          EXPECT_LT(Rel(gx.Host(), rgx), Tol(t, 1e-5));
+        }
+        ASSERT_TRUE((*plan)->BackwardFilter(dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
+        Sync();
+        const auto got = gw.Host();
+        EXPECT_LT(Rel(got, rgw), Tol(t, 1e-5));
+        EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
+        for (size_t e = 0; e < nw; ++e) {
+          if (rgw[e] == 0.0f) {
+            ASSERT_EQ(got[e], 0.0f) << e;  // outside the kept blocks
+          }
+        }
+        // Tuning keeps a configuration that computes the same result.
+        for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+          auto ms = pass == SparsePass::kForward
+                        ? (*plan)->Tune(pass, dx.get(), dw.get(), y.get(), ctx_)
+                        : (*plan)->Tune(pass, dg.get(), dw.get(), gx.get(), ctx_);
+          ASSERT_TRUE(ms.ok()) << ms.status();
+          EXPECT_GT(*ms, 0.0f);
+        }
+        ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
+        Sync();
+        EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topiary::kernels
