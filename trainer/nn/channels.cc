@@ -238,7 +238,10 @@ absl::StatusOr<NetworkGraph> CompactGraph(const Model& model, const ChannelGroup
     if (n->kind() == topiary::v1::grouped_conv2d && n->groups() == n->out_channels()) {
       n->set_groups(kept);  // depthwise: fixed groups never lose channels
     }
-    if (n->out_channels() > 0) n->set_out_channels(kept);
+    if (n->out_channels() > 0 && kept != n->out_channels()) {
+      if (n->original_out_channels() == 0) n->set_original_out_channels(n->out_channels());
+      n->set_out_channels(kept);
+    }
   }
   return graph;
 }
@@ -286,6 +289,79 @@ absl::StatusOr<std::unique_ptr<Model>> CompactModel(const Model& model, const Ch
     TOPIARY_RETURN_IF_ERROR(InstallMask(q, slice(HostMask(*p)), p->mask_info, false));
   }
   return small;
+}
+
+namespace {
+
+// Calls f(node, per_pair, depthwise) for each convolution and linear layer: the
+// multiply-adds per image of each (output channel, input channel position) pair it connects,
+// and whether each output channel reads only its own input channel (depthwise). A grouped
+// convolution connects each output channel with in/groups input channels: per_pair is then
+// scaled down by groups, which is exact for whole-layer sums.
+template <typename F>
+void ForEachProduct(const Model& model, F f) {
+  const NetworkGraph graph = DescribeModel(model);
+  const auto& shapes = model.value_shapes();
+  for (size_t i = 0; i < model.nodes().size(); ++i) {
+    const Model::Node& node = model.nodes()[i];
+    const LayerNode& n = graph.layers(static_cast<int>(i));
+    const Shape4& out = shapes[node.output];
+    const int64_t positions = int64_t{out.h} * out.w;
+    const int64_t taps = int64_t{n.kernel_h()} * n.kernel_w();
+    switch (n.kind()) {
+      case topiary::v1::conv2d:
+        f(node, positions * taps, 1, false);
+        break;
+      case topiary::v1::grouped_conv2d: {
+        const bool depthwise = Depthwise(n, shapes[node.inputs[0]].c);
+        f(node, positions * taps, depthwise ? 1 : n.groups(), depthwise);
+        break;
+      }
+      case topiary::v1::linear:
+        f(node, int64_t{1}, 1, false);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t MultiplyAdds(const Model& model) { return MultiplyAdds(model, ChannelGroups{}, {}); }
+
+int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
+                     const std::vector<bool>& remove) {
+  int64_t total = 0;
+  ForEachProduct(
+      model, [&](const Model::Node& node, int64_t per_pair, int groups_div, bool depthwise) {
+        auto kept = [&](int value) -> int64_t {
+          if (groups.value_classes.empty()) return model.value_shapes()[value].c;
+          return static_cast<int64_t>(Kept(groups.value_classes[value], remove).size());
+        };
+        const int64_t outs = kept(node.output);
+        total += depthwise ? per_pair * outs : per_pair * outs * kept(node.inputs[0]) / groups_div;
+      });
+  return total;
+}
+
+std::vector<int64_t> ClassMultiplyAdds(const Model& model, const ChannelGroups& groups) {
+  std::vector<int64_t> saved(groups.classes.size(), 0);
+  ForEachProduct(
+      model, [&](const Model::Node& node, int64_t per_pair, int groups_div, bool depthwise) {
+        const std::vector<int>& outs = groups.value_classes[node.output];
+        const std::vector<int>& ins = groups.value_classes[node.inputs[0]];
+        const int64_t per_out = depthwise ? per_pair : per_pair * ins.size() / groups_div;
+        const int64_t per_in = per_pair * outs.size() / groups_div;
+        for (int k : outs) {
+          if (k != kImage) saved[k] += per_out;
+        }
+        if (depthwise) return;  // its input channel is its output channel, counted once
+        for (int k : ins) {
+          if (k != kImage) saved[k] += per_in;
+        }
+      });
+  return saved;
 }
 
 void ZeroChannels(Model* model, const ChannelGroups& groups, const std::vector<bool>& remove) {

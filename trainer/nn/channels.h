@@ -76,6 +76,16 @@ absl::StatusOr<topiary::v1::NetworkGraph> CompactGraph(const Model& model,
 absl::StatusOr<std::unique_ptr<Model>> CompactModel(const Model& model, const ChannelGroups& groups,
                                                     const std::vector<bool>& remove);
 
+// The multiply-adds of one image through `model`'s convolutions and linear layers.
+int64_t MultiplyAdds(const Model& model);
+// ... and through the network CompactModel(model, groups, remove) would make.
+int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
+                     const std::vector<bool>& remove);
+
+// Per channel class: the multiply-adds of one image that removing it alone saves (its
+// producers' rows, its readers' columns).
+std::vector<int64_t> ClassMultiplyAdds(const Model& model, const ChannelGroups& groups);
+
 // Zeroes, in place, every parameter that makes a removed class's channel: its producers'
 // kernel rows and biases and the scale and shift of each batch norm it passes, so that the
 // channel is 0 wherever it travels. The network then computes what CompactModel's computes

@@ -216,6 +216,23 @@ TEST(Channels, CouplingsOfAGraphAreFollowed) {
   EXPECT_EQ(graph->layers(5).groups(), 6);
   EXPECT_EQ(graph->layers(7).out_channels(), 3);
   EXPECT_EQ(graph->layers(11).out_channels(), 5);
+  // The dense widths stay in the graph, through a second compaction too.
+  EXPECT_EQ(graph->layers(0).original_out_channels(), 8);
+  EXPECT_EQ(graph->layers(7).original_out_channels(), 4);
+  EXPECT_EQ(graph->layers(12).original_out_channels(), 0);  // the logits: never compacted
+  {
+    auto small = CompactModel(**model, *g, remove);
+    ASSERT_TRUE(small.ok()) << small.status();
+    EXPECT_EQ((*small)->original_out_channels("a"), 8);
+    auto g2 = FindChannelGroups(**small);
+    ASSERT_TRUE(g2.ok()) << g2.status();
+    std::vector<bool> again(g2->classes.size(), false);
+    again[g2->groups[0].classes[0]] = true;
+    auto smaller = CompactGraph(**small, *g2, again);
+    ASSERT_TRUE(smaller.ok()) << smaller.status();
+    EXPECT_EQ(smaller->layers(0).out_channels(), 5);
+    EXPECT_EQ(smaller->layers(0).original_out_channels(), 8);
+  }
   ExpectCompactionExact(model->get(), *g, remove);
 }
 

@@ -81,6 +81,15 @@ class GraphBuilder {
           absl::StrFormat("%s: output %dx%dx%d is over %d elements per image", at, s.h, s.w, s.c,
                           kMaxValueElements));
     }
+    if (node.original_out_channels() != 0) {
+      if (node.out_channels() == 0 || node.original_out_channels() < node.out_channels() ||
+          node.original_out_channels() > kMaxChannels) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: original_out_channels = %d is not in [out_channels = %d, %d]", at,
+                            node.original_out_channels(), node.out_channels(), kMaxChannels));
+      }
+      model_->set_original_out_channels(node.name(), node.original_out_channels());
+    }
     values_[node.name()] = out;
     return absl::OkStatus();
   }
@@ -215,6 +224,7 @@ NetworkGraph DescribeModel(const Model& model) {
   for (const Model::Node& node : model.nodes()) {
     LayerNode* n = g.add_layers();
     node.layer->Describe(n);
+    n->set_original_out_channels(model.original_out_channels(node.layer->name()));
     for (int v : node.inputs) n->add_inputs(names[v]);
     names[node.output] = node.layer->name();
   }

@@ -138,6 +138,10 @@ TEST(Graph, HostileGraphsAreRefusedByName) {
       {"is not the logits", [](NetworkGraph& g) { g.mutable_layers(8)->set_out_channels(4); }},
       {"input 0x8x2", [](NetworkGraph& g) { g.set_height(0); }},
       {"epsilon", [](NetworkGraph& g) { g.mutable_layers(1)->set_epsilon(-1); }},
+      {"original_out_channels = 4 is not in [out_channels = 8",
+       [](NetworkGraph& g) { g.mutable_layers(0)->set_original_out_channels(4); }},
+      {"original_out_channels = 3 is not in [out_channels = 0",
+       [](NetworkGraph& g) { g.mutable_layers(1)->set_original_out_channels(3); }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.expect);

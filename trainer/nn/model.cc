@@ -73,6 +73,15 @@ int64_t Model::trainable_parameter_count() const {
   return n;
 }
 
+int Model::original_out_channels(const std::string& layer) const {
+  auto it = original_out_channels_.find(layer);
+  return it == original_out_channels_.end() ? 0 : it->second;
+}
+
+void Model::set_original_out_channels(const std::string& layer, int channels) {
+  if (channels > 0) original_out_channels_[layer] = channels;
+}
+
 Layer* Model::FindLayer(const std::string& name) const {
   for (const auto& layer : layers_) {
     if (layer->name() == name) return layer.get();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,11 @@ class Model {
   int64_t trainable_parameter_count() const;
   Layer* FindLayer(const std::string& name) const;
 
+  // A layer's out_channels before channel pruning removed any (0: none removed); the network
+  // graph carries it (LayerNode.original_out_channels) through compaction and checkpoints.
+  int original_out_channels(const std::string& layer) const;
+  void set_original_out_channels(const std::string& layer, int channels);
+
  private:
   std::string arch_;
   Device* device_;
@@ -62,6 +68,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Node> nodes_;
   std::vector<Shape4> shapes_;  // per value, batch 1
+  std::map<std::string, int> original_out_channels_;
 };
 
 // Running sums of the loss and accuracy over the batches since the last TakeMetrics().

@@ -194,6 +194,19 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
   }
   CHECK_RULE(!p.global() || p.method() == topiary::v1::PruningSpec::MAGNITUDE, "pruning.global",
              "only applies to method: MAGNITUDE");
+  const bool channel = p.method() == topiary::v1::PruningSpec::CHANNEL;
+  CHECK_RULE(p.score() != topiary::v1::PruningSpec::BN_SCALE || channel, "pruning.score",
+             "BN_SCALE only applies to method: CHANNEL");
+  CHECK_RULE(p.round_to() >= 0 && p.round_to() <= 1024, "pruning.round_to", "must be in [0, 1024]");
+  CHECK_RULE(p.round_to() <= 1 || channel, "pruning.round_to", "only applies to method: CHANNEL");
+  CHECK_RULE(p.min_channels() >= 0 && p.min_channels() <= 65536, "pruning.min_channels",
+             "must be in [0, 65536]");
+  CHECK_RULE(p.min_channels() == 0 || channel, "pruning.min_channels",
+             "only applies to method: CHANNEL");
+  CHECK_RULE(p.target_flops() >= 0 && p.target_flops() < 1, "pruning.target_flops",
+             "must be in (0, 1)");
+  CHECK_RULE(p.target_flops() == 0 || channel, "pruning.target_flops",
+             "only applies to method: CHANNEL");
   for (int i = 0; i < p.overrides_size(); ++i) {
     const auto& o = p.overrides(i);
     const std::string f = absl::StrCat("pruning.overrides[", i, "]");
@@ -480,6 +493,9 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (p->n() == 0) p->set_n(2);
     if (p->m() == 0) p->set_m(4);
     if (!p->has_finetune_lr()) p->set_finetune_lr(o->lr() / 10);
+    if (p->method() == topiary::v1::PruningSpec::CHANNEL && p->min_channels() == 0) {
+      p->set_min_channels(1);
+    }
   }
   return s;
 }

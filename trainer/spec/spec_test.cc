@@ -101,6 +101,19 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
             "pruning.max_rounds: must be in [0, 1000]");
   EXPECT_EQ(Error(WithTrain("") + "pruning { finetune_lr: inf }"),
             "pruning.finetune_lr: must be a finite number in (0, 1000]");
+  // Channel pruning's fields: ranges, and only with method CHANNEL.
+  EXPECT_EQ(Error(WithTrain("") + "pruning { round_to: 8 }"),
+            "pruning.round_to: only applies to method: CHANNEL");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { method: CHANNEL round_to: -8 }"),
+            "pruning.round_to: must be in [0, 1024]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { method: CHANNEL target_flops: 1.5 }"),
+            "pruning.target_flops: must be in (0, 1)");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { method: BLOCK target_flops: 0.5 }"),
+            "pruning.target_flops: only applies to method: CHANNEL");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { min_channels: 4 }"),
+            "pruning.min_channels: only applies to method: CHANNEL");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { score: BN_SCALE }"),
+            "pruning.score: BN_SCALE only applies to method: CHANNEL");
   EXPECT_EQ(Error("name: 'two\\nlines' " + WithTrain("")),
             "name: must be valid UTF-8 of at most 256 bytes, without control characters "
             "(newlines, tabs, C1 controls, bidirectional formatting)");
