@@ -134,14 +134,14 @@ absl::StatusOr<std::vector<double>> ChannelScores(const Model& model, const Chan
 
 absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGroups& groups,
                                              const PruningSpec& spec, int round,
-                                             const GradientStats* gradients, int64_t dense_macs) {
+                                             const GradientStats* gradients) {
   TOPIARY_ASSIGN_OR_RETURN(const std::vector<GroupRule> rules, GroupRules(model, groups, spec));
   TOPIARY_ASSIGN_OR_RETURN(const std::vector<double> scores,
                            ChannelScores(model, groups, spec.score(), gradients));
   ChannelChoice choice;
   choice.remove.assign(groups.classes.size(), false);
   choice.macs_before = MultiplyAdds(model);
-  choice.dense_macs = dense_macs > 0 ? dense_macs : choice.macs_before;
+  choice.dense_macs = DenseMultiplyAdds(model);
   const std::vector<int64_t> saved = ClassMultiplyAdds(model, groups);
 
   for (size_t g = 0; g < groups.groups.size(); ++g) {

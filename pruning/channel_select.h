@@ -53,13 +53,12 @@ absl::StatusOr<std::vector<double>> ChannelScores(const Model& model, const Chan
                                                   topiary::v1::PruningSpec::Score score,
                                                   const GradientStats* gradients);
 
-// Round `round` (1-based) of `spec` (defaults filled in) on `model`, whose dense ancestor had
-// `dense_macs` multiply-adds per image (0: `model` is that network). Errors name the field: an
-// override matching no producer, a FLOPs target the groups' floors cannot reach.
+// Round `round` (1-based) of `spec` (defaults filled in) on `model` (compacted by earlier
+// rounds or not: widths and multiply-adds count from its original widths). Errors name the
+// field: an override matching no producer, a FLOPs target the groups' floors cannot reach.
 absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGroups& groups,
                                              const topiary::v1::PruningSpec& spec, int round,
-                                             const GradientStats* gradients,
-                                             int64_t dense_macs = 0);
+                                             const GradientStats* gradients);
 
 }  // namespace topiary::pruning
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "pruning/block_mask.h"
+#include "pruning/channel_pruner.h"
 #include "pruning/element_mask.h"
 #include "trainer/nn/masks.h"
 #include "trainer/util/glob.h"
@@ -233,12 +234,7 @@ const char* MethodName(PruningSpec::Method m) { return PruningSpec::Method_Name(
 
 absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Model* model,
                                                    uint64_t seed) {
-  if (spec.method() == PruningSpec::CHANNEL) {
-    // The channel choice (pruning/channel_select.h) and compaction (trainer/nn/channels.h)
-    // exist; the runner does not yet swap in the compacted network between rounds.
-    return absl::UnimplementedError(
-        "pruning.method: CHANNEL rounds inside a run are not built yet (issue 40 in progress)");
-  }
+  if (spec.method() == PruningSpec::CHANNEL) return MakeChannelPruner(spec, model);
   std::vector<bool> override_used(spec.overrides_size(), false);
   std::vector<Target> targets;
   std::vector<std::string> names, dense;

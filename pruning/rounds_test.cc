@@ -15,6 +15,8 @@ using testing::CheckMaskedCheckpoint;
 using testing::OutDir;
 using testing::Parse;
 using testing::PruningOptions;
+using testing::RunWithLosses;
+using testing::StepLosses;
 using testing::SyntheticRun;
 
 // resnet20 at half width (8, 16, 32 channels) with 4 x 4 blocks: every conv but the stem is
@@ -26,21 +28,6 @@ constexpr char kRounds[] = R"(
   pruning { block_in: 4 block_out: 4 target: 0.5 step_fraction: 0.5 finetune_epochs: 1 }
   checkpoints { every_epochs: 1 }
 )";
-
-// The loss of every step, by global step.
-struct StepLosses {
-  std::map<int, double> loss;
-  topiary::v1::RunSummary summary;
-};
-
-StepLosses RunWithLosses(const topiary::v1::ExperimentSpec& spec, RunOptions options) {
-  StepLosses out;
-  options.on_event = [&](const topiary::v1::Event& e) {
-    if (e.has_progress()) out.loss[e.progress().step()] = e.progress().loss();
-  };
-  out.summary = RunExperiment(spec, options);
-  return out;
-}
 
 TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
   const StepLosses a = RunWithLosses(SyntheticRun(kRounds), PruningOptions(OutDir("block")));

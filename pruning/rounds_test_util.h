@@ -1,6 +1,6 @@
-// Checks on the masked checkpoints that pruning runs write, shared by the CPU and GPU
-// round tests: the rules of docs/algorithms.md §1 and mask enforcement (weights and momentum
-// exactly zero wherever the mask is zero).
+// Helpers of the round tests (CPU, GPU, channel pruning): runs with every step's loss, and
+// checks on the masked checkpoints that pruning runs write: the rules of docs/algorithms.md §1 and
+// mask enforcement (weights and momentum exactly zero wherever the mask is zero).
 #ifndef TOPIARY_PRUNING_ROUNDS_TEST_UTIL_H_
 #define TOPIARY_PRUNING_ROUNDS_TEST_UTIL_H_
 
@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "pruning/pruner.h"
@@ -26,6 +27,21 @@ inline RunOptions PruningOptions(const std::string& out_dir) {
   o.progress_interval_s = 0;
   o.make_pruner = pruning::MakePruner;
   return o;
+}
+
+// The loss of every step, by global step, and the run's summary.
+struct StepLosses {
+  std::map<int, double> loss;
+  topiary::v1::RunSummary summary;
+};
+
+inline StepLosses RunWithLosses(const topiary::v1::ExperimentSpec& spec, RunOptions options) {
+  StepLosses out;
+  options.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_progress()) out.loss[e.progress().step()] = e.progress().loss();
+  };
+  out.summary = RunExperiment(spec, options);
+  return out;
 }
 
 struct MaskCheck {

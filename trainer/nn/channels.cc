@@ -246,11 +246,13 @@ absl::StatusOr<NetworkGraph> CompactGraph(const Model& model, const ChannelGroup
   return graph;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> CompactModel(const Model& model, const ChannelGroups& groups,
-                                                    const std::vector<bool>& remove) {
+absl::StatusOr<std::unique_ptr<Model>> CompactModel(
+    const Model& model, const ChannelGroups& groups, const std::vector<bool>& remove,
+    const std::function<absl::Status(Model*)>& prepare) {
   TOPIARY_ASSIGN_OR_RETURN(NetworkGraph graph, CompactGraph(model, groups, remove));
   TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Model> small,
                            BuildModelFromGraph(graph, model.device(), "compacted network"));
+  if (prepare) TOPIARY_RETURN_IF_ERROR(prepare(small.get()));
   // Per layer: the kept channels of its output and of its (first) input.
   std::map<std::string, std::pair<std::vector<int>, std::vector<int>>> kept;
   for (const Model::Node& node : model.nodes()) {
@@ -342,6 +344,50 @@ int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
         const int64_t outs = kept(node.output);
         total += depthwise ? per_pair * outs : per_pair * outs * kept(node.inputs[0]) / groups_div;
       });
+  return total;
+}
+
+int64_t DenseMultiplyAdds(const Model& model) {
+  // Spatial sizes do not depend on widths: only the channel counts change, value by value.
+  const NetworkGraph graph = DescribeModel(model);
+  const auto& shapes = model.value_shapes();
+  std::vector<int64_t> dense(shapes.size());
+  dense[0] = shapes[0].c;
+  int64_t total = 0;
+  for (size_t i = 0; i < model.nodes().size(); ++i) {
+    const Model::Node& node = model.nodes()[i];
+    const LayerNode& n = graph.layers(static_cast<int>(i));
+    const int64_t in = dense[node.inputs[0]];
+    const Shape4& out = shapes[node.output];
+    const int64_t positions = int64_t{out.h} * out.w;
+    const int64_t taps = std::max<int64_t>(1, int64_t{n.kernel_h()} * n.kernel_w());  // linear: 1
+    const int64_t width = n.original_out_channels() > 0 ? n.original_out_channels() : out.c;
+    int64_t& d = dense[node.output];
+    switch (n.kind()) {
+      case topiary::v1::conv2d:
+      case topiary::v1::linear:
+        d = width;
+        total += positions * taps * width * in;
+        break;
+      case topiary::v1::grouped_conv2d:
+        d = width;
+        total += Depthwise(n, shapes[node.inputs[0]].c)
+                     ? positions * taps * width
+                     : positions * taps * width * in / n.groups();
+        break;
+      case topiary::v1::concat:
+        d = 0;
+        for (int v : node.inputs) d += dense[v];
+        break;
+      case topiary::v1::flatten: {
+        const Shape4& s = shapes[node.inputs[0]];
+        d = in * s.h * s.w;
+        break;
+      }
+      default:
+        d = in;
+    }
+  }
   return total;
 }
 

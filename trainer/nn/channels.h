@@ -19,6 +19,7 @@
 #ifndef TOPIARY_TRAINER_NN_CHANNELS_H_
 #define TOPIARY_TRAINER_NN_CHANNELS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,12 @@ struct ChannelGroups {
   std::vector<std::vector<int>> value_classes;
 };
 
+// Channels to remove from a network: its groups and one flag per class.
+struct ChannelCut {
+  ChannelGroups groups;
+  std::vector<bool> remove;
+};
+
 // The channel classes and dependency groups of `model` (its graph and value shapes). Errors
 // name the layer.
 absl::StatusOr<ChannelGroups> FindChannelGroups(const Model& model);
@@ -72,12 +79,18 @@ absl::StatusOr<topiary::v1::NetworkGraph> CompactGraph(const Model& model,
 // A model of the compacted graph on `model`'s device holding `model`'s parameters with the
 // removed channels' rows and columns taken out: values, momentum, masks (element masks; a
 // block or N:M mask is refused, naming the layer) and every non-channel parameter (an
-// approximate convolution's activation range) copied as they are.
-absl::StatusOr<std::unique_ptr<Model>> CompactModel(const Model& model, const ChannelGroups& groups,
-                                                    const std::vector<bool>& remove);
+// approximate convolution's activation range) copied as they are. `prepare`, when set, is
+// called on the new model before the copy: what the run applied to the original (approximate
+// convolutions, sampled gradients) is applied again, so the parameters it adds exist.
+absl::StatusOr<std::unique_ptr<Model>> CompactModel(
+    const Model& model, const ChannelGroups& groups, const std::vector<bool>& remove,
+    const std::function<absl::Status(Model*)>& prepare = nullptr);
 
 // The multiply-adds of one image through `model`'s convolutions and linear layers.
 int64_t MultiplyAdds(const Model& model);
+// ... through the network before channel pruning narrowed it (every layer at its
+// original_out_channels) ...
+int64_t DenseMultiplyAdds(const Model& model);
 // ... and through the network CompactModel(model, groups, remove) would make.
 int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
                      const std::vector<bool>& remove);

@@ -84,6 +84,10 @@ void ExpectCompactionExact(Model* model, const ChannelGroups& groups,
   auto small = CompactModel(*model, groups, remove);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_LT((*small)->trainable_parameter_count(), model->trainable_parameter_count());
+  EXPECT_EQ(MultiplyAdds(**small), MultiplyAdds(*model, groups, remove));
+  EXPECT_LT(MultiplyAdds(**small), MultiplyAdds(*model));
+  EXPECT_EQ(DenseMultiplyAdds(**small), DenseMultiplyAdds(*model));
+  EXPECT_EQ(DenseMultiplyAdds(*model), MultiplyAdds(*model));  // never compacted before
   ZeroChannels(model, groups, remove);
   for (bool training : {false, true}) {
     SCOPED_TRACE(training ? "training" : "inference");

@@ -70,8 +70,6 @@ absl::StatusOr<std::unique_ptr<PhaseTrainer>> PhaseTrainer::Create(
   if (spec.has_gradient_sampling()) t->sampling_.emplace(spec.gradient_sampling(), spec.seed());
   TOPIARY_RETURN_IF_ERROR(ranks->Run([&](int r) -> absl::Status {
     RankState& rank = t->ranks_[r];
-    Model* model = ranks->model(r);
-    rank.optimizer.emplace(model->parameters(), spec.train().optimizer(), ranks->device(r));
     TOPIARY_ASSIGN_OR_RETURN(DeviceBatches data, DeviceBatches::Create(batcher, ranks->device(r)));
     rank.data.emplace(std::move(data));
     return absl::OkStatus();
@@ -79,9 +77,22 @@ absl::StatusOr<std::unique_ptr<PhaseTrainer>> PhaseTrainer::Create(
   return t;
 }
 
+void PhaseTrainer::Release() {
+  for (RankState& rank : ranks_) {
+    rank.net.reset();
+    rank.sync.reset();
+    rank.batch_norm_sync.reset();
+    rank.optimizer.reset();
+  }
+}
+
 absl::Status PhaseTrainer::Plan() {
   const PlanOptions options = PlanOptionsForSpec(spec_);
   RankGroup& group = *group_;
+  for (int r = 0; r < group.size(); ++r) {
+    ranks_[r].optimizer.emplace(group.model(r)->parameters(), spec_.train().optimizer(),
+                                group.device(r));
+  }
   TOPIARY_ASSIGN_OR_RETURN(ranks_[0].net, PlanWithEvents(group.model(0), local_batch_, true,
                                                          options, group.size(), recorder_));
   return group.Run([&](int r) -> absl::Status {
@@ -175,10 +186,14 @@ absl::Status PhaseTrainer::Train(const topiary::v1::Phase& which, int epochs,
   // Made once: a std::function built per step would allocate on the host every step.
   phase.run_exact = [&phase](int r) { return phase.exact[r].Run(); };
   phase.run_sampled = [&phase](int r) { return phase.sampled[r].Run(); };
+  const double seconds_before = seconds_;
+  const int64_t images_before = images_;
   while (position_.phase_epoch < epochs) {  // EndEpoch moves it on
     phase.epoch = position_.phase_epoch;
     TOPIARY_RETURN_IF_ERROR(Epoch(phase, hooks));
   }
+  const int64_t steps = (images_ - images_before) / batch_;
+  phase_step_seconds_ = steps > 0 ? (seconds_ - seconds_before) / steps : 0;
   return absl::OkStatus();
 }
 

@@ -69,9 +69,13 @@ class PhaseTrainer {
   // The dense phase is over: trained here, or skipped (the model came from a checkpoint).
   void EndDensePhase() { position_.phase_epoch = spec_.train().epochs(); }
 
-  // Plans the training networks: rank 0's with planning events, the other ranks' from the
-  // plan cache's memory of rank 0's choices; and the gradient reducers between ranks.
+  // Makes the optimizers and plans the training networks: rank 0's with planning events, the
+  // other ranks' from the plan cache's memory of rank 0's choices; and the gradient reducers
+  // between ranks.
   absl::Status Plan();
+  // Drops what Plan made, which points into the ranks' models: before the models are
+  // replaced (channel pruning's compaction), after which Plan makes them again.
+  void Release();
 
   int steps_per_epoch() const { return steps_per_epoch_; }
   // The learning rate of every step of a phase of `epochs` epochs.
@@ -90,6 +94,8 @@ class PhaseTrainer {
   std::string image_decoder() const { return ranks_[0].data->decoder(); }
   // Images trained per second over every phase so far.
   double images_per_s() const { return seconds_ > 0 ? images_ / seconds_ : 0; }
+  // Mean seconds per training step of the last Train call (0: it trained no step).
+  double phase_step_seconds() const { return phase_step_seconds_; }
 
  private:
   // What a training step touches on one rank.
@@ -124,6 +130,7 @@ class PhaseTrainer {
   std::optional<SamplingPolicy> sampling_;  // which steps sample weight gradients
   double seconds_ = 0;
   int64_t images_ = 0;
+  double phase_step_seconds_ = 0;
 };
 
 }  // namespace topiary

@@ -14,11 +14,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "topiary/v1/events.pb.h"
 #include "topiary/v1/experiment.pb.h"
+#include "trainer/nn/channels.h"
 #include "trainer/nn/model.h"
 
 namespace topiary {
@@ -52,6 +55,12 @@ class Pruner {
   virtual bool finished() const = 0;
   // The conv and linear layers this spec leaves dense, each with why.
   virtual std::vector<std::string> dense_layers() const { return {}; }
+  // Channel pruning: the channels the last Step chose, which the runner removes from every
+  // rank's network (CompactModel) before fine-tuning; then it makes a new pruner for the
+  // smaller network. nullopt: the step only installed masks.
+  virtual std::optional<ChannelCut> TakeChannelCut() { return std::nullopt; }
+  // Method CHANNEL: each group's widths in the last Step.
+  virtual std::vector<topiary::v1::ChannelGroupReport> channel_groups() const { return {}; }
 };
 
 using PrunerFactory = std::function<absl::StatusOr<std::unique_ptr<Pruner>>(

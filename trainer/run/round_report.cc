@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/nn/channels.h"
 #include "trainer/nn/masks.h"
 
 namespace topiary {
@@ -86,6 +87,8 @@ RoundSummary SparsityRow(const Model& model, const SparseConvChoices& choices, i
   }
   if (reports != nullptr) AddStepReports(*reports, &row);
   row.set_sparsity(total > 0 ? static_cast<double>(zeros) / total : 0);
+  row.set_multiply_adds(MultiplyAdds(model));
+  row.set_parameters(model.trainable_parameter_count());
   return row;
 }
 

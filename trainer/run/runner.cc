@@ -14,6 +14,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/device_batches.h"
 #include "trainer/dist/rank_group.h"
+#include "trainer/nn/channels.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/events.h"
 #include "trainer/run/gradient_sampling.h"
@@ -86,8 +87,9 @@ class ExperimentRun : public PhaseHooks {
   }
   // Setup, in order.
   absl::Status SetupRanks();
-  // A spec without model.arch: the network (and the input format) of the checkpoint it starts
-  // from, opened into network_from_.
+  // A spec without model.arch, or a start checkpoint whose network channel pruning narrowed:
+  // the network (and the input format) of the checkpoint it starts from, opened into
+  // network_from_.
   absl::Status ReadCheckpointNetwork();
   // The checkpoint the run starts from: --resume's, else init_from_checkpoint (may be empty).
   const std::string& StartCheckpoint() const {
@@ -95,6 +97,9 @@ class ExperimentRun : public PhaseHooks {
   }
   absl::Status SetupData();
   absl::Status BuildModels();
+  // What the spec applies to a model of rank r once built (approximate convolutions, sampled
+  // weight gradients): at setup and again on each compacted network.
+  absl::Status PrepareModel(int r, Model* model);
   absl::Status LoadStart();
   void EmitStarted();
 
@@ -112,6 +117,9 @@ class ExperimentRun : public PhaseHooks {
   // One round: prune step with `pruner` (unless finishing a resumed round), fine-tuning,
   // evaluation, checkpoint, and the round's event.
   absl::Status Round(bool prune, Pruner* pruner = nullptr);
+  // Channel pruning: every rank's network without the cut's channels, and what points into
+  // the networks (training and evaluation networks, optimizers) made again.
+  absl::Status Compact(const ChannelCut& cut);
   // The last evaluation of the current phase, or a new one.
   absl::StatusOr<EvalResult> LastOrNewEvaluation() {
     return last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
@@ -146,6 +154,7 @@ class ExperimentRun : public PhaseHooks {
   std::vector<std::string> periodic_;  // periodic checkpoints written, oldest first
   int stalled_round_ = 0;              // the round after which no layer could progress (0: none)
   bool finished_by_client_ = false;    // manual rounds ended by the client
+  int compactions_ = 0;                // channel pruning's, in this process
 };
 
 absl::Status ExperimentRun::Setup() {
@@ -190,9 +199,10 @@ absl::Status ExperimentRun::SetupRanks() {
 }
 
 absl::Status ExperimentRun::ReadCheckpointNetwork() {
-  if (!spec_.model().arch().empty()) return absl::OkStatus();
   const bool resume = !options_.resume_from.empty();
   const std::string& from = StartCheckpoint();
+  const std::string& arch = spec_.model().arch();
+  if (!arch.empty() && from.empty()) return absl::OkStatus();
   // Read whole and checked now, so that the network is built only as large as the file's
   // weights (BuildCheckpointModel); LoadStart loads this same document.
   auto file = OpenCheckpoint(from);
@@ -200,9 +210,21 @@ absl::Status ExperimentRun::ReadCheckpointNetwork() {
     return absl::Status(
         file.status().code(),
         absl::StrCat(resume ? "--resume" : "init_from_checkpoint",
-                     " (the network of a spec without model.arch): ", file.status().message()));
+                     arch.empty() ? " (the network of a spec without model.arch)" : "", ": ",
+                     file.status().message()));
   }
-  if (!file->state.network) {
+  if (!arch.empty()) {
+    // A zoo network narrowed by channel pruning is the file's, not the zoo's.
+    const auto& net = file->state.network;
+    const bool compacted =
+        net && std::any_of(net->layers().begin(), net->layers().end(),
+                           [](const auto& l) { return l.original_out_channels() > 0; });
+    if (!compacted) return absl::OkStatus();
+    if (net->arch() != arch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.arch: '", arch, "', but ", from, " holds a channel-pruned '", net->arch(), "'"));
+    }
+  } else if (!file->state.network) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.arch: empty, and ", from,
                      " records no network (written before checkpoints did): name its "
@@ -245,17 +267,39 @@ absl::Status ExperimentRun::BuildModels() {
                       : BuildModel(spec_.model().arch(), spec_.model().width(), input,
                                    data_->classes, ranks_->device(r)));
     model->Initialize(spec_.seed());
-    if (spec_.has_approximation()) {
-      TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model.get()));
-    }
-    if (spec_.has_gradient_sampling()) {
-      TOPIARY_ASSIGN_OR_RETURN(auto applied,
-                               ApplyGradientSampling(spec_.gradient_sampling(), model.get()));
-      if (r == 0) sampling_applied_ = std::move(applied);
-    }
+    TOPIARY_RETURN_IF_ERROR(PrepareModel(r, model.get()));
     ranks_->set_model(r, std::move(model));
     return absl::OkStatus();
   });
+}
+
+absl::Status ExperimentRun::PrepareModel(int r, Model* model) {
+  if (spec_.has_approximation()) {
+    TOPIARY_RETURN_IF_ERROR(ApplyApproximation(spec_.approximation(), model));
+  }
+  if (spec_.has_gradient_sampling()) {
+    TOPIARY_ASSIGN_OR_RETURN(auto applied, ApplyGradientSampling(spec_.gradient_sampling(), model));
+    if (r == 0) sampling_applied_ = std::move(applied);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentRun::Compact(const ChannelCut& cut) {
+  trainer_->Release();
+  eval_net_.reset();
+  TOPIARY_RETURN_IF_ERROR(ranks_->Run([&](int r) -> absl::Status {
+    TOPIARY_ASSIGN_OR_RETURN(std::unique_ptr<Model> small,
+                             CompactModel(*ranks_->model(r), cut.groups, cut.remove,
+                                          [&](Model* m) { return PrepareModel(r, m); }));
+    ranks_->set_model(r, std::move(small));
+    return absl::OkStatus();
+  }));
+  ++compactions_;
+  TOPIARY_RETURN_IF_ERROR(trainer_->Plan());
+  TOPIARY_ASSIGN_OR_RETURN(eval_net_,
+                           PlanWithEvents(ranks_->model(), spec_.data().eval_batch_size(), false,
+                                          PlanOptionsForSpec(spec_), ranks_->size(), &recorder_));
+  return absl::OkStatus();
 }
 
 // A checkpoint to start from: resume (everything) or init (weights and masks only).
@@ -416,6 +460,9 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
     }
     TOPIARY_ASSIGN_OR_RETURN(
         reports, pruner->Step(position().round, pruner->needs_gradients() ? &grads : nullptr));
+    if (std::optional<ChannelCut> cut = pruner->TakeChannelCut()) {
+      TOPIARY_RETURN_IF_ERROR(Compact(*cut));
+    }
     TOPIARY_RETURN_IF_ERROR(ranks_->Replicate());  // rank 0 pruned: the same masks everywhere
   }
   last_eval_.reset();
@@ -428,6 +475,10 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
   if (position().round == 1 && pruner != nullptr) {
     for (const std::string& why : pruner->dense_layers()) row->add_dense_layers(why);
   }
+  if (prune) {
+    for (auto& g : pruner->channel_groups()) *row->add_channel_groups() = std::move(g);
+  }
+  row->set_step_seconds(trainer_->phase_step_seconds());
   row->set_test_top1(r.top1);
   row->set_test_loss(r.loss);
   row->set_seconds(SecondsSince(start));
@@ -457,6 +508,7 @@ absl::Status ExperimentRun::DensePhase() {
   metrics.set_dense_top1(r.top1);
   RoundSummary* row = metrics.add_rounds();
   *row = SparsityNow(0, nullptr);
+  if (!dense_done_) row->set_step_seconds(trainer_->phase_step_seconds());
   row->set_test_top1(r.top1);
   row->set_test_loss(r.loss);
   row->set_seconds(SecondsSince(start));
@@ -497,7 +549,13 @@ absl::Status ExperimentRun::Rounds() {
       }
       TOPIARY_ASSIGN_OR_RETURN(pruner, make());
     }
+    const int compactions = compactions_;
     TOPIARY_RETURN_IF_ERROR(Round(/*prune=*/true, pruner.get()));
+    // A pruner serves one network: the compacted one gets its own (which knows from the
+    // network's widths whether it is finished).
+    if (compactions_ != compactions) {
+      TOPIARY_ASSIGN_OR_RETURN(pruner, make());
+    }
     // Every layer at its target or unable to add a zero: more rounds would only repeat this
     // one. When some layer stalled, the target note says the rounds ended there.
     if (pruner->finished() && metrics.rounds(metrics.rounds_size() - 1).layers_stalled() > 0) {

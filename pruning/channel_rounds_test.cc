@@ -1,0 +1,104 @@
+// Channel pruning end to end on the CPU: rounds that make the network smaller (the round
+// table's multiply-adds and parameters shrink, the checkpoints hold the narrower graph with
+// its dense widths), a FLOPs target across groups, and a run resumed from a compacted
+// checkpoint continuing bit for bit.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "pruning/rounds_test_util.h"
+#include "trainer/run/runner_test_util.h"
+#include "trainer/store/checkpoint.h"
+
+namespace topiary {
+namespace {
+
+using testing::OutDir;
+using testing::PruningOptions;
+using testing::RunWithLosses;
+using testing::StepLosses;
+using testing::SyntheticRun;
+
+// resnet20 at half width (8, 16, 32 channels): half of every group's channels over two rounds.
+constexpr char kChannelRounds[] = R"(
+  name: "channels" seed: 5
+  data { synthetic { train_size: 320 test_size: 160 } }
+  train { epochs: 2 }
+  pruning { method: CHANNEL target: 0.5 step_fraction: 0.5 finetune_epochs: 1 }
+  checkpoints { every_epochs: 1 }
+)";
+
+TEST(ChannelRounds, EachRoundTrainsASmallerNetwork) {
+  const std::string dir = OutDir("channels");
+  const StepLosses run = RunWithLosses(SyntheticRun(kChannelRounds), PruningOptions(dir));
+  const auto& s = run.summary;
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
+  ASSERT_EQ(s.rounds_size(), 3);  // dense, then 25% and 50% of every group's channels
+  EXPECT_TRUE(s.target_reached()) << s.target_note();
+  const auto& dense = s.rounds(0);
+  EXPECT_GT(dense.multiply_adds(), 0);
+  EXPECT_GT(dense.step_seconds(), 0);
+  for (int i = 1; i < s.rounds_size(); ++i) {
+    EXPECT_LT(s.rounds(i).multiply_adds(), s.rounds(i - 1).multiply_adds()) << i;
+    EXPECT_LT(s.rounds(i).parameters(), s.rounds(i - 1).parameters()) << i;
+    EXPECT_GT(s.rounds(i).step_seconds(), 0) << i;
+    EXPECT_GT(s.rounds(i).channel_groups_size(), 0) << i;
+  }
+  // Half the channels on both sides of most products: about a quarter of the multiply-adds
+  // (the stem's input and the logits' outputs keep theirs).
+  const double share = static_cast<double>(s.rounds(2).multiply_adds()) / dense.multiply_adds();
+  EXPECT_LT(share, 0.35);
+  EXPECT_GT(share, 0.2);
+  for (const auto& g : s.rounds(2).channel_groups()) {
+    if (!g.whole().empty()) continue;
+    EXPECT_EQ(g.after(), (g.original() + 1) / 2) << g.group();
+  }
+  // The last round's checkpoint holds the narrow network and remembers the dense widths.
+  auto file = OpenCheckpoint(s.checkpoint());
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file->state.network.has_value());
+  int narrowed = 0;
+  for (const auto& layer : file->state.network->layers()) {
+    if (layer.original_out_channels() == 0) continue;
+    ++narrowed;
+    EXPECT_LT(layer.out_channels(), layer.original_out_channels()) << layer.name();
+  }
+  EXPECT_GT(narrowed, 10);
+  EXPECT_GT(s.test_top1(), 0.0);
+}
+
+TEST(ChannelRounds, AFlopsTargetIsReached) {
+  auto spec = SyntheticRun(kChannelRounds);
+  spec.mutable_pruning()->set_target_flops(0.5f);
+  const StepLosses run = RunWithLosses(spec, PruningOptions(OutDir("flops")));
+  const auto& s = run.summary;
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
+  const auto& last = s.rounds(s.rounds_size() - 1);
+  EXPECT_LE(static_cast<double>(last.multiply_adds()) / s.rounds(0).multiply_adds(), 0.5);
+  EXPECT_TRUE(s.target_reached()) << s.target_note();
+}
+
+TEST(ChannelRounds, ResumedCompactedRunsContinueBitIdentically) {
+  const auto spec = SyntheticRun(kChannelRounds);
+  const std::string dir = OutDir("full");
+  const StepLosses full = RunWithLosses(spec, PruningOptions(dir));
+  ASSERT_EQ(full.summary.state(), topiary::v1::SUCCEEDED) << full.summary.error();
+  RunOptions options = PruningOptions(OutDir("resumed"));
+  options.resume_from = dir + "/checkpoints/round-001.h5";
+  const StepLosses resumed = RunWithLosses(spec, options);
+  ASSERT_EQ(resumed.summary.state(), topiary::v1::SUCCEEDED) << resumed.summary.error();
+  ASSERT_FALSE(resumed.loss.empty());
+  for (const auto& [step, loss] : resumed.loss) {
+    ASSERT_EQ(full.loss.count(step), 1u) << "step " << step;
+    ASSERT_EQ(loss, full.loss.at(step)) << "step " << step;  // exact
+  }
+  ASSERT_EQ(resumed.summary.rounds_size(), full.summary.rounds_size());
+  for (int i = 0; i < full.summary.rounds_size(); ++i) {
+    EXPECT_EQ(resumed.summary.rounds(i).multiply_adds(), full.summary.rounds(i).multiply_adds());
+    EXPECT_EQ(resumed.summary.rounds(i).test_top1(), full.summary.rounds(i).test_top1());
+  }
+}
+
+}  // namespace
+}  // namespace topiary
