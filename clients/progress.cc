@@ -29,7 +29,9 @@ std::string PhasePrefix(const topiary::v1::Phase& phase) {
 }  // namespace
 
 void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
-  absl::FPrintF(out, "\nround  sparsity  layers (min-max)   test top-1  loss     time\n");
+  absl::FPrintF(out,
+                "\nround  sparsity  layers (min-max)   test top-1  loss     time      mult-adds\n");
+  const int64_t dense_macs = s.rounds_size() > 0 ? s.rounds(0).multiply_adds() : 0;
   for (const auto& r : s.rounds()) {
     double lo = 1, hi = 0;
     for (const auto& l : r.layers()) {
@@ -38,8 +40,12 @@ void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
     }
     const std::string range =
         r.layers_size() ? absl::StrFormat("%5.1f%% - %5.1f%%", 100 * lo, 100 * hi) : "-";
-    absl::FPrintF(out, "%5d  %7.1f%%  %-17s  %9.2f%%  %.4f  %s\n", r.round(), 100 * r.sparsity(),
-                  range, 100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+    // Multiply-adds per image against the dense network's (channel pruning shrinks them).
+    const std::string macs =
+        dense_macs > 0 ? absl::StrFormat("%8.1f%%", 100.0 * r.multiply_adds() / dense_macs) : "-";
+    absl::FPrintF(out, "%5d  %7.1f%%  %-17s  %9.2f%%  %.4f  %-8s  %s\n", r.round(),
+                  100 * r.sparsity(), range, 100 * r.test_top1(), r.test_loss(),
+                  FormatDuration(r.seconds()), macs);
   }
   // Per-layer sparsity by round (percent of the kernel's weights).
   const auto& last = s.rounds(s.rounds_size() - 1);
@@ -200,6 +206,15 @@ void ProgressPrinter::PrintRound(const topiary::v1::RoundSummary& r) {
   } else if (r.round() == 0) {
     absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
                   r.test_loss());
+  } else if (r.channel_groups_size() > 0) {
+    // Channel pruning: the network is smaller, not sparser.
+    int narrowed = 0;
+    for (const auto& g : r.channel_groups()) narrowed += g.after() < g.before();
+    absl::FPrintF(out_,
+                  "round %d: %d multiply-adds, %d parameters (%d of %d channel groups "
+                  "narrowed)  test top-1 %.2f%% loss %.4f  %s\n",
+                  r.round(), r.multiply_adds(), r.parameters(), narrowed, r.channel_groups_size(),
+                  100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
   } else {
     absl::FPrintF(out_,
                   "round %d: sparsity %.1f%% (%d of %d layers at target)  test top-1 %.2f%% "

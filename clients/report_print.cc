@@ -151,11 +151,21 @@ void PrintCheckpointReport(topiary::v1::CheckpointReport r, bool json) {
       "conv and linear sparsity %.1f%%\n\n",
       100 * metrics.test_top1(), metrics.test_loss(), 100 * metrics.dense_top1(), r.parameters(),
       100 * r.sparsity());
+  if (metrics.rounds_size() > 0 && metrics.rounds(0).multiply_adds() > 0) {
+    const auto& last = metrics.rounds(metrics.rounds_size() - 1);
+    absl::PrintF("%d multiply-adds per image (%.1f%% of the dense network's)\n\n",
+                 last.multiply_adds(),
+                 100.0 * last.multiply_adds() / metrics.rounds(0).multiply_adds());
+  }
   absl::PrintF("%-30s %-16s %-8s %-13s %8s %9s %9s %9s\n", "layer", "shape (OIHW)", "mask",
                "blocks kept", "sparsity", "mean", "std", "|w| max");
   for (const auto& l : r.layers()) {
     std::vector<std::string> dims;
     for (int64_t d : l.shape()) dims.push_back(std::to_string(d));
+    // A layer channel pruning narrowed: its output channels now, of how many.
+    if (l.original_out_channels() > 0 && !dims.empty()) {
+      dims[0] += absl::StrFormat("(of %d)", l.original_out_channels());
+    }
     const std::string mask = MaskLabel(l);
     const std::string blocks =
         l.mask() == topiary::v1::MASK_BLOCK

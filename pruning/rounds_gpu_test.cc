@@ -1,13 +1,18 @@
 // Pruning rounds on a GPU (tagged gpu; skips, saying why, without one): masks are enforced
-// by the CUDA optimizer inside captured CUDA graphs, and block rounds reach their target.
+// by the CUDA optimizer inside captured CUDA graphs, block rounds reach their target, and
+// channel pruning compacts exactly and trains the smaller networks.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <vector>
 
 #include "pruning/rounds_test_util.h"
 #include "trainer/core/device.h"
+#include "trainer/nn/channels.h"
+#include "trainer/nn/model_zoo.h"
 #include "trainer/run/runner_test_util.h"
 
 namespace topiary {
@@ -52,6 +57,76 @@ TEST_F(RoundsGpu, BlockAndNofMMasksHoldAfterGraphReplayedFineTuning) {
       EXPECT_EQ(resumed.sparsity(), s.sparsity());
       EXPECT_EQ(CheckMaskedCheckpoint(resumed.checkpoint(), 0.5).block_layers_at_target, 20);
     }
+  }
+}
+
+// The logits of `model` (on its device) for a fixed random batch, in inference mode.
+std::vector<float> GpuLogits(Model* model, int batch = 4) {
+  auto net = Network::Plan(model, batch, /*training=*/false);
+  EXPECT_TRUE(net.ok()) << net.status();
+  if (!net.ok()) return {};
+  std::vector<float> x(batch * model->input_shape().per_image());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (float& v : x) v = n(rng);
+  Device* d = model->device();
+  d->CopyFromHost((*net)->input(), x.data(), x.size() * sizeof(float));
+  EXPECT_TRUE((*net)->Forward(false).ok());
+  std::vector<float> y(batch * model->classes());
+  d->CopyToHost(y.data(), (*net)->logits(), y.size() * sizeof(float));
+  EXPECT_TRUE(d->Synchronize().ok());
+  return y;
+}
+
+// Compaction on the GPU: the compacted resnet20 (cuDNN) computes what the network with the
+// removed channels zeroed computes; and channel-pruning rounds train ever smaller networks
+// inside captured CUDA graphs, in fp32 and bf16, a resumed run ending where the run ended.
+TEST_F(RoundsGpu, ChannelPruningCompactsExactlyAndTrainsSmallerNetworks) {
+  auto dev = MakeCudaDevice(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto model = BuildModel("resnet20", 0.5f, Shape4{1, 12, 12, 2}, 5, dev->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  (*model)->Initialize(3);
+  auto groups = FindChannelGroups(**model);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  std::vector<bool> remove(groups->classes.size(), false);
+  for (const auto& g : groups->groups) {
+    if (!g.fixed.empty()) continue;
+    for (size_t i = 0; i < g.classes.size(); i += 3) remove[g.classes[i]] = true;
+  }
+  auto small = CompactModel(**model, *groups, remove);
+  ASSERT_TRUE(small.ok()) << small.status();
+  ZeroChannels(model->get(), *groups, remove);
+  const auto want = GpuLogits(model->get()), got = GpuLogits(small->get());
+  ASSERT_EQ(want.size(), got.size());
+  double err = 0, scale = 1e-6;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  EXPECT_LT(err / scale, 1e-5);
+
+  for (const char* precision : {"FP32", "BF16"}) {
+    auto spec = testing::SyntheticRun(std::string(R"(
+      name: "gpu-channels" seed: 5
+      data { synthetic { test_size: 160 } }
+      train { epochs: 1 precision: )") +
+                                      precision + R"( }
+      pruning { method: CHANNEL target: 0.5 step_fraction: 0.5 finetune_epochs: 1 }
+      device { kind: CUDA threads: 0 deterministic: true })");
+    const std::string dir = OutDir(std::string("channels-") + precision);
+    const auto s = RunExperiment(spec, PruningOptions(dir));
+    ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << precision << ": " << s.error();
+    ASSERT_EQ(s.rounds_size(), 3) << precision;
+    for (int i = 1; i < s.rounds_size(); ++i) {
+      EXPECT_LT(s.rounds(i).multiply_adds(), s.rounds(i - 1).multiply_adds()) << precision;
+    }
+    RunOptions options = PruningOptions(OutDir(std::string("channels-resumed-") + precision));
+    options.resume_from = dir + "/checkpoints/round-001.h5";
+    const auto resumed = RunExperiment(spec, options);
+    ASSERT_EQ(resumed.state(), topiary::v1::SUCCEEDED) << resumed.error();
+    EXPECT_EQ(resumed.rounds(2).multiply_adds(), s.rounds(2).multiply_adds()) << precision;
+    EXPECT_EQ(resumed.test_loss(), s.test_loss()) << precision;
   }
 }
 

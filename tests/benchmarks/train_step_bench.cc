@@ -6,6 +6,7 @@
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
 //                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
+//                    [--keep_flops F [--round_to 8]]
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
@@ -14,6 +15,9 @@
 // block pruner may prune (both grid sides > 1), the same number in every output-block column,
 // at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer then runs on the
 // block-sparse kernels or cuDNN, whichever measures faster (=on forces block-sparse, =off dense).
+// --keep_flops F compacts the model first (channel pruning, docs/algorithms.md §3a): L1-scored
+// channels removed across the dependency groups until F of the multiply-adds are left, kept
+// counts rounded up to multiples of --round_to; "macs" reports the model's multiply-adds.
 // --inference 1 times the forward pass of an inference network instead of training steps.
 // On a GPU with NVML, joules_per_image is the board's energy over the timed steps per image.
 // On a GPU the step is captured as a CUDA graph (unless --graphs 0), as the runner does.
@@ -33,9 +37,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/text_format.h"
+#include "pruning/channel_select.h"
 #include "tests/benchmarks/block_grid_util.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
+#include "trainer/nn/channels.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
@@ -76,6 +82,8 @@ struct Flags {
   std::string device = "cpu", precision = "fp32", approx;
   std::optional<std::string> sample;  // a GradientSamplingSpec in text format
   double prune = 0;                   // zero fraction of 8x8 blocks
+  double keep_flops = 0;              // channel pruning: the share of multiply-adds kept
+  int round_to = 8;
   bool inference = false;
   bool graphs = true;
   bool profile = false;        // time every layer (synchronizing after each): where the time goes
@@ -142,6 +150,19 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   auto model = BuildModel(arch, 1.0f, {1, f.hw, f.hw, f.channels}, f.classes, dev->get());
   if (!model.ok()) return model.status();
   (*model)->Initialize(1);
+  if (f.keep_flops > 0) {
+    topiary::v1::PruningSpec p;
+    p.set_method(topiary::v1::PruningSpec::CHANNEL);
+    p.set_score(topiary::v1::PruningSpec::L1);
+    p.set_target_flops(static_cast<float>(f.keep_flops));
+    p.set_step_fraction(1);
+    p.set_round_to(f.round_to);
+    p.set_min_channels(1);
+    TOPIARY_ASSIGN_OR_RETURN(ChannelGroups groups, FindChannelGroups(**model));
+    TOPIARY_ASSIGN_OR_RETURN(pruning::ChannelChoice choice,
+                             pruning::ChooseChannels(**model, groups, p, 1, nullptr));
+    TOPIARY_ASSIGN_OR_RETURN(*model, CompactModel(**model, groups, choice.remove));
+  }
   if (!f.approx.empty()) {
     topiary::v1::ApproximationSpec a;
     a.add_rules()->set_layer("*");
@@ -235,14 +256,15 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,"
       "\"planned_mb\":%.1f,\"activation_mb\":%.1f,\"device_mb\":%.1f,\"plan_s\":%.2f,"
       "\"convs_cached\":%d,\"convs_measured\":%d,\"convs_untimed\":%d,\"graph_nodes\":%d,"
-      "\"loss\":%.4f}\n",
+      "\"keep_flops\":%.3f,\"macs\":%d,\"parameters\":%d,\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
       sparse_passes, joules_per_image, f.batch * f.steps / s, 1000 * s / f.steps,
       (*net)->planned_bytes() / 1048576.0, (*net)->activation_bytes() / 1048576.0,
       (*dev)->allocated_bytes() / 1048576.0, plan.seconds, plan.convs_cached, plan.convs_measured,
-      plan.convs_untimed, static_cast<int>(runner.graph_nodes()), metrics->loss());
+      plan.convs_untimed, static_cast<int>(runner.graph_nodes()), f.keep_flops,
+      MultiplyAdds(**model), (*model)->trainable_parameter_count(), metrics->loss());
   return absl::OkStatus();
 }
 
@@ -275,6 +297,10 @@ int main(int argc, char** argv) {
       f.approx = v;
     else if (k == "--prune")
       f.prune = std::atof(v.c_str());
+    else if (k == "--keep_flops")
+      f.keep_flops = std::atof(v.c_str());
+    else if (k == "--round_to")
+      f.round_to = std::atoi(v.c_str());
     else if (k == "--inference")
       f.inference = v == "1";
     else if (k == "--sample")

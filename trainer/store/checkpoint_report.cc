@@ -216,6 +216,11 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& path,
     const auto mask = dataset(kMaskRole);
     LayerReport* r = report.add_layers();
     r->set_layer(layer);
+    if (state.network) {
+      for (const auto& node : state.network->layers()) {
+        if (node.name() == layer) r->set_original_out_channels(node.original_out_channels());
+      }
+    }
     r->set_has_bias(dataset(ParamRoleName(ParamRole::kBias)) != doc.datasets.end());
     if (auto g = doc.groups.find(dir); g != doc.groups.end()) {
       DescribeLayerAttrs(g->second, r);

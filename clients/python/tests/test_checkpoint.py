@@ -304,3 +304,42 @@ def test_other_zoo_models(topiary_cli, tmp_path, arch):
     onnx_logits = onnx_numpy.run(model, images.transpose(0, 3, 1, 2).astype(np.float32))
     assert int(np.sum(onnx_logits.argmax(1) == labels)) == correct
     assert np.allclose(onnx_logits, logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def channel_checkpoint(tmp_path_factory, topiary_cli, examples):
+    """The last round of examples/tiny_channel_prune: a compacted (narrower) resnet20."""
+    folder = tmp_path_factory.mktemp("channels")
+    subprocess.run([topiary_cli, "run", os.path.join(examples, "tiny_channel_prune.textproto"),
+                    "--out", str(folder)], check=True, stdout=subprocess.DEVNULL)
+    rounds = sorted(f for f in os.listdir(folder / "checkpoints") if f.startswith("round-"))
+    return str(folder / "checkpoints" / rounds[-1])
+
+
+def test_channel_pruned_models_rebuild_small(topiary_cli, tmp_path, channel_checkpoint):
+    """A compacted checkpoint: its PyTorch twin is as narrow as the file (and gives the
+    recorded top-1), its ONNX export is too, and the two agree on every logit."""
+    ckpt = topiary.load_checkpoint(channel_checkpoint)
+    narrowed = [l for l in ckpt.network["layers"] if l.get("original_out_channels", 0)]
+    assert len(narrowed) > 10
+    model = topiary.to_torch_model(ckpt)
+    for layer in narrowed:
+        module = model.get_submodule(layer["name"])
+        assert module.out_channels == layer["out_channels"] < layer["original_out_channels"]
+    logits, correct, n = _torch_correct(ckpt)
+    assert correct == round(ckpt.test_top1 * n)
+    dense = topiary.to_torch_model(topiary.load_checkpoint(
+        os.path.join(os.path.dirname(channel_checkpoint), "dense.h5")))
+    assert sum(p.numel() for p in model.parameters()) < 0.5 * sum(
+        p.numel() for p in dense.parameters())
+    out = tmp_path / "small.onnx"
+    subprocess.run([topiary_cli, "export", channel_checkpoint, "--onnx", str(out), "--batch",
+                    str(n)], check=True, capture_output=True)
+    onnx_model = onnx.load(str(out))
+    onnx.checker.check_model(onnx_model, full_check=True)
+    images, labels = datasets.test_set(ckpt)
+    raw = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    ort_logits = session.run(None, {session.get_inputs()[0].name: raw})[0]
+    assert int(np.sum(ort_logits.argmax(1) == labels)) == correct
+    assert np.allclose(ort_logits, logits, rtol=1e-4, atol=1e-4)

@@ -241,8 +241,38 @@ def _lenet_feature_hw(ckpt: Checkpoint, pixels: int) -> Tuple[int, int]:
     return h, w
 
 
+def _compacted(ckpt: Checkpoint) -> bool:
+    """Whether channel pruning narrowed the checkpoint's network (its graph says so)."""
+    layers = (ckpt.network or {}).get("layers", [])
+    return any(layer.get("original_out_channels", 0) for layer in layers)
+
+
+def _narrow_to(model: nn.Module, ckpt: Checkpoint) -> None:
+    """Each conv, linear and batch-norm module of the zoo twin made as narrow as the
+    checkpoint's layer of the same name (channel pruning removed channels, not layers: the
+    twin's forward pass stays the network's)."""
+    for name, module in list(model.named_modules()):
+        layer = ckpt.layers.get(name)
+        if layer is None:
+            continue
+        if isinstance(module, nn.Conv2d):
+            out, cin = layer.kernel.shape[:2]
+            new = nn.Conv2d(cin, out, module.kernel_size, stride=module.stride,
+                            padding=module.padding, bias=module.bias is not None)
+        elif isinstance(module, nn.Linear):
+            out, cin = layer.kernel.shape
+            new = nn.Linear(cin, out, bias=module.bias is not None)
+        elif isinstance(module, nn.BatchNorm2d):
+            new = nn.BatchNorm2d(layer.gamma.shape[0], eps=module.eps)
+        else:
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+
+
 def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -> nn.Module:
-    """The zoo's PyTorch twin of the checkpoint with its weights loaded, in eval mode."""
+    """The zoo's PyTorch twin of the checkpoint with its weights loaded, in eval mode (as
+    narrow as the checkpoint where channel pruning narrowed it)."""
     if ckpt.input is not None:
         cin, classes, hw = ckpt.input.channels, ckpt.input.classes, (ckpt.input.height,
                                                                       ckpt.input.width)
@@ -251,6 +281,8 @@ def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -
         cin, classes = first.shape[1], ckpt.layers["fc"].kernel.shape[0]
         hw = (28, 28)
     model = build_model(ckpt.arch, cin, classes, ckpt.width, hw)
+    if _compacted(ckpt):
+        _narrow_to(model, ckpt)
     model.load_state_dict(to_torch_state_dict(ckpt, model))
     return model.to(device).eval()
 
