@@ -14,9 +14,15 @@ namespace {
 
 class ChannelPruner : public Pruner {
  public:
+  // finished: the schedule's end removes nothing more; reached: and the network is at the
+  // FLOPs target (always, without one).
   ChannelPruner(const topiary::v1::PruningSpec& spec, Model* model, ChannelGroups groups,
-                bool finished)
-      : spec_(spec), model_(model), groups_(std::move(groups)), finished_(finished) {}
+                bool finished, bool reached)
+      : spec_(spec),
+        model_(model),
+        groups_(std::move(groups)),
+        finished_(finished),
+        reached_(reached) {}
 
   bool needs_gradients() const override {
     return spec_.score() == topiary::v1::PruningSpec::GRAD_L2;
@@ -52,13 +58,17 @@ class ChannelPruner : public Pruner {
       removed = removed || g.after < g.before;
     }
     // At the schedule's end every group is at its final width: no later step changes anything.
-    finished_ = finished_ || round * static_cast<double>(spec_.step_fraction()) >= 1;
+    // A FLOPs target instead goes on while steps still remove channels (round_to may have
+    // given some back), until the target or the floors.
+    const bool end = round * static_cast<double>(spec_.step_fraction()) >= 1;
+    finished_ = finished_ || (end && (spec_.target_flops() == 0 || !removed));
     cut_ = ChannelCut{groups_, std::move(choice.remove)};
     if (!removed) cut_.reset();
     return reports;
   }
 
   bool finished() const override { return finished_; }
+  bool target_reached() const override { return finished_ && reached_; }
 
   std::vector<std::string> dense_layers() const override {
     std::vector<std::string> whole;
@@ -77,6 +87,7 @@ class ChannelPruner : public Pruner {
   Model* model_;
   ChannelGroups groups_;
   bool finished_;
+  bool reached_;
   std::optional<ChannelCut> cut_;
   std::vector<topiary::v1::ChannelGroupReport> reports_;
 };
@@ -95,14 +106,20 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakeChannelPruner(const topiary::v1::Pru
   }
   // The schedule's end, now: overrides and a FLOPs target the floors cannot meet are refused
   // before the first round, and a network already at its final widths (a resumed or
-  // compacted run's) is finished. The score does not change how many channels go.
+  // compacted run's) is finished. GRAD_L2 needs gradients, which only a step has: L1 stands in
+  // (with round_to and a FLOPs target, which channels go can change whether any go).
   topiary::v1::PruningSpec final_step = spec;
-  final_step.set_score(topiary::v1::PruningSpec::L1);
+  if (spec.score() == topiary::v1::PruningSpec::GRAD_L2) {
+    final_step.set_score(topiary::v1::PruningSpec::L1);
+  }
   const int last_round = static_cast<int>(std::ceil(1.0 / spec.step_fraction()));
   TOPIARY_ASSIGN_OR_RETURN(ChannelChoice end,
                            ChooseChannels(*model, groups, final_step, last_round, nullptr));
   const bool finished = std::find(end.remove.begin(), end.remove.end(), true) == end.remove.end();
-  return std::unique_ptr<Pruner>(new ChannelPruner(spec, model, std::move(groups), finished));
+  const bool reached = spec.target_flops() == 0 ||
+                       end.macs_after <= static_cast<double>(spec.target_flops()) * end.dense_macs;
+  return std::unique_ptr<Pruner>(
+      new ChannelPruner(spec, model, std::move(groups), finished, reached));
 }
 
 }  // namespace topiary::pruning

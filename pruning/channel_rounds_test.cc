@@ -77,6 +77,17 @@ TEST(ChannelRounds, AFlopsTargetIsReached) {
   const auto& last = s.rounds(s.rounds_size() - 1);
   EXPECT_LE(static_cast<double>(last.multiply_adds()) / s.rounds(0).multiply_adds(), 0.5);
   EXPECT_TRUE(s.target_reached()) << s.target_note();
+
+  // round_to 8 on groups of 8, 16 and 32 channels cannot get to 30%: the run ends at the
+  // floors and says so instead of claiming the target.
+  spec.mutable_pruning()->set_target_flops(0.3f);
+  spec.mutable_pruning()->set_round_to(8);
+  const StepLosses floors = RunWithLosses(spec, PruningOptions(OutDir("floors")));
+  ASSERT_EQ(floors.summary.state(), topiary::v1::SUCCEEDED) << floors.summary.error();
+  EXPECT_FALSE(floors.summary.target_reached());
+  EXPECT_NE(floors.summary.target_note().find("target_flops 0.3 not reached: round_to 8"),
+            std::string::npos)
+      << floors.summary.target_note();
 }
 
 TEST(ChannelRounds, ResumedCompactedRunsContinueBitIdentically) {

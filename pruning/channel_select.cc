@@ -165,7 +165,9 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
       for (int i = 0; i < c.before - c.after; ++i) choice.remove[order[i]] = true;
     }
   } else {
-    // Across groups: lowest score relative to the group's mean, per multiply-add saved.
+    // Across groups: lowest score relative to the group's mean. (Dividing by the multiply-adds
+    // a channel saves as well concentrates the removal in the high-resolution early layers:
+    // on Fashion-MNIST resnet20 at 50% of the multiply-adds that lost 1.6 points of top-1.)
     const double goal = choice.dense_macs * (1 - (1 - spec.target_flops()) * Progress(spec, round));
     std::vector<double> priority(groups.classes.size(), 0);
     std::vector<int> candidates;
@@ -175,7 +177,7 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
       double mean = 0;
       for (int k : classes) mean += scores[k] / classes.size();
       for (int k : classes) {
-        priority[k] = (mean > 0 ? scores[k] / mean : 0) / std::max<int64_t>(saved[k], 1);
+        priority[k] = mean > 0 ? scores[k] / mean : 0;
         candidates.push_back(k);
       }
     }

@@ -10,8 +10,8 @@
 // group keeps ceil((1 - t * min(1, r * step_fraction)) * original) of its original channels,
 // that count rounded up to a multiple of round_to and never below min_channels (the rules a
 // group cannot meet leave it above its target, and its report says so). With target_flops the
-// channels are chosen across every group instead: by score (relative to its group's mean) per
-// multiply-add saved, until the network's multiply-adds are at most
+// channels are chosen across every group instead: by score relative to its group's mean,
+// until the network's multiply-adds are at most
 // (1 - (1 - target_flops) * min(1, r * step_fraction)) of the dense network's; round_to then
 // gives each group back its best removed channels up to the next multiple (so the network may
 // end a little above that share: the report gives the exact figure).

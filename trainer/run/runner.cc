@@ -378,9 +378,18 @@ absl::Status ExperimentRun::NoteTarget() {
   TOPIARY_ASSIGN_OR_RETURN(auto pruner,
                            options_.make_pruner(spec_.pruning(), ranks_->model(), spec_.seed()));
   RunSummary& summary = recorder_.summary();
-  summary.set_target_reached(pruner->finished());
+  summary.set_target_reached(pruner->target_reached());
   if (summary.target_reached()) return absl::OkStatus();
   const auto& rounds = recorder_.metrics().rounds();
+  const auto &dense = rounds[0], &last = rounds[rounds.size() - 1];
+  if (pruner->finished() && dense.multiply_adds() > 0) {  // channel pruning's floors
+    summary.set_target_note(absl::StrFormat(
+        "target_flops %.3g not reached: round_to %d and min_channels %d keep %.1f%% of the "
+        "dense multiply-adds after %d round(s)",
+        spec_.pruning().target_flops(), spec_.pruning().round_to(), spec_.pruning().min_channels(),
+        100.0 * last.multiply_adds() / dense.multiply_adds(), position().round));
+    return absl::OkStatus();
+  }
   const std::string why =
       stalled_round_ > 0 ? "no layer below its target could gain a zero"
       : finished_by_client_
