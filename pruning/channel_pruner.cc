@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
 #include "pruning/channel_select.h"
 #include "util/status_macros.h"
 
@@ -14,15 +14,15 @@ namespace {
 
 class ChannelPruner : public Pruner {
  public:
-  // finished: the schedule's end removes nothing more; reached: and the network is at the
-  // FLOPs target (always, without one).
+  // finished: the schedule's end removes nothing more; unmet: why the network is nonetheless
+  // above the FLOPs target (empty: it is not, or there is none).
   ChannelPruner(const topiary::v1::PruningSpec& spec, Model* model, ChannelGroups groups,
-                bool finished, bool reached)
+                bool finished, std::string unmet)
       : spec_(spec),
         model_(model),
         groups_(std::move(groups)),
         finished_(finished),
-        reached_(reached) {}
+        unmet_(std::move(unmet)) {}
 
   bool needs_gradients() const override {
     return spec_.score() == topiary::v1::PruningSpec::GRAD_L2;
@@ -32,6 +32,10 @@ class ChannelPruner : public Pruner {
                                                      const GradientStats* gradients) override {
     TOPIARY_ASSIGN_OR_RETURN(ChannelChoice choice,
                              ChooseChannels(*model_, groups_, spec_, round, gradients));
+    // At the schedule's end every group is at its final width: no later step changes anything.
+    // A FLOPs target instead goes on while steps still remove channels (round_to may have
+    // given some back), until the target or the floors.
+    const bool end = round * static_cast<double>(spec_.step_fraction()) >= 1;
     std::vector<LayerPruneReport> reports;
     reports_.clear();
     bool removed = false;
@@ -45,7 +49,8 @@ class ChannelPruner : public Pruner {
       r.set_whole(g.whole);
       if (!g.whole.empty()) continue;
       // In the round table's terms: units are the group's original channels, zeros the
-      // channels removed so far.
+      // channels removed so far; the schedule asked for `requested`, the rules (round_to,
+      // min_channels) allowed `target`; a group whose rules held it back stalled.
       LayerPruneReport& l = reports.emplace_back();
       l.layer = g.group;
       l.units = g.original;
@@ -53,14 +58,10 @@ class ChannelPruner : public Pruner {
       l.zeros_after = g.original - g.after;
       l.requested_zeros = g.original - g.target;
       l.target_zeros = g.original - g.after;
-      l.reached = g.after <= std::max(g.target, 1) || g.after == g.before;
+      l.reached = end;
       l.stalled = g.after == g.before && g.after > g.target;
       removed = removed || g.after < g.before;
     }
-    // At the schedule's end every group is at its final width: no later step changes anything.
-    // A FLOPs target instead goes on while steps still remove channels (round_to may have
-    // given some back), until the target or the floors.
-    const bool end = round * static_cast<double>(spec_.step_fraction()) >= 1;
     finished_ = finished_ || (end && (spec_.target_flops() == 0 || !removed));
     cut_ = ChannelCut{groups_, std::move(choice.remove)};
     if (!removed) cut_.reset();
@@ -68,7 +69,7 @@ class ChannelPruner : public Pruner {
   }
 
   bool finished() const override { return finished_; }
-  bool target_reached() const override { return finished_ && reached_; }
+  std::string unmet_target() const override { return finished_ ? unmet_ : ""; }
 
   std::vector<std::string> dense_layers() const override {
     std::vector<std::string> whole;
@@ -87,7 +88,7 @@ class ChannelPruner : public Pruner {
   Model* model_;
   ChannelGroups groups_;
   bool finished_;
-  bool reached_;
+  std::string unmet_;
   std::optional<ChannelCut> cut_;
   std::vector<topiary::v1::ChannelGroupReport> reports_;
 };
@@ -116,10 +117,17 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakeChannelPruner(const topiary::v1::Pru
   TOPIARY_ASSIGN_OR_RETURN(ChannelChoice end,
                            ChooseChannels(*model, groups, final_step, last_round, nullptr));
   const bool finished = std::find(end.remove.begin(), end.remove.end(), true) == end.remove.end();
-  const bool reached = spec.target_flops() == 0 ||
-                       end.macs_after <= static_cast<double>(spec.target_flops()) * end.dense_macs;
+  std::string unmet;
+  if (spec.target_flops() > 0 &&
+      end.macs_after > static_cast<double>(spec.target_flops()) * end.dense_macs) {
+    unmet = absl::StrFormat(
+        "target_flops %.3g not reached: round_to %d and min_channels %d keep %.1f%% of the "
+        "dense multiply-adds",
+        spec.target_flops(), spec.round_to(), spec.min_channels(),
+        100.0 * end.macs_after / end.dense_macs);
+  }
   return std::unique_ptr<Pruner>(
-      new ChannelPruner(spec, model, std::move(groups), finished, reached));
+      new ChannelPruner(spec, model, std::move(groups), finished, std::move(unmet)));
 }
 
 }  // namespace topiary::pruning

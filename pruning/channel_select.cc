@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -89,10 +90,13 @@ absl::StatusOr<std::vector<double>> ChannelScores(const Model& model, const Chan
                                                   PruningSpec::Score score,
                                                   const GradientStats* gradients) {
   std::vector<Moments> weights(groups.classes.size()), gammas(groups.classes.size());
+  std::map<int, std::vector<float>> host;  // each producer's kernel, copied once
   for (size_t k = 0; k < groups.classes.size(); ++k) {
     for (const ChannelRow& row : groups.classes[k].rows) {
       const Parameter* kernel = model.nodes()[row.layer].layer->parameter(ParamRole::kKernel);
-      const std::vector<float> w = kernel->value.ToHost();  // small: one layer's kernel
+      auto [at, fresh] = host.try_emplace(row.layer);
+      if (fresh) at->second = kernel->value.ToHost();
+      const std::vector<float>& w = at->second;
       const size_t n = w.size() / kernel->value.shape()[0];
       const std::vector<float>* g = nullptr;
       if (score == PruningSpec::GRAD_L2) {
@@ -185,7 +189,9 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
     for (size_t g = 0; g < groups.groups.size(); ++g) {
       for (int k : groups.groups[g].classes) group_of[k] = static_cast<int>(g);
     }
-    // Estimated savings order the search; the exact count decides when it ends.
+    // Each class's own saving keeps a running estimate (a product between two removed classes
+    // counts twice, so it runs low); the exact count, taken when the estimate reaches the
+    // goal, decides when the search ends.
     double estimate = static_cast<double>(choice.macs_before);
     for (int k : ByScore(candidates, priority)) {
       if (estimate <= goal) {

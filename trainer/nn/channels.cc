@@ -328,23 +328,29 @@ void ForEachProduct(const Model& model, F f) {
   }
 }
 
-}  // namespace
-
-int64_t MultiplyAdds(const Model& model) { return MultiplyAdds(model, ChannelGroups{}, {}); }
-
-int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
-                     const std::vector<bool>& remove) {
+// The multiply-adds per image when each value v of the model has width(v) channels.
+template <typename W>
+int64_t MultiplyAddsAt(const Model& model, W width) {
   int64_t total = 0;
   ForEachProduct(
       model, [&](const Model::Node& node, int64_t per_pair, int groups_div, bool depthwise) {
-        auto kept = [&](int value) -> int64_t {
-          if (groups.value_classes.empty()) return model.value_shapes()[value].c;
-          return static_cast<int64_t>(Kept(groups.value_classes[value], remove).size());
-        };
-        const int64_t outs = kept(node.output);
-        total += depthwise ? per_pair * outs : per_pair * outs * kept(node.inputs[0]) / groups_div;
+        const int64_t outs = width(node.output);
+        total += depthwise ? per_pair * outs : per_pair * outs * width(node.inputs[0]) / groups_div;
       });
   return total;
+}
+
+}  // namespace
+
+int64_t MultiplyAdds(const Model& model) {
+  return MultiplyAddsAt(model, [&](int v) -> int64_t { return model.value_shapes()[v].c; });
+}
+
+int64_t MultiplyAdds(const Model& model, const ChannelGroups& groups,
+                     const std::vector<bool>& remove) {
+  return MultiplyAddsAt(model, [&](int v) -> int64_t {
+    return static_cast<int64_t>(Kept(groups.value_classes[v], remove).size());
+  });
 }
 
 int64_t DenseMultiplyAdds(const Model& model) {
@@ -353,42 +359,23 @@ int64_t DenseMultiplyAdds(const Model& model) {
   const auto& shapes = model.value_shapes();
   std::vector<int64_t> dense(shapes.size());
   dense[0] = shapes[0].c;
-  int64_t total = 0;
   for (size_t i = 0; i < model.nodes().size(); ++i) {
     const Model::Node& node = model.nodes()[i];
     const LayerNode& n = graph.layers(static_cast<int>(i));
-    const int64_t in = dense[node.inputs[0]];
-    const Shape4& out = shapes[node.output];
-    const int64_t positions = int64_t{out.h} * out.w;
-    const int64_t taps = std::max<int64_t>(1, int64_t{n.kernel_h()} * n.kernel_w());  // linear: 1
-    const int64_t width = n.original_out_channels() > 0 ? n.original_out_channels() : out.c;
     int64_t& d = dense[node.output];
-    switch (n.kind()) {
-      case topiary::v1::conv2d:
-      case topiary::v1::linear:
-        d = width;
-        total += positions * taps * width * in;
-        break;
-      case topiary::v1::grouped_conv2d:
-        d = width;
-        total += Depthwise(n, shapes[node.inputs[0]].c)
-                     ? positions * taps * width
-                     : positions * taps * width * in / n.groups();
-        break;
-      case topiary::v1::concat:
-        d = 0;
-        for (int v : node.inputs) d += dense[v];
-        break;
-      case topiary::v1::flatten: {
-        const Shape4& s = shapes[node.inputs[0]];
-        d = in * s.h * s.w;
-        break;
-      }
-      default:
-        d = in;
+    if (n.out_channels() > 0) {  // convolutions and linear layers
+      d = n.original_out_channels() > 0 ? n.original_out_channels() : n.out_channels();
+    } else if (n.kind() == topiary::v1::concat) {
+      d = 0;
+      for (int v : node.inputs) d += dense[v];
+    } else if (n.kind() == topiary::v1::flatten) {
+      const Shape4& s = shapes[node.inputs[0]];
+      d = dense[node.inputs[0]] * s.h * s.w;
+    } else {
+      d = dense[node.inputs[0]];
     }
   }
-  return total;
+  return MultiplyAddsAt(model, [&](int v) { return dense[v]; });
 }
 
 std::vector<int64_t> ClassMultiplyAdds(const Model& model, const ChannelGroups& groups) {

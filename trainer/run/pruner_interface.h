@@ -53,10 +53,10 @@ class Pruner {
   // True when no further step can change anything: every eligible layer has reached its
   // target or stalled in the last step.
   virtual bool finished() const = 0;
-  // Whether the spec's target is met (finished() can also mean that its rules allow no more:
-  // channel pruning's round_to and min_channels may leave more multiply-adds than
-  // target_flops asks, and then say so here).
-  virtual bool target_reached() const { return finished(); }
+  // When finished() although the spec's target is not met (channel pruning's round_to and
+  // min_channels may leave more multiply-adds than target_flops asks): why, in a sentence;
+  // empty otherwise.
+  virtual std::string unmet_target() const { return ""; }
   // The conv and linear layers this spec leaves dense, each with why.
   virtual std::vector<std::string> dense_layers() const { return {}; }
   // Channel pruning: the channels the last Step chose, which the runner removes from every

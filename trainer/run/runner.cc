@@ -378,18 +378,14 @@ absl::Status ExperimentRun::NoteTarget() {
   TOPIARY_ASSIGN_OR_RETURN(auto pruner,
                            options_.make_pruner(spec_.pruning(), ranks_->model(), spec_.seed()));
   RunSummary& summary = recorder_.summary();
-  summary.set_target_reached(pruner->target_reached());
+  const std::string unmet = pruner->unmet_target();
+  summary.set_target_reached(pruner->finished() && unmet.empty());
   if (summary.target_reached()) return absl::OkStatus();
-  const auto& rounds = recorder_.metrics().rounds();
-  const auto &dense = rounds[0], &last = rounds[rounds.size() - 1];
-  if (pruner->finished() && dense.multiply_adds() > 0) {  // channel pruning's floors
-    summary.set_target_note(absl::StrFormat(
-        "target_flops %.3g not reached: round_to %d and min_channels %d keep %.1f%% of the "
-        "dense multiply-adds after %d round(s)",
-        spec_.pruning().target_flops(), spec_.pruning().round_to(), spec_.pruning().min_channels(),
-        100.0 * last.multiply_adds() / dense.multiply_adds(), position().round));
+  if (!unmet.empty()) {
+    summary.set_target_note(absl::StrFormat("%s after %d round(s)", unmet, position().round));
     return absl::OkStatus();
   }
+  const auto& rounds = recorder_.metrics().rounds();
   const std::string why =
       stalled_round_ > 0 ? "no layer below its target could gain a zero"
       : finished_by_client_
