@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pruning/overrides.h"
 #include "trainer/nn/layer.h"
-#include "trainer/util/glob.h"
 #include "util/status_macros.h"
 
 namespace topiary::pruning {
@@ -43,27 +43,22 @@ struct GroupRule {
 
 absl::StatusOr<std::vector<GroupRule>> GroupRules(const Model& model, const ChannelGroups& groups,
                                                   const PruningSpec& spec) {
-  std::vector<GroupRule> rules(groups.groups.size(), GroupRule{spec.target(), ""});
-  std::vector<bool> used(spec.overrides_size(), false);
-  for (size_t g = 0; g < groups.groups.size(); ++g) {
-    for (int i = 0; i < spec.overrides_size(); ++i) {
-      const auto& o = spec.overrides(i);
-      for (int layer : groups.groups[g].layers) {
-        if (!GlobMatch(o.layer(), model.nodes()[layer].layer->name())) continue;
-        used[i] = true;
-        rules[g].excluded =
-            o.exclude() ? absl::StrCat("excluded by pruning.overrides[", i, "]") : "";
-        if (o.has_target()) rules[g].target = o.target();
-      }
-    }
+  std::vector<GroupRule> rules;
+  Overrides overrides(spec);
+  for (const DependencyGroup& group : groups.groups) {
+    std::vector<std::string> producers;
+    for (int layer : group.layers) producers.push_back(model.nodes()[layer].layer->name());
+    const OverrideRule rule = overrides.For(producers);
+    rules.push_back(
+        {rule.target, rule.excluded_by < 0
+                          ? ""
+                          : absl::StrCat("excluded by pruning.overrides[", rule.excluded_by, "]")});
   }
-  for (int i = 0; i < spec.overrides_size(); ++i) {
-    if (!used[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("pruning.overrides[%d].layer: '%s' matches no convolution or linear "
-                          "layer that makes channels in %s",
-                          i, spec.overrides(i).layer(), model.arch()));
-    }
+  if (const int i = overrides.unused(); i >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pruning.overrides[%d].layer: '%s' matches no convolution or linear "
+                        "layer that makes channels in %s",
+                        i, spec.overrides(i).layer(), model.arch()));
   }
   return rules;
 }

@@ -9,8 +9,8 @@
 #include "pruning/block_mask.h"
 #include "pruning/channel_pruner.h"
 #include "pruning/element_mask.h"
+#include "pruning/overrides.h"
 #include "trainer/nn/masks.h"
-#include "trainer/util/glob.h"
 
 namespace topiary::pruning {
 namespace {
@@ -235,7 +235,7 @@ const char* MethodName(PruningSpec::Method m) { return PruningSpec::Method_Name(
 absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Model* model,
                                                    uint64_t seed) {
   if (spec.method() == PruningSpec::CHANNEL) return MakeChannelPruner(spec, model);
-  std::vector<bool> override_used(spec.overrides_size(), false);
+  Overrides overrides(spec);
   std::vector<Target> targets;
   std::vector<std::string> names, dense;
   for (const Model::Node& node : model->nodes()) {
@@ -250,16 +250,9 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
     t.out = shape.front();
     t.in = shape.back();
     t.taps = shape.size() == 4 ? shape[1] * shape[2] : 1;
-    t.target = spec.target();
-    bool excluded = false;
-    for (int i = 0; i < spec.overrides_size(); ++i) {
-      const auto& o = spec.overrides(i);
-      if (!GlobMatch(o.layer(), layer->name())) continue;
-      override_used[i] = true;
-      excluded = o.exclude();
-      if (o.has_target()) t.target = o.target();
-    }
-    if (excluded) {
+    const OverrideRule rule = overrides.For({layer->name()});
+    t.target = rule.target;
+    if (rule.excluded_by >= 0) {
       dense.push_back(layer->name() + ": excluded by pruning.overrides");
       continue;
     }
@@ -284,12 +277,10 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruningSpec& spec, Mode
       dense.push_back(layer->name() + ": " + why);
     }
   }
-  for (int i = 0; i < spec.overrides_size(); ++i) {
-    if (!override_used[i]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "pruning.overrides[%d].layer: '%s' matches no conv or linear layer of %s (layers: %s)", i,
-          spec.overrides(i).layer(), model->arch(), absl::StrJoin(names, ", ")));
-    }
+  if (const int i = overrides.unused(); i >= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pruning.overrides[%d].layer: '%s' matches no conv or linear layer of %s (layers: %s)", i,
+        spec.overrides(i).layer(), model->arch(), absl::StrJoin(names, ", ")));
   }
   if (targets.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
