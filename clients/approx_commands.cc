@@ -163,8 +163,89 @@ int MultipliersCommand(const Args& a) {
   return kExitOk;
 }
 
-// evaluate --bench: per engine, accuracy, throughput, latency, energy; then per conv layer.
-int BenchCommand(const Args& a, CheckpointEvaluator& ev) {
+// One checkpoint's --bench measurements.
+struct Benched {
+  std::string path;
+  std::vector<CheckpointEvaluator::Bench> benches;
+};
+
+void PrintBenchJson(const Benched& m, const std::string& role, const std::string& device) {
+  for (const auto& b : m.benches) {
+    std::vector<std::string> layers;
+    for (const auto& [name, ms] : b.layer_ms) {
+      layers.push_back(absl::StrFormat(R"({"layer":%s,"ms":%.5f})", JsonString(name), ms));
+    }
+    absl::PrintF(
+        R"({"checkpoint":%s,"role":"%s","device":%s,"engine":"%s","top1":%.6g,"loss":%.6g,)"
+        R"("batch":%d,"images_per_s":%.1f,"batch1_ms":%.5f,"joules_per_image":%.6g,)"
+        R"("block_sparse_passes":%d,"multiply_adds":%d,"parameters":%d,"layers":[%s]})"
+        "\n",
+        JsonString(m.path), role, JsonString(device), b.engine, b.accuracy.top1, b.accuracy.loss,
+        b.batch, b.images_per_s, b.batch1_ms, b.joules_per_image, b.block_sparse_passes,
+        b.multiply_adds, b.parameters, absl::StrJoin(layers, ","));
+  }
+}
+
+void PrintBenchTable(const Benched& m, const std::string& device) {
+  const auto& first = m.benches[0];
+  absl::PrintF("%s on %s, %d test images, %.4g M multiply-adds per image, %.4g M parameters\n\n",
+               m.path, device, first.accuracy.images, first.multiply_adds / 1e6,
+               first.parameters / 1e6);
+  absl::PrintF("%-9s %8s %8s %14s %12s %12s %s\n", "engine", "top-1", "loss",
+               absl::StrFormat("img/s (b%d)", first.batch), "1 image ms", "J/image",
+               "block-sparse passes");
+  for (const auto& b : m.benches) {
+    absl::PrintF("%-9s %7.2f%% %8.4f %14.0f %12.4f %12s %d\n", b.engine, 100 * b.accuracy.top1,
+                 b.accuracy.loss, b.images_per_s, b.batch1_ms,
+                 b.joules_per_image > 0 ? absl::StrFormat("%.5f", b.joules_per_image) : "-",
+                 b.block_sparse_passes);
+  }
+  absl::PrintF("\none image per convolution (ms, eager, synchronized per layer)\n%-30s", "layer");
+  for (const auto& b : m.benches) absl::PrintF(" %10s", b.engine);
+  absl::PrintF("\n");
+  for (size_t i = 0; i < first.layer_ms.size(); ++i) {
+    absl::PrintF("%-30s", first.layer_ms[i].first);
+    for (const auto& b : m.benches) absl::PrintF(" %10.4f", b.layer_ms[i].second);
+    absl::PrintF("\n");
+  }
+}
+
+// The checkpoint against its baseline, engine by engine: speed-ups above 1 mean the
+// checkpoint is faster (throughput, latency) or spends less energy per image.
+void PrintComparison(const Benched& m, const Benched& base, bool json) {
+  for (size_t i = 0; i < m.benches.size() && i < base.benches.size(); ++i) {
+    const auto& b = m.benches[i];
+    const auto& d = base.benches[i];
+    const double macs = d.multiply_adds > 0 ? double(b.multiply_adds) / d.multiply_adds : 0;
+    const double params = d.parameters > 0 ? double(b.parameters) / d.parameters : 0;
+    const double throughput = d.images_per_s > 0 ? b.images_per_s / d.images_per_s : 0;
+    const double latency = b.batch1_ms > 0 ? d.batch1_ms / b.batch1_ms : 0;
+    const double energy = b.joules_per_image > 0 ? d.joules_per_image / b.joules_per_image : 0;
+    if (json) {
+      absl::PrintF(R"({"compare":"%s","checkpoint":%s,"baseline":%s,"multiply_adds_share":%.6g,)"
+                   R"("parameters_share":%.6g,"throughput_speedup":%.4g,"latency_speedup":%.4g,)"
+                   R"("energy_ratio":%.4g,"top1_change":%.6g})"
+                   "\n",
+                   b.engine, JsonString(m.path), JsonString(base.path), macs, params, throughput,
+                   latency, energy, b.accuracy.top1 - d.accuracy.top1);
+      continue;
+    }
+    if (i == 0) {
+      absl::PrintF("\n%s against %s:\n%-9s %14s %11s %12s %14s %14s %9s\n", m.path, base.path,
+                   "engine", "multiply-adds", "parameters", "img/s", "1-image speed",
+                   "energy/image", "top-1");
+    }
+    absl::PrintF("%-9s %13.1f%% %10.1f%% %11.2fx %13.2fx %14s %+8.2f\n", b.engine, 100 * macs,
+                 100 * params, throughput, latency,
+                 energy > 0 ? absl::StrFormat("%.2fx less", energy) : "-",
+                 100 * (b.accuracy.top1 - d.accuracy.top1));
+  }
+}
+
+// evaluate --bench: per engine, accuracy, throughput, latency, energy; then per conv layer;
+// with --baseline, the same for the baseline checkpoint and the ratios.
+int BenchCommand(const Args& a, CheckpointEvaluator& ev,
+                 std::optional<topiary::v1::DeviceSpec::Kind> device) {
   if (!a.sets.empty()) {
     return Fail(a,
                 absl::InvalidArgumentError("--bench measures the checkpoint as trained: no --set"));
@@ -174,53 +255,56 @@ int BenchCommand(const Args& a, CheckpointEvaluator& ev) {
     return Fail(a,
                 absl::InvalidArgumentError("--batch: a positive integer, not '" + a.batch + "'"));
   }
+  std::optional<Benched> base;
+  if (!a.baseline.empty()) {
+    // The baseline first: its data and model are released before the checkpoint is measured.
+    auto bev = CheckpointEvaluator::Open(a.baseline, device ? device : ev.spec().device().kind());
+    if (!bev.ok())
+      return Fail(a, absl::Status(bev.status().code(),
+                                  absl::StrCat("--baseline: ", bev.status().message())));
+    auto benches = (*bev)->BenchInference(batch);
+    if (!benches.ok()) return Fail(a, benches.status());
+    base = Benched{a.baseline, std::move(*benches)};
+  }
   auto benches = ev.BenchInference(batch);
   if (!benches.ok()) return Fail(a, benches.status());
+  const Benched m{a.positional[0], std::move(*benches)};
   if (a.json) {
-    for (const auto& b : *benches) {
-      std::vector<std::string> layers;
-      for (const auto& [name, ms] : b.layer_ms) {
-        layers.push_back(absl::StrFormat(R"({"layer":%s,"ms":%.5f})", JsonString(name), ms));
-      }
-      absl::PrintF(
-          R"({"checkpoint":%s,"device":%s,"engine":"%s","top1":%.6g,"loss":%.6g,"batch":%d,)"
-          R"("images_per_s":%.1f,"batch1_ms":%.5f,"joules_per_image":%.6g,)"
-          R"("block_sparse_passes":%d,"layers":[%s]})"
-          "\n",
-          JsonString(a.positional[0]), JsonString(ev.device_name()), b.engine, b.accuracy.top1,
-          b.accuracy.loss, b.batch, b.images_per_s, b.batch1_ms, b.joules_per_image,
-          b.block_sparse_passes, absl::StrJoin(layers, ","));
+    PrintBenchJson(m, "checkpoint", ev.device_name());
+    if (base) {
+      PrintBenchJson(*base, "baseline", ev.device_name());
+      PrintComparison(m, *base, true);
     }
     return kExitOk;
   }
-  absl::PrintF("%s on %s, %d test images\n\n", a.positional[0], ev.device_name(),
-               (*benches)[0].accuracy.images);
-  absl::PrintF("%-9s %8s %8s %14s %12s %12s %s\n", "engine", "top-1", "loss",
-               absl::StrFormat("img/s (b%d)", (*benches)[0].batch), "1 image ms", "J/image",
-               "block-sparse passes");
-  for (const auto& b : *benches) {
-    absl::PrintF("%-9s %7.2f%% %8.4f %14.0f %12.4f %12s %d\n", b.engine, 100 * b.accuracy.top1,
-                 b.accuracy.loss, b.images_per_s, b.batch1_ms,
-                 b.joules_per_image > 0 ? absl::StrFormat("%.5f", b.joules_per_image) : "-",
-                 b.block_sparse_passes);
-  }
-  absl::PrintF("\none image per convolution (ms, eager, synchronized per layer)\n%-30s", "layer");
-  for (const auto& b : *benches) absl::PrintF(" %10s", b.engine);
-  absl::PrintF("\n");
-  for (size_t i = 0; i < (*benches)[0].layer_ms.size(); ++i) {
-    absl::PrintF("%-30s", (*benches)[0].layer_ms[i].first);
-    for (const auto& b : *benches) absl::PrintF(" %10.4f", b.layer_ms[i].second);
+  PrintBenchTable(m, ev.device_name());
+  if (base) {
     absl::PrintF("\n");
+    PrintBenchTable(*base, ev.device_name());
+    PrintComparison(m, *base, false);
   }
   return kExitOk;
+}
+
+// evaluate's --device: the device kind it names (nullopt: the checkpoint's own).
+absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> DeviceFlag(const Args& a) {
+  if (a.device.empty()) return std::nullopt;
+  if (a.device == "cpu") return topiary::v1::DeviceSpec::CPU;
+  if (a.device == "cuda" || a.device == "gpu") return topiary::v1::DeviceSpec::CUDA;
+  return absl::InvalidArgumentError("--device: 'cpu' or 'cuda', not '" + a.device + "'");
 }
 
 int EvaluateCommand(const Args& a) {
   if (a.positional.size() != 1)
     return Fail(a, absl::InvalidArgumentError("evaluate needs exactly one checkpoint"));
-  auto ev = CheckpointEvaluator::Open(a.positional[0]);
+  auto device = DeviceFlag(a);
+  if (!device.ok()) return Fail(a, device.status());
+  if (!a.baseline.empty() && !a.bench) {
+    return Fail(a, absl::InvalidArgumentError("--baseline is for evaluate --bench"));
+  }
+  auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
   if (!ev.ok()) return Fail(a, ev.status());
-  if (a.bench) return BenchCommand(a, **ev);
+  if (a.bench) return BenchCommand(a, **ev, *device);
   std::optional<topiary::v1::ApproximationSpec> rules;
   if (!a.sets.empty()) {
     auto r = RulesFromSets(a.sets, (*ev)->spec().approximation());

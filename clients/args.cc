@@ -41,6 +41,12 @@ ABSL_FLAG(bool, bench, false,
 ABSL_FLAG(std::string, batch, "",
           "evaluate --bench: the large batch (256); export: the input's batch, N or 'dynamic' "
           "(1)");
+ABSL_FLAG(std::string, baseline, "",
+          "evaluate --bench: also measure this checkpoint (e.g. the dense parent of a channel-"
+          "pruned one) on the same device, and give the ratios");
+ABSL_FLAG(std::string, device, "",
+          "evaluate: 'cpu' or 'cuda' instead of the checkpoint's device (BF16 runs in FP32 on "
+          "the CPU)");
 ABSL_FLAG(std::string, onnx, "", "export: write the ONNX model to this file");
 ABSL_FLAG(std::string, batch_norm, "fold",
           "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
@@ -125,6 +131,8 @@ void CopyFlags(Args* a) {
   a->bench = absl::GetFlag(FLAGS_bench);
   a->batch = absl::GetFlag(FLAGS_batch);
   a->onnx = absl::GetFlag(FLAGS_onnx);
+  a->baseline = absl::GetFlag(FLAGS_baseline);
+  a->device = absl::GetFlag(FLAGS_device);
   a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
   a->watch = absl::GetFlag(FLAGS_watch);
   a->finish = absl::GetFlag(FLAGS_finish);

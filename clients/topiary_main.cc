@@ -79,12 +79,16 @@ Local commands (no daemon needed):
       layer. Warns (stderr) for each layer whose multiplier errs at least 3x more, relative
       to the products, at the codes the layer uses (test set's first batch) than over its
       whole table. --json: {"top1", "top5", "loss", "images", "rules", "code_use"}.
-  topiary evaluate CKPT --bench [--batch N] [--json]
+  topiary evaluate CKPT --bench [--batch N] [--baseline CKPT0] [--device cpu|cuda] [--json]
       The deployment question: with dense kernels only and with block-sparse kernels where
       they measure faster (block-masked layers, GPU), the test top-1 and loss, images/s at N
       (default 256), one image's latency (captured forward passes), the board's energy per
       image (NVML) and each convolution's time for one image (eager, synchronized per layer).
-      --json: one object per engine.
+      --baseline CKPT0: the same for CKPT0 (e.g. the dense parent of a channel-pruned
+      checkpoint) on the same device, then CKPT against CKPT0: multiply-adds and parameters
+      kept, throughput and latency speed-ups, energy per image, top-1 change. --device: measure
+      on the CPU or the GPU whatever the checkpoint's spec says (also without --bench).
+      --json: one object per engine and checkpoint ("role"), then one "compare" per engine.
   topiary export CKPT --onnx FILE [--batch N|dynamic] [--batch_norm fold|keep] [--json]
       Write the checkpoint's network as an ONNX model (opset 13, IR version 7) for inference
       runtimes: input "input" [N, C, H, W] of raw pixel values (0..255 for 8-bit images; the

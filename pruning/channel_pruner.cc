@@ -121,9 +121,9 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakeChannelPruner(const topiary::v1::Pru
   if (spec.target_flops() > 0 &&
       end.macs_after > static_cast<double>(spec.target_flops()) * end.dense_macs) {
     unmet = absl::StrFormat(
-        "target_flops %.3g not reached: round_to %d and min_channels %d keep %.1f%% of the "
-        "dense multiply-adds",
-        spec.target_flops(), spec.round_to(), spec.min_channels(),
+        "target_flops %.3g not reached: round_to %d, min_channels %d and max_fraction %.3g "
+        "keep %.1f%% of the dense multiply-adds",
+        spec.target_flops(), spec.round_to(), spec.min_channels(), spec.max_fraction(),
         100.0 * end.macs_after / end.dense_macs);
   }
   return std::unique_ptr<Pruner>(

@@ -164,20 +164,33 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
       for (int i = 0; i < c.before - c.after; ++i) choice.remove[order[i]] = true;
     }
   } else {
-    // Across groups: lowest score relative to the group's mean. (Dividing by the multiply-adds
-    // a channel saves as well concentrates the removal in the high-resolution early layers:
-    // on Fashion-MNIST resnet20 at 50% of the multiply-adds that lost 1.6 points of top-1.)
+    // Across groups: lowest score per multiply-add saved. Scores are taken relative to their
+    // group's mean (a layer's weight scale is arbitrary under batch norm) and savings relative
+    // to the mean candidate's, so that both are comparable across groups. Costly channels
+    // (high resolution, wide readers) go first, which is what makes the smaller network fast
+    // and not only small; max_fraction stops a cheap group from being emptied (docs/
+    // algorithms.md section 3a has the measurements behind both).
     const double goal = choice.dense_macs * (1 - (1 - spec.target_flops()) * Progress(spec, round));
+    const double max_fraction = spec.max_fraction() > 0 ? spec.max_fraction() : 1;
     std::vector<double> priority(groups.classes.size(), 0);
     std::vector<int> candidates;
+    double mean_saved = 0;
+    for (size_t g = 0; g < groups.groups.size(); ++g) {
+      if (!choice.groups[g].whole.empty()) continue;
+      for (int k : groups.groups[g].classes) {
+        candidates.push_back(k);
+        mean_saved += static_cast<double>(saved[k]);
+      }
+    }
+    if (!candidates.empty()) mean_saved /= static_cast<double>(candidates.size());
     for (size_t g = 0; g < groups.groups.size(); ++g) {
       if (!choice.groups[g].whole.empty()) continue;
       const auto& classes = groups.groups[g].classes;
       double mean = 0;
       for (int k : classes) mean += scores[k] / classes.size();
       for (int k : classes) {
-        priority[k] = mean > 0 ? scores[k] / mean : 0;
-        candidates.push_back(k);
+        const double score = mean > 0 ? scores[k] / mean : 0;
+        priority[k] = saved[k] > 0 ? score * mean_saved / static_cast<double>(saved[k]) : score;
       }
     }
     std::vector<int> group_of(groups.classes.size(), -1);
@@ -194,7 +207,10 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
         if (estimate <= goal) break;
       }
       ChannelGroupChoice& c = choice.groups[group_of[k]];
-      if (c.after <= std::max(1, spec.min_channels())) continue;
+      const int floor =
+          std::max(std::max(1, spec.min_channels()),
+                   static_cast<int>(std::ceil((1 - max_fraction) * c.original - 1e-9)));
+      if (c.after <= floor) continue;
       choice.remove[k] = true;
       --c.after;
       estimate -= saved[k];
@@ -215,9 +231,9 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
     if (macs > goal && Progress(spec, round) >= 1 && spec.round_to() <= 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "pruning.target_flops: %.3g of the dense network's multiply-adds cannot be reached; "
-          "with every group at its floor (min_channels %d, and the groups that keep every "
-          "channel) %.3g remain",
-          spec.target_flops(), spec.min_channels(), macs / choice.dense_macs));
+          "with every group at its floor (min_channels %d, max_fraction %.3g, and the groups "
+          "that keep every channel) %.3g remain",
+          spec.target_flops(), spec.min_channels(), max_fraction, macs / choice.dense_macs));
     }
   }
   choice.macs_after = MultiplyAdds(model, groups, choice.remove);

@@ -1,6 +1,7 @@
 // Channel pruning's choice: scores against hand computations, the per-group schedule with
 // round_to and min_channels, rounds on a compacted network continuing from its original
-// widths, the FLOPs target across groups (reached exactly, lowest relative scores first), and
+// widths, the FLOPs target across groups (reached exactly, costly channels first, at most
+// max_fraction of a group), and
 // bad requests refused by field.
 #include "pruning/channel_select.h"
 
@@ -193,6 +194,52 @@ TEST(ChannelSelect, FlopsTargetIsReachedAcrossGroups) {
       EXPECT_EQ(g.after % 16, 0) << g.group;
     }
   }
+}
+
+// The FLOPs target's order: with every channel's score equal to its group's mean, the
+// channels that save the most multiply-adds go first; max_fraction caps each group's share.
+TEST(ChannelSelect, FlopsTargetTakesCostlyChannelsFirstUpToMaxFraction) {
+  auto dev = MakeCpuDevice(1);
+  auto model = ResNet20(dev.get());
+  for (Parameter* p : model->parameters()) {  // every row's L1 the same within a layer
+    if (p->role != ParamRole::kKernel) continue;
+    std::vector<float> v(p->size(), 0.01f);
+    p->value.CopyFromHost(v.data());
+  }
+  auto groups = FindChannelGroups(*model);
+  ASSERT_TRUE(groups.ok());
+  const std::vector<int64_t> saved = ClassMultiplyAdds(*model, *groups);
+  PruningSpec spec = Spec(0.5f, 1.0f);
+  spec.set_target_flops(0.8f);
+  spec.set_max_fraction(1.0f);
+  auto choice = ChooseChannels(*model, *groups, spec, 1, nullptr);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  int64_t least_removed = INT64_MAX, most_kept = 0;
+  for (size_t g = 0; g < groups->groups.size(); ++g) {
+    if (!choice->groups[g].whole.empty()) continue;
+    for (int k : groups->groups[g].classes) {
+      if (choice->remove[k]) {
+        least_removed = std::min(least_removed, saved[k]);
+      } else if (choice->groups[g].after > 1) {  // not held back by the floor
+        most_kept = std::max(most_kept, saved[k]);
+      }
+    }
+  }
+  EXPECT_GE(least_removed, most_kept);
+  // max_fraction 0.5: no group loses more than half of its channels, and the target is still
+  // met by taking from more groups.
+  spec.set_target_flops(0.5f);
+  spec.set_max_fraction(0.5f);
+  choice = ChooseChannels(*model, *groups, spec, 1, nullptr);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_LE(static_cast<double>(choice->macs_after) / choice->dense_macs, 0.5);
+  for (const auto& g : choice->groups) EXPECT_GE(2 * g.after, g.before) << g.group;
+  // max_fraction 0.25 cannot reach 50%: refused, naming the floor.
+  spec.set_max_fraction(0.25f);
+  auto refused = ChooseChannels(*model, *groups, spec, 1, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("max_fraction 0.25"), std::string::npos)
+      << refused.status();
 }
 
 TEST(ChannelSelect, BadRequestsAreRefusedByField) {

@@ -300,4 +300,30 @@ check "inspect --layer draws the block grid" bash -c '[[ "$0" == *"rows = input 
 check "inspect of a non-checkpoint fails naming the file (exit 3)" bash -c '[[ $1 -eq 3 ]] && grep -q "spec.textproto: not an HDF5 file" "$0"' "$tmp/inspect.err" "$rc"
 "$TOPIARY" run "$PRUNE_SPEC" --resume "$tmp/prune/checkpoints/round-001.h5" --json --out "$tmp/resumed" > "$tmp/resumed.jsonl" 2>/dev/null; rc=$?
 check "--resume finishes the run" bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/resumed.jsonl" "$rc"
+
+# Channel pruning: the compacted checkpoint measured against its dense parent.
+"$TOPIARY" run "$5" --json --out "$tmp/channel" > "$tmp/channel.jsonl" 2>/dev/null; rc=$?
+"$TOPIARY" evaluate "$tmp/channel/checkpoints/round-002.h5" --bench --batch 32 --device cpu \
+  --baseline "$tmp/channel/checkpoints/dense.h5" --json > "$tmp/channel_bench.jsonl"; rc2=$?
+check "evaluate --bench --baseline: both checkpoints, then the compacted one's shares and speed-ups" \
+  bash -c '[[ $1 -eq 0 && $2 -eq 0 ]] && python3 -c "
+import json, sys
+summary = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+rows = [json.loads(l) for l in open(sys.argv[2])]
+ck = [r for r in rows if r.get(\"role\") == \"checkpoint\"]
+base = [r for r in rows if r.get(\"role\") == \"baseline\"]
+cmp = [r for r in rows if \"compare\" in r]
+assert len(ck) == len(base) == len(cmp) == 2, rows
+last = summary[\"rounds\"][-1]; dense = summary[\"rounds\"][0]
+assert ck[0][\"multiply_adds\"] == int(last[\"multiply_adds\"]) < base[0][\"multiply_adds\"] == int(dense[\"multiply_adds\"]), (ck[0], last, dense)
+assert abs(ck[0][\"top1\"] - summary[\"test_top1\"]) <= 0.002 and abs(base[0][\"top1\"] - summary[\"dense_top1\"]) <= 0.002, (ck, base, summary)
+c = cmp[0]
+assert abs(c[\"multiply_adds_share\"] - ck[0][\"multiply_adds\"] / base[0][\"multiply_adds\"]) < 1e-5, c
+assert abs(c[\"throughput_speedup\"] - ck[0][\"images_per_s\"] / base[0][\"images_per_s\"]) < 1e-3 * c[\"throughput_speedup\"], c
+assert c[\"parameters_share\"] < 1 and c[\"latency_speedup\"] > 0, c
+" "$0" "$3"' "$tmp/channel.jsonl" "$rc" "$rc2" "$tmp/channel_bench.jsonl"
+check "evaluate: a bad --device and --baseline without --bench are refused by flag" \
+  bash -c '"$0" evaluate "$1" --device tpu 2>&1 | grep -q "device: .cpu. or .cuda., not .tpu." &&
+           "$0" evaluate "$1" --baseline "$1" 2>&1 | grep -q "baseline is for evaluate --bench"' \
+  "$TOPIARY" "$tmp/channel/checkpoints/dense.h5"
 exit $fail

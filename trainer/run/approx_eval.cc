@@ -8,6 +8,7 @@
 #include "trainer/approx/approximation.h"
 #include "trainer/core/energy.h"
 #include "trainer/data/dataset.h"
+#include "trainer/nn/channels.h"
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/evaluate.h"
@@ -47,9 +48,16 @@ const std::vector<ConvLayerInfo>& CheckpointEvaluator::conv_layers() const { ret
 std::string CheckpointEvaluator::device_name() const { return state_->device->name(); }
 
 absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
-    const std::string& checkpoint) {
+    const std::string& checkpoint, std::optional<topiary::v1::DeviceSpec::Kind> device_kind) {
   auto s = std::make_unique<State>();
   TOPIARY_ASSIGN_OR_RETURN(s->checkpoint, OpenForInference(checkpoint));
+  if (device_kind) {
+    s->checkpoint.spec.mutable_device()->set_kind(*device_kind);
+    if (*device_kind == topiary::v1::DeviceSpec::CPU &&
+        s->checkpoint.spec.train().precision() == topiary::v1::TrainSpec::BF16) {
+      s->checkpoint.spec.mutable_train()->set_precision(topiary::v1::TrainSpec::FP32);
+    }
+  }
   if (auto st = ValidateSpec(s->spec); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint, ": its spec: ", st.message()));
   }
@@ -195,6 +203,8 @@ absl::StatusOr<std::vector<CheckpointEvaluator::Bench>> CheckpointEvaluator::Ben
     TOPIARY_ASSIGN_OR_RETURN(
         auto acc, topiary::Evaluate(*net, *s.batches, static_cast<int64_t>(s.data.test.size())));
     b.accuracy = acc;
+    b.multiply_adds = MultiplyAdds(*model);
+    b.parameters = model->trainable_parameter_count();
     for (const auto& [layer, c] : net->SparseConvChoices()) b.block_sparse_passes += c.sparse[0];
     TOPIARY_ASSIGN_OR_RETURN(auto big, TimeForward(*net, s.device.get(), meter.get(), 1.0));
     b.images_per_s = batch / big.seconds_per_call;

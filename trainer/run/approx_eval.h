@@ -28,8 +28,12 @@ struct ConvLayerInfo {
 class CheckpointEvaluator {
  public:
   // The checkpoint's own spec says which model, dataset and device; its approximation block
-  // (if the model was trained approximate) is what Evaluate(nullopt) uses.
-  static absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> Open(const std::string& checkpoint);
+  // (if the model was trained approximate) is what Evaluate(nullopt) uses. `device`, when
+  // given, replaces the spec's device kind (a GPU-trained checkpoint measured on the CPU: a
+  // BF16 spec then evaluates in FP32, the CPU's precision).
+  static absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> Open(
+      const std::string& checkpoint,
+      std::optional<topiary::v1::DeviceSpec::Kind> device = std::nullopt);
   ~CheckpointEvaluator();
 
   const topiary::v1::ExperimentSpec& spec() const;
@@ -59,6 +63,8 @@ class CheckpointEvaluator {
     double batch1_ms = 0;
     double joules_per_image = 0;
     int block_sparse_passes = 0;  // forward passes at `batch` that run block-sparse
+    int64_t multiply_adds = 0;    // of one image, convolutions and linear layers
+    int64_t parameters = 0;       // trainable
     std::vector<std::pair<std::string, double>> layer_ms;  // batch 1, conv layers
   };
   absl::StatusOr<std::vector<Bench>> BenchInference(int batch);

@@ -207,6 +207,10 @@ absl::Status ValidatePruning(const topiary::v1::PruningSpec& p) {
              "must be in (0, 1)");
   CHECK_RULE(p.target_flops() == 0 || channel, "pruning.target_flops",
              "only applies to method: CHANNEL");
+  CHECK_RULE(p.max_fraction() >= 0 && p.max_fraction() <= 1, "pruning.max_fraction",
+             "must be in (0, 1]");
+  CHECK_RULE(p.max_fraction() == 0 || p.target_flops() > 0, "pruning.max_fraction",
+             "only applies with target_flops (per-group targets say each group's share)");
   for (int i = 0; i < p.overrides_size(); ++i) {
     const auto& o = p.overrides(i);
     const std::string f = absl::StrCat("pruning.overrides[", i, "]");
@@ -496,6 +500,7 @@ ExperimentSpec WithDefaults(ExperimentSpec s) {
     if (p->method() == topiary::v1::PruningSpec::CHANNEL && p->min_channels() == 0) {
       p->set_min_channels(1);
     }
+    if (p->target_flops() > 0 && p->max_fraction() == 0) p->set_max_fraction(0.75f);
   }
   return s;
 }

@@ -110,6 +110,15 @@ TEST(Spec, HostileValuesAreBoundedAndNamed) {
             "pruning.target_flops: must be in (0, 1)");
   EXPECT_EQ(Error(WithTrain("") + "pruning { method: BLOCK target_flops: 0.5 }"),
             "pruning.target_flops: only applies to method: CHANNEL");
+  EXPECT_EQ(
+      Error(WithTrain("") + "pruning { method: CHANNEL target_flops: 0.5 max_fraction: -0.5 }"),
+      "pruning.max_fraction: must be in (0, 1]");
+  EXPECT_EQ(Error(WithTrain("") + "pruning { method: CHANNEL target: 0.5 max_fraction: 0.5 }"),
+            "pruning.max_fraction: only applies with target_flops (per-group targets say each "
+            "group's share)");
+  auto flops = ParseSpec(WithTrain("") + "pruning { method: CHANNEL target_flops: 0.5 }", "x");
+  ASSERT_TRUE(flops.ok());
+  EXPECT_FLOAT_EQ(WithDefaults(*flops).pruning().max_fraction(), 0.75f);
   EXPECT_EQ(Error(WithTrain("") + "pruning { min_channels: 4 }"),
             "pruning.min_channels: only applies to method: CHANNEL");
   EXPECT_EQ(Error(WithTrain("") + "pruning { score: BN_SCALE }"),
