@@ -4,6 +4,7 @@
 // checkpoint continuing bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -66,6 +67,25 @@ TEST(ChannelRounds, EachRoundTrainsASmallerNetwork) {
   }
   EXPECT_GT(narrowed, 10);
   EXPECT_GT(s.test_top1(), 0.0);
+}
+
+// Data parallelism (two CPU ranks): every rank compacts to the same network, and the run
+// goes on training the smaller one (a rank left wide would fail the gradient sum's sizes).
+TEST(ChannelRounds, DataParallelRanksCompactTogether) {
+  const std::string dir = OutDir("channels_ranks");
+  const StepLosses run =
+      RunWithLosses(SyntheticRun(std::string(kChannelRounds) + "device { kind: CPU cpu_ranks: 2 }"),
+                    PruningOptions(dir));
+  const auto& s = run.summary;
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
+  ASSERT_EQ(s.rounds_size(), 3);
+  for (const auto& g : s.rounds(2).channel_groups()) {
+    if (!g.whole().empty()) continue;
+    EXPECT_EQ(g.after(), (g.original() + 1) / 2) << g.group();
+  }
+  EXPECT_LT(s.rounds(2).multiply_adds(), s.rounds(0).multiply_adds());
+  ASSERT_FALSE(run.loss.empty());
+  for (const auto& [step, loss] : run.loss) EXPECT_TRUE(std::isfinite(loss)) << step;
 }
 
 TEST(ChannelRounds, AFlopsTargetIsReached) {

@@ -14,6 +14,10 @@ import torch
 import torch.nn as nn
 from onnx import TensorProto, helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients",
+                                "python", "tests"))
+from torch_blocks import InvertedResidual  # noqa: E402
+
 TOPIARY, LOGITS, WORK = sys.argv[1:4]
 failures = []
 
@@ -66,20 +70,6 @@ def vgg_bn(classes=10):  # VGG with batch norm; the classifier reads a 2x2 map
     layers += [nn.Flatten(), nn.Linear(64 * 4 * 4, 48), nn.ReLU(inplace=True), nn.Dropout(),
                nn.Linear(48, classes)]
     return nn.Sequential(*layers)
-
-
-class InvertedResidual(nn.Module):  # MobileNetV2's block
-    def __init__(self, cin, cout, stride, expand):
-        super().__init__()
-        mid = cin * expand
-        self.use_res = stride == 1 and cin == cout
-        self.conv = nn.Sequential(
-            nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6(inplace=True),
-            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid),
-            nn.ReLU6(inplace=True), nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        return x + self.conv(x) if self.use_res else self.conv(x)
 
 
 def mobilenet_v2(classes=10):

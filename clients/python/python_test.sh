@@ -4,10 +4,10 @@
 # pytest), offline: what Debian lacks (h5py under its own name, onnxruntime) comes from the
 # wheelhouse that scripts/install_deps.sh fills from the package index ($TOPIARY_WHEELS);
 # then the package's pytest suite against the built topiaryd and topiary.
-# Args: TOPIARYD TOPIARY EXAMPLES/tiny.textproto MAKE_HOSTILE_FILES
+# Args: TOPIARYD TOPIARY EXAMPLES/tiny.textproto MAKE_HOSTILE_FILES ONNX_LOGITS
 set -euo pipefail
 export TOPIARYD="$PWD/$1" TOPIARY="$PWD/$2" TOPIARY_EXAMPLES="$PWD/$(dirname "$3")"
-export MAKE_HOSTILE="$PWD/$4"
+export MAKE_HOSTILE="$PWD/$4" TOPIARY_LOGITS="$PWD/$5"
 export PYTHONDONTWRITEBYTECODE=1 MPLCONFIGDIR="$TEST_TMPDIR/mpl"
 src="$PWD/clients/python"
 venv="$TEST_TMPDIR/venv"

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -137,7 +138,8 @@ class Reader {
     }
     for (const onnx::TensorProto& t : g_.initializer()) {
       TOPIARY_ASSIGN_OR_RETURN(
-          consts_[t.name()], ReadTensor(t, absl::StrCat(name_, ": initializer '", t.name(), "'")));
+          Const c, ReadTensor(t, absl::StrCat(name_, ": initializer '", t.name(), "'")));
+      consts_[t.name()] = std::make_shared<const Const>(std::move(c));
     }
     TOPIARY_RETURN_IF_ERROR(ReadInput());
     for (const onnx::NodeProto& n : g_.node()) {
@@ -241,7 +243,7 @@ class Reader {
     if (i >= n.input_size() || !consts_.count(n.input(i))) {
       return NodeError(n, absl::StrFormat("input %d must be a constant (an initializer)", i));
     }
-    return &consts_.at(n.input(i));
+    return consts_.at(n.input(i)).get();
   }
 
   static const onnx::AttributeProto* Attr(const onnx::NodeProto& n, const std::string& name) {
@@ -346,8 +348,16 @@ class Reader {
     if (op == "Constant") {
       const auto* a = Attr(n, "value");
       if (a == nullptr || !a->has_t()) return NodeError(n, "only tensor constants are read");
-      TOPIARY_ASSIGN_OR_RETURN(consts_[n.output(0)],
+      TOPIARY_ASSIGN_OR_RETURN(Const c,
                                ReadTensor(a->t(), absl::StrCat(name_, ": node '", n.name(), "'")));
+      consts_[n.output(0)] = std::make_shared<const Const>(std::move(c));
+      summary_.set_dropped(summary_.dropped() + 1);
+      return absl::OkStatus();
+    }
+    if (op == "Identity" && n.input_size() == 1 && consts_.count(n.input(0))) {
+      // PyTorch's exporter shares equal initializers (e.g. fresh batch norms' ones and zeros)
+      // through Identity nodes: the same constant under another name, not a copy.
+      consts_[n.output(0)] = consts_.at(n.input(0));
       summary_.set_dropped(summary_.dropped() + 1);
       return absl::OkStatus();
     }
@@ -633,7 +643,7 @@ class Reader {
   std::string name_;
   OnnxImportOptions options_;
   int64_t opset_ = 0;
-  std::map<std::string, Const> consts_;
+  std::map<std::string, std::shared_ptr<const Const>> consts_;  // shared: Identity aliases
   std::map<std::string, Value> values_;
   std::map<std::string, int> consumers_;  // readers of each tensor name
   std::map<int, int64_t> uses_;           // readers of each layer's output, under any name

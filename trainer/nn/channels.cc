@@ -246,6 +246,48 @@ absl::StatusOr<NetworkGraph> CompactGraph(const Model& model, const ChannelGroup
   return graph;
 }
 
+namespace {
+
+// What a block or N:M mask is after its kernel lost channels: still a block mask where the
+// sliced mask is whole blocks of the same shape, still N:M where every group of m input
+// channels keeps at most n (and the inputs are whole groups); otherwise an element mask, the
+// same zeros without the structure (kernels made for the structure no longer apply to it).
+MaskInfo SlicedMaskInfo(const MaskInfo& info, const std::vector<uint8_t>& mask, int out, int in) {
+  const int taps = static_cast<int>(mask.size() / (static_cast<size_t>(out) * in));
+  auto at = [&](int k, int t, int c) {
+    return mask[(static_cast<size_t>(k) * taps + t) * in + c] != 0;
+  };
+  MaskInfo element;
+  element.kind = MaskInfo::Kind::kElement;
+  if (info.kind == MaskInfo::Kind::kBlock) {
+    MaskInfo block = info;
+    block.blocks = kernels::BlockGrid::Dense(in, out, info.blocks.block_in, info.blocks.block_out);
+    for (int k = 0; k < out; ++k) {
+      for (int c = 0; c < in; ++c) {
+        if (!at(k, 0, c))
+          block.blocks.at(c / block.blocks.block_in, k / block.blocks.block_out) = 0;
+      }
+    }
+    return block.blocks.Expand(out, taps, in) == mask ? block : element;
+  }
+  if (info.kind == MaskInfo::Kind::kNofM) {
+    if (info.m <= 0 || in % info.m != 0) return element;
+    for (int k = 0; k < out; ++k) {
+      for (int t = 0; t < taps; ++t) {
+        for (int c0 = 0; c0 < in; c0 += info.m) {
+          int kept = 0;
+          for (int j = 0; j < info.m; ++j) kept += at(k, t, c0 + j);
+          if (kept > info.n) return element;
+        }
+      }
+    }
+    return info;
+  }
+  return info;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> CompactModel(
     const Model& model, const ChannelGroups& groups, const std::vector<bool>& remove,
     const std::function<absl::Status(Model*)>& prepare) {
@@ -283,12 +325,10 @@ absl::StatusOr<std::unique_ptr<Model>> CompactModel(
     q->value.CopyFromHost(value.data());
     if (!p->momentum.empty()) q->momentum.CopyFromHost(slice(p->momentum.ToHost()).data());
     if (p->mask_info.kind == MaskInfo::Kind::kNone) continue;
-    if (p->mask_info.kind != MaskInfo::Kind::kElement) {
-      return absl::UnimplementedError(
-          absl::StrCat(p->full_name(), ": a ", MaskKindName(p->mask_info.kind),
-                       " mask cannot be compacted yet (only element masks)"));
-    }
-    TOPIARY_RETURN_IF_ERROR(InstallMask(q, slice(HostMask(*p)), p->mask_info, false));
+    const std::vector<uint8_t> mask = slice(HostMask(*p));
+    const std::vector<int>& small_shape = q->value.shape();
+    TOPIARY_RETURN_IF_ERROR(InstallMask(
+        q, mask, SlicedMaskInfo(p->mask_info, mask, small_shape[0], small_shape.back()), false));
   }
   return small;
 }

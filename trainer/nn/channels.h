@@ -77,8 +77,9 @@ absl::StatusOr<topiary::v1::NetworkGraph> CompactGraph(const Model& model,
                                                        const std::vector<bool>& remove);
 
 // A model of the compacted graph on `model`'s device holding `model`'s parameters with the
-// removed channels' rows and columns taken out: values, momentum, masks (element masks; a
-// block or N:M mask is refused, naming the layer) and every non-channel parameter (an
+// removed channels' rows and columns taken out: values, momentum, masks (a block or N:M mask
+// stays one where the smaller kernel keeps its structure, else it becomes an element mask with
+// the same zeros) and every non-channel parameter (an
 // approximate convolution's activation range) copied as they are. `prepare`, when set, is
 // called on the new model before the copy: what the run applied to the original (approximate
 // convolutions, sampled gradients) is applied again, so the parameters it adds exist.

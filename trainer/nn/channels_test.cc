@@ -1,7 +1,8 @@
 // Channels as data: the dependency groups of the zoo's networks and of a graph with every
 // coupling (residual add, depthwise convolution, concat, flatten), and compaction, checked
 // against its reference: the compacted network computes what the network with the removed
-// channels zeroed computes (training and inference mode, every zoo network). Hostile requests
+// channels zeroed computes (training and inference mode, every zoo network and an imported
+// MobileNetV2-style graph). Hostile requests
 // (a fixed group, an emptied layer) are refused by name and change nothing.
 #include "trainer/nn/channels.h"
 
@@ -14,10 +15,13 @@
 #include "trainer/nn/layers.h"
 #include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
+#include "trainer/nn/test_graphs.h"
 
 namespace topiary {
 namespace {
 
+using testing::CoupledGraph;
+using testing::MobileNetGraph;
 using topiary::v1::LayerNode;
 using topiary::v1::NetworkGraph;
 
@@ -148,48 +152,29 @@ TEST(Channels, EveryZooNetworkCompactsExactly) {
   }
 }
 
-// Residual add, depthwise convolution, concat, flatten into a linear layer: one graph.
-NetworkGraph CoupledGraph() {
-  NetworkGraph g;
-  g.set_arch("test:coupled");
-  g.set_height(6);
-  g.set_width(6);
-  g.set_channels(2);
-  g.set_classes(3);
-  auto add = [&](const std::string& name, topiary::v1::NodeKind kind,
-                 std::vector<std::string> inputs, int out = 0, int kernel = 0) {
-    LayerNode* n = g.add_layers();
-    n->set_name(name);
-    n->set_kind(kind);
-    for (auto& i : inputs) n->add_inputs(i);
-    n->set_out_channels(out);
-    if (kernel > 0) {
-      n->set_kernel_h(kernel);
-      n->set_kernel_w(kernel);
-      n->set_stride(1);
-      n->set_pad(kernel / 2);
+TEST(Channels, AnImportedMobileNetCompactsExactly) {
+  auto dev = MakeCpuDevice(1);
+  auto model = BuildModelFromGraph(MobileNetGraph(), dev.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  Randomize(model->get(), 13);
+  auto g = FindChannelGroups(**model);
+  ASSERT_TRUE(g.ok()) << g.status();
+  // The residual stream of blocks 0 (stem, b0 project) and of block 2 (b1, b2 project) are
+  // one group each; every expand's channels are tied to its depthwise convolution's.
+  int prunable = 0;
+  for (const DependencyGroup& group : g->groups) {
+    prunable += group.fixed.empty();
+    if (group.name == "stem") {
+      EXPECT_EQ(group.layers.size(), 2u);
     }
-    return n;
-  };
-  add("a", topiary::v1::conv2d, {"input"}, 8, 3)->set_bias(true);
-  add("a_bn", topiary::v1::batch_norm, {"a"})->set_relu(true);
-  add("b", topiary::v1::conv2d, {"a_bn"}, 8, 1);
-  add("b_bn", topiary::v1::batch_norm, {"b"});
-  add("res", topiary::v1::add, {"a_bn", "b_bn"})->set_relu(true);
-  LayerNode* dw = add("dw", topiary::v1::grouped_conv2d, {"res"}, 8, 3);
-  dw->set_groups(8);
-  dw->set_bias(true);
-  add("six", topiary::v1::relu6, {"dw"});
-  add("c", topiary::v1::conv2d, {"res"}, 4, 3);
-  add("cat", topiary::v1::concat, {"six", "c"});
-  LayerNode* pool = add("pool", topiary::v1::max_pool, {"cat"});
-  pool->set_window(2);
-  pool->set_stride(2);
-  add("flat", topiary::v1::flatten, {"pool"});
-  add("fc1", topiary::v1::linear, {"flat"}, 6);
-  add("fc1_relu", topiary::v1::relu, {"fc1"});
-  add("fc", topiary::v1::linear, {"fc1_relu"}, 3);
-  return g;
+    if (group.name == "b0_expand") {
+      EXPECT_EQ(group.layers.size(), 2u);  // expand and depthwise
+    }
+  }
+  EXPECT_EQ(prunable, 6);  // stem stream, 3 expands, b1's stream, head
+  const auto remove = SomeOfEachGroup(*g, 9);
+  ASSERT_GT(RemovedCount(remove), 0);
+  ExpectCompactionExact(model->get(), *g, remove);
 }
 
 TEST(Channels, CouplingsOfAGraphAreFollowed) {
@@ -272,6 +257,87 @@ TEST(Channels, MomentumAndElementMasksAreSliced) {
   EXPECT_EQ(s->mask_info.kind, MaskInfo::Kind::kElement);
   EXPECT_EQ(smask[1 * 63 + 4], 0);  // the masked entry, moved
   EXPECT_EQ(MaskedCount(*s), 1);
+}
+
+// Block and N:M masks on `c` (3x3, 8 inputs from the {a, b, dw} group, 4 outputs): removing
+// whole blocks (or whole groups of m inputs) keeps the structure; removing one channel of a
+// block (or breaking the groups) leaves an element mask with the same zeros. The compacted
+// network stays exact either way.
+TEST(Channels, BlockAndNofMMasksAreCarriedThroughCompaction) {
+  auto dev = MakeCpuDevice(1);
+  struct Case {
+    std::string what;
+    MaskInfo::Kind kind;
+    std::vector<int> inputs_removed;  // of c's 8 input channels
+    MaskInfo::Kind after;
+  };
+  const std::vector<Case> cases = {
+      {"block, whole input block removed",
+       MaskInfo::Kind::kBlock,
+       {4, 5, 6, 7},
+       MaskInfo::Kind::kBlock},
+      {"block, one channel of a block removed",
+       MaskInfo::Kind::kBlock,
+       {1},
+       MaskInfo::Kind::kElement},
+      {"2:4, whole group removed", MaskInfo::Kind::kNofM, {0, 1, 2, 3}, MaskInfo::Kind::kNofM},
+      {"2:4, groups broken", MaskInfo::Kind::kNofM, {2}, MaskInfo::Kind::kElement},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.what);
+    auto model = BuildModelFromGraph(CoupledGraph(), dev.get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    Randomize(model->get(), 6);
+    Parameter* c = (*model)->FindLayer("c")->parameter(ParamRole::kKernel);
+    const int out = 4, taps = 9, in = 8;
+    MaskInfo info;
+    info.kind = tc.kind;
+    std::vector<uint8_t> mask;
+    if (tc.kind == MaskInfo::Kind::kBlock) {  // 4x2 blocks: input block 0 of output block 1 off
+      info.blocks = kernels::BlockGrid::Dense(in, out, 4, 2);
+      info.blocks.at(0, 1) = 0;
+      mask = info.blocks.Expand(out, taps, in);
+    } else {  // 2:4: of each group of 4 inputs, the 2 at (k + t) % 4 and (k + t + 1) % 4
+      info.n = 2;
+      info.m = 4;
+      mask.assign(static_cast<size_t>(out) * taps * in, 0);
+      for (int k = 0; k < out; ++k) {
+        for (int t = 0; t < taps; ++t) {
+          for (int c0 = 0; c0 < in; c0 += 4) {
+            mask[(k * taps + t) * in + c0 + (k + t) % 4] = 1;
+            mask[(k * taps + t) * in + c0 + (k + t + 1) % 4] = 1;
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(InstallMask(c, mask, info).ok());
+    const int64_t masked = MaskedCount(*c);
+    auto g = FindChannelGroups(**model);
+    ASSERT_TRUE(g.ok());
+    std::vector<bool> remove(g->classes.size(), false);
+    for (int ch : tc.inputs_removed)
+      remove[g->value_classes[(*model)->nodes()[4].output][ch]] = true;
+    auto small = CompactModel(**model, *g, remove);
+    ASSERT_TRUE(small.ok()) << small.status();
+    const Parameter* s = (*small)->FindLayer("c")->parameter(ParamRole::kKernel);
+    EXPECT_EQ(s->mask_info.kind, tc.after);
+    // The masked entries of the kept columns, no more, no fewer.
+    int64_t want = 0;
+    for (int k = 0; k < out; ++k)
+      for (int t = 0; t < taps; ++t)
+        for (int ch = 0; ch < in; ++ch) {
+          const bool gone = std::count(tc.inputs_removed.begin(), tc.inputs_removed.end(), ch);
+          want += !gone && !mask[(k * taps + t) * in + ch];
+        }
+    EXPECT_EQ(MaskedCount(*s), want);
+    EXPECT_LE(want, masked);
+    if (tc.after == MaskInfo::Kind::kBlock) {
+      EXPECT_EQ(s->mask_info.blocks.rows, 1);
+      EXPECT_EQ(s->mask_info.blocks.at(0, 1), 0);
+      EXPECT_EQ(s->mask_info.blocks.Expand(out, taps, 4), HostMask(*s));
+    }
+    ExpectCompactionExact(model->get(), *g, remove);
+  }
 }
 
 TEST(Channels, HostileRequestsAreRefusedByName) {
