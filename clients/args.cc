@@ -1,12 +1,16 @@
 #include "clients/args.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/text.h"
 
@@ -151,7 +155,8 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      a->command = "help";
+      a->help = !a->command.empty() && a->command != "help";
+      if (!a->help) a->command = "help";
       return true;
     }
     if (arg.rfind("--", 0) != 0) {
@@ -188,6 +193,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
         return false;
       }
     }
+    a->given.push_back(name);
     // --set repeats and its values may hold commas, so it is collected here rather than
     // parsed as a comma-separated list.
     if (name == "set") {
@@ -203,6 +209,91 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   if (a->command.empty()) a->command = "help";
   CopyFlags(a);
   return true;
+}
+
+namespace {
+
+// The flags each command takes. The connection flags go with every command that talks to
+// the daemon; --json with every command.
+const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
+  static const auto* table = [] {
+    const std::vector<std::string> daemon = {"server", "token_file", "tls_ca"};
+    std::map<std::string, std::vector<std::string>> t = {
+        {"run", {"out", "resume"}},
+        {"validate", {}},
+        {"inspect", {"file", "layer", "remote"}},
+        {"info", {}},
+        {"multipliers", {"png"}},
+        {"evaluate",
+         {"set", "weight_code", "weight_scales", "bench", "batch", "baseline", "device"}},
+        {"sensitivity", {"budget", "weight_code", "weight_scales"}},
+        {"export", {"onnx", "batch", "batch_norm"}},
+        {"import", {"out", "input", "mean", "std", "max_value", "arch", "remote"}},
+        {"seal", {}},
+        {"submit", {"watch"}},
+        {"list", {"state"}},
+        {"get", {}},
+        {"watch", {"from"}},
+        {"pause", {}},
+        {"resume", {}},
+        {"cancel", {}},
+        {"round", {"target", "step", "epochs", "finish"}},
+        {"fork", {"set", "name", "watch"}},
+        {"checkpoints", {}},
+    };
+    const std::set<std::string> local = {"run",         "validate", "evaluate",
+                                         "sensitivity", "export",   "seal"};
+    for (auto& [command, flags] : t) {
+      flags.push_back("json");
+      if (!local.count(command)) flags.insert(flags.end(), daemon.begin(), daemon.end());
+    }
+    return new std::map<std::string, std::vector<std::string>>(std::move(t));
+  }();
+  return *table;
+}
+
+}  // namespace
+
+absl::Status CheckCommandFlags(const Args& a) {
+  const auto it = CommandFlagTable().find(a.command);
+  if (it == CommandFlagTable().end()) return absl::OkStatus();
+  const std::vector<std::string>& takes = it->second;
+  for (const std::string& flag : a.given) {
+    if (std::find(takes.begin(), takes.end(), flag) != takes.end()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(a.command, " does not take --", flag,
+                                                   " (it takes --", absl::StrJoin(takes, ", --"),
+                                                   "; see topiary ", a.command, " --help)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string CommandUsage(const std::string& usage, const std::string& command) {
+  const auto it = CommandFlagTable().find(command);
+  if (it == CommandFlagTable().end()) return "";
+  // An entry names the command after "topiary " or after "| " (pause ID | resume ID | ...).
+  auto names = [&](absl::string_view line) {
+    if (!absl::StartsWith(line, "  topiary ")) return false;
+    for (absl::string_view alt : absl::StrSplit(line.substr(10), " | ")) {
+      if (alt.substr(0, alt.find(' ')) == command) return true;
+    }
+    return false;
+  };
+  std::string out;
+  bool in = false;
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    if (absl::StartsWith(line, "  topiary ")) {
+      in = names(line);
+    } else if (!absl::StartsWith(line, "   ")) {
+      in = false;  // a heading or a blank line ends the entry
+    }
+    if (in) absl::StrAppend(&out, line, "\n");
+  }
+  absl::StrAppend(&out, "\nFlags:\n");
+  for (const std::string& name : it->second) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    absl::StrAppendFormat(&out, "  --%-11s %s\n", name, flag ? flag->Help() : "");
+  }
+  return out;
 }
 
 std::string FlagsHelp() {

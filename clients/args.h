@@ -52,6 +52,8 @@ struct Args {
   std::optional<double> target, step, budget;
   std::optional<int> epochs;
   bool json = false, watch = false, bench = false, finish = false, remote = false;
+  bool help = false;               // COMMAND --help: that command's usage
+  std::vector<std::string> given;  // the flags given (names without "--"), in order
   // import
   std::string input, arch;
   std::vector<std::string> mean, std;
@@ -68,6 +70,16 @@ bool ParseImageSize(const std::string& text, int* h, int* w, int* c);
 // import's --mean / --std values as floats; the error names `flag` and the value.
 absl::StatusOr<std::vector<float>> ParseFloats(const std::vector<std::string>& texts,
                                                const char* flag);
+
+// An error naming the first flag in a.given that a.command does not take, and the flags it
+// takes (a flag meant for another command, or a typo of one, is refused rather than
+// ignored); OK for a command this table does not know (main reports those).
+absl::Status CheckCommandFlags(const Args& a);
+
+// The entries of `usage` (the --help text) about `command`: each line "  topiary COMMAND ..."
+// (or "... | COMMAND ...") and its indented continuation lines, then the flags it takes with
+// their help; empty for an unknown command.
+std::string CommandUsage(const std::string& usage, const std::string& command);
 
 // One line per flag ("--name  help"), from the flag registry, for `topiary --help`.
 std::string FlagsHelp();

@@ -140,9 +140,10 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary import --remote MODEL.onnx --out CKPT.h5 [...]
                                          the daemon imports a model in its data directory
                                          into a new checkpoint there (two at once at most)
-Every command takes --json.
+Every command takes --json; a flag a command does not take is refused (exit 2).
 
   topiary help | --help | -h             this text
+  topiary COMMAND --help                 that command's usage and the flags it takes
 
 Exit codes: 0 success; 1 the run or experiment failed or was cancelled; 2 bad command line;
 3 invalid spec or request; 4 not found; 5 the experiment's state does not allow it; 6 no
@@ -367,6 +368,19 @@ int main(int argc, char** argv) {
   if (c == "help") {
     absl::PrintF("%s\nFlags:\n%s", kUsage, FlagsHelp());
     return kExitOk;
+  }
+  if (args.help) {
+    const std::string usage = CommandUsage(kUsage, c);
+    if (usage.empty()) {
+      absl::FPrintF(stderr, "topiary: unknown command '%s' (see topiary --help)\n", c);
+      return kExitUsage;
+    }
+    absl::PrintF("%s", usage);
+    return kExitOk;
+  }
+  if (const absl::Status st = CheckCommandFlags(args); !st.ok()) {
+    absl::FPrintF(stderr, "topiary: %s\n", st.message());
+    return kExitUsage;
   }
   if (c == "run") return Run(args);
   if (c == "validate") return Validate(args);

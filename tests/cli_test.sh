@@ -301,6 +301,17 @@ check "inspect of a non-checkpoint fails naming the file (exit 3)" bash -c '[[ $
 "$TOPIARY" run "$PRUNE_SPEC" --resume "$tmp/prune/checkpoints/round-001.h5" --json --out "$tmp/resumed" > "$tmp/resumed.jsonl" 2>/dev/null; rc=$?
 check "--resume finishes the run" bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/resumed.jsonl" "$rc"
 
+# Per-command help and strict flags.
+check "COMMAND --help shows that command's usage and flags, and only those" \
+  bash -c 'h=$("$0" export --help) && [[ "$h" == *"topiary export CKPT --onnx FILE"* && "$h" == *"--batch_norm"* && "$h" != *"topiary run SPEC"* && "$h" != *"--target"* ]] &&
+           h=$("$0" resume --help) && [[ "$h" == *"pause ID | resume ID | cancel ID"* && "$h" == *"--server"* ]]' "$TOPIARY"
+"$TOPIARY" export x.h5 --target 0.3 > /dev/null 2> "$tmp/strict.err"; rc=$?
+check "a flag the command does not take is refused (exit 2), naming it and what the command takes" \
+  bash -c '[[ $1 -eq 2 ]] && grep -q "export does not take --target (it takes --onnx, --batch, --batch_norm, --json" "$0"' "$tmp/strict.err" "$rc"
+"$TOPIARY" frobnicate --help > /dev/null 2> "$tmp/unknown.err"; rc=$?
+check "an unknown command's --help is refused (exit 2)" \
+  bash -c '[[ $1 -eq 2 ]] && grep -q "unknown command .frobnicate." "$0"' "$tmp/unknown.err" "$rc"
+
 # Channel pruning: the compacted checkpoint measured against its dense parent.
 "$TOPIARY" run "$5" --json --out "$tmp/channel" > "$tmp/channel.jsonl" 2>/dev/null; rc=$?
 "$TOPIARY" evaluate "$tmp/channel/checkpoints/round-002.h5" --bench --batch 32 --device cpu \
