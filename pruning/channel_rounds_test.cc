@@ -1,8 +1,8 @@
 // Channel pruning end to end on the CPU: rounds that make the network smaller (the round
 // table's multiply-adds and parameters shrink, the checkpoints hold the narrower graph with
 // its dense widths), two data-parallel ranks compacting together, approximate convolutions on
-// compacted layers, a FLOPs target across groups, and a run resumed from a compacted
-// checkpoint continuing bit for bit.
+// compacted layers, multiplier power weighing only kept multiply-accumulates, a FLOPs target
+// across groups, and a run resumed from a compacted checkpoint continuing bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,6 +115,54 @@ TEST(ChannelRounds, ApproximateConvolutionsWorkOnCompactedLayers) {
     EXPECT_EQ(again->top1, s.test_top1());
     EXPECT_EQ(again->loss, s.test_loss());
   }
+}
+
+// Multiplier power counts pruning (CheckpointEvaluator::conv_layers, what Sensitivity
+// weighs): a block-pruned checkpoint's layers do only their kept weights' multiply-
+// accumulates (half of each pruned layer's, all of the stem's, which block pruning leaves
+// dense), and a compacted checkpoint's layers those of their narrower kernels.
+TEST(ChannelRounds, PowerWeighsOnlyKeptMultiplyAccumulates) {
+  auto spec = SyntheticRun(kChannelRounds);
+  spec.mutable_pruning()->set_method(topiary::v1::PruningSpec::BLOCK);
+  spec.mutable_pruning()->set_block_in(4);
+  spec.mutable_pruning()->set_block_out(4);
+  spec.mutable_pruning()->set_step_fraction(1);
+  const std::string dir = OutDir("kept_macs");
+  const StepLosses blocks = RunWithLosses(spec, PruningOptions(dir));
+  ASSERT_EQ(blocks.summary.state(), topiary::v1::SUCCEEDED) << blocks.summary.error();
+  auto dense = CheckpointEvaluator::Open(dir + "/checkpoints/dense.h5");
+  auto pruned = CheckpointEvaluator::Open(blocks.summary.checkpoint());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  const auto& d = (*dense)->conv_layers();
+  const auto& p = (*pruned)->conv_layers();
+  ASSERT_EQ(d.size(), p.size());
+  int halved = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    ASSERT_EQ(d[i].name, p[i].name);
+    if (p[i].name == "stem.conv") {
+      EXPECT_EQ(p[i].macs, d[i].macs);
+    } else {
+      EXPECT_EQ(2 * p[i].macs, d[i].macs) << p[i].name;
+      ++halved;
+    }
+  }
+  EXPECT_EQ(halved, 20);
+
+  // Channels: the compacted network's convolutions, each at its narrower width.
+  const std::string cdir = OutDir("kept_macs_channels");
+  const StepLosses channels = RunWithLosses(SyntheticRun(kChannelRounds), PruningOptions(cdir));
+  ASSERT_EQ(channels.summary.state(), topiary::v1::SUCCEEDED) << channels.summary.error();
+  auto small = CheckpointEvaluator::Open(channels.summary.checkpoint());
+  ASSERT_TRUE(small.ok()) << small.status();
+  int64_t total = 0, dense_total = 0;
+  for (const auto& l : (*small)->conv_layers()) total += l.macs;
+  for (const auto& l : d) dense_total += l.macs;
+  const auto& rounds = channels.summary.rounds();
+  const double share =
+      static_cast<double>(rounds[rounds.size() - 1].multiply_adds()) / rounds[0].multiply_adds();
+  // The convolutions' share follows the whole network's (the logits' linear layer aside).
+  EXPECT_NEAR(static_cast<double>(total) / dense_total, share, 0.02);
 }
 
 TEST(ChannelRounds, AFlopsTargetIsReached) {

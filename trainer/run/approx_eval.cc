@@ -10,6 +10,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/nn/channels.h"
 #include "trainer/nn/layers.h"
+#include "trainer/nn/masks.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/run/evaluate.h"
 #include "trainer/run/step_runner.h"
@@ -77,13 +78,15 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   TOPIARY_ASSIGN_OR_RETURN(auto batches, DeviceBatches::Create(&*s->batcher, s->device.get()));
   s->batches.emplace(std::move(batches));
   TOPIARY_RETURN_IF_ERROR(s->batches->SetSequentialOrder());
-  // The conv layers and their work, from a model of the checkpoint's architecture.
-  TOPIARY_ASSIGN_OR_RETURN(auto model, s->MakeModel(/*load=*/false));
+  // The conv layers and their work: the checkpoint's network (a compacted one is narrower)
+  // with its masks, each kept weight doing one multiply-accumulate per output position.
+  TOPIARY_ASSIGN_OR_RETURN(auto model, s->MakeModel(/*load=*/true));
   for (const Model::Node& node : model->nodes()) {
     if (node.layer->kind() != LayerKind::kConv2d) continue;
     const kernels::ConvShape sh = static_cast<const Conv2d*>(node.layer)->ShapeFor(1);
-    s->convs.push_back(
-        {node.layer->name(), static_cast<int64_t>(sh.ho()) * sh.wo() * sh.k * sh.patch()});
+    const Parameter& kernel = *node.layer->parameter(ParamRole::kKernel);
+    const int64_t kept = static_cast<int64_t>(kernel.size()) - MaskedCount(kernel);
+    s->convs.push_back({node.layer->name(), static_cast<int64_t>(sh.ho()) * sh.wo() * kept});
   }
   return std::unique_ptr<CheckpointEvaluator>(new CheckpointEvaluator(std::move(s)));
 }

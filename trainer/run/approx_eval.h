@@ -22,7 +22,9 @@ namespace topiary {
 
 struct ConvLayerInfo {
   std::string name;
-  int64_t macs = 0;  // multiply-accumulates per image
+  // Multiply-accumulates per image that its kept weights do: masked weights do none, and a
+  // compacted layer is narrower (what the multiplier power of Sensitivity weighs).
+  int64_t macs = 0;
 };
 
 class CheckpointEvaluator {
