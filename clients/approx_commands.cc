@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "clients/report_print.h"
 #include "clients/text.h"
 #include "trainer/approx/approximation.h"
@@ -246,9 +247,9 @@ void PrintComparison(const Benched& m, const Benched& base, bool json) {
 // with --baseline, the same for the baseline checkpoint and the ratios.
 int BenchCommand(const Args& a, CheckpointEvaluator& ev,
                  std::optional<topiary::v1::DeviceSpec::Kind> device) {
-  if (!a.sets.empty()) {
-    return Fail(a,
-                absl::InvalidArgumentError("--bench measures the checkpoint as trained: no --set"));
+  if (!a.sets.empty() || !a.multipliers.empty()) {
+    return Fail(a, absl::InvalidArgumentError(
+                       "--bench measures the checkpoint as trained: no --set or --multipliers"));
   }
   int batch = 256;
   if (!a.batch.empty() && (!absl::SimpleAtoi(a.batch, &batch) || batch < 1)) {
@@ -294,6 +295,59 @@ absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> DeviceFlag(const Ar
   return absl::InvalidArgumentError("--device: 'cpu' or 'cuda', not '" + a.device + "'");
 }
 
+// evaluate --multipliers: every convolution under each multiplier in turn, and under each
+// weight code of --weight_code's comma-separated list: one row each, printed as it is measured.
+int MultiplierTable(const Args& a, CheckpointEvaluator& ev) {
+  if (!a.sets.empty()) {
+    return Fail(a, absl::InvalidArgumentError(
+                       "--multipliers and --set: give one or the other (--set assigns "
+                       "multipliers per layer; --multipliers puts each on every convolution)"));
+  }
+  const std::vector<std::string> codes =
+      a.weight_code.empty() ? std::vector<std::string>{""} : absl::StrSplit(a.weight_code, ',');
+  std::vector<Multiplier> loaded;  // every name checked before the first evaluation
+  for (const std::string& name : a.multipliers) {
+    auto m = LoadMultiplier(name);
+    if (!m.ok()) {
+      return Fail(a, absl::Status(m.status().code(), absl::StrCat("--multipliers '", OneLine(name),
+                                                                  "': ", m.status().message())));
+    }
+    loaded.push_back(std::move(*m));
+  }
+  if (!a.json) {
+    absl::PrintF("%s on %s\n%-24s %-15s %8s %8s %8s %10s\n", a.positional[0], ev.device_name(),
+                 "multiplier", "weight code", "top-1", "top-5", "loss", "power mW");
+  }
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    const std::string& name = a.multipliers[i];
+    const Multiplier* m = &loaded[i];
+    for (const std::string& code : codes) {
+      Args one = a;
+      one.weight_code = code;
+      auto rules = RulesFromSets({"*=" + name}, ev.spec().approximation());
+      if (!rules.ok()) return Fail(a, rules.status());
+      if (auto st = ApplyWeightFlags(one, &*rules); !st.ok()) return Fail(a, st);
+      auto r = ev.Evaluate(*rules);
+      if (!r.ok()) return Fail(a, r.status());
+      if (a.json) {
+        absl::PrintF(
+            R"({"checkpoint":%s,"multiplier":%s,"weight_code":"%s","per_channel_weights":%s,)"
+            R"("images":%d,"top1":%.6g,"top5":%.6g,"loss":%.6g,"power_mw":%s})"
+            "\n",
+            JsonString(a.positional[0]), JsonString(name), WeightCodeName(*rules),
+            rules->per_channel_weights() ? "true" : "false", r->images, r->top1, r->top5, r->loss,
+            PowerJson(*m));
+      } else {
+        absl::PrintF("%-24s %-15s %7.2f%% %7.2f%% %8.4f %10s\n", name, WeightCodeName(*rules),
+                     100 * r->top1, 100 * r->top5, r->loss,
+                     m->known ? absl::StrFormat("%.3f", m->known->power_mw) : "-");
+      }
+      std::fflush(stdout);
+    }
+  }
+  return kExitOk;
+}
+
 int EvaluateCommand(const Args& a) {
   if (a.positional.size() != 1)
     return Fail(a, absl::InvalidArgumentError("evaluate needs exactly one checkpoint"));
@@ -305,6 +359,7 @@ int EvaluateCommand(const Args& a) {
   auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
   if (!ev.ok()) return Fail(a, ev.status());
   if (a.bench) return BenchCommand(a, **ev, *device);
+  if (!a.multipliers.empty()) return MultiplierTable(a, **ev);
   std::optional<topiary::v1::ApproximationSpec> rules;
   if (!a.sets.empty()) {
     auto r = RulesFromSets(a.sets, (*ev)->spec().approximation());

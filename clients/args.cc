@@ -45,6 +45,9 @@ ABSL_FLAG(bool, bench, false,
 ABSL_FLAG(std::string, batch, "",
           "evaluate --bench: the large batch (256); export: the input's batch, N or 'dynamic' "
           "(1)");
+ABSL_FLAG(std::vector<std::string>, multipliers, {},
+          "evaluate: every convolution under each of these multipliers in turn (comma-separated), "
+          "one row each; with --weight_code a,b, under each code too");
 ABSL_FLAG(std::string, baseline, "",
           "evaluate --bench: also measure this checkpoint (e.g. the dense parent of a channel-"
           "pruned one) on the same device, and give the ratios");
@@ -136,6 +139,7 @@ void CopyFlags(Args* a) {
   a->batch = absl::GetFlag(FLAGS_batch);
   a->onnx = absl::GetFlag(FLAGS_onnx);
   a->baseline = absl::GetFlag(FLAGS_baseline);
+  a->multipliers = absl::GetFlag(FLAGS_multipliers);
   a->device = absl::GetFlag(FLAGS_device);
   a->batch_norm = absl::GetFlag(FLAGS_batch_norm);
   a->watch = absl::GetFlag(FLAGS_watch);
@@ -225,7 +229,8 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"info", {}},
         {"multipliers", {"png"}},
         {"evaluate",
-         {"set", "weight_code", "weight_scales", "bench", "batch", "baseline", "device"}},
+         {"set", "multipliers", "weight_code", "weight_scales", "bench", "batch", "baseline",
+          "device"}},
         {"sensitivity", {"budget", "weight_code", "weight_scales"}},
         {"export", {"onnx", "batch", "batch_norm"}},
         {"import", {"out", "input", "mean", "std", "max_value", "arch", "remote"}},

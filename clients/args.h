@@ -42,12 +42,13 @@ struct Args {
   std::vector<std::string> positional;  // after the command
   std::vector<std::string> sets;        // every --set field=value, in order
   std::string out, resume, file, layer, server, token_file, tls_ca, state, name, png, onnx;
-  std::string batch;          // evaluate --bench: N; export: N or "dynamic"
-  std::string baseline;       // evaluate --bench: a second checkpoint to compare with
-  std::string device;         // evaluate: cpu | cuda (empty: the checkpoint's)
-  std::string batch_norm;     // export: fold | keep
-  std::string weight_code;    // asymmetric | sign_magnitude (empty: the checkpoint's)
-  std::string weight_scales;  // per_tensor | per_channel (empty: the checkpoint's)
+  std::string batch;                     // evaluate --bench: N; export: N or "dynamic"
+  std::string baseline;                  // evaluate --bench: a second checkpoint to compare with
+  std::vector<std::string> multipliers;  // evaluate: one row per multiplier
+  std::string device;                    // evaluate: cpu | cuda (empty: the checkpoint's)
+  std::string batch_norm;                // export: fold | keep
+  std::string weight_code;               // asymmetric | sign_magnitude (empty: the checkpoint's)
+  std::string weight_scales;             // per_tensor | per_channel (empty: the checkpoint's)
   std::optional<uint32_t> from;
   std::optional<double> target, step, budget;
   std::optional<int> epochs;

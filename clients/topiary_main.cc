@@ -79,6 +79,10 @@ Local commands (no daemon needed):
       layer. Warns (stderr) for each layer whose multiplier errs at least 3x more, relative
       to the products, at the codes the layer uses (test set's first batch) than over its
       whole table. --json: {"top1", "top5", "loss", "images", "rules", "code_use"}.
+  topiary evaluate CKPT --multipliers M1,M2,... [--weight_code CODE1,CODE2] [--json]
+      Every convolution under each multiplier in turn (and each weight code of the list):
+      one row per pair with the test top-1, top-5, loss and the multiplier's power where it is
+      a known EvoApprox circuit. --json: one object per row.
   topiary evaluate CKPT --bench [--batch N] [--baseline CKPT0] [--device cpu|cuda] [--json]
       The deployment question: with dense kernels only and with block-sparse kernels where
       they measure faster (block-masked layers, GPU), the test top-1 and loss, images/s at N

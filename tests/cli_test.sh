@@ -177,6 +177,22 @@ for r in rows:
   assert r[\"images_per_s\"] > 0 and r[\"batch1_ms\"] > 0 and len(r[\"layers\"]) == 2, r
   assert r[\"block_sparse_passes\"] == 0 and r[\"joules_per_image\"] == 0, r  # CPU
 " "$0" "$2"' "$tmp/bench.jsonl" "$rc" "$top1"
+"$TOPIARY" evaluate "$dense" --multipliers exact,trunc:6 --weight_code asymmetric,sign_magnitude \
+  --json > "$tmp/eval_table.jsonl"; rc=$?
+check "evaluate --multipliers: a row per multiplier and weight code, the exact table near the float model" \
+  bash -c '[[ $1 -eq 0 ]] && python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r[\"multiplier\"], r[\"weight_code\"]) for r in rows] == [(\"exact\", \"asymmetric\"), (\"exact\", \"sign_magnitude\"), (\"trunc:6\", \"asymmetric\"), (\"trunc:6\", \"sign_magnitude\")], rows
+base = json.load(open(sys.argv[2]))
+assert abs(rows[0][\"top1\"] - base[\"top1\"]) <= 0.01 and rows[0][\"power_mw\"] > 0, (rows[0], base)
+assert rows[2][\"top1\"] < rows[0][\"top1\"] - 0.02 and rows[2][\"power_mw\"] is None, rows
+assert all(r[\"images\"] == 1000 for r in rows), rows
+" "$0" "$2"' "$tmp/eval_table.jsonl" "$rc" "$tmp/eval.json"
+"$TOPIARY" evaluate "$dense" --multipliers exact,bogus:3 > "$tmp/eval_table.out" 2> "$tmp/eval_table.err"; rc=$?
+check "evaluate --multipliers: an unknown one is refused (exit 3) before anything is evaluated" \
+  bash -c '[[ $2 -eq 3 && ! -s "$0" ]] && grep -q "multipliers .bogus:3.: " "$1"' "$tmp/eval_table.out" "$tmp/eval_table.err" "$rc"
+check "evaluate refuses --multipliers with --set" bash -c '"$0" evaluate "$1" --multipliers exact --set "*=exact" 2>&1 | grep -q "give one or the other"' "$TOPIARY" "$dense"
 check "evaluate --bench refuses --set" bash -c '! "$0" evaluate "$1" --bench --set "*=exact" 2>/dev/null' "$TOPIARY" "$dense"
 "$TOPIARY" evaluate "$dense" --set '*=exact' --json > "$tmp/eval_exact.json"; rc1=$?
 "$TOPIARY" evaluate "$dense" --set '*=trunc:6' --set 'conv1=none' --json > "$tmp/eval_trunc.json"; rc2=$?
