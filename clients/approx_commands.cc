@@ -51,24 +51,25 @@ std::string WeightCodeName(const topiary::v1::ApproximationSpec& a) {
 }
 
 // --weight_code and --weight_scales applied to `rules` (nothing when neither is given).
-absl::Status ApplyWeightFlags(const Args& a, topiary::v1::ApproximationSpec* rules) {
+absl::Status ApplyWeightFlags(const std::string& weight_code, const std::string& weight_scales,
+                              topiary::v1::ApproximationSpec* rules) {
   using topiary::v1::ApproximationSpec;
-  if (!a.weight_code.empty()) {
+  if (!weight_code.empty()) {
     ApproximationSpec::WeightCode code;
-    if (!ApproximationSpec::WeightCode_Parse(absl::AsciiStrToUpper(a.weight_code), &code)) {
-      return absl::InvalidArgumentError(absl::StrCat("--weight_code '", OneLine(a.weight_code),
+    if (!ApproximationSpec::WeightCode_Parse(absl::AsciiStrToUpper(weight_code), &code)) {
+      return absl::InvalidArgumentError(absl::StrCat("--weight_code '", OneLine(weight_code),
                                                      "': expected asymmetric or sign_magnitude"));
     }
     rules->set_weight_code(code);
     // Weight tuning remaps asymmetric codes; the sign-magnitude mode has its own table.
     if (code == ApproximationSpec::SIGN_MAGNITUDE) rules->set_weight_tuning(false);
   }
-  if (!a.weight_scales.empty()) {
-    if (a.weight_scales != "per_tensor" && a.weight_scales != "per_channel") {
-      return absl::InvalidArgumentError(absl::StrCat("--weight_scales '", OneLine(a.weight_scales),
+  if (!weight_scales.empty()) {
+    if (weight_scales != "per_tensor" && weight_scales != "per_channel") {
+      return absl::InvalidArgumentError(absl::StrCat("--weight_scales '", OneLine(weight_scales),
                                                      "': expected per_tensor or per_channel"));
     }
-    rules->set_per_channel_weights(a.weight_scales == "per_channel");
+    rules->set_per_channel_weights(weight_scales == "per_channel");
   }
   return absl::OkStatus();
 }
@@ -245,8 +246,7 @@ void PrintComparison(const Benched& m, const Benched& base, bool json) {
 
 // evaluate --bench: per engine, accuracy, throughput, latency, energy; then per conv layer;
 // with --baseline, the same for the baseline checkpoint and the ratios.
-int BenchCommand(const Args& a, CheckpointEvaluator& ev,
-                 std::optional<topiary::v1::DeviceSpec::Kind> device) {
+int BenchCommand(const Args& a, CheckpointEvaluator& ev) {
   if (!a.sets.empty() || !a.multipliers.empty()) {
     return Fail(a, absl::InvalidArgumentError(
                        "--bench measures the checkpoint as trained: no --set or --multipliers"));
@@ -259,7 +259,8 @@ int BenchCommand(const Args& a, CheckpointEvaluator& ev,
   std::optional<Benched> base;
   if (!a.baseline.empty()) {
     // The baseline first: its data and model are released before the checkpoint is measured.
-    auto bev = CheckpointEvaluator::Open(a.baseline, device ? device : ev.spec().device().kind());
+    // ev's spec already holds --device: the baseline runs where the checkpoint runs.
+    auto bev = CheckpointEvaluator::Open(a.baseline, ev.spec().device().kind());
     if (!bev.ok())
       return Fail(a, absl::Status(bev.status().code(),
                                   absl::StrCat("--baseline: ", bev.status().message())));
@@ -322,11 +323,9 @@ int MultiplierTable(const Args& a, CheckpointEvaluator& ev) {
     const std::string& name = a.multipliers[i];
     const Multiplier* m = &loaded[i];
     for (const std::string& code : codes) {
-      Args one = a;
-      one.weight_code = code;
       auto rules = RulesFromSets({"*=" + name}, ev.spec().approximation());
       if (!rules.ok()) return Fail(a, rules.status());
-      if (auto st = ApplyWeightFlags(one, &*rules); !st.ok()) return Fail(a, st);
+      if (auto st = ApplyWeightFlags(code, a.weight_scales, &*rules); !st.ok()) return Fail(a, st);
       auto r = ev.Evaluate(*rules);
       if (!r.ok()) return Fail(a, r.status());
       if (a.json) {
@@ -358,7 +357,7 @@ int EvaluateCommand(const Args& a) {
   }
   auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
   if (!ev.ok()) return Fail(a, ev.status());
-  if (a.bench) return BenchCommand(a, **ev, *device);
+  if (a.bench) return BenchCommand(a, **ev);
   if (!a.multipliers.empty()) return MultiplierTable(a, **ev);
   std::optional<topiary::v1::ApproximationSpec> rules;
   if (!a.sets.empty()) {
@@ -368,7 +367,8 @@ int EvaluateCommand(const Args& a) {
   }
   if (!a.weight_code.empty() || !a.weight_scales.empty()) {
     if (!rules) rules = (*ev)->spec().approximation();
-    if (auto st = ApplyWeightFlags(a, &*rules); !st.ok()) return Fail(a, st);
+    if (auto st = ApplyWeightFlags(a.weight_code, a.weight_scales, &*rules); !st.ok())
+      return Fail(a, st);
   }
   std::vector<CodeUse> code_use;
   auto result = (*ev)->Evaluate(rules, &code_use);
@@ -412,7 +412,8 @@ int SensitivityCommand(const Args& a) {
   auto ev = CheckpointEvaluator::Open(a.positional[0]);
   if (!ev.ok()) return Fail(a, ev.status());
   topiary::v1::ApproximationSpec base = (*ev)->spec().approximation();
-  if (auto st = ApplyWeightFlags(a, &base); !st.ok()) return Fail(a, st);
+  if (auto st = ApplyWeightFlags(a.weight_code, a.weight_scales, &base); !st.ok())
+    return Fail(a, st);
   const std::vector<std::string> names(a.positional.begin() + 1, a.positional.end());
   auto r = Sensitivity(**ev, names, budget, base, TerminalProgress("evaluating"));
   if (!r.ok()) return Fail(a, r.status());

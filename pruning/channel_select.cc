@@ -172,30 +172,24 @@ absl::StatusOr<ChannelChoice> ChooseChannels(const Model& model, const ChannelGr
     // algorithms.md section 3a has the measurements behind both).
     const double goal = choice.dense_macs * (1 - (1 - spec.target_flops()) * Progress(spec, round));
     const double max_fraction = spec.max_fraction() > 0 ? spec.max_fraction() : 1;
-    std::vector<double> priority(groups.classes.size(), 0);
-    std::vector<int> candidates;
+    std::vector<double> priority(groups.classes.size(), 0);  // first: score / group mean
+    std::vector<int> candidates, group_of(groups.classes.size(), -1);
     double mean_saved = 0;
-    for (size_t g = 0; g < groups.groups.size(); ++g) {
-      if (!choice.groups[g].whole.empty()) continue;
-      for (int k : groups.groups[g].classes) {
-        candidates.push_back(k);
-        mean_saved += static_cast<double>(saved[k]);
-      }
-    }
-    if (!candidates.empty()) mean_saved /= static_cast<double>(candidates.size());
     for (size_t g = 0; g < groups.groups.size(); ++g) {
       if (!choice.groups[g].whole.empty()) continue;
       const auto& classes = groups.groups[g].classes;
       double mean = 0;
       for (int k : classes) mean += scores[k] / classes.size();
       for (int k : classes) {
-        const double score = mean > 0 ? scores[k] / mean : 0;
-        priority[k] = saved[k] > 0 ? score * mean_saved / static_cast<double>(saved[k]) : score;
+        priority[k] = mean > 0 ? scores[k] / mean : 0;
+        group_of[k] = static_cast<int>(g);
+        candidates.push_back(k);
+        mean_saved += static_cast<double>(saved[k]);
       }
     }
-    std::vector<int> group_of(groups.classes.size(), -1);
-    for (size_t g = 0; g < groups.groups.size(); ++g) {
-      for (int k : groups.groups[g].classes) group_of[k] = static_cast<int>(g);
+    if (!candidates.empty()) mean_saved /= static_cast<double>(candidates.size());
+    for (int k : candidates) {
+      if (saved[k] > 0) priority[k] *= mean_saved / static_cast<double>(saved[k]);
     }
     // Each class's own saving keeps a running estimate (a product between two removed classes
     // counts twice, so it runs low); the exact count, taken when the estimate reaches the
