@@ -73,6 +73,7 @@ ABSL_FLAG(std::string, weight_code, "",
 ABSL_FLAG(std::string, weight_scales, "",
           "evaluate, sensitivity: weight quantization 'per_tensor' (one scale per layer) or "
           "'per_channel' (one per output channel) (default: the checkpoint's own)");
+ABSL_FLAG(bool, sha256, false, "files: give each file's SHA-256 (the daemon reads every file)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -135,6 +136,7 @@ void CopyFlags(Args* a) {
   a->png = absl::GetFlag(FLAGS_png);
   a->epochs = absl::GetFlag(FLAGS_epochs);
   a->json = absl::GetFlag(FLAGS_json);
+  a->sha256 = absl::GetFlag(FLAGS_sha256);
   a->bench = absl::GetFlag(FLAGS_bench);
   a->batch = absl::GetFlag(FLAGS_batch);
   a->onnx = absl::GetFlag(FLAGS_onnx);
@@ -245,6 +247,9 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"round", {"target", "step", "epochs", "finish"}},
         {"fork", {"set", "name", "watch"}},
         {"checkpoints", {}},
+        {"upload", {}},
+        {"download", {}},
+        {"files", {"sha256"}},
     };
     const std::set<std::string> local = {"run",         "validate", "evaluate",
                                          "sensitivity", "export",   "seal"};

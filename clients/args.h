@@ -53,6 +53,7 @@ struct Args {
   std::optional<double> target, step, budget;
   std::optional<int> epochs;
   bool json = false, watch = false, bench = false, finish = false, remote = false;
+  bool sha256 = false;             // files: with checksums
   bool help = false;               // COMMAND --help: that command's usage
   std::vector<std::string> given;  // the flags given (names without "--"), in order
   // import

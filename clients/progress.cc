@@ -1,6 +1,7 @@
 #include "clients/progress.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -17,6 +18,39 @@ std::string FormatDuration(double seconds) {
   if (s < 60) return absl::StrFormat("%ds", s);
   if (s < 3600) return absl::StrFormat("%d:%02d", s / 60, s % 60);
   return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+}
+
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+TransferProgress::TransferProgress(std::FILE* out, bool tty, std::string verb, int files,
+                                   uint64_t bytes)
+    : out_(out),
+      tty_(tty),
+      verb_(std::move(verb)),
+      files_(files),
+      bytes_(bytes),
+      start_(NowSeconds()) {}
+
+void TransferProgress::Update(int files, uint64_t bytes) {
+  const double now = NowSeconds();
+  if (!tty_ || now - last_ < 0.1) return;
+  last_ = now;
+  const double rate = bytes / std::max(now - start_, 1e-3);
+  absl::FPrintF(out_, "\r%s  %d/%d files  %s of %s  %3.0f%%  %s/s\x1b[K", verb_, files, files_,
+                HumanBytes(bytes), HumanBytes(bytes_), bytes_ > 0 ? 100.0 * bytes / bytes_ : 100.0,
+                HumanBytes(static_cast<uint64_t>(rate)));
+  std::fflush(out_);
+}
+
+void TransferProgress::Done(const std::string& summary) {
+  if (tty_) absl::FPrintF(out_, "\r\x1b[K");
+  absl::FPrintF(out_, "%s (%s)\n", summary, FormatDuration(NowSeconds() - start_));
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #ifndef TOPIARY_CLIENTS_PROGRESS_H_
 #define TOPIARY_CLIENTS_PROGRESS_H_
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -42,6 +43,25 @@ void PrintEngineChoices(std::FILE* out, const topiary::v1::RoundSummary& round);
 void PrintInputSparsity(
     std::FILE* out,
     const google::protobuf::RepeatedPtrField<topiary::v1::ConvInputSparsity>& layers);
+
+// A transfer's progress (upload, download): on a terminal one line redrawn at most ten
+// times a second ("upload  37/120 files  12.5 MiB of 40 MiB  31%  8.2 MiB/s"); otherwise
+// nothing until Done, which ends it with a line of totals.
+class TransferProgress {
+ public:
+  TransferProgress(std::FILE* out, bool tty, std::string verb, int files, uint64_t bytes);
+  // `files` finished and `bytes` moved so far.
+  void Update(int files, uint64_t bytes);
+  void Done(const std::string& summary);
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  std::string verb_;
+  int files_;
+  uint64_t bytes_;
+  double start_, last_ = 0;
+};
 
 // "1:02:03" / "2:03" / "45s"
 std::string FormatDuration(double seconds);

@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "clients/connection.h"
+#include "clients/file_commands.h"
 #include "clients/progress.h"
 #include "clients/report_print.h"
 #include "clients/text.h"
@@ -25,95 +27,6 @@ namespace topiary {
 namespace {
 
 using topiary::v1::Experiment;
-using topiary::v1::Topiary;
-
-std::string ServerAddress(const Args& a) {
-  if (!a.server.empty()) return a.server;
-  const char* env = std::getenv("TOPIARY_SERVER");
-  return env && *env ? env : "127.0.0.1:7077";
-}
-
-// A connection and the metadata every call carries.
-class Connection {
- public:
-  explicit Connection(const Args& a) : address_(ServerAddress(a)) {
-    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-    if (!a.tls_ca.empty()) {
-      grpc::SslCredentialsOptions ssl;
-      auto ca = ReadFile(a.tls_ca);
-      if (ca.ok()) ssl.pem_root_certs = *ca;
-      creds = grpc::SslCredentials(ssl);
-    }
-    stub_ = Topiary::NewStub(grpc::CreateChannel(address_, creds));
-    std::string token_file = a.token_file;
-    if (token_file.empty() && std::getenv("TOPIARY_TOKEN_FILE")) {
-      token_file = std::getenv("TOPIARY_TOKEN_FILE");
-    }
-    if (!token_file.empty()) {
-      auto token = ReadFile(token_file);
-      if (token.ok())
-        token_ = std::string(absl::StripAsciiWhitespace(*token));
-      else
-        token_error_ = absl::StrCat("--token_file: ", token.status().message());
-    }
-  }
-  // A context with the token and, for unary calls, a deadline.
-  std::unique_ptr<grpc::ClientContext> Context(bool stream = false) const {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
-    if (!stream) ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    return ctx;
-  }
-  Topiary::Stub& stub() { return *stub_; }
-  const std::string& address() const { return address_; }
-  const std::string& token_error() const { return token_error_; }
-
- private:
-  std::string address_, token_, token_error_;
-  std::unique_ptr<Topiary::Stub> stub_;
-};
-
-int ExitCode(grpc::StatusCode code) { return ExitCodeForStatus(static_cast<int>(code)); }
-
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    default:
-      return "ERROR";
-  }
-}
-
-int Report(const Args& a, const Connection& c, const grpc::Status& st) {
-  std::string message = st.error_message();
-  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    message = absl::StrCat("no topiaryd at ", c.address(), " (", message,
-                           "); start one with `topiaryd` or set --server / TOPIARY_SERVER");
-  }
-  if (a.json) {
-    absl::PrintF("{\"error\":%s,\"code\":\"%s\"}\n", JsonString(message),
-                 CodeName(st.error_code()));
-  } else {
-    absl::FPrintF(stderr, "topiary: %s: %s\n", CodeName(st.error_code()), TerminalText(message));
-  }
-  return ExitCode(st.error_code());
-}
 
 std::string Percent(double x) { return absl::StrFormat("%.2f%%", 100 * x); }
 // A test top-1 of 0 is one never measured (chance level is far above it): "-".
@@ -425,6 +338,9 @@ const std::map<std::string, Command>& Commands() {
       {"checkpoints", Checkpoints},
       {"inspect", InspectRemote},
       {"import", ImportRemote},
+      {"upload", UploadCommand},
+      {"download", DownloadCommand},
+      {"files", FilesCommand},
   };
   return *commands;
 }

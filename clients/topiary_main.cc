@@ -144,6 +144,15 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary import --remote MODEL.onnx --out CKPT.h5 [...]
                                          the daemon imports a model in its data directory
                                          into a new checkpoint there (two at once at most)
+  topiary upload LOCAL REMOTE            a file or a folder (everything under it) into the
+                                         data directory, checksummed; files already there
+                                         with the same SHA-256 are skipped, so a failed upload
+                                         is run again; never replaces a file, never into
+                                         experiments/
+  topiary download REMOTE [LOCAL]        a file or folder of the data directory (a checkpoint,
+                                         an ONNX export, an events.jsonl); a broken download
+                                         continues from LOCAL.part when run again
+  topiary files [REMOTE] [--sha256]      the files in the data directory (or under REMOTE)
 Every command takes --json; a flag a command does not take is refused (exit 2).
 
   topiary help | --help | -h             this text

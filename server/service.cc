@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
 #include "server/auth_interceptor.h"
+#include "server/file_transfer.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
 #include "trainer/data/dataset.h"
@@ -31,7 +32,8 @@ using grpc::Status;
 using grpc::StatusCode;
 
 constexpr int kMaxPageSize = 1000;
-constexpr int kMaxImports = 2;  // ImportModel calls at once
+constexpr int kMaxImports = 2;    // ImportModel calls at once
+constexpr int kMaxTransfers = 8;  // upload and download streams at once
 using topiary::v1::ExperimentState_Name;
 
 // Lexically normalized absolute path ("a/./b/../c" -> "a/c"); empty if ".." leaves the root.
@@ -95,7 +97,7 @@ std::vector<std::string> Capabilities() {
   }
   for (const std::string& m : ModelNames()) out.push_back("model:" + m);
   for (const char* c : {"manual_rounds", "fork", "checkpoints:hdf5-sealed", "data_parallel",
-                        "watch:resumable", "list:pages", "import:onnx", "model:graph"}) {
+                        "watch:resumable", "list:pages", "import:onnx", "model:graph", "files"}) {
     out.push_back(c);
   }
   return out;
@@ -508,6 +510,110 @@ Status TopiaryService::ListMultipliers(grpc::ServerContext* ctx,
     *out->add_multipliers() = std::move(info);
   }
   for (const std::string& f : MultiplierFamilies()) out->add_families(f);
+  return Status::OK;
+}
+
+namespace {
+
+Status TooManyTransfers() {
+  return Status(StatusCode::RESOURCE_EXHAUSTED,
+                absl::StrCat(kMaxTransfers,
+                             " uploads and downloads are under way; try again when "
+                             "one ends"));
+}
+
+}  // namespace
+
+// Each file lands whole or not at all (file_transfer.h); the files before a failed one stay,
+// and the error says how many.
+Status TopiaryService::UploadFiles(grpc::ServerContext* ctx,
+                                   grpc::ServerReader<topiary::v1::UploadChunk>* reader,
+                                   topiary::v1::UploadSummary* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  CallSlot slot(&transfers_, kMaxTransfers);
+  if (!slot.taken()) return TooManyTransfers();
+  const std::string root = RealOrSelf(registry_->data_dir());
+  std::unique_ptr<FileUpload> file;
+  auto failed = [&](const absl::Status& st) {
+    file.reset();  // removes the staged bytes
+    std::string message(st.message());
+    if (out->files_size() > 0) {
+      absl::StrAppend(&message, " (the ", out->files_size(),
+                      " file(s) before it in this upload were stored)");
+    }
+    return Status(static_cast<StatusCode>(st.code()), message);
+  };
+  auto land = [&]() -> absl::Status {
+    if (file == nullptr) return absl::OkStatus();
+    auto info = file->Commit();
+    file.reset();
+    if (!info.ok()) return info.status();
+    out->set_bytes(out->bytes() + info->size());
+    *out->add_files() = *std::move(info);
+    return absl::OkStatus();
+  };
+  topiary::v1::UploadChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_header()) {
+      if (auto st = land(); !st.ok()) return failed(st);
+      auto begun = FileUpload::Begin(root, chunk.header());
+      if (!begun.ok()) return failed(begun.status());
+      file = *std::move(begun);
+    }
+    if (chunk.data().empty()) continue;
+    if (file == nullptr) {
+      return failed(
+          absl::InvalidArgumentError("data: bytes before any header; send a "
+                                     "FileHeader first"));
+    }
+    if (auto st = file->Append(chunk.data()); !st.ok()) return failed(st);
+  }
+  if (ctx->IsCancelled()) {
+    return failed(absl::CancelledError("the upload was cut off; nothing of the last file kept"));
+  }
+  if (auto st = land(); !st.ok()) return failed(st);
+  if (out->files_size() == 0) {
+    return Status(StatusCode::INVALID_ARGUMENT, "header: the upload named no file");
+  }
+  return Status::OK;
+}
+
+Status TopiaryService::DownloadFile(grpc::ServerContext* ctx,
+                                    const topiary::v1::DownloadFileRequest* req,
+                                    grpc::ServerWriter<topiary::v1::FileChunk>* writer) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  if (auto st = CheckTransferPath("path", req->path()); !st.ok()) return ToGrpc(st);
+  std::string abs;
+  if (Status st = ResolvePath("path", req->path(), &abs); !st.ok()) return st;
+  CallSlot slot(&transfers_, kMaxTransfers);
+  if (!slot.taken()) return TooManyTransfers();
+  auto file = FileDownload::Open(abs, req->path());
+  if (!file.ok()) return ToGrpc(file.status());
+  const uint64_t size = (*file)->info().size();
+  if (req->offset() < 0 || static_cast<uint64_t>(req->offset()) > size) {
+    return Status(StatusCode::OUT_OF_RANGE, absl::StrCat("offset: ", req->offset(), " is beyond ",
+                                                         req->path(), "'s ", size, " bytes"));
+  }
+  topiary::v1::FileChunk first;
+  *first.mutable_info() = (*file)->info();
+  if (!writer->Write(first)) return Status(StatusCode::CANCELLED, "the client went away");
+  for (uint64_t off = req->offset(); off < size && !ctx->IsCancelled();) {
+    auto data = (*file)->Read(off, kChunkBytes);
+    if (!data.ok()) return ToGrpc(data.status());
+    topiary::v1::FileChunk chunk;
+    off += data->size();
+    *chunk.mutable_data() = *std::move(data);
+    if (!writer->Write(chunk)) return Status(StatusCode::CANCELLED, "the client went away");
+  }
+  return ctx->IsCancelled() ? Status(StatusCode::CANCELLED, "the client went away") : Status::OK;
+}
+
+Status TopiaryService::ListFiles(grpc::ServerContext* ctx, const topiary::v1::ListFilesRequest* req,
+                                 topiary::v1::ListFilesResponse* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  auto files = ListDataFiles(RealOrSelf(registry_->data_dir()), req->path(), req->sha256());
+  if (!files.ok()) return ToGrpc(files.status());
+  for (auto& f : *files) *out->add_files() = std::move(f);
   return Status::OK;
 }
 

@@ -63,6 +63,13 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                                topiary::v1::ListMultipliersResponse* out) override;
   grpc::Status GetServerInfo(grpc::ServerContext* ctx, const topiary::v1::GetServerInfoRequest* req,
                              topiary::v1::ServerInfo* out) override;
+  grpc::Status UploadFiles(grpc::ServerContext* ctx,
+                           grpc::ServerReader<topiary::v1::UploadChunk>* reader,
+                           topiary::v1::UploadSummary* out) override;
+  grpc::Status DownloadFile(grpc::ServerContext* ctx, const topiary::v1::DownloadFileRequest* req,
+                            grpc::ServerWriter<topiary::v1::FileChunk>* writer) override;
+  grpc::Status ListFiles(grpc::ServerContext* ctx, const topiary::v1::ListFilesRequest* req,
+                         topiary::v1::ListFilesResponse* out) override;
 
  private:
   // OK when the call carries the token (or none is needed; or `ctx` is null: a call from
@@ -86,6 +93,7 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   ServiceOptions options_;
   std::atomic<int> watchers_{0};
   std::atomic<int> imports_{0};
+  std::atomic<int> transfers_{0};  // upload and download streams open
 };
 
 // absl::Status -> grpc::Status with the same code and message.

@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "protos/version.h"
 #include "server/auth_interceptor.h"
+#include "server/file_transfer.h"
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "server/service.h"
@@ -276,6 +277,10 @@ int Main(int argc, char** argv) {
     return Fail(std::string(st.message()));
   }
   SeedMultiplierLibrary(f.data_dir + "/multipliers");
+  // Uploads cut off by the last stop are dropped (server/file_transfer.h).
+  if (auto st = ResetUploadStaging(f.data_dir); !st.ok()) {
+    return Fail(absl::StrCat("--data_dir: ", st.message()));
+  }
   Registry registry(f.data_dir, f.max_restarts);
   auto queued = registry.Load();
   // From here on every file read is checked: inside the data directory or the dataset

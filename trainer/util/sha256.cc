@@ -1,5 +1,6 @@
 #include "trainer/util/sha256.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -51,19 +52,37 @@ void Compress(uint32_t state[8], const unsigned char block[64]) {
 
 }  // namespace
 
-std::string Sha256Hex(const void* data, size_t n) {
-  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+Sha256::Sha256()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::Update(const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
-  size_t done = 0;
-  for (; done + 64 <= n; done += 64) Compress(state, p + done);
+  total_ += n;
+  if (buffered_ > 0) {
+    const size_t take = std::min(n, sizeof(buffer_) - buffered_);
+    std::memcpy(buffer_ + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    n -= take;
+    if (buffered_ < sizeof(buffer_)) return;
+    Compress(state_, buffer_);
+    buffered_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) Compress(state_, p);
+  std::memcpy(buffer_, p, n);
+  buffered_ = n;
+}
+
+std::string Sha256::HexDigest() const {
+  uint32_t state[8];
+  std::memcpy(state, state_, sizeof(state));
   // The last block(s): the rest, a 1 bit, zeros, and the length in bits (big-endian).
   unsigned char tail[128] = {};
-  const size_t rest = n - done;
-  std::memcpy(tail, p + done, rest);
-  tail[rest] = 0x80;
-  const size_t tail_len = rest + 9 <= 64 ? 64 : 128;
-  const uint64_t bits = static_cast<uint64_t>(n) * 8;
+  std::memcpy(tail, buffer_, buffered_);
+  tail[buffered_] = 0x80;
+  const size_t tail_len = buffered_ + 9 <= 64 ? 64 : 128;
+  const uint64_t bits = total_ * 8;
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
   for (size_t off = 0; off < tail_len; off += 64) Compress(state, tail + off);
   static const char kHex[] = "0123456789abcdef";
@@ -72,6 +91,12 @@ std::string Sha256Hex(const void* data, size_t n) {
     for (int j = 0; j < 8; ++j) hex[8 * i + j] = kHex[(state[i] >> (28 - 4 * j)) & 15];
   }
   return hex;
+}
+
+std::string Sha256Hex(const void* data, size_t n) {
+  Sha256 h;
+  h.Update(data, n);
+  return h.HexDigest();
 }
 
 }  // namespace topiary

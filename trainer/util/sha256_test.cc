@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace topiary {
@@ -24,6 +25,25 @@ TEST(Sha256, KnownDigests) {
             "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
   EXPECT_EQ(Hash(std::string(1000000, 'a')),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Fed in pieces of every size around the block length, the digest is the one-shot one.
+TEST(Sha256, PiecesGiveTheSameDigest) {
+  std::string data(1000, 0);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  const std::string whole = Hash(data);
+  for (size_t piece : {1, 3, 63, 64, 65, 127, 999}) {
+    Sha256 h;
+    for (size_t off = 0; off < data.size(); off += piece) {
+      h.Update(data.data() + off, std::min(piece, data.size() - off));
+    }
+    EXPECT_EQ(h.HexDigest(), whole) << "pieces of " << piece;
+  }
+  Sha256 h;
+  h.Update("ab", 2);
+  EXPECT_NE(h.HexDigest(), Hash("abc"));  // a digest mid-stream does not end the stream
+  h.Update("c", 1);
+  EXPECT_EQ(h.HexDigest(), Hash("abc"));
 }
 
 }  // namespace

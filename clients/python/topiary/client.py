@@ -266,6 +266,45 @@ class Client:
         """Version, devices, capabilities, queue and each GPU's occupant."""
         return self._call("GetServerInfo", pb.GetServerInfoRequest())
 
+    # Files (topiary.files has the rules).
+    def upload(self, local: str, remote: str, progress=None) -> dict:
+        """Uploads a file or folder into the data directory at `remote` (checksummed; files
+        already there with the same checksum are skipped, so a failed upload is run again).
+        progress(files_done, files_total, bytes_done, bytes_total) is called as it goes."""
+        from topiary import files
+        return files.upload(self, local, remote, progress)
+
+    def download(self, remote: str, local: Optional[str] = None, progress=None) -> dict:
+        """Downloads a file or folder of the data directory (a checkpoint, an ONNX export, an
+        events.jsonl); a broken download continues from LOCAL.part when called again."""
+        from topiary import files
+        return files.download(self, remote, local, progress)
+
+    def files(self, path: str = "", sha256: bool = False,
+              missing_ok: bool = False) -> List[pb.FileInfo]:
+        """The file `path`, or the files under the folder (data-directory relative)."""
+        try:
+            return list(self._stub.ListFiles(pb.ListFilesRequest(path=path, sha256=sha256),
+                                             metadata=self._metadata).files)
+        except grpc.RpcError as e:
+            if missing_ok and e.code() == grpc.StatusCode.NOT_FOUND:
+                return []
+            raise self._error(e) from None
+
+    def _stream_call(self, method: str, requests):
+        """A client-streaming call (no deadline: uploads take as long as they take)."""
+        try:
+            return getattr(self._stub, method)(requests, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+
+    def _stream_out(self, method: str, request):
+        """The messages of a server-streaming call."""
+        try:
+            yield from getattr(self._stub, method)(request, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+
 
 def _text_value(path: str, v: object) -> str:
     """v in protobuf text format for the spec field at `path` (strings quoted, enums bare)."""
