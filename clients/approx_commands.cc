@@ -409,7 +409,9 @@ int SensitivityCommand(const Args& a) {
   if (!(budget >= 0 && budget <= 100)) {
     return Fail(a, absl::InvalidArgumentError("--budget: must be in [0, 100] points"));
   }
-  auto ev = CheckpointEvaluator::Open(a.positional[0]);
+  auto device = DeviceFlag(a);
+  if (!device.ok()) return Fail(a, device.status());
+  auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
   if (!ev.ok()) return Fail(a, ev.status());
   topiary::v1::ApproximationSpec base = (*ev)->spec().approximation();
   if (auto st = ApplyWeightFlags(a.weight_code, a.weight_scales, &base); !st.ok())

@@ -19,7 +19,8 @@ ABSL_FLAG(std::string, out, "",
 ABSL_FLAG(std::string, resume, "", "run: continue an interrupted run from this checkpoint");
 ABSL_FLAG(std::string, file, "", "inspect: a local checkpoint file (the same as naming it)");
 ABSL_FLAG(bool, remote, false,
-          "inspect: the path is in the daemon's data directory (ask the daemon, not the file)");
+          "inspect, import, evaluate, sensitivity, export: the paths are in the daemon's data "
+          "directory and the daemon does the work");
 ABSL_FLAG(std::string, layer, "", "inspect: a heat map of the one layer matching this glob");
 ABSL_FLAG(std::string, server, "",
           "topiaryd's address (default $TOPIARY_SERVER or 127.0.0.1:7077)");
@@ -52,8 +53,8 @@ ABSL_FLAG(std::string, baseline, "",
           "evaluate --bench: also measure this checkpoint (e.g. the dense parent of a channel-"
           "pruned one) on the same device, and give the ratios");
 ABSL_FLAG(std::string, device, "",
-          "evaluate: 'cpu' or 'cuda' instead of the checkpoint's device (BF16 runs in FP32 on "
-          "the CPU)");
+          "evaluate, sensitivity: 'cpu' or 'cuda' instead of the checkpoint's device (BF16 runs "
+          "in FP32 on the CPU)");
 ABSL_FLAG(std::string, onnx, "", "export: write the ONNX model to this file");
 ABSL_FLAG(std::string, batch_norm, "fold",
           "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
@@ -160,6 +161,8 @@ void CopyFlags(Args* a) {
 bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    const bool is_command = a->command.empty() && !arg.empty() && arg[0] != '-';
+    if (!is_command) a->raw.push_back(arg);
     if (arg == "--help" || arg == "-h") {
       a->help = !a->command.empty() && a->command != "help";
       if (!a->help) a->command = "help";
@@ -194,6 +197,7 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* error) {
         value = "true";
       } else if (++i < argc) {
         value = argv[i];
+        a->raw.push_back(value);
       } else {
         *error = "--" + name + " needs a value";
         return false;
@@ -232,9 +236,9 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"multipliers", {"png"}},
         {"evaluate",
          {"set", "multipliers", "weight_code", "weight_scales", "bench", "batch", "baseline",
-          "device"}},
-        {"sensitivity", {"budget", "weight_code", "weight_scales"}},
-        {"export", {"onnx", "batch", "batch_norm"}},
+          "device", "remote"}},
+        {"sensitivity", {"budget", "weight_code", "weight_scales", "device", "remote"}},
+        {"export", {"onnx", "batch", "batch_norm", "remote"}},
         {"import", {"out", "input", "mean", "std", "max_value", "arch", "remote"}},
         {"seal", {}},
         {"submit", {"watch"}},
@@ -253,9 +257,13 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
     };
     const std::set<std::string> local = {"run",         "validate", "evaluate",
                                          "sensitivity", "export",   "seal"};
+    // Local commands that also run in the daemon (--remote) take the connection flags too.
+    const std::set<std::string> both = {"evaluate", "sensitivity", "export"};
     for (auto& [command, flags] : t) {
       flags.push_back("json");
-      if (!local.count(command)) flags.insert(flags.end(), daemon.begin(), daemon.end());
+      if (!local.count(command) || both.count(command)) {
+        flags.insert(flags.end(), daemon.begin(), daemon.end());
+      }
     }
     return new std::map<std::string, std::vector<std::string>>(std::move(t));
   }();

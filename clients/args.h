@@ -56,6 +56,7 @@ struct Args {
   bool sha256 = false;             // files: with checksums
   bool help = false;               // COMMAND --help: that command's usage
   std::vector<std::string> given;  // the flags given (names without "--"), in order
+  std::vector<std::string> raw;    // every argument after the command, as given
   // import
   std::string input, arch;
   std::vector<std::string> mean, std;

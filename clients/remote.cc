@@ -3,12 +3,14 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -361,6 +363,40 @@ int RunRemoteCommand(const Args& a) {
     return kExitUsage;
   }
   return it->second(a, c);
+}
+
+int RunInDaemon(const Args& a) {
+  Connection c(a);
+  if (!c.token_error().empty()) {
+    absl::FPrintF(stderr, "topiary: %s\n", c.token_error());
+    return kExitUsage;
+  }
+  // The arguments as given, less what is this client's: --remote and the connection flags.
+  topiary::v1::RunCommandRequest req;
+  req.set_command(a.command);
+  const std::vector<std::string> own = {"remote", "server", "token_file", "tls_ca"};
+  for (size_t i = 0; i < a.raw.size(); ++i) {
+    const std::string& arg = a.raw[i];
+    const std::string name = absl::StartsWith(arg, "--") ? arg.substr(2, arg.find('=') - 2) : "";
+    if (std::find(own.begin(), own.end(), name) != own.end()) {
+      if (name != "remote" && arg.find('=') == std::string::npos) ++i;  // and its value
+      continue;
+    }
+    req.add_args(arg);
+  }
+  auto ctx = c.Context(/*stream=*/true);
+  auto reader = c.stub().RunCommand(ctx.get(), req);
+  topiary::v1::CommandOutput out;
+  int code = kExitFailed;
+  while (reader->Read(&out)) {
+    std::fwrite(out.out().data(), 1, out.out().size(), stdout);
+    std::fwrite(out.err().data(), 1, out.err().size(), stderr);
+    std::fflush(stdout);
+    if (out.exited()) code = out.exit_code();
+  }
+  const grpc::Status st = reader->Finish();
+  if (!st.ok()) return Report(a, c, st);
+  return code;
 }
 
 std::optional<topiary::v1::ServerInfo> FetchRemoteInfo(const Args& a, std::string* why) {

@@ -16,6 +16,9 @@ namespace topiary {
 bool IsRemoteCommand(const std::string& command);
 // Runs a remote command; returns the exit code (clients/args.h).
 int RunRemoteCommand(const Args& args);
+// evaluate, sensitivity or export with --remote: the daemon runs the command on files in its
+// data directory (server/command_runner.h); its output and exit code are this process's.
+int RunInDaemon(const Args& args);
 // `topiary info` adds the daemon's view when one answers at the server address.
 void PrintRemoteInfo(const Args& args);
 // The daemon's GetServerInfo (devices, queue, each GPU's occupant), or nullopt with why.

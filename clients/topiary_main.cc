@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint_report.h"
 #include "trainer/store/hdf5_file.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {
@@ -118,7 +120,7 @@ Local commands (no daemon needed):
       before libhdf5 parses it; sealing parses the file unchecked, so seal only files you
       trust. Checkpoints written by Topiary are sealed already.
   topiary sensitivity CKPT NAME|FILE.bin... [--budget PTS] [--weight_code CODE]
-                      [--weight_scales SCALES] [--json]
+                      [--weight_scales SCALES] [--device cpu|cuda] [--json]
       For every conv layer and each multiplier, the test top-1 with only that layer
       approximate; then a greedy assignment that minimizes the multipliers' power (summed over
       each image's multiply-accumulates; known EvoApprox circuits only) while the top-1 stays
@@ -144,6 +146,12 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary import --remote MODEL.onnx --out CKPT.h5 [...]
                                          the daemon imports a model in its data directory
                                          into a new checkpoint there (two at once at most)
+  topiary evaluate --remote CKPT [...] | sensitivity --remote CKPT MULT... [...] | export --remote CKPT --onnx FILE [...]
+                                         the daemon runs the command on files in its data
+                                         directory, with the same output as here: evaluate
+                                         and sensitivity on a device it waits for in the
+                                         experiments' queue; export's FILE is a new file in
+                                         the data directory (then `topiary download` it)
   topiary upload LOCAL REMOTE            a file or a folder (everything under it) into the
                                          data directory, checksummed; files already there
                                          with the same SHA-256 are skipped, so a failed upload
@@ -366,11 +374,32 @@ int Import(const Args& a) {
   return kExitOk;
 }
 
+// topiaryd runs this binary for remote commands (server/command_runner.h) with its own file
+// policies in the environment: reads and writes stay where the daemon's would.
+void ApplyDaemonPolicies() {
+  const char* read_roots = std::getenv("TOPIARY_READ_ROOTS");
+  if (read_roots != nullptr && *read_roots != '\0') {
+    ReadPolicy policy;
+    policy.roots = absl::StrSplit(read_roots, ':', absl::SkipEmpty());
+    uint64_t max_bytes = 0;
+    const char* limit = std::getenv("TOPIARY_MAX_FILE_BYTES");
+    if (limit != nullptr && absl::SimpleAtoi(limit, &max_bytes) && max_bytes > 0) {
+      policy.max_file_bytes = max_bytes;
+    }
+    SetReadPolicy(policy);
+  }
+  const char* write_roots = std::getenv("TOPIARY_WRITE_ROOTS");
+  if (write_roots != nullptr && *write_roots != '\0') {
+    SetWriteRoots(absl::StrSplit(write_roots, ':', absl::SkipEmpty()));
+  }
+}
+
 }  // namespace
 }  // namespace topiary
 
 int main(int argc, char** argv) {
   using namespace topiary;
+  ApplyDaemonPolicies();
   Args args;
   std::string error;
   if (!ParseArgs(argc, argv, &args, &error)) {
@@ -402,9 +431,9 @@ int main(int argc, char** argv) {
   if (c == "multipliers") {
     return args.server.empty() ? MultipliersCommand(args) : RunRemoteCommand(args);
   }
-  if (c == "evaluate") return EvaluateCommand(args);
-  if (c == "sensitivity") return SensitivityCommand(args);
-  if (c == "export") return Export(args);
+  if (c == "evaluate") return args.remote ? RunInDaemon(args) : EvaluateCommand(args);
+  if (c == "sensitivity") return args.remote ? RunInDaemon(args) : SensitivityCommand(args);
+  if (c == "export") return args.remote ? RunInDaemon(args) : Export(args);
   if (c == "import" && !args.remote) return Import(args);
   if (c == "seal") return Seal(args);
   if (c == "inspect" && !args.remote) return Inspect(args);

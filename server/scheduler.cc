@@ -82,6 +82,57 @@ std::vector<std::pair<int, std::string>> Scheduler::Occupancy() const {
   return out;
 }
 
+absl::StatusOr<Need> Scheduler::NeedFor(topiary::v1::DeviceSpec::Kind kind) const {
+  absl::MutexLock lock(&mu_);
+  if (kind == topiary::v1::DeviceSpec::CUDA && placement_.gpus().empty()) {
+    return absl::FailedPreconditionError(
+        "the work runs on CUDA and this daemon schedules no GPU; ask for the CPU (--device cpu)");
+  }
+  topiary::v1::ExperimentSpec spec;
+  spec.mutable_device()->set_kind(kind);
+  Need need = placement_.NeedOf(spec);
+  if (auto st = placement_.Feasible(need); !st.ok()) return st;
+  return need;
+}
+
+std::optional<std::vector<int>> Scheduler::Lease(const std::string& holder, const Need& need,
+                                                 const std::function<bool()>& cancelled,
+                                                 const std::function<void(int)>& waiting) {
+  mu_.Lock();
+  leases_[holder] = PendingLease{need, std::nullopt};
+  queue_.push_back(holder);
+  wake_.SignalAll();
+  bool waited = false;  // a lease granted at once says nothing
+  while (!leases_[holder].granted) {
+    const auto at = std::find(queue_.begin(), queue_.end(), holder);
+    const int ahead = static_cast<int>(at - queue_.begin());
+    mu_.Unlock();
+    const bool give_up = cancelled();
+    if (!give_up && waiting && waited) waiting(ahead);
+    mu_.Lock();
+    if (leases_[holder].granted) break;
+    if (give_up || stopping_) {
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), holder), queue_.end());
+      leases_.erase(holder);
+      wake_.SignalAll();  // the one behind it may start now
+      mu_.Unlock();
+      return std::nullopt;
+    }
+    wake_.WaitWithTimeout(&mu_, absl::Seconds(1));
+    waited = true;
+  }
+  std::vector<int> gpus = *leases_[holder].granted;
+  leases_.erase(holder);
+  mu_.Unlock();
+  return gpus;
+}
+
+void Scheduler::EndLease(const std::string& holder) {
+  absl::MutexLock lock(&mu_);
+  placement_.Release(holder);
+  wake_.SignalAll();
+}
+
 void Scheduler::Dispatch() {
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -96,6 +147,17 @@ void Scheduler::Dispatch() {
     bool started = false;
     if (!queue_.empty()) {
       const std::string id = queue_.front();
+      if (auto lease = leases_.find(id); lease != leases_.end()) {
+        // A lease at the head: granted when what it needs is free (its waiter wakes).
+        if (auto gpus = placement_.TryTake(id, lease->second.need)) {
+          queue_.pop_front();
+          lease->second.granted = *gpus;
+          wake_.SignalAll();
+          continue;
+        }
+        wake_.Wait(&mu_);
+        continue;
+      }
       // Queued again (a Resume, a pause withdrawn) before its previous run's thread was
       // joined: that thread releases its GPUs and is joined first (one thread per id).
       if (runs_.count(id) != 0) {

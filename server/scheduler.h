@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +48,19 @@ class Scheduler {
   // Per scheduled GPU: (ordinal, experiment id or "").
   std::vector<std::pair<int, std::string>> Occupancy() const;
 
+  // A device for work that is not an experiment (a remote evaluate or sensitivity): it waits
+  // in the experiments' queue (first in, first out) under the name `holder`, and holds what it
+  // was granted until EndLease. Returns the GPU ordinals granted (empty: a CPU slot), or
+  // nullopt when `cancelled` turned true while it waited, or the daemon is stopping.
+  // `waiting(ahead)` is called about once a second while it waits (not under the lock).
+  // REQUIRES: placement's Feasible(need) (see FeasibleNeed).
+  std::optional<std::vector<int>> Lease(const std::string& holder, const Need& need,
+                                        const std::function<bool()>& cancelled,
+                                        const std::function<void(int ahead)>& waiting);
+  void EndLease(const std::string& holder);
+  // What a device kind needs here (one GPU, or a CPU slot), and whether it can be had.
+  absl::StatusOr<Need> NeedFor(topiary::v1::DeviceSpec::Kind kind) const;
+
  private:
   void Dispatch();
   // Runs `id` on `gpus` to its end; true when it must be queued again (a Resume that came
@@ -60,6 +74,12 @@ class Scheduler {
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   Placement placement_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::thread> runs_ ABSL_GUARDED_BY(mu_);
+  // Leases waiting in queue_ (by holder): their need, and once granted, the GPUs.
+  struct PendingLease {
+    Need need;
+    std::optional<std::vector<int>> granted;
+  };
+  std::map<std::string, PendingLease> leases_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> finished_ ABSL_GUARDED_BY(mu_);  // runs to join
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread dispatcher_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "protos/version.h"
 #include "server/auth_interceptor.h"
+#include "server/command_runner.h"
 #include "server/file_transfer.h"
 #include "trainer/approx/approximation.h"
 #include "trainer/approx/multiplier_info.h"
@@ -34,6 +35,7 @@ using grpc::StatusCode;
 constexpr int kMaxPageSize = 1000;
 constexpr int kMaxImports = 2;    // ImportModel calls at once
 constexpr int kMaxTransfers = 8;  // upload and download streams at once
+constexpr int kMaxCommands = 16;  // RunCommand calls at once (each holds a thread)
 using topiary::v1::ExperimentState_Name;
 
 // Lexically normalized absolute path ("a/./b/../c" -> "a/c"); empty if ".." leaves the root.
@@ -97,7 +99,8 @@ std::vector<std::string> Capabilities() {
   }
   for (const std::string& m : ModelNames()) out.push_back("model:" + m);
   for (const char* c : {"manual_rounds", "fork", "checkpoints:hdf5-sealed", "data_parallel",
-                        "watch:resumable", "list:pages", "import:onnx", "model:graph", "files"}) {
+                        "watch:resumable", "list:pages", "import:onnx", "model:graph", "files",
+                        "command:evaluate", "command:sensitivity", "command:export"}) {
     out.push_back(c);
   }
   return out;
@@ -614,6 +617,130 @@ Status TopiaryService::ListFiles(grpc::ServerContext* ctx, const topiary::v1::Li
   auto files = ListDataFiles(RealOrSelf(registry_->data_dir()), req->path(), req->sha256());
   if (!files.ok()) return ToGrpc(files.status());
   for (auto& f : *files) *out->add_files() = std::move(f);
+  return Status::OK;
+}
+
+// The device a command runs on: evaluate's --device, else the checkpoint's own; export
+// needs none.
+absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> CommandDevice(
+    const std::string& command, const std::string& device_flag, const std::string& checkpoint) {
+  if (command == "export") return std::nullopt;
+  if (device_flag == "cpu") return topiary::v1::DeviceSpec::CPU;
+  if (device_flag == "cuda" || device_flag == "gpu") return topiary::v1::DeviceSpec::CUDA;
+  if (!device_flag.empty()) {
+    return absl::InvalidArgumentError("--device: 'cpu' or 'cuda', not '" + device_flag + "'");
+  }
+  auto state = ReadCheckpointState(checkpoint);
+  if (!state.ok()) return state.status();
+  auto spec = ParseSpec(state->spec_text, checkpoint);
+  if (!spec.ok()) return spec.status();
+  return spec->device().kind() == topiary::v1::DeviceSpec::CPU ? topiary::v1::DeviceSpec::CPU
+                                                               : topiary::v1::DeviceSpec::CUDA;
+}
+
+Status TopiaryService::RunCommand(grpc::ServerContext* ctx,
+                                  const topiary::v1::RunCommandRequest* req,
+                                  grpc::ServerWriter<topiary::v1::CommandOutput>* writer) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  std::string onnx, device_flag;
+  if (auto st = CheckCommandArgs(req->command(), {req->args().begin(), req->args().end()}, &onnx,
+                                 &device_flag);
+      !st.ok()) {
+    return ToGrpc(st);
+  }
+  const std::string root = RealOrSelf(registry_->data_dir());
+  // The checkpoint: the first argument that is no flag or flag value, checked here so that
+  // the error names it (the child's read policy would refuse it too).
+  std::string checkpoint;
+  for (int i = 0; i < req->args_size(); ++i) {
+    const std::string& a = req->args(i);
+    if (absl::StartsWith(a, "--")) {
+      if (a.find('=') == std::string::npos && a != "--json" && a != "--bench") ++i;
+      continue;
+    }
+    checkpoint = a;
+    break;
+  }
+  if (checkpoint.empty()) {
+    return Status(StatusCode::INVALID_ARGUMENT, "args: name a checkpoint in the data directory");
+  }
+  std::string ckpt_abs;
+  if (Status st = ResolvePath("checkpoint", checkpoint, &ckpt_abs); !st.ok()) return st;
+  if (!onnx.empty()) {  // export writes one new file, where an upload could go
+    if (auto st = CheckTransferPath("--onnx", onnx); !st.ok()) return ToGrpc(st);
+    const std::string top = onnx.substr(0, onnx.find('/'));
+    if (top == "experiments" || top == "plan_cache") {
+      return Status(StatusCode::PERMISSION_DENIED,
+                    "--onnx: '" + onnx + "' is in " + top + "/, the daemon's; export elsewhere");
+    }
+    if (PathExists(root + "/" + onnx)) {
+      return Status(StatusCode::ALREADY_EXISTS, "--onnx: '" + onnx + "' exists; not replaced");
+    }
+    std::string abs;
+    if (Status st = ResolvePath("--onnx", onnx, &abs); !st.ok()) return st;
+    if (auto st = MakeDirs(abs.substr(0, abs.rfind('/'))); !st.ok()) return ToGrpc(st);
+  }
+  auto kind = CommandDevice(req->command(), device_flag, ckpt_abs);
+  if (!kind.ok()) return ToGrpc(kind.status());
+  CallSlot slot(&commands_, kMaxCommands);
+  if (!slot.taken()) {
+    return Status(StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat(kMaxCommands, " commands are under way; try again later"));
+  }
+  std::vector<std::string> args(req->args().begin(), req->args().end());
+  auto note = [&](const std::string& text) {
+    topiary::v1::CommandOutput o;
+    o.set_err(text);
+    return writer->Write(o);
+  };
+  // Evaluate and sensitivity wait for a device in the experiments' queue.
+  const std::string holder = absl::StrCat(req->command(), "-", next_command_++);
+  int gpu = -1;
+  bool leased = false;
+  if (kind->has_value()) {
+    auto need = scheduler_->NeedFor(**kind);
+    if (!need.ok()) return ToGrpc(need.status());
+    int last_ahead = -1;
+    auto granted = scheduler_->Lease(
+        holder, *need, [&] { return ctx->IsCancelled(); },
+        [&](int ahead) {
+          if (ahead == last_ahead) return;
+          last_ahead = ahead;
+          note(absl::StrCat("topiaryd: waiting for ", need->cpu ? "a CPU slot" : "a GPU", " (",
+                            ahead, " ahead in the queue)\n"));
+        });
+    if (!granted) return Status(StatusCode::CANCELLED, "the client went away while it waited");
+    leased = true;
+    if (!granted->empty()) gpu = granted->front();
+    // The leased device, whatever the checkpoint names (its GPU is the only one visible).
+    if (device_flag.empty()) {
+      args.push_back(**kind == topiary::v1::DeviceSpec::CPU ? "--device=cpu" : "--device=cuda");
+    }
+  }
+  CommandEnvironment env;
+  env.topiary_binary = options_.topiary_binary;
+  env.data_dir = root;
+  env.read_roots = options_.dataset_roots;
+  env.read_roots.push_back(root);
+  env.max_file_bytes = options_.max_file_bytes;
+  auto code = RunTopiary(
+      env, req->command(), args, gpu,
+      [&](bool is_stderr, const std::string& bytes) {
+        topiary::v1::CommandOutput o;
+        if (is_stderr) {
+          o.set_err(bytes);
+        } else {
+          o.set_out(bytes);
+        }
+        writer->Write(o);
+      },
+      [&] { return ctx->IsCancelled(); });
+  if (leased) scheduler_->EndLease(holder);
+  if (!code.ok()) return ToGrpc(code.status());
+  topiary::v1::CommandOutput last;
+  last.set_exited(true);
+  last.set_exit_code(*code);
+  writer->Write(last);
   return Status::OK;
 }
 

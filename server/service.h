@@ -22,6 +22,9 @@ struct ServiceOptions {
   std::vector<std::string> gpu_names;  // per scheduled GPU, in the scheduler's order
   // Besides the data directory, dataset folders specs may name (Debian's dataset packages).
   std::vector<std::string> dataset_roots = {"/usr/share/datasets"};
+  // The client binary RunCommand runs (server/command_runner.h); "" : none, the call fails.
+  std::string topiary_binary;
+  uint64_t max_file_bytes = uint64_t{2} << 30;  // topiaryd's --max_file_bytes, for children
 };
 
 class TopiaryService final : public topiary::v1::Topiary::Service {
@@ -70,6 +73,8 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                             grpc::ServerWriter<topiary::v1::FileChunk>* writer) override;
   grpc::Status ListFiles(grpc::ServerContext* ctx, const topiary::v1::ListFilesRequest* req,
                          topiary::v1::ListFilesResponse* out) override;
+  grpc::Status RunCommand(grpc::ServerContext* ctx, const topiary::v1::RunCommandRequest* req,
+                          grpc::ServerWriter<topiary::v1::CommandOutput>* writer) override;
 
  private:
   // OK when the call carries the token (or none is needed; or `ctx` is null: a call from
@@ -94,6 +99,8 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   std::atomic<int> watchers_{0};
   std::atomic<int> imports_{0};
   std::atomic<int> transfers_{0};  // upload and download streams open
+  std::atomic<int> commands_{0};   // RunCommand calls under way (waiting or running)
+  std::atomic<int> next_command_{1};
 };
 
 // absl::Status -> grpc::Status with the same code and message.

@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "protos/version.h"
 #include "server/auth_interceptor.h"
+#include "server/command_runner.h"
 #include "server/file_transfer.h"
 #include "server/registry.h"
 #include "server/scheduler.h"
@@ -56,6 +57,9 @@ ABSL_FLAG(std::string, token_file, "",
           "the token in this file");
 ABSL_FLAG(std::string, tls_cert, "", "serve TLS with this certificate chain (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "... and this private key (PEM)");
+ABSL_FLAG(std::string, topiary_binary, "",
+          "the topiary client binary that remote evaluate, sensitivity and export run (default: "
+          "the one beside topiaryd)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually listened on here (for scripts)");
 
 namespace topiary::server {
@@ -95,7 +99,7 @@ constexpr char kUsage[] = R"(topiaryd: the Topiary daemon (gRPC service topiary.
 
 Usage: topiaryd [--listen ADDR] [--data_dir DIR] [--gpus 0,1|none] [--max_running N]
                 [--max_queued N] [--max_restarts N] [--max_file_bytes N] [--token_file FILE]
-                [--tls_cert FILE --tls_key FILE] [--port_file FILE]
+                [--tls_cert FILE --tls_key FILE] [--port_file FILE] [--topiary_binary FILE]
 
 SIGINT/SIGTERM stop the daemon: running experiments checkpoint and resume on the next start.
 After a crash (kill -9) the next start re-queues what was running from its last checkpoint.
@@ -118,7 +122,8 @@ struct Flags {
   std::string listen = absl::GetFlag(FLAGS_listen), data_dir = absl::GetFlag(FLAGS_data_dir),
               gpus = absl::GetFlag(FLAGS_gpus), token_file = absl::GetFlag(FLAGS_token_file),
               tls_cert = absl::GetFlag(FLAGS_tls_cert), tls_key = absl::GetFlag(FLAGS_tls_key),
-              port_file = absl::GetFlag(FLAGS_port_file);
+              port_file = absl::GetFlag(FLAGS_port_file),
+              topiary_binary = absl::GetFlag(FLAGS_topiary_binary);
   int max_running = absl::GetFlag(FLAGS_max_running), max_queued = absl::GetFlag(FLAGS_max_queued),
       max_restarts = absl::GetFlag(FLAGS_max_restarts);
   int64_t max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
@@ -263,6 +268,9 @@ int Main(int argc, char** argv) {
   if (auto st = ReadCredentials(f, &service_options.token, &creds); !st.ok()) {
     return Fail(std::string(st.message()));
   }
+  service_options.topiary_binary =
+      f.topiary_binary.empty() ? FindTopiaryBinary() : Canonical(f.topiary_binary);
+  service_options.max_file_bytes = static_cast<uint64_t>(f.max_file_bytes);
   SchedulerOptions scheduler_options;
   ChooseDevices(f, &scheduler_options, &service_options);
 

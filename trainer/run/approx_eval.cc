@@ -53,7 +53,11 @@ absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
   auto s = std::make_unique<State>();
   TOPIARY_ASSIGN_OR_RETURN(s->checkpoint, OpenForInference(checkpoint));
   if (device_kind) {
+    // Another device than the checkpoint's: the first one of that kind (a GPU ordinal the
+    // checkpoint names may not exist here).
     s->checkpoint.spec.mutable_device()->set_kind(*device_kind);
+    s->checkpoint.spec.mutable_device()->clear_gpus();
+    s->checkpoint.spec.mutable_device()->clear_gpu_count();
     if (*device_kind == topiary::v1::DeviceSpec::CPU &&
         s->checkpoint.spec.train().precision() == topiary::v1::TrainSpec::BF16) {
       s->checkpoint.spec.mutable_train()->set_precision(topiary::v1::TrainSpec::FP32);

@@ -35,7 +35,8 @@ class Daemon:
         if os.path.exists(port_file):
             os.remove(port_file)
         args = [_env_path("TOPIARYD"), "--data_dir", self.data_dir, "--listen", listen,
-                "--port_file", port_file, "--max_running", "2"]
+                "--port_file", port_file, "--max_running", "2",
+                "--topiary_binary", _env_path("TOPIARY")]
         self.token_file = None
         if token:
             self.token_file = os.path.join(root, "token")

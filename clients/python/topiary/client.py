@@ -13,15 +13,16 @@ topiary.errors.TopiaryError subclasses carrying the gRPC code and the field the 
 """
 from __future__ import annotations
 
+import json
 import os
 import time
-from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 import grpc
 from google.protobuf import json_format, text_format
 
 from topiary.errors import (FailedPrecondition, InvalidArgument, TopiaryError, Unavailable,
-                            from_rpc_error)
+                            from_code, from_rpc_error)
 from topiary.v1 import (checkpoint_pb2, events_pb2, experiment_pb2, multiplier_pb2,
                         network_pb2)
 from topiary.v1 import service_pb2 as pb
@@ -291,6 +292,66 @@ class Client:
                 return []
             raise self._error(e) from None
 
+    # Commands the daemon runs on files in its data directory (`topiary ... --remote`).
+    def run(self, command: str, *args: str) -> "CommandResult":
+        """Runs `topiary COMMAND ARGS...` in the daemon (evaluate, sensitivity, export; paths
+        data-directory relative) and returns its exit code and output, as printed locally.
+        Evaluate and sensitivity wait for a device in the experiments' queue."""
+        out, err, code = [], [], None
+        for o in self._stream_out("RunCommand", pb.RunCommandRequest(command=command,
+                                                                     args=list(args))):
+            out.append(o.out)
+            err.append(o.err)
+            if o.exited:
+                code = o.exit_code
+        return CommandResult(code if code is not None else 1, b"".join(out).decode(),
+                             b"".join(err).decode())
+
+    def _json_command(self, command: str, args: List[str]) -> List[dict]:
+        r = self.run(command, *args, "--json")
+        rows = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+        if r.exit_code != 0:
+            message = next((row["error"] for row in rows if "error" in row), r.stderr.strip())
+            code = _CODE_OF_EXIT.get(r.exit_code, grpc.StatusCode.UNKNOWN)
+            raise from_code(code, f"{command}: {message}")
+        return rows
+
+    def evaluate(self, checkpoint: str, *, multipliers: Optional[Sequence[str]] = None,
+                 weight_code: Union[None, str, Sequence[str]] = None,
+                 set: Optional[Sequence[str]] = None, device: Optional[str] = None) -> List[dict]:
+        """`topiary evaluate --remote`: the checkpoint's test metrics (one dict), or with
+        `multipliers` one row per multiplier and weight code: {"multiplier", "weight_code",
+        "top1", "top5", "loss", "power_mw", ...}."""
+        args = [checkpoint]
+        if multipliers:
+            args.append("--multipliers=" + ",".join(multipliers))
+        if weight_code:
+            codes = [weight_code] if isinstance(weight_code, str) else list(weight_code)
+            args.append("--weight_code=" + ",".join(codes))
+        for s in set or []:
+            args.append("--set=" + s)
+        if device:
+            args.append("--device=" + device)
+        return self._json_command("evaluate", args)
+
+    def sensitivity(self, checkpoint: str, multipliers: Sequence[str], *,
+                    budget: Optional[float] = None) -> dict:
+        """`topiary sensitivity --remote`: per-layer top-1 under each multiplier and the greedy
+        least-power assignment within `budget` points (the JSON object of --json)."""
+        args = [checkpoint, *multipliers] + ([f"--budget={budget}"] if budget is not None else [])
+        return self._json_command("sensitivity", args)[-1]
+
+    def export_onnx(self, checkpoint: str, onnx_path: str, *, batch: Union[None, int, str] = None,
+                    batch_norm: Optional[str] = None) -> dict:
+        """`topiary export --remote`: the checkpoint as ONNX at `onnx_path` (a new file in the
+        data directory; download() fetches it). Returns the export summary."""
+        args = [checkpoint, "--onnx=" + onnx_path]
+        if batch is not None:
+            args.append(f"--batch={batch}")
+        if batch_norm:
+            args.append("--batch_norm=" + batch_norm)
+        return self._json_command("export", args)[-1]
+
     def _stream_call(self, method: str, requests):
         """A client-streaming call (no deadline: uploads take as long as they take)."""
         try:
@@ -304,6 +365,19 @@ class Client:
             yield from getattr(self._stub, method)(request, metadata=self._metadata)
         except grpc.RpcError as e:
             raise self._error(e) from None
+
+
+class CommandResult(NamedTuple):
+    """What a command run in the daemon printed, and its exit code (the README's codes)."""
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+# topiary's exit codes back to the gRPC codes they stand for.
+_CODE_OF_EXIT = {3: grpc.StatusCode.INVALID_ARGUMENT, 4: grpc.StatusCode.NOT_FOUND,
+                 5: grpc.StatusCode.FAILED_PRECONDITION, 6: grpc.StatusCode.UNAVAILABLE,
+                 7: grpc.StatusCode.PERMISSION_DENIED, 8: grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 def _text_value(path: str, v: object) -> str:

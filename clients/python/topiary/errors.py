@@ -75,8 +75,13 @@ _BY_CODE = {
 }
 
 
+def from_code(code: grpc.StatusCode, message: str) -> TopiaryError:
+    """The TopiaryError subclass for `code`, with `message`."""
+    return _BY_CODE.get(code, TopiaryError)(code, message)
+
+
 def from_rpc_error(error: grpc.RpcError) -> TopiaryError:
     """The TopiaryError subclass for a failed gRPC call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else None) or str(error)
-    return _BY_CODE.get(code, TopiaryError)(code, details)
+    return from_code(code, details)
