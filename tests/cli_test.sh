@@ -323,7 +323,7 @@ check "COMMAND --help shows that command's usage and flags, and only those" \
            h=$("$0" resume --help) && [[ "$h" == *"pause ID | resume ID | cancel ID"* && "$h" == *"--server"* ]]' "$TOPIARY"
 "$TOPIARY" export x.h5 --target 0.3 > /dev/null 2> "$tmp/strict.err"; rc=$?
 check "a flag the command does not take is refused (exit 2), naming it and what the command takes" \
-  bash -c '[[ $1 -eq 2 ]] && grep -q "export does not take --target (it takes --onnx, --batch, --batch_norm, --json" "$0"' "$tmp/strict.err" "$rc"
+  bash -c '[[ $1 -eq 2 ]] && grep -q "export does not take --target (it takes --onnx, --batch, --batch_norm, --remote, --json" "$0"' "$tmp/strict.err" "$rc"
 "$TOPIARY" frobnicate --help > /dev/null 2> "$tmp/unknown.err"; rc=$?
 check "an unknown command's --help is refused (exit 2)" \
   bash -c '[[ $1 -eq 2 ]] && grep -q "unknown command .frobnicate." "$0"' "$tmp/unknown.err" "$rc"
