@@ -296,6 +296,16 @@ absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> DeviceFlag(const Ar
   return absl::InvalidArgumentError("--device: 'cpu' or 'cuda', not '" + a.device + "'");
 }
 
+// What evaluate's and sensitivity's --device, --data and --test_limit change.
+EvaluatorOptions EvaluatorFlags(const Args& a,
+                                std::optional<topiary::v1::DeviceSpec::Kind> device) {
+  EvaluatorOptions options;
+  options.device = device;
+  options.data = a.data;
+  options.test_limit = a.test_limit.value_or(0);
+  return options;
+}
+
 // evaluate --multipliers: every convolution under each multiplier in turn, and under each
 // weight code of --weight_code's comma-separated list: one row each, printed as it is measured.
 int MultiplierTable(const Args& a, CheckpointEvaluator& ev) {
@@ -355,7 +365,7 @@ int EvaluateCommand(const Args& a) {
   if (!a.baseline.empty() && !a.bench) {
     return Fail(a, absl::InvalidArgumentError("--baseline is for evaluate --bench"));
   }
-  auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
+  auto ev = CheckpointEvaluator::Open(a.positional[0], EvaluatorFlags(a, *device));
   if (!ev.ok()) return Fail(a, ev.status());
   if (a.bench) return BenchCommand(a, **ev);
   if (!a.multipliers.empty()) return MultiplierTable(a, **ev);
@@ -411,7 +421,7 @@ int SensitivityCommand(const Args& a) {
   }
   auto device = DeviceFlag(a);
   if (!device.ok()) return Fail(a, device.status());
-  auto ev = CheckpointEvaluator::Open(a.positional[0], *device);
+  auto ev = CheckpointEvaluator::Open(a.positional[0], EvaluatorFlags(a, *device));
   if (!ev.ok()) return Fail(a, ev.status());
   topiary::v1::ApproximationSpec base = (*ev)->spec().approximation();
   if (auto st = ApplyWeightFlags(a.weight_code, a.weight_scales, &base); !st.ok())

@@ -55,6 +55,12 @@ ABSL_FLAG(std::string, baseline, "",
 ABSL_FLAG(std::string, device, "",
           "evaluate, sensitivity: 'cpu' or 'cuda' instead of the checkpoint's device (BF16 runs "
           "in FP32 on the CPU)");
+ABSL_FLAG(std::string, data, "",
+          "evaluate, sensitivity: evaluate on this data set instead of the checkpoint's; import: "
+          "record it with the network. fashion_mnist, mnist:PATH, cifar10:PATH, cifar100:PATH, "
+          "digits:FILE or folder:PATH (an image folder)");
+ABSL_FLAG(std::optional<int64_t>, test_limit, std::nullopt,
+          "evaluate, sensitivity: only the first N test images");
 ABSL_FLAG(std::string, onnx, "", "export: write the ONNX model to this file");
 ABSL_FLAG(std::string, batch_norm, "fold",
           "export: 'fold' batch norm into the convolutions or 'keep' BatchNormalization nodes");
@@ -141,6 +147,8 @@ void CopyFlags(Args* a) {
   a->bench = absl::GetFlag(FLAGS_bench);
   a->batch = absl::GetFlag(FLAGS_batch);
   a->onnx = absl::GetFlag(FLAGS_onnx);
+  a->data = absl::GetFlag(FLAGS_data);
+  a->test_limit = absl::GetFlag(FLAGS_test_limit);
   a->baseline = absl::GetFlag(FLAGS_baseline);
   a->multipliers = absl::GetFlag(FLAGS_multipliers);
   a->device = absl::GetFlag(FLAGS_device);
@@ -236,10 +244,11 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"multipliers", {"png"}},
         {"evaluate",
          {"set", "multipliers", "weight_code", "weight_scales", "bench", "batch", "baseline",
-          "device", "remote"}},
-        {"sensitivity", {"budget", "weight_code", "weight_scales", "device", "remote"}},
+          "device", "data", "test_limit", "remote"}},
+        {"sensitivity",
+         {"budget", "weight_code", "weight_scales", "device", "data", "test_limit", "remote"}},
         {"export", {"onnx", "batch", "batch_norm", "remote"}},
-        {"import", {"out", "input", "mean", "std", "max_value", "arch", "remote"}},
+        {"import", {"out", "input", "mean", "std", "max_value", "arch", "data", "remote"}},
         {"seal", {}},
         {"submit", {"watch"}},
         {"list", {"state"}},

@@ -302,6 +302,7 @@ int ImportRemote(const Args& a, Connection& c) {
   req.set_onnx_path(a.positional[0]);
   req.set_out_path(a.out);
   req.set_arch(a.arch);
+  req.set_data(a.data);
   if (a.max_value) req.set_max_value(static_cast<float>(*a.max_value));
   const auto mean = ParseFloats(a.mean, "mean");
   const auto std = ParseFloats(a.std, "std");

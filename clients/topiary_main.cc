@@ -71,9 +71,11 @@ Local commands (no daemon needed):
       multiplier): a 256x256 picture of its error surface, row = activation code, column =
       weight code, red where the table is too large, blue too small, white exact.
   topiary evaluate CKPT [--set PATTERN=MULTIPLIER]... [--weight_code CODE]
-                   [--weight_scales SCALES] [--json]
+                   [--weight_scales SCALES] [--data DATA] [--test_limit N] [--json]
       Evaluate a checkpoint on its test set (model, data and device from its spec), without
-      training. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
+      training. --data another data set (fashion_mnist, mnist:PATH, cifar10:PATH,
+      cifar100:PATH, digits:FILE, folder:PATH): what an imported network that recorded none
+      needs; --test_limit N: the first N test images. Each --set makes the conv layers matching PATTERN approximate with MULTIPLIER
       (a family or a .bin file; 'none' keeps them exact); a later --set wins. Without --set,
       the checkpoint's own approximation. --weight_code sign_magnitude: weights as a sign and
       a 7-bit magnitude (a zero weight contributes exactly 0), asymmetric: TFApprox's codes.
@@ -104,13 +106,14 @@ Local commands (no daemon needed):
       Approximate convolutions are exported exact (ONNX has no multiplier tables); the
       summary names them. See docs/onnx-export.md.
   topiary import MODEL.onnx --out CKPT.h5 [--input HxWxC] [--mean M,...] [--std S,...]
-                 [--max_value V] [--arch NAME] [--json]
+                 [--max_value V] [--arch NAME] [--data DATA] [--json]
       Turn an ONNX model (exported from PyTorch, say) into a checkpoint whose network any
       experiment can start from: a spec without model.arch and init_from_checkpoint: CKPT.
       Reads Conv (grouped, depthwise), BatchNormalization, Relu, Clip (ReLU6), Add, MaxPool,
       AveragePool, GlobalAveragePool, Flatten/Reshape, Gemm, MatMul(+Add), Concat;
       anything else is refused naming the node. --mean/--std: the normalization the model
-      was trained with, on pixels / max_value (recorded; runs from CKPT use it). With
+      was trained with, on pixels / max_value (recorded; runs from CKPT use it). --data: the
+      data set to record (as evaluate's), so that `topiary evaluate CKPT` needs no spec. With
       --remote, MODEL.onnx and CKPT.h5 are paths in the daemon's data directory and the daemon
       imports (CKPT.h5 must not exist yet). --json: the ImportSummary. See docs/import.md.
   topiary seal FILE.h5... [--json]
@@ -368,6 +371,7 @@ int Import(const Args& a) {
   options.std = *std;
   if (a.max_value) options.max_value = static_cast<float>(*a.max_value);
   options.arch = a.arch;
+  options.data = a.data;
   const auto s = ImportOnnxFile(a.positional[0], a.out, options);
   if (!s.ok()) return Fail(a, s.status());
   PrintImportSummary(*s, a.json);

@@ -132,6 +132,25 @@ Status TopiaryService::ResolvePath(const std::string& field, const std::string& 
   return Status::OK;
 }
 
+Status TopiaryService::ResolveDataPath(const std::string& path, std::string* absolute) const {
+  const std::string root = RealOrSelf(registry_->data_dir());
+  const std::string joined = Normalize(path.rfind('/', 0) == 0 ? path : root + "/" + path);
+  const std::string real = joined.empty() ? "" : Canonical(joined);
+  bool allowed = !real.empty() && IsInsideFolder(real, root);
+  for (const std::string& folder : options_.dataset_roots) {
+    allowed = allowed || (!real.empty() && IsInsideFolder(real, RealOrSelf(folder)));
+  }
+  if (!allowed) {
+    return Status(
+        StatusCode::PERMISSION_DENIED,
+        absl::StrCat("data.path: '", path, "' is outside the data directory (", root,
+                     ") and the dataset folders (", absl::StrJoin(options_.dataset_roots, ", "),
+                     "); a relative path is taken inside the data directory"));
+  }
+  *absolute = joined;
+  return Status::OK;
+}
+
 std::string TopiaryService::MultiplierFolder() const {
   return registry_->data_dir() + "/multipliers";
 }
@@ -178,16 +197,9 @@ Status TopiaryService::CheckSpec(topiary::v1::ExperimentSpec* spec) const {
     spec->set_init_from_checkpoint(abs);
   }
   if (!spec->data().path().empty()) {
-    const std::string p = Normalize(RealOrSelf(spec->data().path()));
-    bool allowed = IsInsideFolder(p, RealOrSelf(registry_->data_dir()));
-    for (const std::string& root : options_.dataset_roots)
-      allowed = allowed || IsInsideFolder(p, root);
-    if (!allowed) {
-      return Status(StatusCode::PERMISSION_DENIED,
-                    absl::StrCat("data.path: '", spec->data().path(),
-                                 "' is outside the data directory and the dataset folders (",
-                                 absl::StrJoin(options_.dataset_roots, ", "), ")"));
-    }
+    std::string abs;
+    if (Status st = ResolveDataPath(spec->data().path(), &abs); !st.ok()) return st;
+    spec->mutable_data()->set_path(abs);
   }
   // The dataset's files are there now, not only when the run starts.
   if (auto st = CheckDatasetFiles(spec->data()); !st.ok()) {
@@ -472,6 +484,18 @@ Status TopiaryService::ImportModel(grpc::ServerContext* ctx,
   options.width = req->width();
   options.channels = req->channels();
   options.create_only = true;  // a file made there meanwhile is never replaced
+  if (!req->data().empty()) {
+    // A recorded path is resolved now, inside the data directory or the dataset folders, as
+    // a spec's data.path would be (the checkpoint then works from any working folder).
+    const size_t colon = req->data().find(':');
+    std::string data = req->data();
+    if (colon != std::string::npos) {
+      std::string abs;
+      if (Status st = ResolveDataPath(data.substr(colon + 1), &abs); !st.ok()) return st;
+      data = data.substr(0, colon + 1) + abs;
+    }
+    options.data = data;
+  }
   auto summary = ImportOnnxFile(onnx, dest, options);
   if (!summary.ok()) return ToGrpc(summary.status());
   *out = *summary;

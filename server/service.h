@@ -83,6 +83,10 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   // Resolves a data-directory-relative path; PERMISSION_DENIED outside it (or a missing file).
   grpc::Status ResolvePath(const std::string& field, const std::string& path,
                            std::string* absolute) const;
+  // A data set's path: a relative one inside the data directory (as every path a client
+  // names), an absolute one inside it or a dataset folder, once links are followed;
+  // PERMISSION_DENIED naming the folders and the rule otherwise.
+  grpc::Status ResolveDataPath(const std::string& path, std::string* absolute) const;
   grpc::Status CheckSpec(topiary::v1::ExperimentSpec* spec) const;
   // The data directory's multipliers/ folder.
   std::string MultiplierFolder() const;

@@ -14,6 +14,7 @@
 #include "onnx/onnx.pb.h"
 #include "trainer/nn/graph.h"
 #include "trainer/nn/layers.h"
+#include "trainer/spec/spec.h"
 #include "trainer/store/checkpoint.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
@@ -825,6 +826,13 @@ absl::StatusOr<topiary::v1::ImportSummary> ImportOnnxFile(const std::string& onn
   CheckpointState state;
   state.input = imported.input;
   state.parent = onnx_path;
+  if (!options.data.empty()) {
+    topiary::v1::ExperimentSpec spec;  // no model: the checkpoint's graph is the network
+    TOPIARY_ASSIGN_OR_RETURN(
+        *spec.mutable_data(),
+        ParseDataFlag(options.data, imported.input.height(), imported.input.channels()));
+    state.spec_text = SpecToText(spec);
+  }
   TOPIARY_RETURN_IF_ERROR(
       SaveCheckpoint(out_path, *imported.model, state,
                      options.create_only ? WriteMode::kCreate : WriteMode::kReplace));

@@ -37,6 +37,9 @@ struct OnnxImportOptions {
   // The checkpoint is only created, never replaces a file (ALREADY_EXISTS): the daemon's
   // imports, whose path others may write meanwhile.
   bool create_only = false;
+  // The data set the network is evaluated on (topiary::ParseDataFlag's forms), recorded in the
+  // checkpoint's spec so that `topiary evaluate CKPT` needs no --data; "": none recorded.
+  std::string data;
 };
 
 // The model an ONNX file describes, parameters loaded, on `device`; `input` receives the

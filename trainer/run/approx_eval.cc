@@ -49,21 +49,47 @@ const std::vector<ConvLayerInfo>& CheckpointEvaluator::conv_layers() const { ret
 std::string CheckpointEvaluator::device_name() const { return state_->device->name(); }
 
 absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Open(
-    const std::string& checkpoint, std::optional<topiary::v1::DeviceSpec::Kind> device_kind) {
+    const std::string& checkpoint, const EvaluatorOptions& options) {
+  if (options.test_limit < 0) return absl::InvalidArgumentError("--test_limit: must be > 0");
   auto s = std::make_unique<State>();
   TOPIARY_ASSIGN_OR_RETURN(s->checkpoint, OpenForInference(checkpoint));
-  if (device_kind) {
+  topiary::v1::ExperimentSpec& spec = s->checkpoint.spec;
+  const std::optional<topiary::v1::InputFormat>& input = s->checkpoint.file.state.input;
+  // An imported network: its graph and input format are in the file, its data set in the
+  // spec import recorded (if any).
+  const bool imported = spec.model().arch().empty();
+  if (!options.data.empty()) {
+    TOPIARY_ASSIGN_OR_RETURN(
+        *spec.mutable_data(),
+        ParseDataFlag(options.data, input ? input->height() : 32, input ? input->channels() : 3));
+    spec = WithDefaults(spec);  // the new block's batch sizes and the like
+  } else if (imported && s->checkpoint.file.state.spec_text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint,
+                     ": an imported network that records no data set; name one with --data "
+                     "(e.g. --data folder:PATH, --data fashion_mnist), or give it at import"));
+  }
+  if (imported && input) {
+    // The network normalizes as recorded: the training images are not needed.
+    spec.mutable_data()->set_train_limit(1);
+  }
+  if (options.test_limit > 0) spec.mutable_data()->set_test_limit(options.test_limit);
+  if (options.device) {
     // Another device than the checkpoint's: the first one of that kind (a GPU ordinal the
     // checkpoint names may not exist here).
-    s->checkpoint.spec.mutable_device()->set_kind(*device_kind);
-    s->checkpoint.spec.mutable_device()->clear_gpus();
-    s->checkpoint.spec.mutable_device()->clear_gpu_count();
-    if (*device_kind == topiary::v1::DeviceSpec::CPU &&
-        s->checkpoint.spec.train().precision() == topiary::v1::TrainSpec::BF16) {
-      s->checkpoint.spec.mutable_train()->set_precision(topiary::v1::TrainSpec::FP32);
+    spec.mutable_device()->set_kind(*options.device);
+    spec.mutable_device()->clear_gpus();
+    spec.mutable_device()->clear_gpu_count();
+    if (*options.device == topiary::v1::DeviceSpec::CPU &&
+        spec.train().precision() == topiary::v1::TrainSpec::BF16) {
+      spec.mutable_train()->set_precision(topiary::v1::TrainSpec::FP32);
     }
   }
-  if (auto st = ValidateSpec(s->spec); !st.ok()) {
+  // An imported network's spec names no model: it is the file's own (as for a run that
+  // starts from it).
+  topiary::v1::ExperimentSpec checked = spec;
+  if (imported) checked.set_init_from_checkpoint(checkpoint);
+  if (auto st = ValidateSpec(checked); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint, ": its spec: ", st.message()));
   }
   const CheckpointState& cs = s->checkpoint.file.state;

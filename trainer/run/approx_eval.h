@@ -27,15 +27,34 @@ struct ConvLayerInfo {
   int64_t macs = 0;
 };
 
+// What Open may change about the checkpoint's own evaluation.
+struct EvaluatorOptions {
+  // Another device kind than the checkpoint's: the first device of that kind (a BF16 spec
+  // evaluates in FP32 on the CPU).
+  std::optional<topiary::v1::DeviceSpec::Kind> device;
+  // Another data set (`--data`, topiary::ParseDataFlag's forms; an image folder is read at
+  // the network's input size): what evaluates an imported network that records none.
+  std::string data;
+  int64_t test_limit = 0;  // only the first N test images (0: as the checkpoint's spec says)
+};
+
 class CheckpointEvaluator {
  public:
   // The checkpoint's own spec says which model, dataset and device; its approximation block
   // (if the model was trained approximate) is what Evaluate(nullopt) uses. `device`, when
   // given, replaces the spec's device kind (a GPU-trained checkpoint measured on the CPU: a
   // BF16 spec then evaluates in FP32, the CPU's precision).
+  // An imported network (no model.arch: its graph is in the file) evaluates on the data set
+  // recorded at import or given by options.data; without either, the error says so.
+  static absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> Open(const std::string& checkpoint,
+                                                                   const EvaluatorOptions& options);
   static absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> Open(
       const std::string& checkpoint,
-      std::optional<topiary::v1::DeviceSpec::Kind> device = std::nullopt);
+      std::optional<topiary::v1::DeviceSpec::Kind> device = std::nullopt) {
+    EvaluatorOptions options;
+    options.device = device;
+    return Open(checkpoint, options);
+  }
   ~CheckpointEvaluator();
 
   const topiary::v1::ExperimentSpec& spec() const;

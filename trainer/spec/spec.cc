@@ -309,6 +309,41 @@ absl::StatusOr<ExperimentSpec> ParseSpec(const std::string& text, const std::str
   return spec;
 }
 
+absl::StatusOr<topiary::v1::DataSpec> ParseDataFlag(const std::string& text, int image_size,
+                                                    int channels) {
+  using topiary::v1::DataSpec;
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const std::string path = colon == std::string::npos ? "" : text.substr(colon + 1);
+  static const std::pair<const char*, DataSpec::Dataset> kKinds[] = {
+      {"fashion_mnist", DataSpec::FASHION_MNIST},
+      {"mnist", DataSpec::MNIST},
+      {"cifar10", DataSpec::CIFAR10},
+      {"cifar100", DataSpec::CIFAR100},
+      {"digits", DataSpec::DIGITS},
+      {"folder", DataSpec::IMAGE_FOLDER}};
+  DataSpec data;
+  bool known = false;
+  for (const auto& [name, dataset] : kKinds) {
+    if (kind == name) {
+      data.set_dataset(dataset);
+      known = true;
+    }
+  }
+  if (!known || (path.empty() && data.dataset() != DataSpec::FASHION_MNIST)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data: '", text,
+                     "' is not one of fashion_mnist[:PATH], mnist:PATH, cifar10:PATH, "
+                     "cifar100:PATH, digits:FILE, folder:PATH (an image folder)"));
+  }
+  data.set_path(path.empty() ? kFashionMnistDir : path);
+  if (data.dataset() == DataSpec::IMAGE_FOLDER) {
+    data.mutable_image_folder()->set_image_size(image_size);
+    data.mutable_image_folder()->set_channels(channels);
+  }
+  return data;
+}
+
 absl::Status ApplySpecChange(const std::string& change, ExperimentSpec* spec) {
   const size_t eq = change.find('=');
   if (eq == std::string::npos || eq == 0) {

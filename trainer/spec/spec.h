@@ -41,6 +41,13 @@ absl::StatusOr<topiary::v1::ExperimentSpec> LoadValidSpec(const std::string& pat
 // The spec with every unset field given its documented default (experiment.proto).
 topiary::v1::ExperimentSpec WithDefaults(topiary::v1::ExperimentSpec spec);
 
+// The data set a command-line `--data` names, for networks whose checkpoint records none
+// (evaluate of an imported model): "fashion_mnist" (Debian's copy), "mnist:PATH",
+// "cifar10:PATH", "cifar100:PATH", "digits:FILE", "folder:PATH" (an image folder, read at
+// `image` height and channels: the network's input). Errors name --data and the forms.
+absl::StatusOr<topiary::v1::DataSpec> ParseDataFlag(const std::string& text, int image_size,
+                                                    int channels);
+
 // Text format of a spec, for reports and provenance.
 std::string SpecToText(const topiary::v1::ExperimentSpec& spec);
 

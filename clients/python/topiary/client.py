@@ -252,12 +252,15 @@ class Client:
     def import_model(self, onnx_path: str, out_path: str, *,
                      mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
                      max_value: float = 0.0, arch: str = "", height: int = 0, width: int = 0,
-                     channels: int = 0) -> network_pb2.ImportSummary:
+                     channels: int = 0, data: str = "") -> network_pb2.ImportSummary:
         """The daemon imports an ONNX model in its data directory into a new checkpoint there
-        (`topiary import --remote`); a spec without model.arch can then start from it."""
+        (`topiary import --remote`); a spec without model.arch can then start from it.
+        `data` ("folder:sets/jpegs", "fashion_mnist", ...) is recorded with it, so that
+        evaluate() needs no data set."""
         return self._call("ImportModel", pb.ImportModelRequest(
             onnx_path=onnx_path, out_path=out_path, mean=list(mean or []), std=list(std or []),
-            max_value=max_value, arch=arch, height=height, width=width, channels=channels))
+            max_value=max_value, arch=arch, height=height, width=width, channels=channels,
+            data=data))
 
     def multipliers(self) -> multiplier_pb2.ListMultipliersResponse:
         """The daemon's multiplier tables (with their error metrics) and generated families."""
