@@ -37,7 +37,10 @@ ABSL_FLAG(std::optional<int>, epochs, std::nullopt, "round: fine-tuning epochs f
 // Registered for the help text and the lookup; its values are collected by ParseArgs (Args::sets).
 ABSL_FLAG(std::vector<std::string>, set, {},
           "fork: override a spec field, field=value; evaluate: PATTERN=MULTIPLIER (repeatable)");
-ABSL_FLAG(std::string, png, "", "multipliers: write the one multiplier's error surface here (PNG)");
+ABSL_FLAG(std::string, png, "",
+          "multipliers: write the one multiplier's error surface here (PNG); compare: the "
+          "accuracy curves");
+ABSL_FLAG(std::string, axis, "", "compare --png: the x axis, 'sparsity' (default) or 'macs'");
 ABSL_FLAG(std::optional<double>, budget, std::nullopt,
           "sensitivity: test top-1 points the greedy assignment may lose (default 1)");
 ABSL_FLAG(bool, bench, false,
@@ -141,6 +144,7 @@ void CopyFlags(Args* a) {
   a->step = absl::GetFlag(FLAGS_step);
   a->budget = absl::GetFlag(FLAGS_budget);
   a->png = absl::GetFlag(FLAGS_png);
+  a->axis = absl::GetFlag(FLAGS_axis);
   a->epochs = absl::GetFlag(FLAGS_epochs);
   a->json = absl::GetFlag(FLAGS_json);
   a->sha256 = absl::GetFlag(FLAGS_sha256);
@@ -263,6 +267,7 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"upload", {}},
         {"download", {}},
         {"files", {"sha256"}},
+        {"compare", {"png", "axis"}},
     };
     const std::set<std::string> local = {"run",         "validate", "evaluate",
                                          "sensitivity", "export",   "seal"};

@@ -46,6 +46,7 @@ struct Args {
   std::string baseline;                  // evaluate --bench: a second checkpoint to compare with
   std::vector<std::string> multipliers;  // evaluate: one row per multiplier
   std::string device;                    // evaluate: cpu | cuda (empty: the checkpoint's)
+  std::string axis;                      // compare --png: sparsity | macs
   std::string data;                      // evaluate, sensitivity, import: a data set
   std::optional<int64_t> test_limit;     // evaluate, sensitivity
   std::string batch_norm;                // export: fold | keep

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "clients/compare.h"
 #include "clients/connection.h"
 #include "clients/file_commands.h"
 #include "clients/progress.h"
@@ -171,12 +172,15 @@ int List(const Args& a, Connection& c) {
     return kExitOk;
   }
   MakePrintable(&resp);
-  absl::PrintF("%-9s %-28s %-17s %5s %5s %9s %8s  %s\n", "id", "name", "state", "round", "epoch",
-               "top-1", "sparsity", "updated");
+  absl::PrintF("%-9s %-24s %-17s %5s %5s %9s %8s  %-12s %-8s %-12s %-18s %s\n", "id", "name",
+               "state", "round", "epoch", "top-1", "sparsity", "method", "target", "multiplier",
+               "parent", "updated");
   for (const auto& e : resp.experiments()) {
-    absl::PrintF("%-9s %-28s %-17s %5d %5d %9s %7.1f%%  %s\n", e.id(), OneLine(e.name()),
-                 topiary::v1::ExperimentState_Name(e.state()), e.round(), e.epoch(),
-                 Top1(e.test_top1()), 100 * e.sparsity(), e.updated_at());
+    absl::PrintF("%-9s %-24s %-17s %5d %5d %9s %7.1f%%  %-12s %-8s %-12s %-18s %s\n", e.id(),
+                 OneLine(e.name()), topiary::v1::ExperimentState_Name(e.state()), e.round(),
+                 e.epoch(), Top1(e.test_top1()), 100 * e.sparsity(), MethodText(e.spec()),
+                 TargetText(e.spec()), MultiplierText(e.spec()), ParentText(e.parent()),
+                 e.updated_at());
   }
   return kExitOk;
 }
@@ -344,6 +348,7 @@ const std::map<std::string, Command>& Commands() {
       {"upload", UploadCommand},
       {"download", DownloadCommand},
       {"files", FilesCommand},
+      {"compare", CompareCommand},
   };
   return *commands;
 }

@@ -144,6 +144,12 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
                                          new experiment from a checkpoint, e.g.
                                          --set pruning.target=0.75
   topiary checkpoints ID                 its checkpoints (paths relative to the data directory)
+  topiary compare ID ID... [--png FILE [--axis sparsity|macs]]
+                                         experiments side by side: method, target,
+                                         multiplier (power), parent, final and per-round
+                                         top-1, sparsity, mult-adds, step time, energy, and
+                                         what differs in their specs; --png: top-1 against
+                                         sparsity (or mult-adds) per round, one curve each
   topiary inspect --remote CKPT [--layer PATTERN]
                                          a checkpoint report through the daemon
   topiary import --remote MODEL.onnx --out CKPT.h5 [...]
