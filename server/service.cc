@@ -647,7 +647,8 @@ Status TopiaryService::ListFiles(grpc::ServerContext* ctx, const topiary::v1::Li
 // The device a command runs on: evaluate's --device, else the checkpoint's own; export
 // needs none.
 absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> CommandDevice(
-    const std::string& command, const std::string& device_flag, const std::string& checkpoint) {
+    const std::string& command, const std::string& device_flag, const std::string& checkpoint,
+    bool has_gpus) {
   if (command == "export") return std::nullopt;
   if (device_flag == "cpu") return topiary::v1::DeviceSpec::CPU;
   if (device_flag == "cuda" || device_flag == "gpu") return topiary::v1::DeviceSpec::CUDA;
@@ -658,8 +659,11 @@ absl::StatusOr<std::optional<topiary::v1::DeviceSpec::Kind>> CommandDevice(
   if (!state.ok()) return state.status();
   auto spec = ParseSpec(state->spec_text, checkpoint);
   if (!spec.ok()) return spec.status();
-  return spec->device().kind() == topiary::v1::DeviceSpec::CPU ? topiary::v1::DeviceSpec::CPU
-                                                               : topiary::v1::DeviceSpec::CUDA;
+  // AUTO: a GPU where the daemon schedules one, else the CPU (as a local run decides).
+  if (spec->device().kind() == topiary::v1::DeviceSpec::AUTO) {
+    return has_gpus ? topiary::v1::DeviceSpec::CUDA : topiary::v1::DeviceSpec::CPU;
+  }
+  return spec->device().kind();
 }
 
 Status TopiaryService::RunCommand(grpc::ServerContext* ctx,
@@ -704,7 +708,8 @@ Status TopiaryService::RunCommand(grpc::ServerContext* ctx,
     if (Status st = ResolvePath("--onnx", onnx, &abs); !st.ok()) return st;
     if (auto st = MakeDirs(abs.substr(0, abs.rfind('/'))); !st.ok()) return ToGrpc(st);
   }
-  auto kind = CommandDevice(req->command(), device_flag, ckpt_abs);
+  auto kind =
+      CommandDevice(req->command(), device_flag, ckpt_abs, !scheduler_->Occupancy().empty());
   if (!kind.ok()) return ToGrpc(kind.status());
   CallSlot slot(&commands_, kMaxCommands);
   if (!slot.taken()) {

@@ -29,9 +29,16 @@ __all__ = [
     "Checkpoint", "CheckpointError", "Client", "FailedPrecondition", "InputFormat",
     "InvalidArgument", "LayerParams", "NotFound", "PermissionDenied", "ResourceExhausted",
     "TERMINAL", "TopiaryError", "from_torch", "import_onnx", "Unauthenticated", "Unavailable", "load_checkpoint",
-    "parse_spec", "to_torch_model", "to_torch_state_dict", "ExperimentState", "state_name",
+    "parse_spec", "to_torch", "to_torch_model", "to_torch_state_dict", "ExperimentState", "state_name",
     "QUEUED", "RUNNING", "PAUSED", "WAITING_FOR_ROUND", "SUCCEEDED", "FAILED", "CANCELLED",
 ]
+
+
+def to_torch(ckpt, module, name_map=None, masks="zero"):
+    """See topiary.torch_models.to_torch (imports torch): a checkpoint's weights into your own
+    nn.Module."""
+    from topiary.torch_models import to_torch as f
+    return f(ckpt, module, name_map, masks)
 
 
 def to_torch_state_dict(ckpt, arch=None):

@@ -295,6 +295,38 @@ class Client:
                 return []
             raise self._error(e) from None
 
+    def compare(self, experiment_ids: Sequence[str]) -> dict:
+        """`topiary compare` for scripts: {"experiments": [{"id", "name", "state", "spec",
+        "test_top1", "sparsity", "dense_top1", "rounds": [{"round", "sparsity", "test_top1",
+        "multiply_adds", "step_seconds"}]}], "spec_differences": {field: [value per id]}}."""
+        out, flat = [], []
+        for experiment_id in experiment_ids:
+            e = self.get(experiment_id)
+            summary, rounds = None, []
+            if e.last_seq:
+                for event in self.watch(experiment_id):
+                    kind = event.WhichOneof("kind")
+                    if kind == "round":
+                        rounds.append(event.round)
+                    elif kind == "summary":
+                        summary = event.summary
+                    if event.seq >= e.last_seq:
+                        break
+            if summary is not None and summary.rounds:
+                rounds = list(summary.rounds)
+            out.append({
+                "id": e.id, "name": e.name, "state": events_pb2.ExperimentState.Name(e.state),
+                "spec": json_format.MessageToDict(e.spec), "test_top1": e.test_top1,
+                "sparsity": e.sparsity, "dense_top1": summary.dense_top1 if summary else 0.0,
+                "rounds": [{"round": r.round, "sparsity": r.sparsity, "test_top1": r.test_top1,
+                            "multiply_adds": r.multiply_adds, "step_seconds": r.step_seconds}
+                           for r in rounds]})
+            flat.append(_flatten(out[-1]["spec"]))
+        keys = sorted(set().union(*flat)) if flat else []
+        diffs = {k: [f.get(k) for f in flat] for k in keys
+                 if k != "name" and len({json.dumps(f.get(k)) for f in flat}) > 1}
+        return {"experiments": out, "spec_differences": diffs}
+
     # Commands the daemon runs on files in its data directory (`topiary ... --remote`).
     def run(self, command: str, *args: str) -> "CommandResult":
         """Runs `topiary COMMAND ARGS...` in the daemon (evaluate, sensitivity, export; paths
@@ -381,6 +413,21 @@ class CommandResult(NamedTuple):
 _CODE_OF_EXIT = {3: grpc.StatusCode.INVALID_ARGUMENT, 4: grpc.StatusCode.NOT_FOUND,
                  5: grpc.StatusCode.FAILED_PRECONDITION, 6: grpc.StatusCode.UNAVAILABLE,
                  7: grpc.StatusCode.PERMISSION_DENIED, 8: grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+def _flatten(d: object, prefix: str = "") -> dict:
+    """A spec's JSON mapping as {"pruning.target": 0.5, "approximation.rules[0].layer": ...}."""
+    if isinstance(d, dict):
+        out = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    if isinstance(d, list):
+        out = {}
+        for i, v in enumerate(d):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: d}
 
 
 def _text_value(path: str, v: object) -> str:

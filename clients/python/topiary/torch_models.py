@@ -18,8 +18,9 @@ torch is imported here only: the rest of the package works without it.
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
-from typing import Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -286,3 +287,161 @@ def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -
     model.load_state_dict(to_torch_state_dict(ckpt, model))
     return model.to(device).eval()
 
+
+
+# %% Weights back into the user's own module.
+_KINDS = {"conv2d": nn.Conv2d, "grouped_conv2d": nn.Conv2d, "linear": nn.Linear,
+          "batch_norm": nn.BatchNorm2d}
+
+
+def _graph_layers(ckpt: Checkpoint) -> Dict[str, dict]:
+    return {layer["name"]: layer for layer in (ckpt.network or {}).get("layers", [])}
+
+
+def _kind_of(ckpt: Checkpoint, name: str) -> Optional[type]:
+    layer = _graph_layers(ckpt).get(name)
+    if layer is not None:
+        return _KINDS.get(layer["kind"])
+    params = ckpt.layers[name]  # a zoo checkpoint: from its parameters
+    if params.gamma is not None:
+        return nn.BatchNorm2d
+    if params.kernel is not None:
+        return nn.Conv2d if params.kernel.ndim == 4 else nn.Linear
+    return None
+
+
+def _flatten_source_channels(ckpt: Checkpoint, name: str) -> int:
+    """For a linear layer of a graph, the channels of the map a flatten before it reads (0
+    when no flatten of a map feeds it)."""
+    graph = _graph_layers(ckpt)
+    node, flattened = graph.get(name), False
+    while node is not None and node["inputs"]:
+        node = graph.get(node["inputs"][0])
+        if node is None:
+            return 0
+        if node["kind"] == "flatten":
+            flattened = True
+        elif node["kind"] in ("global_avg_pool", "linear"):
+            return 0  # a 1x1 map, or no map at all: nothing to reorder
+        elif flattened and node.get("out_channels", 0) > 0:
+            return node["out_channels"]
+        elif flattened and node["name"] in ckpt.layers and \
+                ckpt.layers[node["name"]].gamma is not None:
+            return ckpt.layers[node["name"]].gamma.shape[0]
+    return 0
+
+
+def to_torch(ckpt: Union[Checkpoint, str, os.PathLike], module: nn.Module,
+             name_map: Optional[Dict[str, str]] = None, masks: str = "zero") -> Dict[str, str]:
+    """Writes a checkpoint's weights into the user's own `module` (in place) and returns the
+    mapping used, {checkpoint layer: module name}.
+
+    Each conv, linear and batch-norm layer of the checkpoint goes to the module of that type
+    named by `name_map`, else of the same name, else the next one of that type in the
+    module's registration order (a network imported from this module lists its layers in
+    forward order); every shape is checked and a mismatch raises ValueError naming both.
+    - Batch norm the checkpoint folded into its convolutions (a model exported in eval mode)
+      is unfolded: the module's BatchNorm2d after each conv becomes the identity carrying the
+      folded bias. A batch norm the checkpoint keeps but the module lacks is refused by name.
+    - A linear layer reading a flattened H x W map gets its columns reordered from
+      Topiary's (h, w, c) to PyTorch's (c, h, w).
+    - masks: "zero" writes pruned weights as exact zeros; "prune" also attaches them with
+      torch.nn.utils.prune.custom_from_mask, so fine-tuning in PyTorch keeps them zero.
+    """
+    from topiary.checkpoint import load_checkpoint
+    if isinstance(ckpt, (str, os.PathLike)):
+        ckpt = load_checkpoint(os.fspath(ckpt))
+    if masks not in ("zero", "prune"):
+        raise ValueError(f"masks: 'zero' or 'prune', not {masks!r}")
+    name_map = dict(name_map or {})
+    modules = {n: m for n, m in module.named_modules() if type(m) in (nn.Conv2d, nn.Linear,
+                                                                     nn.BatchNorm2d)}
+    order = list(modules)
+    layers = [n for n in ckpt.layer_order if n in ckpt.layers and _kind_of(ckpt, n)]
+    ckpt_has_bn = any(_kind_of(ckpt, n) is nn.BatchNorm2d for n in layers)
+    taken, mapping = set(), {}
+    for name in layers:
+        kind = _kind_of(ckpt, name)
+        target = name_map.get(name) or (name if name in modules else None)
+        if target is None:
+            target = next((m for m in order if m not in taken and type(modules[m]) is kind), None)
+        if target is None or target not in modules:
+            raise ValueError(f"{ckpt.path}: layer {name} ({kind.__name__}): no module for it"
+                             + (f" (name_map names {target!r})" if target else
+                                " (every one of that type is taken); pass name_map"))
+        if type(modules[target]) is not kind:
+            raise ValueError(f"{ckpt.path}: layer {name} is a {kind.__name__}; module {target} "
+                             f"is a {type(modules[target]).__name__}")
+        taken.add(target)
+        mapping[name] = target
+    left_bn = [m for m in order if m not in taken and isinstance(modules[m], nn.BatchNorm2d)]
+    if ckpt_has_bn and left_bn:
+        raise ValueError(f"{ckpt.path}: the module's batch norms {left_bn[:3]} have no layer "
+                         "in the checkpoint")
+
+    def put(param: torch.nn.Parameter, value: np.ndarray, what: str) -> None:
+        if tuple(param.shape) != tuple(value.shape):
+            raise ValueError(f"{ckpt.path}: {what}: the checkpoint has shape "
+                             f"{tuple(value.shape)}, the module {tuple(param.shape)}")
+        param.copy_(torch.from_numpy(np.ascontiguousarray(value, np.float32)))
+
+    # A conv whose folded bias the module cannot hold (bias=False) hands it to its batch norm.
+    pending_bias: Dict[str, np.ndarray] = {}
+    with torch.no_grad():
+        for name, target in mapping.items():
+            layer, m = ckpt.layers[name], modules[target]
+            if isinstance(m, nn.BatchNorm2d):
+                put(m.weight, layer.gamma, f"{name} -> {target}.weight")
+                put(m.bias, layer.beta, f"{name} -> {target}.bias")
+                put(m.running_mean, layer.running_mean, f"{name} -> {target}.running_mean")
+                put(m.running_var, layer.running_var, f"{name} -> {target}.running_var")
+                continue
+            kernel = np.array(layer.kernel, np.float32)
+            keep = layer.keep()
+            if keep is not None:
+                kernel = np.where(keep, kernel, np.float32(0))
+            if isinstance(m, nn.Linear):
+                c = _flatten_source_channels(ckpt, name)
+                if c and kernel.shape[1] // c > 1:
+                    hw = kernel.shape[1] // c
+                    side = int(round(math.sqrt(hw)))
+                    if side * side != hw:
+                        raise ValueError(f"{ckpt.path}: {name} reads a {hw}-pixel map that is "
+                                         "not square; reorder its columns by hand")
+                    kernel = _hwc_to_chw_columns(kernel, side, side, c)
+                    keep = None if keep is None else _hwc_to_chw_columns(
+                        keep.astype(np.float32), side, side, c) > 0
+            put(m.weight, kernel, f"{name} -> {target}.weight")
+            if layer.bias is not None and m.bias is not None:
+                put(m.bias, layer.bias, f"{name} -> {target}.bias")
+            elif layer.bias is not None:
+                pending_bias[target] = np.array(layer.bias, np.float32)
+            elif m.bias is not None:
+                m.bias.zero_()
+            if masks == "prune" and keep is not None:
+                import torch.nn.utils.prune as prune
+                prune.custom_from_mask(m, "weight", torch.from_numpy(np.ascontiguousarray(keep)))
+        # Folded batch norm: each left-over BatchNorm2d after a conv is the identity, plus
+        # the bias its conv could not hold.
+        if not ckpt_has_bn:
+            previous = None
+            for n in order:
+                m = modules[n]
+                if isinstance(m, nn.Conv2d):
+                    previous = n
+                    continue
+                if not isinstance(m, nn.BatchNorm2d) or n in taken:
+                    continue
+                if previous is None or modules[previous].out_channels != m.num_features:
+                    raise ValueError(f"{ckpt.path}: batch norm {n} follows no conv of "
+                                     f"{m.num_features} channels; it cannot be unfolded")
+                m.weight.fill_(1)
+                m.running_mean.zero_()
+                m.running_var.fill_(1 - m.eps)
+                m.bias.copy_(torch.from_numpy(pending_bias.pop(previous, np.zeros(
+                    m.num_features, np.float32))))
+                mapping.setdefault(f"(unfolded into {previous})", n)
+        if pending_bias:
+            raise ValueError(f"{ckpt.path}: convs {sorted(pending_bias)[:3]} have a bias in the "
+                             "checkpoint but none in the module, and no batch norm follows them")
+    return mapping
