@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/text.h"
+#include "trainer/spec/describe.h"
 #include "trainer/util/png_canvas.h"
 
 namespace topiary {
@@ -34,11 +35,6 @@ struct Compared {
   std::optional<RunSummary> summary;
   std::optional<double> power_mw;
 };
-
-std::string Stem(const std::string& path) {
-  std::string s = path.substr(path.rfind('/') + 1);
-  return s.size() > 4 && s.substr(s.size() - 4) == ".bin" ? s.substr(0, s.size() - 4) : s;
-}
 
 // The spec as "field.path" -> value (text format), every field that is set.
 void Flatten(const Message& m, const std::string& prefix, std::map<std::string, std::string>* out) {
@@ -106,10 +102,10 @@ std::vector<std::pair<std::string, std::vector<std::string>>> ResultRows(
   };
   row("name", [](const Compared& x) { return OneLine(x.e.name()); });
   row("state", [](const Compared& x) { return topiary::v1::ExperimentState_Name(x.e.state()); });
-  row("method", [](const Compared& x) { return MethodText(x.e.spec()); });
-  row("target", [](const Compared& x) { return TargetText(x.e.spec()); });
+  row("method", [](const Compared& x) { return DescribeMethod(x.e.spec()); });
+  row("target", [](const Compared& x) { return DescribeTarget(x.e.spec()); });
   row("multiplier", [](const Compared& x) {
-    return MultiplierText(x.e.spec()) +
+    return DescribeMultiplier(x.e.spec()) +
            (x.power_mw ? absl::StrFormat(" (%.3f mW)", *x.power_mw) : std::string());
   });
   row("weight code", [](const Compared& x) {
@@ -117,7 +113,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> ResultRows(
                                                 x.e.spec().approximation().weight_code())
                                           : std::string("-");
   });
-  row("parent", [](const Compared& x) { return ParentText(x.e.parent()); });
+  row("parent", [](const Compared& x) { return DescribeParent(x.e.parent()); });
   row("test top-1", [](const Compared& x) {
     return x.e.test_top1() > 0 ? Pct(x.e.test_top1()) : std::string("-");
   });
@@ -206,8 +202,8 @@ void PrintJson(const std::vector<Compared>& xs,
         R"("power_mw":%s,"parent":%s,"test_top1":%.6g,"dense_top1":%.6g,"sparsity":%.6g,)"
         R"("multiply_adds_share":%s,"step_seconds":%.6g,"test_joules_per_image":%.6g,"rounds":%s})",
         JsonString(x.e.id()), JsonString(x.e.name()),
-        topiary::v1::ExperimentState_Name(x.e.state()), JsonString(MethodText(s)),
-        JsonString(TargetText(s)), JsonString(MultiplierText(s)),
+        topiary::v1::ExperimentState_Name(x.e.state()), JsonString(DescribeMethod(s)),
+        JsonString(DescribeTarget(s)), JsonString(DescribeMultiplier(s)),
         x.power_mw ? absl::StrFormat("%.6g", *x.power_mw) : "null", JsonString(x.e.parent()),
         x.e.test_top1(), x.summary ? x.summary->dense_top1() : 0.0, x.e.sparsity(),
         MacsShare(x) < 0 ? "null" : absl::StrFormat("%.6g", MacsShare(x)),
@@ -287,45 +283,6 @@ std::string CurvesPng(const std::vector<Compared>& xs, bool macs) {
 
 }  // namespace
 
-std::string MethodText(const ExperimentSpec& spec) {
-  if (!spec.has_pruning()) return "dense";
-  const auto& p = spec.pruning();
-  const std::string name = topiary::v1::PruningSpec::Method_Name(p.method());
-  if (p.method() == topiary::v1::PruningSpec::BLOCK) {
-    return absl::StrFormat("%s %dx%d", name, p.block_in(), p.block_out());
-  }
-  if (p.method() == topiary::v1::PruningSpec::N_OF_M) {
-    return absl::StrFormat("%s %d:%d", name, p.n(), p.m());
-  }
-  return name;
-}
-
-std::string TargetText(const ExperimentSpec& spec) {
-  if (!spec.has_pruning()) return "-";
-  if (spec.pruning().target_flops() > 0) {
-    return absl::StrFormat("flops %g", spec.pruning().target_flops());
-  }
-  return absl::StrFormat("%g", spec.pruning().target());
-}
-
-std::string MultiplierText(const ExperimentSpec& spec) {
-  std::vector<std::string> names;
-  for (const auto& r : spec.approximation().rules()) {
-    if (!r.exclude()) names.push_back(Stem(r.multiplier()));
-  }
-  if (names.empty()) return "exact";
-  return names.size() == 1 ? names[0] : names[0] + "+";
-}
-
-std::string ParentText(const std::string& parent) {
-  if (parent.empty()) return "-";
-  const std::vector<std::string> parts = absl::StrSplit(parent, '/');
-  std::string file = parts.back();
-  if (file.size() > 3 && file.substr(file.size() - 3) == ".h5") file.resize(file.size() - 3);
-  if (parts.size() >= 4 && parts[0] == "experiments") return parts[1] + "/" + file;
-  return file;
-}
-
 int CompareCommand(const Args& a, Connection& c) {
   if (a.positional.size() < 2) {
     absl::FPrintF(stderr, "topiary: compare needs at least two experiment ids\n");
@@ -356,7 +313,7 @@ int CompareCommand(const Args& a, Connection& c) {
       return Report(a, c, st);
     }
     if (grpc::Status st = ReadEvents(c, x.e, &x); !st.ok()) return Report(a, c, st);
-    const std::string m = MultiplierText(x.e.spec());
+    const std::string m = DescribeMultiplier(x.e.spec());
     if (power.count(m)) x.power_mw = power[m];
     xs.push_back(std::move(x));
   }

@@ -23,6 +23,7 @@
 #include "clients/text.h"
 #include "topiary/v1/service.grpc.pb.h"
 #include "trainer/run/events.h"
+#include "trainer/spec/describe.h"
 #include "trainer/spec/spec.h"
 #include "trainer/util/file_util.h"
 
@@ -178,8 +179,8 @@ int List(const Args& a, Connection& c) {
   for (const auto& e : resp.experiments()) {
     absl::PrintF("%-9s %-24s %-17s %5d %5d %9s %7.1f%%  %-12s %-8s %-12s %-18s %s\n", e.id(),
                  OneLine(e.name()), topiary::v1::ExperimentState_Name(e.state()), e.round(),
-                 e.epoch(), Top1(e.test_top1()), 100 * e.sparsity(), MethodText(e.spec()),
-                 TargetText(e.spec()), MultiplierText(e.spec()), ParentText(e.parent()),
+                 e.epoch(), Top1(e.test_top1()), 100 * e.sparsity(), DescribeMethod(e.spec()),
+                 DescribeTarget(e.spec()), DescribeMultiplier(e.spec()), DescribeParent(e.parent()),
                  e.updated_at());
   }
   return kExitOk;

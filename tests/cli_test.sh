@@ -140,7 +140,7 @@ check "validate prints defaults" bash -c '[[ $1 -eq 0 && "$0" == *"eval_batch_si
 
 "$TOPIARY" run "$SPEC" --json --out "$tmp/run" > "$tmp/events.jsonl" 2> "$tmp/stderr"; rc=$?
 check "run exits 0" test "$rc" -eq 0
-check "run --out writes TensorBoard files" test -s "$tmp/run/tensorboard/events.out.tfevents.topiaryd"
+check "run --out writes TensorBoard files, in a folder named by the run" test -s "$tmp/run/tensorboard/tiny/events.out.tfevents.topiaryd"
 last=$(tail -n 1 "$tmp/events.jsonl")
 check "first line is the started event" bash -c 'head -n 1 "$0" | grep -q "\"event\":\"started\""' "$tmp/events.jsonl"
 check "planning events follow, one done per network" bash -c '[[ $(grep -c "\"event\":\"planning\".*\"done\":true" "$0") -eq 2 ]] && sed -n 2p "$0" | grep -q "\"network\":\"training, batch"' "$tmp/events.jsonl"

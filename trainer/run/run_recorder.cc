@@ -45,15 +45,20 @@ double BoardEnergy::AddTraining(double start, double end, int64_t images) {
   return (end - start) / images;
 }
 
-RunRecorder::RunRecorder(const RunOptions& options, RunClock::time_point start)
+RunRecorder::RunRecorder(const RunOptions& options, const topiary::v1::ExperimentSpec& spec,
+                         RunClock::time_point start)
     : options_(options), start_(start) {
   summary_.set_out_dir(options.out_dir);
   if (!options.out_dir.empty() && options.write_event_log) {
     file_.open(options.out_dir + "/events.jsonl", std::ios::trunc);
   }
-  // TensorBoard files beside the checkpoints: `tensorboard --logdir OUT_DIR` (topiaryd:
-  // DATA_DIR/experiments shows every experiment).
-  if (!options.out_dir.empty()) tensorboard_.emplace(options.out_dir + "/tensorboard");
+  // TensorBoard files beside the checkpoints, in a folder named by the run: `tensorboard
+  // --logdir OUT_DIR` (topiaryd: DATA_DIR/experiments shows every experiment, and its HParams
+  // dashboard compares them).
+  if (!options.out_dir.empty()) {
+    tensorboard_.emplace(TensorBoardRunDir(options.out_dir, spec.name()));
+    tensorboard_->StartSession(HParamsOf(spec, options.experiment_id));
+  }
 }
 
 Event RunRecorder::New() {

@@ -51,7 +51,8 @@ class BoardEnergy {
 
 class RunRecorder {
  public:
-  RunRecorder(const RunOptions& options, RunClock::time_point start);
+  RunRecorder(const RunOptions& options, const topiary::v1::ExperimentSpec& spec,
+              RunClock::time_point start);
 
   // A new event, numbered and timed; Emit delivers it.
   topiary::v1::Event New();

@@ -591,7 +591,7 @@ RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& optio
     if (status.ok())
       status = WriteFileAtomic(options.out_dir + "/spec.textproto", SpecToText(spec));
   }
-  RunRecorder recorder(options, start);
+  RunRecorder recorder(options, spec, start);
   RunSummary& summary = recorder.summary();
   if (status.ok()) {
     ExperimentRun run(spec, options, recorder);
