@@ -142,7 +142,11 @@ Commands against topiaryd (--server ADDR or $TOPIARY_SERVER, default 127.0.0.1:7
   topiary round ID --finish              end the manual rounds: the run finishes now
   topiary fork CKPT [--set field=value]... [--name NAME] [--watch]
                                          new experiment from a checkpoint, e.g.
-                                         --set pruning.target=0.75
+                                         --set pruning.target=0.75; a list entry:
+                                         approximation.rules[0].multiplier=drum:6; drop a
+                                         block: pruning=none; replace one whole:
+                                         'approximation={rules {layer: "*" ...}}';
+                                         train.epochs=N fine-tunes first (docs/remote.md)
   topiary checkpoints ID                 its checkpoints (paths relative to the data directory)
   topiary compare ID ID... [--png FILE [--axis sparsity|macs]]
                                          experiments side by side: method, target,

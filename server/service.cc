@@ -387,9 +387,17 @@ Status TopiaryService::ForkExperiment(grpc::ServerContext* ctx,
     return Status(StatusCode::FAILED_PRECONDITION,
                   absl::StrCat("checkpoint: its spec does not parse: ", spec.status().message()));
   }
+  // The parent's train.epochs were its dense phase, which the checkpoint has done: a fork
+  // trains epochs first only when its --set asks for them (then it fine-tunes the checkpoint
+  // before any round). Without pruning the inherited epochs stay (a fine-tune, say with a
+  // multiplier).
+  bool sets_epochs = false;
   for (const std::string& change : req->set()) {
     if (auto st = ApplySpecChange(change, &*spec); !st.ok()) return ToGrpc(st);
+    sets_epochs = sets_epochs || absl::StartsWith(change, "train.epochs=") ||
+                  absl::StartsWith(change, "train=");
   }
+  if (spec->has_pruning() && !sets_epochs) spec->mutable_train()->set_epochs(0);
   spec->set_name(req->name().empty() ? spec->name() + "-fork" : req->name());
   spec->set_init_from_checkpoint(path);
   if (Status st = CheckSpec(&*spec); !st.ok()) return st;

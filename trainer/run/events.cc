@@ -14,8 +14,14 @@ topiary::v1::Phase FineTunePhase(int round) {
 }
 
 std::string PhaseName(const topiary::v1::Phase& phase) {
-  return phase.kind() == topiary::v1::Phase::FINE_TUNE ? absl::StrCat("round ", phase.round())
-                                                       : "dense";
+  switch (phase.kind()) {
+    case topiary::v1::Phase::FINE_TUNE:
+      return absl::StrCat("round ", phase.round());
+    case topiary::v1::Phase::START_FINE_TUNE:
+      return "fine-tune";
+    default:
+      return "dense";
+  }
 }
 
 std::string EventToJsonLine(const topiary::v1::Event& event) {

@@ -103,13 +103,18 @@ class ExperimentRun : public PhaseHooks {
   absl::Status LoadStart();
   void EmitStarted();
 
-  // Whether this experiment trains a dense phase (and writes dense.h5 after it): always
-  // from scratch; from init_from_checkpoint, a pruning run skips it (its rounds fine-tune)
-  // and a run without pruning trains train.epochs (fine-tuning, e.g. with approximation;
-  // 0 only evaluates).
+  // Whether this experiment trains before its rounds (and writes a checkpoint after it):
+  // from scratch, the dense phase (dense.h5); from init_from_checkpoint, train.epochs of
+  // fine-tuning of that checkpoint, masks kept (finetune.h5; labelled "fine-tune", not
+  // "dense"), none with train.epochs 0 (a pruning run's rounds then fine-tune; a run without
+  // pruning only evaluates).
   bool TrainsDensePhase() const {
-    return spec_.init_from_checkpoint().empty() ||
-           (!spec_.has_pruning() && spec_.train().epochs() > 0);
+    return spec_.init_from_checkpoint().empty() || spec_.train().epochs() > 0;
+  }
+  topiary::v1::Phase FirstPhase() const {
+    topiary::v1::Phase phase;
+    if (!spec_.init_from_checkpoint().empty()) phase.set_kind(topiary::v1::Phase::START_FINE_TUNE);
+    return phase;
   }
   absl::Status DensePhase();
   // The rounds until the target, max_rounds, a stall or the client (manual rounds) ends them.
@@ -504,7 +509,7 @@ absl::Status ExperimentRun::DensePhase() {
     const auto& t = spec_.train();
     last_eval_.reset();
     TOPIARY_RETURN_IF_ERROR(
-        trainer_->Train(topiary::v1::Phase(), t.epochs(),
+        trainer_->Train(FirstPhase(), t.epochs(),
                         trainer_->LrTable(t.lr_schedule(), t.optimizer().lr(), t.epochs()), *this));
   }
   auto& metrics = recorder_.metrics();
@@ -519,7 +524,8 @@ absl::Status ExperimentRun::DensePhase() {
   row->set_seconds(SecondsSince(start));
   trainer_->EndDensePhase();
   if (TrainsDensePhase()) {
-    TOPIARY_RETURN_IF_ERROR(Checkpoint("dense.h5", false));
+    TOPIARY_RETURN_IF_ERROR(
+        Checkpoint(spec_.init_from_checkpoint().empty() ? "dense.h5" : "finetune.h5", false));
     metrics.mutable_rounds(0)->set_checkpoint(recorder_.summary().checkpoint());
   }
   if (spec_.has_pruning()) {

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -344,28 +347,138 @@ absl::StatusOr<topiary::v1::DataSpec> ParseDataFlag(const std::string& text, int
   return data;
 }
 
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// The names of a message's fields, for errors.
+std::string FieldNames(const google::protobuf::Descriptor* d) {
+  std::vector<std::string> names;
+  for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
+  return absl::StrJoin(names, ", ");
+}
+
+// "rules[2]" -> ("rules", 2); "target" -> ("target", -1); false on a malformed index.
+bool SplitIndex(absl::string_view part, std::string* name, int* index) {
+  *index = -1;
+  const size_t open = part.find('[');
+  if (open == absl::string_view::npos) {
+    *name = std::string(part);
+    return !name->empty();
+  }
+  *name = std::string(part.substr(0, open));
+  if (!absl::EndsWith(part, "]")) return false;
+  return absl::SimpleAtoi(part.substr(open + 1, part.size() - open - 2), index) && *index >= 0 &&
+         !name->empty();
+}
+
+// A message in text format ("{ layer: "*" multiplier: "drum:6" }", braces optional) into
+// `out`; the parser's own words on failure.
+absl::Status ParseMessageText(absl::string_view text, Message* out) {
+  text = absl::StripAsciiWhitespace(text);
+  if (absl::StartsWith(text, "{") && absl::EndsWith(text, "}")) {
+    text = text.substr(1, text.size() - 2);
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (parser.ParseFromString(std::string(text), out)) return absl::OkStatus();
+  std::string why = errors.first;
+  if (const size_t colon = why.find(": "); why.rfind("line ", 0) == 0 && colon != why.npos) {
+    why = why.substr(colon + 2);
+  }
+  return absl::InvalidArgumentError(why);
+}
+
+}  // namespace
+
 absl::Status ApplySpecChange(const std::string& change, ExperimentSpec* spec) {
   const size_t eq = change.find('=');
   if (eq == std::string::npos || eq == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("set: '", change, "' is not field.path=value (e.g. pruning.target=0.75)"));
   }
-  const std::vector<std::string> fields = absl::StrSplit(change.substr(0, eq), '.');
-  std::string text = absl::StrCat(fields.back(), ": ", change.substr(eq + 1));
-  for (int i = static_cast<int>(fields.size()) - 2; i >= 0; --i) {
-    text = absl::StrCat(fields[i], " { ", text, " }");
-  }
-  ExperimentSpec changed = *spec;
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.MergeFromString(text, &changed)) {
-    // The parser's own words without its position in our one-line text.
-    std::string why = errors.first;
-    if (const size_t colon = why.find(": "); why.rfind("line ", 0) == 0 && colon != why.npos) {
-      why = why.substr(colon + 2);
-    }
+  const std::string value = change.substr(eq + 1);
+  auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("set: '", change, "': ", why));
+  };
+  ExperimentSpec changed = *spec;
+  Message* msg = &changed;
+  const std::vector<std::string> parts = absl::StrSplit(change.substr(0, eq), '.');
+  std::string walked;  // the path so far, for errors
+  for (size_t k = 0; k < parts.size(); ++k) {
+    std::string name;
+    int index;
+    if (!SplitIndex(parts[k], &name, &index)) {
+      return bad(absl::StrCat("'", parts[k], "' is not a field name or name[index]"));
+    }
+    const google::protobuf::Descriptor* d = msg->GetDescriptor();
+    const FieldDescriptor* f = d->FindFieldByName(name);
+    if (f == nullptr) {
+      return bad(absl::StrCat(walked.empty() ? "the spec" : walked, " has no field '", name,
+                              "' (it has ", FieldNames(d), ")"));
+    }
+    walked = walked.empty() ? parts[k] : walked + "." + parts[k];
+    const google::protobuf::Reflection* r = msg->GetReflection();
+    if (index >= 0 && !f->is_repeated()) return bad(walked + " is not a list");
+    if (index >= 0 && index >= r->FieldSize(*msg, f)) {
+      return bad(absl::StrCat(walked, ": the list has ", r->FieldSize(*msg, f), " entries"));
+    }
+    const bool last = k + 1 == parts.size();
+    if (!last) {  // into a message
+      if (f->type() != FieldDescriptor::TYPE_MESSAGE) return bad(walked + " is not a message");
+      if (f->is_repeated() && index < 0) return bad(walked + " is a list: name an entry, [0]");
+      msg = f->is_repeated() ? r->MutableRepeatedMessage(msg, f, index) : r->MutableMessage(msg, f);
+      continue;
+    }
+    // The field itself: "none" removes it, a message in braces replaces it, else a value.
+    if (value == "none" && index < 0 &&
+        (f->is_repeated() || f->type() == FieldDescriptor::TYPE_MESSAGE)) {
+      r->ClearField(msg, f);
+    } else if (f->type() == FieldDescriptor::TYPE_MESSAGE) {
+      std::unique_ptr<Message> parsed(
+          r->GetMessageFactory()->GetPrototype(f->message_type())->New());
+      if (auto st = ParseMessageText(value, parsed.get()); !st.ok()) {
+        return bad(absl::StrCat(walked, " takes a ", f->message_type()->name(),
+                                " in braces, or none: ", st.message()));
+      }
+      if (!f->is_repeated()) {
+        r->MutableMessage(msg, f)->CopyFrom(*parsed);
+      } else if (index >= 0) {
+        r->MutableRepeatedMessage(msg, f, index)->CopyFrom(*parsed);
+      } else {  // the whole list becomes this one entry
+        r->ClearField(msg, f);
+        r->AddMessage(msg, f)->CopyFrom(*parsed);
+      }
+    } else {
+      if (f->is_repeated()) {
+        return bad(walked +
+                   " is a list of values: set it whole in its message, or remove it (none)");
+      }
+      // The value as text format writes it (strings in quotes or bare).
+      std::string text = value;
+      if (f->type() == FieldDescriptor::TYPE_STRING && !absl::StartsWith(value, "\"")) {
+        text = absl::StrCat("\"", absl::CEscape(value), "\"");
+      }
+      google::protobuf::TextFormat::Parser parser;
+      CollectErrors quiet;  // the message below says it; nothing goes to the log
+      parser.RecordErrorsTo(&quiet);
+      if (!parser.ParseFieldValueFromString(text, f, msg)) {
+        std::string kind = f->type() == FieldDescriptor::TYPE_ENUM
+                               ? absl::StrCat(
+                                     "one of its names (",
+                                     [&] {
+                                       std::vector<std::string> v;
+                                       for (int i = 0; i < f->enum_type()->value_count(); ++i)
+                                         v.push_back(f->enum_type()->value(i)->name());
+                                       return absl::StrJoin(v, ", ");
+                                     }(),
+                                     ")")
+                               : f->cpp_type_name();
+        return bad(absl::StrCat(walked, " takes ", kind, ", not '", value, "'"));
+      }
+    }
   }
   *spec = std::move(changed);
   return absl::OkStatus();

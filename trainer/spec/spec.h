@@ -22,9 +22,14 @@ absl::StatusOr<topiary::v1::ExperimentSpec> ParseSpec(const std::string& text,
 // Reads and parses a spec file; the name defaults to the file's base name.
 absl::StatusOr<topiary::v1::ExperimentSpec> LoadSpecFile(const std::string& path);
 
-// Applies one "field.path=value" change (fork --set) to `spec`: "pruning.target=0.75" merges
-// "pruning { target: 0.75 }". INVALID_ARGUMENT naming the change and what the parser found
-// (an unknown field, a value of the wrong type) leaves `spec` unchanged.
+// Applies one "field.path=value" change (fork --set) to `spec`:
+//   pruning.target=0.75                   a value (strings quoted or bare, enums by name)
+//   approximation.rules[0].multiplier=x   an entry of a list, by index
+//   pruning=none                          removes a block (or a whole list: ...rules=none)
+//   approximation={rules {layer: "*" multiplier: "drum:6"}}   replaces a block whole (a
+//                                         list: it becomes that one entry)
+// INVALID_ARGUMENT naming the change, the path and what is wrong (a field the message lacks,
+// with the ones it has; a value of the wrong type) leaves `spec` unchanged.
 absl::Status ApplySpecChange(const std::string& change, topiary::v1::ExperimentSpec* spec);
 
 // Checks every field's rule; returns the first violation as INVALID_ARGUMENT.

@@ -262,11 +262,51 @@ TEST(ApplySpecChange, MergesAChangeOrSaysWhyNot) {
   auto typo = ApplySpecChange("pruning.targt=0.7", &spec);
   EXPECT_EQ(typo.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(typo.message().find("set: 'pruning.targt=0.7': "), std::string::npos) << typo;
-  EXPECT_NE(typo.message().find("no field named \"targt\""), std::string::npos) << typo;
+  EXPECT_NE(typo.message().find("pruning has no field 'targt' (it has method, block_in"),
+            std::string::npos)
+      << typo;
   auto word = ApplySpecChange("pruning.target=high", &spec);
   EXPECT_NE(word.message().find("high"), std::string::npos) << word;
   EXPECT_EQ(ApplySpecChange("=1", &spec).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FLOAT_EQ(spec.pruning().target(), 0.75f);  // failures change nothing
+}
+
+// What a fork does with inherited blocks: remove one, replace one whole, change one entry of
+// a list; and the errors say where the path went wrong.
+TEST(ApplySpecChange, DropsReplacesAndIndexes) {
+  auto spec = ParseSpec(R"(
+    model { arch: "resnet20" }
+    pruning { method: BLOCK target: 0.5 }
+    approximation { rules { layer: "*" multiplier: "mul8u_L40" }
+                    rules { layer: "stem*" exclude: true } })",
+                        "t");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ApplySpecChange("approximation.rules[0].multiplier=drum:6", &*spec).ok());
+  EXPECT_EQ(spec->approximation().rules(0).multiplier(), "drum:6");  // a bare string
+  EXPECT_EQ(spec->approximation().rules_size(), 2);
+  ASSERT_TRUE(
+      ApplySpecChange("approximation={rules {layer: \"*\" multiplier: \"trunc:4\"}}", &*spec).ok());
+  ASSERT_EQ(spec->approximation().rules_size(), 1);  // replaced whole, not merged
+  EXPECT_EQ(spec->approximation().rules(0).multiplier(), "trunc:4");
+  ASSERT_TRUE(ApplySpecChange("pruning=none", &*spec).ok());
+  EXPECT_FALSE(spec->has_pruning());
+  ASSERT_TRUE(ApplySpecChange("approximation.rules=none", &*spec).ok());
+  EXPECT_EQ(spec->approximation().rules_size(), 0);
+  ASSERT_TRUE(ApplySpecChange("pruning.method=CHANNEL", &*spec).ok());  // a block anew
+  EXPECT_EQ(spec->pruning().method(), topiary::v1::PruningSpec::CHANNEL);
+  auto range = ApplySpecChange("approximation.rules[3].layer=x", &*spec);
+  EXPECT_NE(range.message().find("approximation.rules[3]: the list has 0 entries"),
+            std::string::npos)
+      << range;
+  auto list = ApplySpecChange("approximation.rules.layer=x", &*spec);
+  EXPECT_NE(list.message().find("is a list: name an entry"), std::string::npos) << list;
+  auto enum_word = ApplySpecChange("pruning.method=BLOK", &*spec);
+  EXPECT_NE(enum_word.message().find("one of its names (BLOCK, MAGNITUDE"), std::string::npos)
+      << enum_word;
+  auto braces = ApplySpecChange("pruning={target: high}", &*spec);
+  EXPECT_NE(braces.message().find("pruning takes a PruningSpec in braces"), std::string::npos)
+      << braces;
+  EXPECT_EQ(spec->pruning().method(), topiary::v1::PruningSpec::CHANNEL);  // unchanged
 }
 
 }  // namespace
