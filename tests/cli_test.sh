@@ -254,7 +254,7 @@ EOF
 "$TOPIARY" run "$tmp/approx.textproto" --json --out "$tmp/approx" > "$tmp/approx.jsonl" 2>&1; rc=$?
 check "an approximate fine-tuning run succeeds" \
   bash -c '[[ $1 -eq 0 ]] && tail -n 1 "$0" | grep -q "\"state\":\"SUCCEEDED\""' "$tmp/approx.jsonl" "$rc"
-approx_ckpt="$tmp/approx/checkpoints/dense.h5"
+approx_ckpt="$tmp/approx/checkpoints/finetune.h5"  # a fine-tune from init_from_checkpoint
 "$TOPIARY" inspect "$approx_ckpt" > "$tmp/approx_inspect.txt"; rc=$?
 check "inspect lists the approximate layer with its multiplier, hash and observed range" \
   bash -c '[[ $1 -eq 0 ]] && grep -Eq "^  conv2 .*mul8u_L40.bin +[0-9a-f]{16}  moving_average \[" "$0"' "$tmp/approx_inspect.txt" "$rc"
