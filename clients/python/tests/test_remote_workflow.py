@@ -117,6 +117,11 @@ def same_logits(ckpt_path, onnx_path, val_x):
     theirs = session.run(None, {"input": val_x[:, None].astype(np.float32)})[0]
     assert ours.shape == theirs.shape == (len(val_x), 10)
     assert np.abs(ours - theirs).max() < 1e-4, np.abs(ours - theirs).max()
+    # The imported graph as a module of its own (to_torch_model): the same logits too.
+    graph = topiary.to_torch_model(topiary.load_checkpoint(str(ckpt_path)))
+    with torch.no_grad():
+        built = graph(normalize(val_x[:, None])).numpy()
+    assert np.abs(built - theirs).max() < 1e-4, np.abs(built - theirs).max()
     # The pruned zeros arrived: the conv kernels are as sparse as the checkpoint says.
     ckpt = topiary.load_checkpoint(str(ckpt_path))
     for layer, module in mapping.items():

@@ -272,8 +272,14 @@ def _narrow_to(model: nn.Module, ckpt: Checkpoint) -> None:
 
 
 def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -> nn.Module:
-    """The zoo's PyTorch twin of the checkpoint with its weights loaded, in eval mode (as
-    narrow as the checkpoint where channel pruning narrowed it)."""
+    """The checkpoint's network in PyTorch with its weights loaded, in eval mode: the zoo's
+    twin (as narrow as the checkpoint where channel pruning narrowed it), or for a network
+    from elsewhere (`topiary import`) a GraphNet of its recorded graph. Either reads images
+    normalized as the checkpoint's input format says."""
+    if ckpt.arch not in MODELS and (ckpt.network or {}).get("layers"):
+        model = GraphNet(ckpt)
+        to_torch(ckpt, model, model.name_map())
+        return model.to(device).eval()
     if ckpt.input is not None:
         cin, classes, hw = ckpt.input.channels, ckpt.input.classes, (ckpt.input.height,
                                                                       ckpt.input.width)
@@ -287,6 +293,82 @@ def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -
     model.load_state_dict(to_torch_state_dict(ckpt, model))
     return model.to(device).eval()
 
+
+
+# %% Networks from elsewhere: a module of the checkpoint's graph.
+class GraphNet(nn.Module):
+    """A checkpoint's network graph (an imported model's) as a PyTorch module: its layers in
+    order, each reading the outputs of earlier ones by name, NCHW as PyTorch computes. Shapes
+    come from the checkpoint's weights; to_torch_model loads them."""
+
+    def __init__(self, ckpt: Checkpoint):
+        super().__init__()
+        self.nodes = list(ckpt.network["layers"])
+        self.layers = nn.ModuleDict()
+        for n in self.nodes:
+            kind, params = n["kind"], ckpt.layers.get(n["name"])
+            if kind in ("conv2d", "grouped_conv2d"):
+                out, cin_g, kh, kw = params.kernel.shape
+                groups = n.get("groups") or 1 if kind == "grouped_conv2d" else 1
+                module = nn.Conv2d(cin_g * groups, out, (kh, kw), stride=n.get("stride") or 1,
+                                   padding=n.get("pad", 0), groups=groups,
+                                   bias=params.bias is not None)
+            elif kind == "batch_norm":
+                module = nn.BatchNorm2d(params.gamma.shape[0], eps=n.get("epsilon") or 1e-5)
+            elif kind == "linear":
+                module = nn.Linear(params.kernel.shape[1], params.kernel.shape[0],
+                                   bias=params.bias is not None)
+            elif kind in ("relu", "relu6", "add", "concat", "flatten", "max_pool", "avg_pool",
+                          "global_avg_pool"):
+                continue
+            else:
+                raise ValueError(f"{ckpt.path}: layer {n['name']}: kind {kind!r} has no PyTorch "
+                                 "form here")
+            self.layers[self._key(n["name"])] = module
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return name.replace(".", "_")  # ModuleDict keys hold no dots
+
+    def name_map(self) -> Dict[str, str]:
+        """{checkpoint layer: module name} for to_torch."""
+        return {n["name"]: "layers." + self._key(n["name"]) for n in self.nodes
+                if self._key(n["name"]) in self.layers}
+
+    def forward(self, x):
+        import torch.nn.functional as F
+        values = {"input": x}
+        for n in self.nodes:
+            kind, ins = n["kind"], [values[i] for i in n["inputs"]]
+            key = self._key(n["name"])
+            if kind == "linear" and ins[0].dim() > 2:
+                ins[0] = torch.flatten(ins[0], 1)
+            if key in self.layers:
+                y = self.layers[key](ins[0])
+            elif kind == "relu":
+                y = F.relu(ins[0])
+            elif kind == "relu6":
+                y = F.relu6(ins[0])
+            elif kind == "add":
+                y = ins[0]
+                for other in ins[1:]:
+                    y = y + other
+            elif kind == "concat":
+                y = torch.cat(ins, 1)
+            elif kind == "flatten":
+                y = torch.flatten(ins[0], 1)
+            elif kind == "max_pool":
+                y = F.max_pool2d(ins[0], n["window"], n.get("stride") or n["window"],
+                                 n.get("pad", 0))
+            elif kind == "avg_pool":
+                y = F.avg_pool2d(ins[0], n["window"], n.get("stride") or n["window"],
+                                 n.get("pad", 0), count_include_pad=True)
+            else:  # global_avg_pool
+                y = ins[0].mean((2, 3), keepdim=True)
+            if n.get("relu"):
+                y = F.relu(y)
+            values[n["name"]] = y
+        return values[self.nodes[-1]["name"]]
 
 
 # %% Weights back into the user's own module.
