@@ -43,19 +43,24 @@ int LocalError(const Args& a, grpc::StatusCode code, const std::string& message)
   return Fail(a, absl::Status(static_cast<absl::StatusCode>(code), message));
 }
 
-// The SHA-256 of a local file's first `limit` bytes (all of it by default); false when it
+// Feeds a local file's first `limit` bytes (all of it by default) to `hash`; false when it
 // cannot be read.
-bool HashLocal(const std::string& path, std::string* digest, uint64_t limit = UINT64_MAX) {
+bool FeedLocal(const std::string& path, Sha256* hash, uint64_t limit = UINT64_MAX) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
-  Sha256 h;
   std::string buf(1 << 20, '\0');
   while (limit > 0 && in) {
     in.read(buf.data(), std::min<uint64_t>(buf.size(), limit));
-    h.Update(buf.data(), in.gcount());
+    hash->Update(buf.data(), in.gcount());
     limit -= in.gcount();
   }
-  if (in.bad()) return false;
+  return !in.bad();
+}
+
+// The SHA-256 of a local file; false when it cannot be read.
+bool HashLocal(const std::string& path, std::string* digest) {
+  Sha256 h;
+  if (!FeedLocal(path, &h)) return false;
   *digest = h.HexDigest();
   return true;
 }
@@ -218,15 +223,10 @@ grpc::Status FetchFile(Connection& c, const FileInfo& remote, const std::string&
                          ec);
   uint64_t offset = fs::exists(part, ec) ? fs::file_size(part, ec) : 0;
   if (offset > static_cast<uint64_t>(remote.size())) offset = 0;  // not this file's part
-  Sha256 hash;
-  if (offset > 0) {  // the part's bytes count in the checksum
-    std::ifstream in(part, std::ios::binary);
-    std::string buf(1 << 20, '\0');
-    for (uint64_t left = offset; left > 0 && in;) {
-      in.read(buf.data(), std::min<uint64_t>(buf.size(), left));
-      hash.Update(buf.data(), in.gcount());
-      left -= in.gcount();
-    }
+  Sha256 hash;  // the part's bytes count in the checksum
+  if (offset > 0 && !FeedLocal(part, &hash, offset)) {
+    offset = 0;  // an unreadable part is written again
+    hash = Sha256();
   }
   std::ofstream out(
       part, offset > 0 ? std::ios::binary | std::ios::app : std::ios::binary | std::ios::trunc);
@@ -262,8 +262,7 @@ grpc::Status FetchFile(Connection& c, const FileInfo& remote, const std::string&
   return grpc::Status::OK;
 }
 
-}  // namespace
-
+// Fetches the daemon's `remote` (a file or folder) to `local`.
 int DownloadPath(const Args& a, Connection& c, const std::string& remote_in,
                  const std::string& local) {
   const std::string remote(absl::StripSuffix(remote_in, "/"));
@@ -316,6 +315,8 @@ int DownloadPath(const Args& a, Connection& c, const std::string& remote_in,
                                 local, same > 0 ? absl::StrCat("; ", same, " already there") : ""));
   return kExitOk;
 }
+
+}  // namespace
 
 int DownloadCommand(const Args& a, Connection& c) {
   if (a.positional.empty() || a.positional.size() > 2) {

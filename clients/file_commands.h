@@ -22,10 +22,6 @@ int DownloadCommand(const Args& a, Connection& c);
 // topiary files [REMOTE] [--sha256]: what is there.
 int FilesCommand(const Args& a, Connection& c);
 
-// Fetches the daemon's `remote` (a file or folder) to `local` as download does; errors as
-// exit codes reported on stderr (or as JSON with --json).
-int DownloadPath(const Args& a, Connection& c, const std::string& remote, const std::string& local);
-
 }  // namespace topiary
 
 #endif  // TOPIARY_CLIENTS_FILE_COMMANDS_H_

@@ -42,8 +42,8 @@ bool IsBoolFlag(const std::string& name) { return name == "bench" || name == "js
 
 bool IsDaemonCommand(const std::string& command) { return AllowedFlags().count(command) > 0; }
 
-absl::Status CheckCommandArgs(const std::string& command, const std::vector<std::string>& args,
-                              std::string* onnx_out, std::string* device) {
+absl::StatusOr<CommandArgs> CheckCommandArgs(const std::string& command,
+                                             const std::vector<std::string>& args) {
   const auto it = AllowedFlags().find(command);
   if (it == AllowedFlags().end()) {
     return absl::InvalidArgumentError(
@@ -55,15 +55,17 @@ absl::Status CheckCommandArgs(const std::string& command, const std::vector<std:
     return absl::InvalidArgumentError(
         absl::StrCat("args: ", args.size(), " of them; at most ", kMaxArgs));
   }
-  onnx_out->clear();
-  device->clear();
+  CommandArgs out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.size() > kMaxArgBytes || arg.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("args[", i, "]: longer than ", kMaxArgBytes, " bytes, or holds a NUL"));
     }
-    if (arg.empty() || arg[0] != '-') continue;  // a checkpoint, a multiplier
+    if (arg.empty() || arg[0] != '-') {  // the checkpoint, then multipliers
+      if (out.checkpoint.empty()) out.checkpoint = arg;
+      continue;
+    }
     if (!absl::StartsWith(arg, "--")) {
       return absl::InvalidArgumentError(absl::StrCat("args[", i, "]: '", arg, "' is no flag"));
     }
@@ -83,10 +85,10 @@ absl::Status CheckCommandArgs(const std::string& command, const std::vector<std:
       }
       value = args[++i];
     }
-    if (name == "onnx") *onnx_out = value;
-    if (name == "device") *device = value;
+    if (name == "onnx") out.onnx = value;
+    if (name == "device") out.device = value;
   }
-  return absl::OkStatus();
+  return out;
 }
 
 std::string FindTopiaryBinary() {

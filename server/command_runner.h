@@ -31,10 +31,16 @@ struct CommandEnvironment {
 // connection flags and --remote are the client's, never passed on).
 bool IsDaemonCommand(const std::string& command);
 
-// Checks `args` (what follows the command) for `command`: known flags only, sizes bounded;
-// `*onnx_out` is export's --onnx value ("" otherwise), `*device` evaluate's --device value.
-absl::Status CheckCommandArgs(const std::string& command, const std::vector<std::string>& args,
-                              std::string* onnx_out, std::string* device);
+// What the daemon needs to know of a command's arguments.
+struct CommandArgs {
+  std::string checkpoint;  // the first argument that is no flag or flag value
+  std::string onnx;        // export's --onnx ("" otherwise)
+  std::string device;      // --device ("" otherwise)
+};
+
+// Checks `args` (what follows the command) for `command`: known flags only, sizes bounded.
+absl::StatusOr<CommandArgs> CheckCommandArgs(const std::string& command,
+                                             const std::vector<std::string>& args);
 
 // The default client binary: `topiary` beside this executable, or in a Bazel output tree
 // (bin/server/topiaryd -> bin/clients/topiary); "" when there is none.

@@ -89,6 +89,20 @@ absl::Status CheckTransferPath(const std::string& field, const std::string& path
   return absl::OkStatus();
 }
 
+absl::Status CheckWritablePath(const std::string& field, const std::string& path) {
+  if (auto st = CheckTransferPath(field, path); !st.ok()) return st;
+  const std::string top = path.substr(0, path.find('/'));
+  for (const char* reserved : kReservedFolders) {
+    if (top == reserved) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": '", path, "' is in ", reserved,
+                       "/, which belongs to the daemon's runs; write elsewhere in the data "
+                       "directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResetUploadStaging(const std::string& data_dir) {
   const std::string staging = data_dir + "/" + kStaging;
   if (DIR* d = ::opendir(staging.c_str())) {
@@ -105,15 +119,7 @@ absl::Status ResetUploadStaging(const std::string& data_dir) {
 absl::StatusOr<std::unique_ptr<FileUpload>> FileUpload::Begin(
     const std::string& data_dir, const topiary::v1::FileHeader& header) {
   const std::string& path = header.path();
-  if (auto st = CheckTransferPath("header.path", path); !st.ok()) return st;
-  const std::string top = path.substr(0, path.find('/'));
-  for (const char* reserved : kReservedFolders) {
-    if (top == reserved) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "header.path: '", path, "' is in ", reserved,
-          "/, which belongs to the daemon's runs; upload elsewhere in the data directory"));
-    }
-  }
+  if (auto st = CheckWritablePath("header.path", path); !st.ok()) return st;
   const uint64_t limit = GetReadPolicy().max_file_bytes;
   if (header.size() < 0 || static_cast<uint64_t>(header.size()) > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(

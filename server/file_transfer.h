@@ -38,6 +38,10 @@ inline constexpr size_t kMaxListedFiles = 20000;
 // The checks of the rules above on the path as written; `field` names it in errors.
 absl::Status CheckTransferPath(const std::string& field, const std::string& path);
 
+// CheckTransferPath, and not in a folder of the daemon's own (experiments/, plan_cache/):
+// where an upload or an export may write. PERMISSION_DENIED names the folder.
+absl::Status CheckWritablePath(const std::string& field, const std::string& path);
+
 // The data directory's staging folder for uploads, emptied (made if missing).
 absl::Status ResetUploadStaging(const std::string& data_dir);
 

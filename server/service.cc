@@ -678,37 +678,20 @@ Status TopiaryService::RunCommand(grpc::ServerContext* ctx,
                                   const topiary::v1::RunCommandRequest* req,
                                   grpc::ServerWriter<topiary::v1::CommandOutput>* writer) {
   if (Status st = Authorize(ctx); !st.ok()) return st;
-  std::string onnx, device_flag;
-  if (auto st = CheckCommandArgs(req->command(), {req->args().begin(), req->args().end()}, &onnx,
-                                 &device_flag);
-      !st.ok()) {
-    return ToGrpc(st);
-  }
+  auto parsed = CheckCommandArgs(req->command(), {req->args().begin(), req->args().end()});
+  if (!parsed.ok()) return ToGrpc(parsed.status());
+  const std::string& onnx = parsed->onnx;
+  const std::string& device_flag = parsed->device;
   const std::string root = RealOrSelf(registry_->data_dir());
-  // The checkpoint: the first argument that is no flag or flag value, checked here so that
-  // the error names it (the child's read policy would refuse it too).
-  std::string checkpoint;
-  for (int i = 0; i < req->args_size(); ++i) {
-    const std::string& a = req->args(i);
-    if (absl::StartsWith(a, "--")) {
-      if (a.find('=') == std::string::npos && a != "--json" && a != "--bench") ++i;
-      continue;
-    }
-    checkpoint = a;
-    break;
-  }
-  if (checkpoint.empty()) {
+  // The checkpoint is checked here so that the error names it (the child's read policy
+  // would refuse it too).
+  if (parsed->checkpoint.empty()) {
     return Status(StatusCode::INVALID_ARGUMENT, "args: name a checkpoint in the data directory");
   }
   std::string ckpt_abs;
-  if (Status st = ResolvePath("checkpoint", checkpoint, &ckpt_abs); !st.ok()) return st;
+  if (Status st = ResolvePath("checkpoint", parsed->checkpoint, &ckpt_abs); !st.ok()) return st;
   if (!onnx.empty()) {  // export writes one new file, where an upload could go
-    if (auto st = CheckTransferPath("--onnx", onnx); !st.ok()) return ToGrpc(st);
-    const std::string top = onnx.substr(0, onnx.find('/'));
-    if (top == "experiments" || top == "plan_cache") {
-      return Status(StatusCode::PERMISSION_DENIED,
-                    "--onnx: '" + onnx + "' is in " + top + "/, the daemon's; export elsewhere");
-    }
+    if (auto st = CheckWritablePath("--onnx", onnx); !st.ok()) return ToGrpc(st);
     if (PathExists(root + "/" + onnx)) {
       return Status(StatusCode::ALREADY_EXISTS, "--onnx: '" + onnx + "' exists; not replaced");
     }

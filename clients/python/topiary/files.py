@@ -25,8 +25,8 @@ CHUNK = 256 * 1024  # well under the daemon's 1 MiB a message
 Progress = Callable[[int, int, int, int], None]
 
 
-def sha256_of(path: str, limit: Optional[int] = None) -> str:
-    h = hashlib.sha256()
+def _feed(h, path: str, limit: Optional[int] = None):
+    """Feeds the file's first `limit` bytes (all by default) to the hash `h`; returns it."""
     left = limit
     with open(path, "rb") as f:
         while left is None or left > 0:
@@ -36,7 +36,11 @@ def sha256_of(path: str, limit: Optional[int] = None) -> str:
             h.update(block)
             if left is not None:
                 left -= len(block)
-    return h.hexdigest()
+    return h
+
+
+def sha256_of(path: str) -> str:
+    return _feed(hashlib.sha256(), path).hexdigest()
 
 
 def local_files(local: str, remote: str) -> Tuple[List[Tuple[str, str]], int]:
@@ -113,11 +117,7 @@ def _fetch(client, info: pb.FileInfo, dest: str, progress, done: int, count: int
     offset = os.path.getsize(part) if os.path.exists(part) else 0
     if offset > info.size:
         offset = 0
-    h = hashlib.sha256()
-    if offset:
-        with open(part, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+    h = _feed(hashlib.sha256(), part, offset) if offset else hashlib.sha256()
     expected = ""
     moved[0] += offset
     with open(part, "ab" if offset else "wb") as out:
