@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "clients/progress.h"
 #include "clients/text.h"
 #include "trainer/spec/describe.h"
 #include "trainer/util/png_canvas.h"
@@ -117,6 +118,9 @@ std::vector<std::pair<std::string, std::vector<std::string>>> ResultRows(
   row("test top-1", [](const Compared& x) {
     return x.e.test_top1() > 0 ? Pct(x.e.test_top1()) : std::string("-");
   });
+  row("val top-1", [](const Compared& x) {
+    return x.e.val_top1() > 0 ? Pct(x.e.val_top1()) : std::string("-");
+  });
   row("dense top-1", [](const Compared& x) {
     return x.summary && x.summary->dense_top1() > 0 ? Pct(x.summary->dense_top1())
                                                     : std::string("-");
@@ -186,8 +190,9 @@ std::string RoundsJson(const Compared& x) {
   std::vector<std::string> rs;
   for (const RoundSummary& r : x.rounds) {
     rs.push_back(absl::StrFormat(
-        R"({"round":%d,"sparsity":%.6g,"test_top1":%.6g,"multiply_adds":%d,"step_seconds":%.6g})",
-        r.round(), r.sparsity(), r.test_top1(), r.multiply_adds(), r.step_seconds()));
+        R"({"round":%d,"sparsity":%.6g,"test_top1":%.6g,"val_top1":%.6g,"multiply_adds":%d,)"
+        R"("step_seconds":%.6g})",
+        r.round(), r.sparsity(), r.test_top1(), r.val_top1(), r.multiply_adds(), r.step_seconds()));
   }
   return absl::StrCat("[", absl::StrJoin(rs, ","), "]");
 }
@@ -199,13 +204,14 @@ void PrintJson(const std::vector<Compared>& xs,
     const ExperimentSpec& s = x.e.spec();
     items.push_back(absl::StrFormat(
         R"({"id":%s,"name":%s,"state":"%s","method":%s,"target":%s,"multiplier":%s,)"
-        R"("power_mw":%s,"parent":%s,"test_top1":%.6g,"dense_top1":%.6g,"sparsity":%.6g,)"
+        R"("power_mw":%s,"parent":%s,"test_top1":%.6g,"val_top1":%.6g,"dense_top1":%.6g,)"
+        R"("sparsity":%.6g,)"
         R"("multiply_adds_share":%s,"step_seconds":%.6g,"test_joules_per_image":%.6g,"rounds":%s})",
         JsonString(x.e.id()), JsonString(x.e.name()),
         topiary::v1::ExperimentState_Name(x.e.state()), JsonString(DescribeMethod(s)),
         JsonString(DescribeTarget(s)), JsonString(DescribeMultiplier(s)),
         x.power_mw ? absl::StrFormat("%.6g", *x.power_mw) : "null", JsonString(x.e.parent()),
-        x.e.test_top1(), x.summary ? x.summary->dense_top1() : 0.0, x.e.sparsity(),
+        x.e.test_top1(), x.e.val_top1(), x.summary ? x.summary->dense_top1() : 0.0, x.e.sparsity(),
         MacsShare(x) < 0 ? "null" : absl::StrFormat("%.6g", MacsShare(x)),
         x.rounds.empty() ? 0.0 : x.rounds.back().step_seconds(),
         x.summary ? x.summary->test_joules_per_image() : 0.0, RoundsJson(x)));
@@ -221,8 +227,8 @@ void PrintJson(const std::vector<Compared>& xs,
                absl::StrJoin(d, ","));
 }
 
-// Test top-1 (%) against sparsity or multiply-adds (% of round 0), one curve per experiment
-// through its rounds, with a legend of ids.
+// Held-out top-1 (%: validation where a run holds it out, else test) against sparsity or
+// multiply-adds (% of round 0), one curve per experiment through its rounds, with a legend of ids.
 std::string CurvesPng(const std::vector<Compared>& xs, bool macs) {
   constexpr int kW = 720, kH = 480, kLeft = 64, kRight = 180, kTop = 32, kBottom = 56;
   const Rgb kColours[] = {{31, 119, 180}, {214, 39, 40}, {44, 160, 44},   {148, 103, 189},
@@ -235,9 +241,10 @@ std::string CurvesPng(const std::vector<Compared>& xs, bool macs) {
       const double base = x.rounds.front().multiply_adds();
       const double px =
           macs ? (base > 0 ? 100.0 * r.multiply_adds() / base : 100.0) : 100.0 * r.sparsity();
-      pts.push_back({px, 100.0 * r.test_top1()});
-      ylo = std::min(ylo, 100.0 * r.test_top1());
-      yhi = std::max(yhi, 100.0 * r.test_top1());
+      const double top1 = 100.0 * HeldOutOf(r).top1;
+      pts.push_back({px, top1});
+      ylo = std::min(ylo, top1);
+      yhi = std::max(yhi, top1);
     }
     curves.push_back(std::move(pts));
   }
@@ -266,7 +273,11 @@ std::string CurvesPng(const std::vector<Compared>& xs, bool macs) {
   c.Line(kLeft, kTop, kLeft, kTop + ph, black, 2);
   const std::string xlabel = macs ? "MULT-ADDS % OF ROUND 0" : "SPARSITY %";
   c.Text(kLeft + pw / 2 - 4 * static_cast<int>(xlabel.size()), kH - 24, xlabel);
-  c.Text(8, 10, "TEST TOP-1 %");
+  // Rounds of runs with a validation set are judged on it (held-out training images).
+  const bool val = std::any_of(xs.begin(), xs.end(), [](const Compared& x) {
+    return !x.rounds.empty() && x.rounds.back().val_loss() > 0;
+  });
+  c.Text(8, 10, val ? "HELD-OUT TOP-1 % (VALIDATION WHERE HELD OUT)" : "TEST TOP-1 %");
   for (size_t i = 0; i < curves.size(); ++i) {
     const Rgb col = kColours[i % 8];
     for (size_t j = 0; j < curves[i].size(); ++j) {
@@ -335,11 +346,13 @@ int CompareCommand(const Args& a, Connection& c) {
     absl::PrintF("\nspec differences\n");
     PrintTable(head, diffs);
   }
-  // Per round: test top-1 (sparsity, multiply-adds of round 0).
+  // Per round: held-out top-1 (sparsity, multiply-adds of round 0).
   size_t most = 0;
   for (const Compared& x : xs) most = std::max(most, x.rounds.size());
   if (most > 0) {
-    absl::PrintF("\nper round: test top-1 (sparsity, mult-adds of round 0)\n");
+    absl::PrintF(
+        "\nper round: top-1 on the test set, or 'val' on the validation set where held out "
+        "(sparsity, mult-adds of round 0)\n");
     std::vector<std::pair<std::string, std::vector<std::string>>> rows;
     for (size_t r = 0; r < most; ++r) {
       std::vector<std::string> v;
@@ -350,8 +363,10 @@ int CompareCommand(const Args& a, Connection& c) {
         }
         const RoundSummary& k = x.rounds[r];
         const double base = x.rounds.front().multiply_adds();
+        const HeldOut h = HeldOutOf(k);
         v.push_back(absl::StrFormat(
-            "%.2f%% (%.1f%%, %s)", 100 * k.test_top1(), 100 * k.sparsity(),
+            "%s%.2f%% (%.1f%%, %s)", h.set == std::string("val") ? "val " : "", 100 * h.top1,
+            100 * k.sparsity(),
             base > 0 ? absl::StrFormat("%.0f%%", 100 * k.multiply_adds() / base) : "-"));
       }
       rows.emplace_back(absl::StrCat("round ", r), std::move(v));

@@ -63,8 +63,10 @@ std::string PhasePrefix(const topiary::v1::Phase& phase) {
 }  // namespace
 
 void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
+  const bool val = s.rounds_size() > 0 && s.rounds(s.rounds_size() - 1).val_loss() > 0;
   absl::FPrintF(out,
-                "\nround  sparsity  layers (min-max)   test top-1  loss     time      mult-adds\n");
+                "\nround  sparsity  layers (min-max)   %s top-1  loss     time      mult-adds\n",
+                val ? " val" : "test");
   const int64_t dense_macs = s.rounds_size() > 0 ? s.rounds(0).multiply_adds() : 0;
   for (const auto& r : s.rounds()) {
     double lo = 1, hi = 0;
@@ -77,9 +79,10 @@ void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& s) {
     // Multiply-adds per image against the dense network's (channel pruning shrinks them).
     const std::string macs =
         dense_macs > 0 ? absl::StrFormat("%8.1f%%", 100.0 * r.multiply_adds() / dense_macs) : "-";
+    const HeldOut h = HeldOutOf(r);
     absl::FPrintF(out, "%5d  %7.1f%%  %-17s  %9.2f%%  %.4f  %-8s  %s\n", r.round(),
-                  100 * r.sparsity(), range, 100 * r.test_top1(), r.test_loss(),
-                  FormatDuration(r.seconds()), macs);
+                  100 * r.sparsity(), range, 100 * h.top1, h.loss, FormatDuration(r.seconds()),
+                  macs);
   }
   // Per-layer sparsity by round (percent of the kernel's weights).
   const auto& last = s.rounds(s.rounds_size() - 1);
@@ -143,8 +146,10 @@ void PrintInputSparsity(
 }
 
 void ProgressPrinter::PrintStarted(const topiary::v1::RunStarted& s) {
-  absl::FPrintF(out_, "%s: %s on %s (%d train / %d test images), %d parameters, %s\n", s.name(),
-                s.model_arch(), s.dataset(), s.train_images(), s.test_images(), s.parameters(),
+  const std::string val =
+      s.validation_images() > 0 ? absl::StrFormat(" / %d validation", s.validation_images()) : "";
+  absl::FPrintF(out_, "%s: %s on %s (%d train%s / %d test images), %d parameters, %s\n", s.name(),
+                s.model_arch(), s.dataset(), s.train_images(), val, s.test_images(), s.parameters(),
                 s.device());
   if (!s.energy().empty()) absl::FPrintF(out_, "energy: %s\n", s.energy());
   if (!s.image_decoder().empty()) {
@@ -204,7 +209,9 @@ void ProgressPrinter::PrintEpoch(const topiary::v1::EpochSummary& ep) {
   absl::FPrintF(out_, "%sepoch %d: train loss %.4f top-1 %.2f%%  %.0f img/s  %s",
                 PhasePrefix(ep.training_phase()), ep.epoch(), ep.train_loss(),
                 100 * ep.train_top1(), ep.images_per_s(), FormatDuration(ep.seconds()));
-  if (ep.evaluated()) {
+  if (ep.evaluated() && ep.val_loss() > 0) {
+    absl::FPrintF(out_, "  | val loss %.4f top-1 %.2f%%", ep.val_loss(), 100 * ep.val_top1());
+  } else if (ep.evaluated()) {
     absl::FPrintF(out_, "  | test loss %.4f top-1 %.2f%% top-5 %.2f%%", ep.test_loss(),
                   100 * ep.test_top1(), 100 * ep.test_top5());
   }
@@ -233,28 +240,33 @@ void ProgressPrinter::PrintState(const topiary::v1::StateChanged& st) {
 void ProgressPrinter::PrintRound(const topiary::v1::RoundSummary& r) {
   if (bar_open_) absl::FPrintF(out_, "\r\033[K");
   bar_open_ = false;
-  if (r.round() == 0 && r.sparsity() > 0) {
+  const HeldOut h = HeldOutOf(r);
+  if (r.round() == 0) {
     // A fork of a pruned checkpoint starts from that model, not from a dense one.
-    absl::FPrintF(out_, "starting model (sparsity %.1f%%): test top-1 %.2f%%, loss %.4f\n",
-                  100 * r.sparsity(), 100 * r.test_top1(), r.test_loss());
-  } else if (r.round() == 0) {
-    absl::FPrintF(out_, "dense model: test top-1 %.2f%%, loss %.4f\n", 100 * r.test_top1(),
-                  r.test_loss());
+    const std::string model =
+        r.sparsity() > 0 ? absl::StrFormat("starting model (sparsity %.1f%%)", 100 * r.sparsity())
+                         : std::string("dense model");
+    // With a validation set, round 0 also reports the test set (the accuracy drop's base).
+    const std::string test = h.set == std::string("val") && r.test_loss() > 0
+                                 ? absl::StrFormat("; test top-1 %.2f%%", 100 * r.test_top1())
+                                 : "";
+    absl::FPrintF(out_, "%s: %s top-1 %.2f%%, loss %.4f%s\n", model, h.set, 100 * h.top1, h.loss,
+                  test);
   } else if (r.channel_groups_size() > 0) {
     // Channel pruning: the network is smaller, not sparser.
     int narrowed = 0;
     for (const auto& g : r.channel_groups()) narrowed += g.after() < g.before();
     absl::FPrintF(out_,
                   "round %d: %d multiply-adds, %d parameters (%d of %d channel groups "
-                  "narrowed)  test top-1 %.2f%% loss %.4f  %s\n",
+                  "narrowed)  %s top-1 %.2f%% loss %.4f  %s\n",
                   r.round(), r.multiply_adds(), r.parameters(), narrowed, r.channel_groups_size(),
-                  100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+                  h.set, 100 * h.top1, h.loss, FormatDuration(r.seconds()));
   } else {
     absl::FPrintF(out_,
-                  "round %d: sparsity %.1f%% (%d of %d layers at target)  test top-1 %.2f%% "
+                  "round %d: sparsity %.1f%% (%d of %d layers at target)  %s top-1 %.2f%% "
                   "loss %.4f  %s\n",
-                  r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(),
-                  100 * r.test_top1(), r.test_loss(), FormatDuration(r.seconds()));
+                  r.round(), 100 * r.sparsity(), r.layers_at_target(), r.layers_pruned(), h.set,
+                  100 * h.top1, h.loss, FormatDuration(r.seconds()));
   }
   if (r.round() == 1) {
     for (const std::string& why : r.dense_layers()) absl::FPrintF(out_, "  left dense: %s\n", why);
@@ -291,6 +303,10 @@ void ProgressPrinter::PrintSummary(const topiary::v1::RunSummary& s) {
                   topiary::v1::ExperimentState_Name(s.state()), 100 * s.test_top1(),
                   100 * s.test_top5(), s.test_loss(), s.epochs(), FormatDuration(s.seconds()),
                   s.device(), s.train_images_per_s());
+    if (s.val_loss() > 0) {
+      absl::FPrintF(out_, "  validation top-1 %.2f%%, loss %.4f (the held-out training images)\n",
+                    100 * s.val_top1(), s.val_loss());
+    }
   }
   if (s.conv_input_sparsity_size() > 0) PrintInputSparsity(out_, s.conv_input_sparsity());
   if (s.train_joules_per_image() > 0) {

@@ -31,6 +31,17 @@ class ProgressPrinter {
   bool bar_open_ = false;
 };
 
+// What a round was judged by: its validation figures when the run held out a validation set
+// (data.validation_fraction), else its test figures.
+struct HeldOut {
+  const char* set;  // "val" | "test"
+  double top1, loss;
+};
+inline HeldOut HeldOutOf(const topiary::v1::RoundSummary& r) {
+  return r.val_loss() > 0 ? HeldOut{"val", r.val_top1(), r.val_loss()}
+                          : HeldOut{"test", r.test_top1(), r.test_loss()};
+}
+
 // The round table of a pruning run: round, overall sparsity, the layers' range, test
 // top-1, loss, time; then each pruned layer's sparsity per round.
 void PrintRoundTable(std::FILE* out, const topiary::v1::RunSummary& summary);

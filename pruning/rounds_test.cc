@@ -50,6 +50,48 @@ TEST(Rounds, BlockPruningReachesTheTargetKeepingEveryRule) {
   }
 }
 
+// data.validation_fraction: epochs and rounds are judged on held-out training images; the
+// test set is evaluated for the dense model (the drop's base) and the final model only.
+TEST(Rounds, AValidationSetJudgesTheRoundsAndTheTestSetReportsTheEnd) {
+  auto spec = SyntheticRun(kRounds);
+  spec.mutable_data()->set_validation_fraction(0.2f);
+  RunOptions options = PruningOptions(OutDir("validation"));
+  topiary::v1::RunStarted started;
+  int val_epochs = 0, test_epochs = 0;
+  options.on_event = [&](const topiary::v1::Event& e) {
+    if (e.has_started()) started = e.started();
+    if (e.has_epoch() && e.epoch().evaluated()) {
+      ++(e.epoch().val_loss() > 0 ? val_epochs : test_epochs);
+    }
+  };
+  const auto s = RunExperiment(spec, options);
+  ASSERT_EQ(s.state(), topiary::v1::SUCCEEDED) << s.error();
+  // 20% of each class's share of the 320 training images, rounded per class.
+  EXPECT_NEAR(started.validation_images(), 64, 3);
+  EXPECT_EQ(started.train_images() + started.validation_images(), 320);
+  EXPECT_EQ(started.test_images(), 160);
+  EXPECT_EQ(test_epochs, 0);
+  EXPECT_EQ(val_epochs, s.epochs());
+  ASSERT_GE(s.rounds_size(), 3);
+  // Round 0: the dense model on both sets; after it, the validation set alone.
+  EXPECT_GT(s.rounds(0).val_loss(), 0);
+  EXPECT_GT(s.rounds(0).test_loss(), 0);
+  EXPECT_EQ(s.dense_top1(), s.rounds(0).test_top1());
+  for (int i = 1; i < s.rounds_size(); ++i) {
+    EXPECT_GT(s.rounds(i).val_loss(), 0) << "round " << i;
+    EXPECT_EQ(s.rounds(i).test_loss(), 0) << "round " << i;
+  }
+  // The final report: the test set's evaluation of the final model, and its validation top-1.
+  EXPECT_GT(s.test_loss(), 0);
+  EXPECT_GT(s.test_top1(), 0);
+  EXPECT_EQ(s.val_top1(), s.rounds(s.rounds_size() - 1).val_top1());
+  // The checkpoints record the validation figures they were judged by.
+  auto ckpt = ReadCheckpointState(s.checkpoint());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->metrics.val_top1(), s.val_top1());
+  EXPECT_EQ(ckpt->metrics.test_top1(), 0);
+}
+
 TEST(Rounds, ResumedRunsContinueBitIdentically) {
   const auto spec = SyntheticRun(kRounds);
   const std::string dir = OutDir("full");

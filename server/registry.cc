@@ -461,10 +461,14 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
   Experiment& r = e->record;
   bool persist = false;
   if (event.has_started()) r.set_device(event.started().device());
-  if (event.has_epoch() && event.epoch().evaluated()) r.set_test_top1(event.epoch().test_top1());
+  if (event.has_epoch() && event.epoch().evaluated()) {
+    r.set_test_top1(event.epoch().test_top1());
+    r.set_val_top1(event.epoch().val_top1());
+  }
   if (event.has_round()) {
     r.set_round(event.round().round());
     r.set_test_top1(event.round().test_top1());
+    r.set_val_top1(event.round().val_top1());
     r.set_sparsity(event.round().sparsity());
     persist = true;
   }
@@ -479,6 +483,7 @@ void Registry::AppendRunEvent(const std::string& id, Event event) {
     const auto& s = event.summary();
     if (s.state() == topiary::v1::SUCCEEDED) {
       r.set_test_top1(s.test_top1());
+      r.set_val_top1(s.val_top1());
       r.set_sparsity(s.sparsity());
       r.set_epoch(s.epochs());
     }

@@ -373,7 +373,80 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, uint64_t seed) {
   if (!ds.ok()) return ds.status();
   ds->train.Truncate(data.train_limit());
   ds->test.Truncate(data.test_limit());
+  TOPIARY_RETURN_IF_ERROR(HoldOutValidation(data.validation_fraction(), &*ds));
   return ds;
+}
+
+namespace {
+
+// The images of `set` at `index` (ascending), in that order.
+ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& index) {
+  ImageSet out = set;
+  out.labels.clear();
+  out.pixels.clear();
+  std::shared_ptr<StreamedFiles> files;
+  if (set.streamed()) {
+    files = std::make_shared<StreamedFiles>(*set.files);
+    files->rel.clear();
+  }
+  const size_t bytes = set.image_bytes();
+  for (const int64_t i : index) {
+    out.labels.push_back(set.labels[i]);
+    if (files) {
+      files->rel.push_back(set.files->rel[i]);
+    } else {
+      out.pixels.insert(out.pixels.end(), set.pixels.begin() + i * bytes,
+                        set.pixels.begin() + (i + 1) * bytes);
+    }
+  }
+  out.files = std::move(files);
+  return out;
+}
+
+}  // namespace
+
+absl::Status HoldOutValidation(double fraction, Dataset* ds) {
+  if (!(fraction >= 0 && fraction <= 0.5)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("data.validation_fraction: %g is not in [0, 0.5]", fraction));
+  }
+  if (fraction == 0) return absl::OkStatus();
+  const ImageSet& train = ds->train;
+  std::vector<std::vector<int64_t>> by_class(std::max(ds->classes, 1));
+  for (int64_t i = 0; i < train.size(); ++i) {
+    const int32_t label = train.labels[i];
+    if (label < 0 || label >= ds->classes) {
+      return absl::InternalError(absl::StrFormat("training image %d: label %d", i, label));
+    }
+    by_class[label].push_back(i);
+  }
+  // A fixed key: the split must not move with spec.seed (see the header).
+  Philox rng(0x7661'6c69'6461'7465ull, RngStream::kData);
+  std::vector<char> held(train.size(), 0);
+  for (size_t c = 0; c < by_class.size(); ++c) {
+    std::vector<int64_t>& idx = by_class[c];
+    const int64_t take = std::llround(fraction * static_cast<double>(idx.size()));
+    if (take > 0 && take >= static_cast<int64_t>(idx.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "data.validation_fraction: %g would hold out all %d training images of class %d",
+          fraction, idx.size(), c));
+    }
+    for (int64_t k = 0; k < take; ++k) {  // a partial Fisher-Yates shuffle: the first `take`
+      const int64_t j = k + rng.Below(static_cast<uint32_t>(idx.size() - k));
+      std::swap(idx[k], idx[j]);
+      held[idx[k]] = 1;
+    }
+  }
+  std::vector<int64_t> keep, out;
+  for (int64_t i = 0; i < train.size(); ++i) (held[i] ? out : keep).push_back(i);
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("data.validation_fraction: %g of %d training images holds out none",
+                        fraction, train.size()));
+  }
+  ds->validation = Subset(train, out);
+  ds->train = Subset(train, keep);
+  return absl::OkStatus();
 }
 
 }  // namespace topiary

@@ -40,6 +40,8 @@ struct Dataset {
   int classes = 0;
   float max_value = 255.0f;  // the pixel value that means full intensity (16 for DIGITS)
   ImageSet train, test;
+  // data.validation_fraction's held-out training images (empty without): see HoldOutValidation.
+  ImageSet validation;
   // IMAGE_FOLDER with bad_images: SKIP: the files left out, and the first few with why.
   int64_t skipped = 0;
   std::vector<std::string> skipped_examples;
@@ -48,6 +50,12 @@ struct Dataset {
 // Loads what spec.data names (train_limit / test_limit applied). REQUIRES: a spec with
 // defaults filled in (see spec.h).
 absl::StatusOr<Dataset> LoadDataset(const topiary::v1::DataSpec& data, uint64_t seed);
+
+// Moves round(fraction * n_c) of each class's n_c training images into ds->validation
+// (fraction in [0, 0.5]; 0: nothing): a fixed draw, independent of the run's seed, so every
+// experiment on the same data and fraction holds out the same images. Both sets keep the
+// training set's order. Errors when a class would be left with no training image.
+absl::Status HoldOutValidation(double fraction, Dataset* ds);
 
 // Whether the files LoadDataset would read are there (present, regular, within the read
 // policy), without reading them: checked when a spec is submitted or validated, so that a

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "trainer/data/batcher.h"
@@ -185,6 +186,59 @@ TEST(Synthetic, DeterministicPerSeed) {
   EXPECT_EQ(a.train.pixels, b.train.pixels);
   EXPECT_EQ(a.train.labels, b.train.labels);
   EXPECT_NE(a.train.pixels, c.train.pixels);
+}
+
+// The validation split: stratified, disjoint, whole, the same whatever else changes.
+TEST(Validation, HoldsOutAStratifiedFixedShareOfTheTrainingImages) {
+  topiary::v1::SyntheticSpec s;
+  s.set_height(4);
+  s.set_width(4);
+  s.set_channels(1);
+  s.set_classes(5);
+  s.set_train_size(403);
+  s.set_test_size(7);
+  s.set_noise(0.5f);
+  const Dataset whole = MakeSynthetic(s, 3);
+  Dataset split = whole;
+  ASSERT_TRUE(HoldOutValidation(0.1, &split).ok());
+  const size_t bytes = whole.train.image_bytes();
+  auto images = [&](const ImageSet& set) {
+    std::multiset<std::string> out;
+    for (int64_t i = 0; i < set.size(); ++i) {
+      out.insert(std::string(set.pixels.begin() + i * bytes, set.pixels.begin() + (i + 1) * bytes) +
+                 static_cast<char>(set.labels[i]));
+    }
+    return out;
+  };
+  std::multiset<std::string> both = images(split.train);
+  const auto val = images(split.validation);
+  both.insert(val.begin(), val.end());
+  EXPECT_EQ(both, images(whole.train));  // every image in exactly one of the two sets
+  std::vector<int> all(5), held(5);
+  for (int32_t l : whole.train.labels) ++all[l];
+  for (int32_t l : split.validation.labels) ++held[l];
+  for (int c = 0; c < 5; ++c) EXPECT_EQ(held[c], std::llround(0.1 * all[c])) << "class " << c;
+  EXPECT_EQ(split.test.labels, whole.test.labels);  // the test set is left alone
+  // A fixed draw: another copy splits the same way.
+  Dataset again = whole;
+  ASSERT_TRUE(HoldOutValidation(0.1, &again).ok());
+  EXPECT_EQ(again.validation.pixels, split.validation.pixels);
+  EXPECT_EQ(again.train.labels, split.train.labels);
+  // Nothing held out at 0; out-of-range fractions and emptied classes refused, naming the field.
+  Dataset none = whole;
+  ASSERT_TRUE(HoldOutValidation(0, &none).ok());
+  EXPECT_EQ(none.validation.size(), 0);
+  EXPECT_EQ(none.train.size(), whole.train.size());
+  for (double bad : {0.6, -0.1, std::nan("")}) {
+    Dataset d = whole;
+    const absl::Status st = HoldOutValidation(bad, &d);
+    EXPECT_NE(st.message().find("data.validation_fraction"), std::string::npos) << st;
+  }
+  Dataset tiny = whole;
+  tiny.train.Truncate(2);
+  tiny.train.labels = {0, 1};
+  const absl::Status st = HoldOutValidation(0.5, &tiny);
+  EXPECT_NE(st.message().find("would hold out all"), std::string::npos) << st;
 }
 
 TEST(Batcher, ShuffleIsAPermutationAndFlipMirrors) {

@@ -18,6 +18,7 @@ namespace topiary {
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // top1/top5 as fractions
   int64_t images = 0;
+  bool validation = false;      // of data.validation_fraction's held-out images, not the test set
   double joules_per_image = 0;  // GPU board energy (NVML); 0 where not measured
   // Per convolution (model order): the zero fraction of its input over the images evaluated.
   std::vector<std::pair<std::string, double>> conv_input_zeros;

@@ -297,11 +297,16 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
   es->set_train_joules_per_image(train_jpi);
   const bool last_epoch = phase.epoch + 1 == phase.epochs;
   if (last_epoch || (phase.epoch + 1) % spec_.train().eval_every_epochs() == 0) {
-    TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, hooks.EvaluateTest());
+    TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, hooks.EvaluateHeldOut());
     es->set_evaluated(true);
-    es->set_test_loss(r.loss);
-    es->set_test_top1(r.top1);
-    es->set_test_top5(r.top5);
+    if (r.validation) {
+      es->set_val_loss(r.loss);
+      es->set_val_top1(r.top1);
+    } else {
+      es->set_test_loss(r.loss);
+      es->set_test_top1(r.top1);
+      es->set_test_top5(r.top5);
+    }
     es->set_test_joules_per_image(r.joules_per_image);
   }
   recorder_->Emit(e);

@@ -36,8 +36,9 @@ class PhaseHooks {
   // Before each step (step_in_epoch: steps done in this epoch, as the position says). An
   // error (ABORTED when the run pauses or is cancelled) ends the phase.
   virtual absl::Status BeforeStep(int step_in_epoch) = 0;
-  // Evaluates the test set (at the end of an epoch that evaluates).
-  virtual absl::StatusOr<EvalResult> EvaluateTest() = 0;
+  // Evaluates the held-out images (at the end of an epoch that evaluates): the validation
+  // set when the spec holds one out, else the test set.
+  virtual absl::StatusOr<EvalResult> EvaluateHeldOut() = 0;
   // Writes the periodic checkpoint of the position (between epochs).
   virtual absl::Status PeriodicCheckpoint() = 0;
 };

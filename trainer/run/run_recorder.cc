@@ -87,6 +87,13 @@ void RunRecorder::RecordEvaluation(const EvalResult& r) {
       l->set_zero_fraction(zeros);
     }
   }
+  if (r.validation) {
+    summary_.set_val_loss(r.loss);
+    summary_.set_val_top1(r.top1);
+    metrics_.set_val_loss(r.loss);
+    metrics_.set_val_top1(r.top1);
+    return;
+  }
   summary_.set_test_loss(r.loss);
   summary_.set_test_top1(r.top1);
   summary_.set_test_top5(r.top5);

@@ -35,6 +35,17 @@ using topiary::v1::ExperimentSpec;
 using topiary::v1::RoundSummary;
 using topiary::v1::RunSummary;
 
+// An evaluation's figures in a round's row: validation or test.
+void SetHeldOut(const EvalResult& r, RoundSummary* row) {
+  if (r.validation) {
+    row->set_val_top1(r.top1);
+    row->set_val_loss(r.loss);
+  } else {
+    row->set_test_top1(r.top1);
+    row->set_test_loss(r.loss);
+  }
+}
+
 // epoch-NNNN.h5 files in `dir` of epochs before `epoch`, oldest first.
 std::vector<std::string> EarlierPeriodicCheckpoints(const std::string& dir, int epoch) {
   std::vector<std::pair<int, std::string>> found;
@@ -74,7 +85,10 @@ class ExperimentRun : public PhaseHooks {
 
   // PhaseHooks.
   absl::Status BeforeStep(int step_in_epoch) override;
-  absl::StatusOr<EvalResult> EvaluateTest() override;
+  absl::StatusOr<EvalResult> EvaluateHeldOut() override {
+    return val_data_ ? Evaluate(*val_data_, data_->validation.size(), true)
+                     : Evaluate(*test_data_, data_->test.size(), false);
+  }
   absl::Status PeriodicCheckpoint() override {
     return Checkpoint(absl::StrFormat("epoch-%04d.h5", position().epoch), true);
   }
@@ -125,9 +139,16 @@ class ExperimentRun : public PhaseHooks {
   // Channel pruning: every rank's network without the cut's channels, and what points into
   // the networks (training and evaluation networks, optimizers) made again.
   absl::Status Compact(const ChannelCut& cut);
+  // Rank 0's evaluation network on `images` of `data`, recorded as the run's last.
+  absl::StatusOr<EvalResult> Evaluate(DeviceBatches& data, int64_t images, bool validation);
   // The last evaluation of the current phase, or a new one.
   absl::StatusOr<EvalResult> LastOrNewEvaluation() {
-    return last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateTest();
+    return last_eval_ ? absl::StatusOr<EvalResult>(*last_eval_) : EvaluateHeldOut();
+  }
+  // With a validation set, the test set is evaluated for the report only: this model's
+  // top-1 and loss, not recorded as the run's last evaluation.
+  absl::StatusOr<EvalResult> ReportTest() {
+    return topiary::Evaluate(*eval_net_, *test_data_, data_->test.size());
   }
   RoundSummary SparsityNow(int round, const std::vector<LayerPruneReport>* reports) const {
     return SparsityRow(*ranks_->model(), trainer_->Choices(), round, reports);
@@ -145,10 +166,11 @@ class ExperimentRun : public PhaseHooks {
   // file's), until LoadStart loads it.
   std::optional<CheckpointFile> network_from_;
   std::optional<Dataset> data_;
-  std::optional<Batcher> train_batcher_, test_batcher_;
+  std::optional<Batcher> train_batcher_, test_batcher_, val_batcher_;
   std::unique_ptr<PhaseTrainer> trainer_;
   std::unique_ptr<Network> eval_net_;       // rank 0's
   std::optional<DeviceBatches> test_data_;  // rank 0's
+  std::optional<DeviceBatches> val_data_;   // rank 0's; data.validation_fraction's
   std::optional<EvalResult> last_eval_;     // the last evaluation of the current phase
 
   RunControl::Stop stopped_ = RunControl::Stop::kNone;
@@ -176,6 +198,12 @@ absl::Status ExperimentRun::Setup() {
                            DeviceBatches::Create(&*test_batcher_, ranks_->device()));
   test_data_.emplace(std::move(test_data));
   TOPIARY_RETURN_IF_ERROR(test_data_->SetSequentialOrder());
+  if (val_batcher_) {
+    TOPIARY_ASSIGN_OR_RETURN(DeviceBatches val_data,
+                             DeviceBatches::Create(&*val_batcher_, ranks_->device()));
+    val_data_.emplace(std::move(val_data));
+    TOPIARY_RETURN_IF_ERROR(val_data_->SetSequentialOrder());
+  }
   TOPIARY_RETURN_IF_ERROR(LoadStart());
   TOPIARY_RETURN_IF_ERROR(ranks_->Replicate());  // the same start on every rank, whatever it is
   // Planned after the started event, so a client sees the run begin and then its planning.
@@ -257,6 +285,10 @@ absl::Status ExperimentRun::SetupData() {
   train_batcher_.emplace(&data_->train, data_->max_value, norm, spec_.data().augment(),
                          spec_.seed());
   test_batcher_.emplace(&data_->test, data_->max_value, norm, topiary::v1::Augment{}, spec_.seed());
+  if (data_->validation.size() > 0) {
+    val_batcher_.emplace(&data_->validation, data_->max_value, norm, topiary::v1::Augment{},
+                         spec_.seed());
+  }
   input_ = DescribeInput(data_->train, data_->classes, data_->max_value, norm);
   return absl::OkStatus();
 }
@@ -345,6 +377,7 @@ void ExperimentRun::EmitStarted() {
   s->set_dataset(data_->name);
   s->set_train_images(static_cast<int32_t>(data_->train.size()));
   s->set_test_images(static_cast<int32_t>(data_->test.size()));
+  s->set_validation_images(static_cast<int32_t>(data_->validation.size()));
   s->set_skipped_images(static_cast<int32_t>(data_->skipped));
   for (const std::string& why : data_->skipped_examples) s->add_skipped_examples(why);
   s->set_image_decoder(trainer_->image_decoder());
@@ -366,10 +399,12 @@ void ExperimentRun::EmitStarted() {
   recorder_.Emit(e);
 }
 
-absl::StatusOr<EvalResult> ExperimentRun::EvaluateTest() {
+absl::StatusOr<EvalResult> ExperimentRun::Evaluate(DeviceBatches& data, int64_t images,
+                                                   bool validation) {
   BoardEnergy& energy = *recorder_.energy();
   TOPIARY_ASSIGN_OR_RETURN(const double joules_start, energy.Joules());
-  TOPIARY_ASSIGN_OR_RETURN(EvalResult r, Evaluate(*eval_net_, *test_data_, data_->test.size()));
+  TOPIARY_ASSIGN_OR_RETURN(EvalResult r, topiary::Evaluate(*eval_net_, data, images));
+  r.validation = validation;
   TOPIARY_ASSIGN_OR_RETURN(const double joules_end, energy.Joules());
   if (joules_start >= 0 && joules_end >= 0 && r.images > 0) {
     r.joules_per_image = (joules_end - joules_start) / r.images;
@@ -489,8 +524,7 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
     for (auto& g : pruner->channel_groups()) *row->add_channel_groups() = std::move(g);
   }
   row->set_step_seconds(trainer_->phase_step_seconds());
-  row->set_test_top1(r.top1);
-  row->set_test_loss(r.loss);
+  SetHeldOut(r, row);
   row->set_seconds(SecondsSince(start));
   TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", position().round), false));
   row = metrics.mutable_rounds(metrics.rounds_size() - 1);
@@ -515,12 +549,18 @@ absl::Status ExperimentRun::DensePhase() {
   auto& metrics = recorder_.metrics();
   if (position().round > 0 || metrics.rounds_size() > 0) return absl::OkStatus();
   TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, LastOrNewEvaluation());
-  metrics.set_dense_top1(r.top1);
+  RoundSummary row0 = SparsityNow(0, nullptr);
+  if (!dense_done_) row0.set_step_seconds(trainer_->phase_step_seconds());
+  SetHeldOut(r, &row0);
+  if (r.validation && spec_.has_pruning()) {
+    // The dense model's test top-1, for the report's accuracy drop (nothing selects on it).
+    TOPIARY_ASSIGN_OR_RETURN(const EvalResult test, ReportTest());
+    row0.set_test_top1(test.top1);
+    row0.set_test_loss(test.loss);
+  }
+  metrics.set_dense_top1(r.validation ? row0.test_top1() : r.top1);
   RoundSummary* row = metrics.add_rounds();
-  *row = SparsityNow(0, nullptr);
-  if (!dense_done_) row->set_step_seconds(trainer_->phase_step_seconds());
-  row->set_test_top1(r.top1);
-  row->set_test_loss(r.loss);
+  *row = std::move(row0);
   row->set_seconds(SecondsSince(start));
   trainer_->EndDensePhase();
   if (TrainsDensePhase()) {
@@ -579,6 +619,11 @@ absl::Status ExperimentRun::Rounds() {
 absl::Status ExperimentRun::Execute() {
   TOPIARY_RETURN_IF_ERROR(DensePhase());
   if (spec_.has_pruning()) TOPIARY_RETURN_IF_ERROR(Rounds());
+  if (val_data_) {  // the final report: the test set's one evaluation of the final model
+    TOPIARY_ASSIGN_OR_RETURN(EvalResult test, ReportTest());
+    recorder_.RecordEvaluation(test);
+    if (!spec_.has_pruning()) recorder_.metrics().set_dense_top1(test.top1);
+  }
   recorder_.Finish(position().epoch, SparsityNow(position().round, nullptr).sparsity(),
                    trainer_->images_per_s());
   return absl::OkStatus();

@@ -141,7 +141,10 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
   } else if (event.has_epoch()) {
     ++epoch_;
     const auto& ep = event.epoch();
-    if (ep.evaluated()) {
+    if (ep.evaluated() && ep.val_loss() > 0) {
+      Scalar("val/top1", epoch_, ep.val_top1());
+      Scalar("val/loss", epoch_, ep.val_loss());
+    } else if (ep.evaluated()) {
       Scalar("test/top1", epoch_, ep.test_top1());
       Scalar("test/loss", epoch_, ep.test_loss());
     }
@@ -155,7 +158,8 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
   } else if (event.has_round()) {
     const auto& r = event.round();
     Scalar("round/sparsity", r.round(), r.sparsity());
-    Scalar("round/test_top1", r.round(), r.test_top1());
+    if (r.val_loss() > 0) Scalar("round/val_top1", r.round(), r.val_top1());
+    if (r.test_loss() > 0) Scalar("round/test_top1", r.round(), r.test_top1());
     for (const auto& layer : r.layers()) {
       Scalar("layer_sparsity/" + layer.layer(), r.round(), layer.sparsity());
     }
@@ -168,6 +172,7 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
       Scalar("final/test_loss", epoch_, s.test_loss());
       Scalar("final/sparsity", epoch_, s.sparsity());
       if (s.dense_top1() > 0) Scalar("final/dense_top1", epoch_, s.dense_top1());
+      if (s.val_loss() > 0) Scalar("final/val_top1", epoch_, s.val_top1());
       topiary::tensorboard::HParamsPluginData data;
       auto* end = data.mutable_session_end_info();
       end->set_status(state == topiary::v1::SUCCEEDED ? 1 : 2);  // STATUS_SUCCESS, _FAILURE

@@ -70,6 +70,8 @@ absl::Status ValidateData(const DataSpec& d) {
   CHECK_RULE(d.eval_batch_size() <= 65536, "data.eval_batch_size", "must be <= 65536");
   CHECK_RULE(d.train_limit() >= 0, "data.train_limit", "must be >= 0 (0: all)");
   CHECK_RULE(d.test_limit() >= 0, "data.test_limit", "must be >= 0 (0: all)");
+  CHECK_RULE(d.validation_fraction() >= 0 && d.validation_fraction() <= 0.5,
+             "data.validation_fraction", "must be in [0, 0.5] (0: no validation set)");
   CHECK_RULE(d.augment().crop_padding() >= 0 && d.augment().crop_padding() <= 64,
              "data.augment.crop_padding", "must be in [0, 64]");
   CHECK_RULE(!d.augment().random_resized_crop() || d.augment().crop_padding() == 0,
