@@ -1,6 +1,9 @@
 // CUDA kernels of elementwise ops, casts, losses and SGD against their CPU twins, over the shared
 // fixture of kernels/cuda_test_util.h.
+#include <tuple>
+
 #include "kernels/cuda_test_util.h"
+#include "kernels/elementwise/activation.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/loss.h"
 #include "kernels/elementwise/sgd.h"
@@ -63,6 +66,58 @@ TEST_F(CudaKernels, ElementwiseAndBias) {
     Sync();
     EXPECT_EQ(dm.Host(), m);
     EXPECT_LT(Rel(dgrad.Host(), rgrad), 1e-5);
+  }
+}
+
+// Imported mobile networks' activations and gates against the CPU twins (the device's expf
+// may differ from the host's in the last bit; bf16 outputs then within one bf16 rounding).
+TEST_F(CudaKernels, ActivationsAndChannelScaleMatchCpu) {
+  const ActivationFn kinds[] = {{ActivationKind::kSigmoid},
+                                {ActivationKind::kSilu},
+                                {ActivationKind::kLeakyRelu, 0.1f},
+                                {ActivationKind::kHardSigmoid, 1.0f / 6, 0.5f},
+                                {ActivationKind::kHardSwish}};
+  const int64_t n = 100003;
+  for (DType t : kTypes) {
+    SCOPED_TRACE(Name(t));
+    const double tol = t == DType::kF32 ? 2e-6 : 8e-3;
+    std::vector<float> x = RandomFloats(n, 6), g = Round(RandomFloats(n, 7), t);
+    for (float& v : x) v *= 6;
+    x = Round(x, t);
+    Act dx_in(t, x), dg(t, g), y(t, n), dx(t, n);
+    std::vector<float> ry(n), rdx(n);
+    for (const ActivationFn& p : kinds) {
+      SCOPED_TRACE(static_cast<int>(p.kind));
+      ASSERT_TRUE(ActivationForwardCuda(t, p, n, dx_in.get(), y.get(), ctx_).ok());
+      ASSERT_TRUE(ActivationBackwardCuda(t, p, n, dx_in.get(), dg.get(), dx.get(), ctx_).ok());
+      ActivationForwardCpu(p, n, x.data(), ry.data());
+      ActivationBackwardCpu(p, n, x.data(), g.data(), rdx.data());
+      Sync();
+      EXPECT_LT(Rel(y.Host(), ry), tol);
+      EXPECT_LT(Rel(dx.Host(), rdx), tol);
+    }
+    // The product: same shape and per-(image, channel) scale; odd sizes and batch 1.
+    for (const auto& [images, pixels, c] :
+         {std::tuple{1, 1, 1}, std::tuple{3, 49, 13}, std::tuple{2, 196, 96}}) {
+      const int64_t rows = int64_t{images} * pixels;
+      for (int ppi : {0, pixels}) {
+        const int64_t nb = ppi == 0 ? rows * c : int64_t{images} * c;
+        auto a = Round(RandomFloats(rows * c, 8), t), b = Round(RandomFloats(nb, 9), t);
+        auto d = Round(RandomFloats(rows * c, 10), t);
+        Act ma(t, a), mb(t, b), md(t, d), my(t, rows * c), mda(t, rows * c), mdb(t, nb);
+        std::vector<float> ry2(rows * c), rda(rows * c), rdb(nb);
+        ASSERT_TRUE(MulForwardCuda(t, rows, c, ppi, ma.get(), mb.get(), my.get(), ctx_).ok());
+        ASSERT_TRUE(MulBackwardCuda(t, rows, c, ppi, ma.get(), mb.get(), md.get(), mda.get(),
+                                    mdb.get(), ctx_)
+                        .ok());
+        MulForwardCpu(rows, c, ppi, a.data(), b.data(), ry2.data());
+        MulBackwardCpu(rows, c, ppi, a.data(), b.data(), d.data(), rda.data(), rdb.data());
+        Sync();
+        EXPECT_EQ(my.Host(), Round(ry2, t));  // one fp32 product, one rounding
+        EXPECT_EQ(mda.Host(), Round(rda, t));
+        EXPECT_LT(Rel(mdb.Host(), rdb), t == DType::kF32 ? 1e-5 : 8e-3);
+      }
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 // The CUDA entry points of kernels/elementwise in a CPU-only build (see kernels/runtime/no_cuda.h).
+#include "kernels/elementwise/activation.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/loss.h"
 #include "kernels/elementwise/sgd.h"
@@ -7,6 +8,22 @@
 namespace topiary::kernels {
 
 absl::Status CopyCuda(int64_t, const void*, void*, const CudaContext&) { return NoCuda(); }
+absl::Status ActivationForwardCuda(DType, const ActivationFn&, int64_t, const void*, void*,
+                                   const CudaContext&) {
+  return NoCuda();
+}
+absl::Status ActivationBackwardCuda(DType, const ActivationFn&, int64_t, const void*, const void*,
+                                    void*, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status MulForwardCuda(DType, int64_t, int, int, const void*, const void*, void*,
+                            const CudaContext&) {
+  return NoCuda();
+}
+absl::Status MulBackwardCuda(DType, int64_t, int, int, const void*, const void*, const void*, void*,
+                             void*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status ReluForwardCuda(DType, int64_t, const void*, void*, const CudaContext&) {
   return NoCuda();
 }

@@ -1,5 +1,6 @@
 #include <array>
 
+#include "kernels/elementwise/activation.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
@@ -183,7 +184,104 @@ absl::Status VisitCast(DType from, DType to, Fn&& fn) {
   return absl::OkStatus();
 }
 
+struct ActivationOp {
+  ActivationFn p;
+  __device__ void operator()(const float* x, float* y) const { y[0] = ActivationOf(p, x[0]); }
+};
+struct ActivationBackwardOp {  // (x, dy) -> dx
+  ActivationFn p;
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = x[1] * ActivationSlope(p, x[0]);
+  }
+};
+struct MulOp {
+  __device__ void operator()(const float* x, float* y) const { y[0] = x[0] * x[1]; }
+};
+struct MulBackwardOp {  // (a, b, dy) -> (da, db)
+  __device__ void operator()(const float* x, float* y) const {
+    y[0] = x[2] * x[1];
+    y[1] = x[2] * x[0];
+  }
+};
+
+// y = a * b[image, channel] over [rows, c], rows = images * pixels (a squeeze-and-excitation
+// scale; da = dy * b is the same product).
+template <typename T>
+__global__ void ChannelScaleKernel(int64_t rows, int c, int pixels, const T* __restrict__ a,
+                                   const T* __restrict__ b, T* __restrict__ y) {
+  TOPIARY_GRID_STRIDE(i, rows * c) {
+    const int64_t row = i / c;
+    const int j = static_cast<int>(i - row * c);
+    St(y + i, Ld(a + i) * Ld(b + (row / pixels) * c + j));
+  }
+}
+
+// db[image, channel] = sum over the image's pixels of dy * a: one thread per (image,
+// channel), consecutive threads on consecutive channels (coalesced NHWC reads), in order.
+template <typename T>
+__global__ void ChannelScaleGradKernel(int64_t images, int c, int pixels, const T* __restrict__ a,
+                                       const T* __restrict__ dy, T* __restrict__ db) {
+  TOPIARY_GRID_STRIDE(k, images * c) {
+    const int64_t n = k / c;
+    const int j = static_cast<int>(k - n * c);
+    float s = 0.0f;
+    for (int64_t p = 0; p < pixels; ++p) {
+      const int64_t i = (n * pixels + p) * c + j;
+      s = fmaf(Ld(dy + i), Ld(a + i), s);
+    }
+    St(db + k, s);
+  }
+}
+
 }  // namespace
+
+absl::Status ActivationForwardCuda(DType t, const ActivationFn& p, int64_t n, const void* x,
+                                   void* y, const CudaContext& ctx) {
+  return Map<1, 1>(t, n, {x}, {y}, ActivationOp{p}, ctx, "activation forward");
+}
+
+absl::Status ActivationBackwardCuda(DType t, const ActivationFn& p, int64_t n, const void* x,
+                                    const void* dy, void* dx, const CudaContext& ctx) {
+  return Map<2, 1>(t, n, {x, dy}, {dx}, ActivationBackwardOp{p}, ctx, "activation backward");
+}
+
+absl::Status MulForwardCuda(DType t, int64_t rows, int c, int pixels_per_image, const void* a,
+                            const void* b, void* y, const CudaContext& ctx) {
+  if (pixels_per_image == 0) return Map<2, 1>(t, rows * c, {a, b}, {y}, MulOp{}, ctx, "mul");
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    ChannelScaleKernel<<<BlocksFor(rows * c, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        rows, c, pixels_per_image, static_cast<const T*>(a), static_cast<const T*>(b),
+        static_cast<T*>(y));
+  });
+  return LaunchStatus("channel scale");
+}
+
+absl::Status MulBackwardCuda(DType t, int64_t rows, int c, int pixels_per_image, const void* a,
+                             const void* b, const void* dy, void* da, void* db,
+                             const CudaContext& ctx) {
+  const int64_t n = rows * c;
+  if (pixels_per_image == 0) {
+    if (da != nullptr && db != nullptr) {
+      return Map<3, 2>(t, n, {a, b, dy}, {da, db}, MulBackwardOp{}, ctx, "mul backward");
+    }
+    if (da != nullptr) TOPIARY_RETURN_IF_ERROR(MulForwardCuda(t, rows, c, 0, dy, b, da, ctx));
+    if (db != nullptr) TOPIARY_RETURN_IF_ERROR(MulForwardCuda(t, rows, c, 0, dy, a, db, ctx));
+    return absl::OkStatus();
+  }
+  if (da != nullptr) {
+    TOPIARY_RETURN_IF_ERROR(MulForwardCuda(t, rows, c, pixels_per_image, dy, b, da, ctx));
+  }
+  if (db == nullptr) return absl::OkStatus();
+  const int64_t images = rows / pixels_per_image;
+  VisitDType(t, [&](auto tag) {
+    using T = decltype(tag);
+    ChannelScaleGradKernel<<<BlocksFor(images * c, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+        images, c, pixels_per_image, static_cast<const T*>(a), static_cast<const T*>(dy),
+        static_cast<T*>(db));
+  });
+  return LaunchStatus("channel scale backward");
+}
 
 absl::Status CopyCuda(int64_t bytes, const void* src, void* dst, const CudaContext& ctx) {
   return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream),

@@ -51,6 +51,14 @@ class GraphWriter {
         std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
     summary_->initializer_floats += static_cast<int64_t>(values.size());
   }
+  // An int64 tensor (shapes and axes).
+  void IntInitializer(const std::string& name, const std::vector<int64_t>& values) {
+    onnx::TensorProto* t = graph_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  }
 
   onnx::NodeProto* Node(const std::string& op, const std::string& name,
                         const std::vector<std::string>& inputs, const std::string& output) {
@@ -208,6 +216,17 @@ class ModelToOnnx {
           GraphWriter::Int(Simple(j, "Flatten"), "axis", 1);
           flat_[nodes_[j].output] = true;
           break;
+        case LayerKind::kSigmoid:
+        case LayerKind::kSilu:
+        case LayerKind::kLeakyRelu:
+        case LayerKind::kHardSigmoid:
+        case LayerKind::kHardSwish:
+          flat_[nodes_[j].output] = flat_[nodes_[j].inputs[0]];
+          Activation(j);
+          break;
+        case LayerKind::kMul:
+          Product(j);
+          break;
       }
     }
   }
@@ -250,6 +269,56 @@ class ModelToOnnx {
       }
     }
     return -1;
+  }
+
+  // Opset 13 has Sigmoid, LeakyRelu and HardSigmoid; SiLU is x * Sigmoid(x) and hard swish
+  // x * HardSigmoid(x) with alpha 1/6, beta 1/2 (HardSwish itself is opset 14), as PyTorch's
+  // exports spell them.
+  void Activation(size_t j) {
+    const auto* act = static_cast<const topiary::Activation*>(nodes_[j].layer);
+    const kernels::ActivationFn& f = act->params();
+    const std::string& name = act->name();
+    const int value = nodes_[j].output;
+    switch (f.kind) {
+      case kernels::ActivationKind::kSigmoid:
+        Emit("Sigmoid", name, value, {Input(j)});
+        return;
+      case kernels::ActivationKind::kLeakyRelu:
+        GraphWriter::Float(Emit("LeakyRelu", name, value, {Input(j)}), "alpha", f.alpha);
+        return;
+      case kernels::ActivationKind::kHardSigmoid: {
+        onnx::NodeProto* n = Emit("HardSigmoid", name, value, {Input(j)});
+        GraphWriter::Float(n, "alpha", f.alpha);
+        GraphWriter::Float(n, "beta", f.beta);
+        return;
+      }
+      case kernels::ActivationKind::kSilu:
+        g_.Node("Sigmoid", name + ".gate", {Input(j)}, name + ".gate");
+        break;
+      case kernels::ActivationKind::kHardSwish: {
+        onnx::NodeProto* n = g_.Node("HardSigmoid", name + ".gate", {Input(j)}, name + ".gate");
+        GraphWriter::Float(n, "alpha", 1.0f / 6.0f);
+        GraphWriter::Float(n, "beta", 0.5f);
+        break;
+      }
+    }
+    Emit("Mul", name, value, {Input(j), name + ".gate"});
+  }
+
+  // Mul: ONNX broadcasts a per-channel scale [N, C, 1, 1] over the map by itself; a flat
+  // scale ([N, C], after a linear layer) is unsqueezed to that first.
+  void Product(size_t j) {
+    const std::string& name = nodes_[j].layer->name();
+    std::vector<std::string> in = {Input(j, 0), Input(j, 1)};
+    const bool flat0 = flat_[nodes_[j].inputs[0]], flat1 = flat_[nodes_[j].inputs[1]];
+    if (flat0 != flat1) {
+      const int k = flat0 ? 0 : 1;
+      g_.IntInitializer(name + ".axes", {2, 3});
+      g_.Node("Unsqueeze", name + ".unflatten", {in[k], name + ".axes"}, name + ".unflattened");
+      in[k] = name + ".unflattened";
+    }
+    flat_[nodes_[j].output] = flat0 && flat1;
+    Emit("Mul", name, nodes_[j].output, in);
   }
 
   // Clip with its bounds as inputs (opset 11 and later).

@@ -8,9 +8,11 @@
 #include <memory>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "onnx/onnx.pb.h"
 #include "trainer/nn/graph.h"
 #include "trainer/nn/layers.h"
@@ -120,6 +122,26 @@ std::string CleanName(const std::string& raw) {
   return out.substr(0, 150);
 }
 
+// PyTorch's scoped node names ("/layer1/layer1.0/relu/Relu"): the module scopes, outermost
+// first, and the operator; empty for other names.
+std::vector<std::string> ScopesOf(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/') return {};
+  std::vector<std::string> parts = absl::StrSplit(name.substr(1), '/');
+  parts.pop_back();  // the operator
+  return parts;
+}
+
+// A module path from its scopes: each scope is the child's attribute name, or (inside a
+// Sequential) already the full path ("stem", "stem.2"): ["layer1", "layer1.0", "relu"] is
+// "layer1.0.relu".
+std::string ModulePath(const std::vector<std::string>& scopes) {
+  std::string path;
+  for (const std::string& s : scopes) {
+    path = path.empty() || absl::StartsWith(s, path + ".") ? s : absl::StrCat(path, ".", s);
+  }
+  return path;
+}
+
 struct Param {
   std::string layer;
   ParamRole role;
@@ -143,6 +165,12 @@ class Reader {
       consts_[t.name()] = std::make_shared<const Const>(std::move(c));
     }
     TOPIARY_RETURN_IF_ERROR(ReadInput());
+    for (const onnx::NodeProto& n : g_.node()) {
+      const std::vector<std::string> scopes = ScopesOf(n.name());
+      for (size_t k = 1; k < scopes.size(); ++k) {
+        inner_modules_.insert(ModulePath({scopes.begin(), scopes.begin() + k}));
+      }
+    }
     for (const onnx::NodeProto& n : g_.node()) {
       for (const std::string& in : n.input()) ++consumers_[in];
     }
@@ -304,10 +332,30 @@ class Reader {
                   static_cast<int>(p[0])};
   }
 
+  // The name a layer takes: the module's where PyTorch's export shows it, so that a model
+  // imported from a module names its layers as the module does ("stem.0", "layer1.0.conv1"):
+  // the prefix of a weight initializer "<module>.weight" (Conv, Gemm, BatchNormalization, as
+  // exported without folding); else a leaf module's path from a scoped node name
+  // ("/stem/stem.2/Sigmoid" -> "stem.2"), or for an operator in an outer module's own
+  // forward, that path and the operator ("/se1/Mul" -> "se1.Mul"); else the node's name or
+  // its output's.
+  std::string LayerName(const onnx::NodeProto& n) const {
+    if (n.input_size() > 1 && n.input(1).size() > 7 && absl::EndsWith(n.input(1), ".weight") &&
+        consts_.count(n.input(1))) {
+      return n.input(1).substr(0, n.input(1).size() - 7);
+    }
+    const std::vector<std::string> scopes = ScopesOf(n.name());
+    if (!scopes.empty()) {
+      const std::string path = ModulePath(scopes);
+      return inner_modules_.count(path) ? absl::StrCat(path, ".", n.op_type()) : path;
+    }
+    return n.name().empty() ? n.output(0) : n.name();
+  }
+
   // Adds a layer reading `inputs` and makes it the value of the node's first output.
   LayerNode* Emit(const onnx::NodeProto& n, int index, topiary::v1::NodeKind kind,
                   const std::vector<Value>& inputs) {
-    std::string base = CleanName(n.name().empty() ? n.output(0) : n.name());
+    std::string base = CleanName(LayerName(n));
     if (base.empty()) base = absl::StrCat(topiary::v1::NodeKind_Name(kind), index);
     std::string name = base;
     for (int k = 1; used_.count(name) || name == kGraphInput; ++k)
@@ -373,6 +421,28 @@ class Reader {
     if (op == "Relu") return Relu(n, index, false);
     if (op == "Clip") return Clip(n, index);
     if (op == "Add") return AddNode(n, index);
+    if (op == "Mul") return MulNode(n, index);
+    if (op == "Sigmoid" || op == "HardSwish") {
+      TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+      Emit(n, index, op == "Sigmoid" ? topiary::v1::sigmoid : topiary::v1::hard_swish, {x});
+      return absl::OkStatus();
+    }
+    if (op == "LeakyRelu" || op == "HardSigmoid") {
+      TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
+      const bool leaky = op == "LeakyRelu";
+      const auto* alpha = Attr(n, "alpha");
+      const auto* beta = Attr(n, "beta");
+      const float a = alpha ? alpha->f() : leaky ? 0.01f : 0.2f;  // ONNX's defaults
+      const float b = beta ? beta->f() : 0.5f;
+      if (!(std::abs(a) <= 100) || (!leaky && !(a > 0 && std::abs(b) <= 100))) {
+        return NodeError(n, absl::StrFormat("alpha = %g, beta = %g are not read", a, b));
+      }
+      LayerNode* l =
+          Emit(n, index, leaky ? topiary::v1::leaky_relu : topiary::v1::hard_sigmoid, {x});
+      l->set_alpha(a);
+      if (!leaky) l->set_beta(b);
+      return absl::OkStatus();
+    }
     if (op == "MaxPool" || op == "AveragePool") return Pool(n, index);
     if (op == "GlobalAveragePool") {
       TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
@@ -395,7 +465,8 @@ class Reader {
     }
     return NodeError(n,
                      "operator not supported; the importer reads Conv, BatchNormalization, "
-                     "Relu, Clip (ReLU6), Add, MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
+                     "Relu, Clip (ReLU6), Add, Mul (of two tensors), Sigmoid, HardSigmoid, "
+                     "HardSwish, LeakyRelu, MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
                      "(over H, W), "
                      "Flatten, Reshape (to 2-D), Gemm, MatMul, Concat, Constant, Identity, "
                      "Dropout, Pad (of nothing)");
@@ -526,6 +597,38 @@ class Reader {
     return absl::OkStatus();
   }
 
+  // x * gate(x), where only this Mul reads the gate, is one layer: SiLU (Sigmoid, PyTorch's
+  // export of nn.SiLU) or hard swish (HardSigmoid 1/6, 1/2, its export of nn.Hardswish before
+  // opset 14). Any other product of two tensors is a mul layer: of one shape, or a map and a
+  // per-channel scale (squeeze-and-excitation). A constant factor is refused.
+  absl::Status MulNode(const onnx::NodeProto& n, int index) {
+    if (n.input_size() != 2) return NodeError(n, "a Mul reads two inputs");
+    for (int i = 0; i < 2; ++i) {
+      if (consts_.count(n.input(i))) {
+        return NodeError(n,
+                         "a product with a constant is not read (products of two layers' "
+                         "outputs are: gates and squeeze-and-excitation scales)");
+      }
+    }
+    TOPIARY_ASSIGN_OR_RETURN(Value a, In(n, 0));
+    TOPIARY_ASSIGN_OR_RETURN(Value b, In(n, 1));
+    for (const auto& [x, gate] : {std::pair{a, b}, std::pair{b, a}}) {
+      if (gate.node < 0 || uses_[gate.node] != 1) continue;
+      LayerNode* g = graph_.mutable_layers(gate.node);
+      if (g->inputs_size() != 1 || g->inputs(0) != x.layer) continue;
+      const bool hard = g->kind() == topiary::v1::hard_sigmoid &&
+                        std::abs(g->alpha() - 1.0 / 6) < 1e-6 && std::abs(g->beta() - 0.5) < 1e-6;
+      if (g->kind() != topiary::v1::sigmoid && !hard) continue;
+      g->set_kind(hard ? topiary::v1::hard_swish : topiary::v1::silu);
+      g->set_alpha(0);
+      g->set_beta(0);
+      Rename(n, gate);
+      return absl::OkStatus();
+    }
+    Emit(n, index, topiary::v1::mul, {a, b});
+    return absl::OkStatus();
+  }
+
   absl::Status Pool(const onnx::NodeProto& n, int index) {
     TOPIARY_ASSIGN_OR_RETURN(Value x, In(n, 0));
     TOPIARY_ASSIGN_OR_RETURN(Window win, ReadWindow(n, nullptr));
@@ -649,6 +752,7 @@ class Reader {
   std::map<std::string, int> consumers_;  // readers of each tensor name
   std::map<int, int64_t> uses_;           // readers of each layer's output, under any name
   std::set<std::string> used_, pending_bias_;
+  std::set<std::string> inner_modules_;  // module paths with child modules (scoped names)
   NetworkGraph graph_;
   std::vector<Param> params_;
   int64_t parameter_values_ = 0;  // zero biases of linear layers without one in the file

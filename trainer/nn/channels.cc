@@ -144,7 +144,8 @@ absl::StatusOr<ChannelGroups> FindChannelGroups(const Model& model) {
           }
         }
         break;
-      case topiary::v1::add: {
+      case topiary::v1::add:
+      case topiary::v1::mul: {  // channel c meets channel c (a per-channel scale's too)
         const std::vector<int>& other = value_slots[nodes[i].inputs[1]];
         out = in;
         for (int c = 0; c < channels; ++c) {

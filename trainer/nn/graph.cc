@@ -64,7 +64,7 @@ class GraphBuilder {
       inputs.push_back(v->second);
     }
     const int arity = static_cast<int>(inputs.size());
-    const bool arity_ok = *kind == LayerKind::kAdd      ? arity == 2
+    const bool arity_ok = *kind == LayerKind::kAdd || *kind == LayerKind::kMul ? arity == 2
                           : *kind == LayerKind::kConcat ? arity >= 2 && arity <= kMaxInputs
                                                         : arity == 1;
     if (!arity_ok) {
@@ -196,6 +196,26 @@ class GraphBuilder {
         return std::make_unique<topiary::Add>(n.name(), n.relu());
       case LayerKind::kConcat:
         return std::make_unique<Concat>(n.name());
+      case LayerKind::kMul:
+        return std::make_unique<topiary::Mul>(n.name());
+      case LayerKind::kSigmoid:
+      case LayerKind::kSilu:
+      case LayerKind::kHardSwish:
+        return std::make_unique<Activation>(n.name(), kind);
+      case LayerKind::kLeakyRelu:
+        if (!(std::abs(n.alpha()) <= 100)) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: alpha = %g is not a slope in [-100, 100]", at, n.alpha()));
+        }
+        return std::make_unique<Activation>(n.name(), kind, n.alpha());
+      case LayerKind::kHardSigmoid:
+        if (!(n.alpha() > 0 && n.alpha() <= 100 && std::abs(n.beta()) <= 100)) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "%s: alpha = %g, beta = %g: the slope must be in (0, 100] and the offset in "
+              "[-100, 100]",
+              at, n.alpha(), n.beta()));
+        }
+        return std::make_unique<Activation>(n.name(), kind, n.alpha(), n.beta());
       case LayerKind::kFlatten:
         return std::make_unique<Flatten>(n.name());
     }

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/util/json.h"
@@ -102,6 +105,95 @@ TEST(Graph, ImportedLayerKindsTrainOnTheCpu) {
   auto metrics = (*net)->TakeMetrics();
   ASSERT_TRUE(metrics.ok());
   EXPECT_TRUE(std::isfinite(metrics->loss()));
+}
+
+// Mobile networks' layers (SiLU, a squeeze-and-excitation gate with leaky ReLU, hard
+// sigmoid and mul, hard swish, sigmoid): the backward pass's weight gradients equal central
+// differences of the loss, through every one of them.
+TEST(Graph, MobileActivationsAndGatesBackpropagateExactly) {
+  NetworkGraph g;
+  g.set_arch("test:mobile");
+  g.set_height(5);
+  g.set_width(5);
+  g.set_channels(2);
+  g.set_classes(3);
+  auto add = [&](const std::string& name, topiary::v1::NodeKind kind,
+                 std::vector<std::string> inputs, int out = 0) {
+    LayerNode* n = g.add_layers();
+    n->set_name(name);
+    n->set_kind(kind);
+    for (auto& i : inputs) n->add_inputs(i);
+    if (out > 0) {
+      n->set_out_channels(out);
+      if (kind == topiary::v1::conv2d) {
+        n->set_kernel_h(out == 6 ? 3 : 1);
+        n->set_kernel_w(out == 6 ? 3 : 1);
+        n->set_stride(1);
+        n->set_pad(out == 6 ? 1 : 0);
+        n->set_bias(true);
+      }
+    }
+    return n;
+  };
+  add("conv", topiary::v1::conv2d, {"input"}, 6);
+  add("silu", topiary::v1::silu, {"conv"});
+  add("squeeze", topiary::v1::global_avg_pool, {"silu"});
+  add("reduce", topiary::v1::conv2d, {"squeeze"}, 4);
+  add("leaky", topiary::v1::leaky_relu, {"reduce"})->set_alpha(0.1f);
+  add("expand", topiary::v1::conv2d, {"leaky"}, 7);
+  add("expand2", topiary::v1::conv2d, {"expand"}, 6);
+  LayerNode* hs = add("gate", topiary::v1::hard_sigmoid, {"expand2"});
+  hs->set_alpha(0.05f);  // a wide linear range: the gate's gradient is not clamped away
+  hs->set_beta(0.5f);
+  add("scaled", topiary::v1::mul, {"gate", "silu"});  // the scale first: either order
+  add("hswish", topiary::v1::hard_swish, {"scaled"});
+  add("sig", topiary::v1::sigmoid, {"hswish"});
+  add("both", topiary::v1::mul, {"sig", "hswish"});
+  add("flat", topiary::v1::flatten, {"both"});
+  add("fc", topiary::v1::linear, {"flat"}, 3);
+  auto dev = MakeCpuDevice(1);
+  auto model = BuildModelFromGraph(g, dev.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  (*model)->Initialize(5);
+  // Round trips as data, alpha and beta included.
+  EXPECT_EQ(DescribeModel(**model).SerializeAsString(), g.SerializeAsString());
+  auto net = Network::Plan(model->get(), 2, true);
+  ASSERT_TRUE(net.ok()) << net.status();
+  for (int i = 0; i < 2 * 5 * 5 * 2; ++i) {
+    (*net)->input()[i] = static_cast<float>((i * 37) % 11) / 3 - 1.6f;
+  }
+  (*net)->labels()[0] = 1;
+  (*net)->labels()[1] = 2;
+  auto loss = [&]() -> double {
+    EXPECT_TRUE((*net)->Forward(true).ok());
+    EXPECT_TRUE((*net)->Loss(0).ok());
+    auto m = (*net)->TakeMetrics();
+    EXPECT_TRUE(m.ok());
+    return m->loss_sum;
+  };
+  loss();
+  ASSERT_TRUE((*net)->Backward().ok());
+  for (const char* layer : {"conv", "reduce", "expand2"}) {
+    SCOPED_TRACE(layer);
+    Parameter* w = (*model)->FindLayer(layer)->parameter(ParamRole::kKernel);
+    const std::vector<float> grad(w->grad.data(), w->grad.data() + w->size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < w->size(); i += 3) {
+      const float keep = w->value.data()[i];
+      const float h = 1e-2f;
+      w->value.data()[i] = keep + h;
+      const double up = loss();
+      w->value.data()[i] = keep - h;
+      const double down = loss();
+      w->value.data()[i] = keep;
+      // The loss summed over the batch of 2; the gradient is of the mean.
+      const double numeric = (up - down) / (2 * h) / 2;
+      worst = std::max(worst, std::abs(numeric - grad[i]));
+      scale = std::max(scale, std::abs(numeric));
+    }
+    EXPECT_LT(worst / scale, 2e-2);
+    EXPECT_GT(scale, 1e-5);  // the gradient reaches the layer (through the gate: weakly)
+  }
 }
 
 // Each hostile change to a good graph is refused with a message naming what is wrong.

@@ -20,6 +20,12 @@ constexpr std::pair<LayerKind, topiary::v1::NodeKind> kNodeKinds[] = {
     {LayerKind::kGroupedConv2d, topiary::v1::grouped_conv2d},
     {LayerKind::kRelu6, topiary::v1::relu6},
     {LayerKind::kConcat, topiary::v1::concat},
+    {LayerKind::kSigmoid, topiary::v1::sigmoid},
+    {LayerKind::kSilu, topiary::v1::silu},
+    {LayerKind::kLeakyRelu, topiary::v1::leaky_relu},
+    {LayerKind::kHardSigmoid, topiary::v1::hard_sigmoid},
+    {LayerKind::kHardSwish, topiary::v1::hard_swish},
+    {LayerKind::kMul, topiary::v1::mul},
 };
 
 }  // namespace

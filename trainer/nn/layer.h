@@ -149,7 +149,13 @@ enum class LayerKind {
   kFlatten,
   kGroupedConv2d,
   kRelu6,
-  kConcat
+  kConcat,
+  kSigmoid,
+  kSilu,
+  kLeakyRelu,
+  kHardSigmoid,
+  kHardSwish,
+  kMul
 };
 // The network graph's kind (topiary/v1/network.proto LayerNode.Kind) of each LayerKind, and
 // back (nullopt: NODE_KIND_UNSPECIFIED or a value this build does not know).

@@ -7,6 +7,7 @@
 
 #include "kernels/conv/conv.h"
 #include "kernels/conv/grouped_conv.h"
+#include "kernels/elementwise/activation.h"
 #include "kernels/norm_pool/batch_norm.h"
 #include "kernels/norm_pool/pooling.h"
 #include "trainer/nn/conv_engine.h"
@@ -188,6 +189,43 @@ class Relu : public Layer {
  private:
   bool six_;
   Shape4 in_;
+};
+
+// Sigmoid, SiLU, leaky ReLU, hard sigmoid or hard swish (kernels/elementwise/activation.h):
+// the activations of imported mobile networks. Unlike ReLU's, their backward reads the input.
+class Activation : public Layer {
+ public:
+  // kind: kSigmoid, kSilu, kLeakyRelu (alpha), kHardSigmoid (alpha, beta) or kHardSwish.
+  Activation(std::string name, LayerKind kind, float alpha = 0, float beta = 0);
+  LayerKind kind() const override { return kind_; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  void Describe(topiary::v1::LayerNode* node) const override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {true, false}; }
+  const kernels::ActivationFn& params() const { return params_; }
+
+ private:
+  LayerKind kind_;
+  kernels::ActivationFn params_;
+  Shape4 in_;
+};
+
+// The product of two inputs: of one shape, or a map [H, W, C] and a per-channel scale
+// [1, 1, C] broadcast over its pixels (squeeze-and-excitation's gate), in either order.
+class Mul : public Layer {
+ public:
+  explicit Mul(std::string name) : Layer(std::move(name)) {}
+  LayerKind kind() const override { return LayerKind::kMul; }
+  absl::StatusOr<Shape4> Setup(const std::vector<Shape4>& inputs, Device* device) override;
+  absl::Status Forward(const LayerIo& io, bool training) override;
+  absl::Status Backward(const LayerIo& io) override;
+  BackwardReads backward_reads(bool) const override { return {true, false}; }
+
+ private:
+  Shape4 in_;       // the map's
+  int pixels_ = 0;  // broadcast: the map's pixels per image; 0: one shape
+  int map_ = 0;     // which input is the map (the other is the scale)
 };
 
 // Residual add of two inputs of the same shape; with relu, fused with the ReLU after it.

@@ -1,4 +1,4 @@
-// Parameter-free layers: pooling, ReLU, residual add, flatten.
+// Parameter-free layers: pooling, activations, residual add, product, flatten.
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -153,6 +153,100 @@ absl::Status Relu::Backward(const LayerIo& io) {
                                                                            io.dx[0], *io.cuda);
   }
   (six_ ? kernels::Relu6BackwardCpu : kernels::ReluBackwardCpu)(n, io.yf(), io.dyf(), io.dxf(0));
+  return absl::OkStatus();
+}
+
+namespace {
+kernels::ActivationKind KindOf(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kSilu:
+      return kernels::ActivationKind::kSilu;
+    case LayerKind::kLeakyRelu:
+      return kernels::ActivationKind::kLeakyRelu;
+    case LayerKind::kHardSigmoid:
+      return kernels::ActivationKind::kHardSigmoid;
+    case LayerKind::kHardSwish:
+      return kernels::ActivationKind::kHardSwish;
+    default:
+      return kernels::ActivationKind::kSigmoid;
+  }
+}
+}  // namespace
+
+Activation::Activation(std::string name, LayerKind kind, float alpha, float beta)
+    : Layer(std::move(name)), kind_(kind) {
+  params_.kind = KindOf(kind);
+  params_.alpha = alpha;
+  params_.beta = beta;
+}
+
+absl::StatusOr<Shape4> Activation::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  TOPIARY_ASSIGN_OR_RETURN(auto in, OneInput(*this, inputs));
+  in_ = in;
+  return in_;
+}
+
+void Activation::Describe(topiary::v1::LayerNode* node) const {
+  Layer::Describe(node);
+  node->set_alpha(params_.alpha);
+  node->set_beta(params_.beta);
+}
+
+absl::Status Activation::Forward(const LayerIo& io, bool training) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) return kernels::ActivationForwardCuda(io.dtype, params_, n, io.x[0], io.y, *io.cuda);
+  kernels::ActivationForwardCpu(params_, n, io.xf(0), io.yf());
+  return absl::OkStatus();
+}
+
+absl::Status Activation::Backward(const LayerIo& io) {
+  const int64_t n = Count(in_, io.batch);
+  if (io.cuda) {
+    return kernels::ActivationBackwardCuda(io.dtype, params_, n, io.x[0], io.dy, io.dx[0],
+                                           *io.cuda);
+  }
+  kernels::ActivationBackwardCpu(params_, n, io.xf(0), io.dyf(), io.dxf(0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape4> Mul::Setup(const std::vector<Shape4>& inputs, Device* device) {
+  if (inputs.size() == 2 && inputs[0] == inputs[1]) {
+    in_ = inputs[0];
+    pixels_ = 0;
+    map_ = 0;
+    return in_;
+  }
+  for (int m = 0; m < 2 && inputs.size() == 2; ++m) {
+    const Shape4& scale = inputs[1 - m];
+    if (scale.h == 1 && scale.w == 1 && scale.c == inputs[m].c) {
+      in_ = inputs[m];
+      pixels_ = in_.h * in_.w;
+      map_ = m;
+      return in_;
+    }
+  }
+  return absl::InvalidArgumentError(
+      name() + ": mul needs two inputs of one shape, or a map and one value per channel of it");
+}
+
+absl::Status Mul::Forward(const LayerIo& io, bool training) {
+  const int64_t rows = int64_t{io.batch} * in_.h * in_.w;
+  if (io.cuda) {
+    return kernels::MulForwardCuda(io.dtype, rows, in_.c, pixels_, io.x[map_], io.x[1 - map_], io.y,
+                                   *io.cuda);
+  }
+  kernels::MulForwardCpu(rows, in_.c, pixels_, io.xf(map_), io.xf(1 - map_), io.yf());
+  return absl::OkStatus();
+}
+
+absl::Status Mul::Backward(const LayerIo& io) {
+  const int64_t rows = int64_t{io.batch} * in_.h * in_.w;
+  if (io.cuda) {
+    return kernels::MulBackwardCuda(io.dtype, rows, in_.c, pixels_, io.x[map_], io.x[1 - map_],
+                                    io.dy, io.dx[map_], io.dx[1 - map_], *io.cuda);
+  }
+  kernels::MulBackwardCpu(rows, in_.c, pixels_, io.xf(map_), io.xf(1 - map_), io.dyf(),
+                          io.dxf(map_), io.dxf(1 - map_));
   return absl::OkStatus();
 }
 

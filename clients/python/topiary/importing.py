@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from typing import Optional, Sequence
 
 import grpc
@@ -50,11 +51,16 @@ def import_onnx(onnx_path: str, path: str, mean: Optional[Sequence[float]] = Non
 
 def from_torch(module, example_input, path: str, mean: Optional[Sequence[float]] = None,
                std: Optional[Sequence[float]] = None, max_value: float = 255.0,
-               arch: Optional[str] = None, topiary_bin: Optional[str] = None) -> dict:
+               arch: Optional[str] = None, topiary_bin: Optional[str] = None,
+               fold_batch_norm: bool = False) -> dict:
     """Writes `module` (a CNN of the operators `topiary import` reads) as the Topiary
     checkpoint `path`. example_input: one batch [N, C, H, W] as the module reads it
-    (normalized). The module is exported in eval mode (PyTorch folds batch norm that follows
-    a convolution into it) at opset 13. Returns import_onnx's summary."""
+    (normalized). The module is exported at opset 13 in eval mode, its batch norms kept as
+    layers (trainable, and their running statistics updated by fine-tuning) and its layers
+    named as its modules are ("stem.0", "layer1.0.conv1"), so to_torch finds them by name.
+    fold_batch_norm=True lets PyTorch fold each batch norm after a convolution into it
+    instead (fewer layers; the folded layers are named by ONNX). Returns import_onnx's
+    summary."""
     import torch  # only here: the package does not need torch otherwise
 
     was_training = module.training
@@ -62,9 +68,16 @@ def from_torch(module, example_input, path: str, mean: Optional[Sequence[float]]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             onnx_path = os.path.join(tmp, (arch or "model").replace(":", "_") + ".onnx")
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                # Its advice against constant folding is for modules in training mode.
+                warnings.filterwarnings("ignore", message=".*constant folding.*")
+                # PRESERVE on a module in eval mode: inference-mode batch norm, left unfolded
+                # (EVAL folds it into the convolution and renames the weights).
+                mode = (torch.onnx.TrainingMode.EVAL if fold_batch_norm
+                        else torch.onnx.TrainingMode.PRESERVE)
                 torch.onnx.export(module, example_input, onnx_path, opset_version=13,
-                                  input_names=["input"], output_names=["logits"])
+                                  input_names=["input"], output_names=["logits"],
+                                  training=mode)
             return import_onnx(onnx_path, path, mean=mean, std=std, max_value=max_value,
                                arch=arch or "torch:" + type(module).__name__,
                                topiary_bin=topiary_bin)

@@ -296,6 +296,20 @@ def to_torch_model(ckpt: Checkpoint, device: Union[str, torch.device] = "cpu") -
 
 
 # %% Networks from elsewhere: a module of the checkpoint's graph.
+def _hard_sigmoid(x, n):
+    return torch.clamp(n.get("alpha", 0.0) * x + n.get("beta", 0.0), 0.0, 1.0)
+
+
+_ACTIVATIONS = {
+    "sigmoid": lambda x, n: torch.sigmoid(x),
+    "silu": lambda x, n: x * torch.sigmoid(x),
+    "leaky_relu": lambda x, n: torch.nn.functional.leaky_relu(x, n.get("alpha", 0.0)),
+    "hard_sigmoid": _hard_sigmoid,
+    "hard_swish": lambda x, n: torch.nn.functional.hardswish(x),
+}
+
+
+
 class GraphNet(nn.Module):
     """A checkpoint's network graph (an imported model's) as a PyTorch module: its layers in
     order, each reading the outputs of earlier ones by name, NCHW as PyTorch computes. Shapes
@@ -319,7 +333,7 @@ class GraphNet(nn.Module):
                 module = nn.Linear(params.kernel.shape[1], params.kernel.shape[0],
                                    bias=params.bias is not None)
             elif kind in ("relu", "relu6", "add", "concat", "flatten", "max_pool", "avg_pool",
-                          "global_avg_pool"):
+                          "global_avg_pool") or kind in _ACTIVATIONS or kind == "mul":
                 continue
             else:
                 raise ValueError(f"{ckpt.path}: layer {n['name']}: kind {kind!r} has no PyTorch "
@@ -349,6 +363,13 @@ class GraphNet(nn.Module):
                 y = F.relu(ins[0])
             elif kind == "relu6":
                 y = F.relu6(ins[0])
+            elif kind in _ACTIVATIONS:
+                y = _ACTIVATIONS[kind](ins[0], n)
+            elif kind == "mul":
+                a, b = ins
+                if a.dim() != b.dim():  # a linear layer's [N, C] scale of an [N, C, H, W] map
+                    a, b = (a[:, :, None, None], b) if a.dim() == 2 else (a, b[:, :, None, None])
+                y = a * b
             elif kind == "add":
                 y = ins[0]
                 for other in ins[1:]:
