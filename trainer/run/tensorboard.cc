@@ -158,8 +158,11 @@ void TensorBoardWriter::Write(const topiary::v1::Event& event) {
   } else if (event.has_round()) {
     const auto& r = event.round();
     Scalar("round/sparsity", r.round(), r.sparsity());
+    // With a validation set, rounds are judged on it; only round 0 also has a test figure.
     if (r.val_loss() > 0) Scalar("round/val_top1", r.round(), r.val_top1());
-    if (r.test_loss() > 0) Scalar("round/test_top1", r.round(), r.test_top1());
+    if (r.val_loss() == 0 || r.test_loss() > 0) {
+      Scalar("round/test_top1", r.round(), r.test_top1());
+    }
     for (const auto& layer : r.layers()) {
       Scalar("layer_sparsity/" + layer.layer(), r.round(), layer.sparsity());
     }

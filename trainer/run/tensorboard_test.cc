@@ -55,16 +55,24 @@ TEST(TensorBoard, WritesValidTfRecordsWithScalarSummaries) {
     r.mutable_round()->set_round(2);
     r.mutable_round()->set_sparsity(0);  // round 0's sparsity: a value of 0 must be written
     w.Write(r);
+    // A round judged on a validation set: its validation top-1, and no test figure.
+    r.mutable_round()->set_round(3);
+    r.mutable_round()->set_val_top1(0.75);
+    r.mutable_round()->set_val_loss(0.5);
+    w.Write(r);
   }
   std::vector<topiary::tensorboard::Event> events;
   ReadRecords(dir + "/events.out.tfevents.topiaryd", &events);
-  ASSERT_EQ(events.size(), 1u + 3u + 2u);  // version, 3 progress scalars, 2 round scalars
+  ASSERT_EQ(events.size(), 1u + 3u + 2u + 2u);  // version, 3 progress and 2 + 2 round scalars
   EXPECT_EQ(events[0].file_version(), "brain.Event:2");
   EXPECT_EQ(events[1].step(), 7);
   EXPECT_EQ(events[1].summary().value(0).tag(), "train/loss");
   EXPECT_FLOAT_EQ(events[1].summary().value(0).simple_value(), 0.5f);
   EXPECT_EQ(events[4].summary().value(0).tag(), "round/sparsity");
   EXPECT_EQ(events[4].step(), 2);
+  EXPECT_EQ(events[5].summary().value(0).tag(), "round/test_top1");
+  EXPECT_EQ(events[7].summary().value(0).tag(), "round/val_top1");
+  EXPECT_EQ(events[7].step(), 3);
   // Scalars of 0 carry their value (readers drop a summary value without one).
   EXPECT_EQ(events[3].summary().value(0).tag(), "train/images_per_s");
   EXPECT_EQ(events[3].summary().value(0).value_case(),
