@@ -17,15 +17,16 @@ namespace topiary::kernels {
 struct CudaContext;
 
 // Synchronized batch norm (data parallelism): every rank normalizes with the statistics of the
-// global batch. The CPU functions below hand each pass's per-channel sums to MeanOverRanks and
+// global batch. The CPU functions below hand each pass's per-channel sums to SumOverRanks and
 // use the global figures; every rank holds the same number of rows and calls it in the same
 // order. Errors (another rank failed) come back from the functions.
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;
   virtual int ranks() const = 0;
-  // sums[0, n), this rank's, become the mean over the ranks of every rank's sums[0, n).
-  virtual absl::Status MeanOverRanks(double* sums, int n) = 0;
+  // sums[0, n), this rank's, become the sums over the ranks of every rank's sums[0, n),
+  // added in rank order in double: the same bits on every rank.
+  virtual absl::Status SumOverRanks(double* sums, int n) = 0;
 };
 
 struct BatchNormShape {

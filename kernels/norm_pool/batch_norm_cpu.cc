@@ -65,15 +65,13 @@ void ChannelSums(int64_t m, int c, F&& f, const Scratch& s) {
 }
 
 // The rows the statistics cover, and s.total[0, n) made global: the sums over every rank's
-// rows (the mean over ranks of the sums, times the ranks). Without sync: this rank's.
+// rows. Without sync: this rank's.
 int64_t GlobalRows(const BatchNormShape& sh, const BatchNormSync* sync) {
   return sync ? sh.m * sync->ranks() : sh.m;
 }
 absl::Status GlobalSums(BatchNormSync* sync, const Scratch& s, int n) {
   if (sync == nullptr) return absl::OkStatus();
-  TOPIARY_RETURN_IF_ERROR(sync->MeanOverRanks(s.total, n));
-  for (int j = 0; j < n; ++j) s.total[j] *= sync->ranks();
-  return absl::OkStatus();
+  return sync->SumOverRanks(s.total, n);
 }
 
 // y = x * scale + shift per channel (then max(0, .) with relu), rows in parallel.

@@ -1,6 +1,7 @@
 #include "trainer/dist/batch_norm_sync.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "trainer/nn/layers.h"
@@ -11,39 +12,35 @@ namespace {
 
 class CollectiveBatchNormSync : public kernels::BatchNormSync {
  public:
-  CollectiveBatchNormSync(Collective* collective, int rank, size_t floats)
-      : collective_(collective), rank_(rank), buffer_(floats) {}
+  CollectiveBatchNormSync(Collective* collective, int rank, size_t channels)
+      : collective_(collective),
+        rank_(rank),
+        mine_(2 * 2 * channels),
+        all_(static_cast<size_t>(collective->ranks()) * mine_.size()) {}
   int ranks() const override { return collective_->ranks(); }
 
-  // The sums are doubles, and the collective averages floats. Rounding each rank's sums to
-  // float and averaging them in float lost the low digits of sums that nearly cancel (the
-  // backward pass's sum of dy over a channel), which a single rank keeps in double: the
-  // synchronized ranks drifted from one rank at 1e-6 per step. So each rank sends its sums
-  // whole, as float pairs (hi + lo: 48 bits of mantissa), in its own slot of a buffer of
-  // zeros: the average of x and zeros is x / ranks, exactly (ranks a power of two; otherwise
-  // within a float rounding of lo). Every rank then adds the slots in rank order, in
-  // double, the same bits everywhere.
-  absl::Status MeanOverRanks(double* sums, int n) override {
-    const int ranks = collective_->ranks();
-    const size_t floats = static_cast<size_t>(ranks) * 2 * n;
-    if (floats > buffer_.size()) {
+  // The sums are doubles and the collective moves floats: each sum travels whole, as a float
+  // pair (hi, and lo = the rest: 48 bits of mantissa), gathered from every rank and added
+  // here in rank order. (Averaged as single floats, the backward pass's nearly cancelling
+  // sums of dy lost their low digits, which one rank keeps: two ranks drifted from one rank
+  // holding the batch by 1e-6 of the loss per step.)
+  absl::Status SumOverRanks(double* sums, int n) override {
+    const size_t floats = 2 * static_cast<size_t>(n);
+    if (floats > mine_.size()) {
       return absl::InternalError("synchronized batch norm: more channels than planned");
     }
-    std::fill(buffer_.begin(), buffer_.begin() + floats, 0.0f);
-    float* mine = buffer_.data() + static_cast<size_t>(rank_) * 2 * n;
     for (int i = 0; i < n; ++i) {
-      mine[2 * i] = static_cast<float>(sums[i]);
-      mine[2 * i + 1] = static_cast<float>(sums[i] - static_cast<double>(mine[2 * i]));
+      mine_[2 * i] = static_cast<float>(sums[i]);
+      mine_[2 * i + 1] = static_cast<float>(sums[i] - static_cast<double>(mine_[2 * i]));
     }
-    TOPIARY_RETURN_IF_ERROR(collective_->AllReduceMean(rank_, buffer_.data(), floats));
+    TOPIARY_RETURN_IF_ERROR(collective_->AllGather(rank_, mine_.data(), floats, all_.data()));
     for (int i = 0; i < n; ++i) {
       double total = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const float* slot = buffer_.data() + static_cast<size_t>(r) * 2 * n;
-        total +=
-            static_cast<double>(slot[2 * i]) * ranks + static_cast<double>(slot[2 * i + 1]) * ranks;
+      for (int r = 0; r < ranks(); ++r) {
+        const float* pair = all_.data() + r * floats + 2 * i;
+        total += static_cast<double>(pair[0]) + static_cast<double>(pair[1]);
       }
-      sums[i] = total / ranks;
+      sums[i] = total;
     }
     return absl::OkStatus();
   }
@@ -51,7 +48,8 @@ class CollectiveBatchNormSync : public kernels::BatchNormSync {
  private:
   Collective* collective_;
   int rank_;
-  std::vector<float> buffer_;
+  std::vector<float> mine_;  // this rank's pairs
+  std::vector<float> all_;   // every rank's, in rank order
 };
 
 }  // namespace
@@ -65,14 +63,9 @@ size_t WidestBatchNorm(const Model& model) {
   return widest;
 }
 
-absl::StatusOr<std::unique_ptr<kernels::BatchNormSync>> MakeBatchNormSync(Collective* collective,
-                                                                          int rank,
-                                                                          size_t channels) {
-  // Two sums per channel, each a float pair, in every rank's slot.
-  const size_t floats = static_cast<size_t>(collective->ranks()) * 2 * 2 * channels;
-  TOPIARY_RETURN_IF_ERROR(collective->Reserve(rank, floats));
-  return std::unique_ptr<kernels::BatchNormSync>(
-      new CollectiveBatchNormSync(collective, rank, floats));
+std::unique_ptr<kernels::BatchNormSync> MakeBatchNormSync(Collective* collective, int rank,
+                                                          size_t channels) {
+  return std::make_unique<CollectiveBatchNormSync>(collective, rank, channels);
 }
 
 }  // namespace topiary

@@ -14,10 +14,9 @@
 namespace topiary {
 
 // Rank `rank`'s end of the collective, with room for batch norms of up to `channels` channels
-// (reserved on the collective here, so no pass allocates).
-absl::StatusOr<std::unique_ptr<kernels::BatchNormSync>> MakeBatchNormSync(Collective* collective,
-                                                                          int rank,
-                                                                          size_t channels);
+// (allocated here, so no pass allocates). The collective must gather (CPU ranks).
+std::unique_ptr<kernels::BatchNormSync> MakeBatchNormSync(Collective* collective, int rank,
+                                                          size_t channels);
 
 // The channels of the model's widest batch norm (0: none).
 size_t WidestBatchNorm(const Model& model);

@@ -41,6 +41,13 @@ class Collective {
   // it (ABORTED after Abort).
   virtual absl::Status AllReduceMean(int rank, float* data, size_t n) = 0;
 
+  // Every rank's data[0, n) into all[r * n, (r + 1) * n), on every rank: values whole, for
+  // sums a rank adds itself in rank order (synchronized batch norm's). Host: returns when
+  // every rank has copied them. Not on GPUs yet.
+  virtual absl::Status AllGather(int rank, const float* data, size_t n, float* all) {
+    return absl::UnimplementedError(name() + ": no all-gather (CPU ranks only for now)");
+  }
+
   // A rank failed: operations still waiting, and all later ones, end with ABORTED instead of
   // waiting forever for it.
   virtual void Abort() = 0;

@@ -1,7 +1,7 @@
 // CPU ranks average through host memory: every rank publishes its array, each sums its own
 // slice of all of them in rank order into a shared result, and every rank copies the result
-// back. Two barriers per operation; the next operation's first barrier keeps the result
-// alive until every rank has copied it.
+// back (an all-gather copies every rank's array instead). Two barriers per operation; the next
+// operation's first barrier keeps the result alive until every rank has copied it.
 #include <cstring>
 
 #include "absl/base/thread_annotations.h"
@@ -40,6 +40,15 @@ class HostCollective : public Collective {
     TOPIARY_RETURN_IF_ERROR(Barrier());
     std::memcpy(data, result_.data(), n * sizeof(float));
     return absl::OkStatus();
+  }
+
+  // Two barriers: after the first every rank's array is published; after the second every
+  // rank has copied them, so none is changed or freed while another still reads it.
+  absl::Status AllGather(int rank, const float* data, size_t n, float* all) override {
+    arrays_[rank] = const_cast<float*>(data);  // only read
+    TOPIARY_RETURN_IF_ERROR(Barrier());
+    for (int r = 0; r < ranks_; ++r) std::memcpy(all + r * n, arrays_[r], n * sizeof(float));
+    return Barrier();
   }
 
   void Abort() override {

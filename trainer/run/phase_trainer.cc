@@ -107,9 +107,8 @@ absl::Status PhaseTrainer::Plan() {
                                                   rank.net->dtype() == kernels::DType::kBf16));
     rank.net->set_gradient_reducer(rank.sync.get());
     if (spec_.device().sync_batch_norm()) {
-      TOPIARY_ASSIGN_OR_RETURN(
-          rank.batch_norm_sync,
-          MakeBatchNormSync(group.collective(), r, WidestBatchNorm(*group.model(r))));
+      rank.batch_norm_sync =
+          MakeBatchNormSync(group.collective(), r, WidestBatchNorm(*group.model(r)));
       rank.net->set_batch_norm_sync(rank.batch_norm_sync.get());
     }
     return absl::OkStatus();
