@@ -381,15 +381,23 @@ namespace {
 
 // The images of `set` at `index` (ascending), in that order.
 ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& index) {
-  ImageSet out = set;
-  out.labels.clear();
-  out.pixels.clear();
+  ImageSet out;  // the shape; not a copy of the images, which may be gigabytes
+  out.h = set.h;
+  out.w = set.w;
+  out.c = set.c;
+  out.out_h = set.out_h;
+  out.out_w = set.out_w;
   std::shared_ptr<StreamedFiles> files;
   if (set.streamed()) {
-    files = std::make_shared<StreamedFiles>(*set.files);
-    files->rel.clear();
+    files = std::make_shared<StreamedFiles>();
+    files->spec = set.files->spec;
+    files->root = set.files->root;
+    files->real_root = set.files->real_root;
+    files->sample = set.files->sample;
   }
   const size_t bytes = set.image_bytes();
+  out.labels.reserve(index.size());
+  if (!files) out.pixels.reserve(index.size() * bytes);
   for (const int64_t i : index) {
     out.labels.push_back(set.labels[i]);
     if (files) {

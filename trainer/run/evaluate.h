@@ -24,6 +24,19 @@ struct EvalResult {
   std::vector<std::pair<std::string, double>> conv_input_zeros;
 };
 
+// An evaluation's top-1 and loss into a report (an epoch's, a round's, a run's summary or
+// its checkpoints' metrics): its val_* fields for the validation set, else its test_* ones.
+template <typename Report>
+void SetEvalFigures(const EvalResult& r, Report* report) {
+  if (r.validation) {
+    report->set_val_top1(r.top1);
+    report->set_val_loss(r.loss);
+  } else {
+    report->set_test_top1(r.top1);
+    report->set_test_loss(r.loss);
+  }
+}
+
 // Evaluates `net` (inference mode) on the first `images` images of data's order, in batches
 // of net.batch(); the last partial batch counts only its real images.
 absl::StatusOr<EvalResult> Evaluate(Network& net, DeviceBatches& data, int64_t images);

@@ -298,14 +298,8 @@ absl::Status PhaseTrainer::EndEpoch(Phase& phase, PhaseHooks& hooks) {
   if (last_epoch || (phase.epoch + 1) % spec_.train().eval_every_epochs() == 0) {
     TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, hooks.EvaluateHeldOut());
     es->set_evaluated(true);
-    if (r.validation) {
-      es->set_val_loss(r.loss);
-      es->set_val_top1(r.top1);
-    } else {
-      es->set_test_loss(r.loss);
-      es->set_test_top1(r.top1);
-      es->set_test_top5(r.top5);
-    }
+    SetEvalFigures(r, es);
+    if (!r.validation) es->set_test_top5(r.top5);
     es->set_test_joules_per_image(r.joules_per_image);
   }
   recorder_->Emit(e);

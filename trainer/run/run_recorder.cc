@@ -87,18 +87,9 @@ void RunRecorder::RecordEvaluation(const EvalResult& r) {
       l->set_zero_fraction(zeros);
     }
   }
-  if (r.validation) {
-    summary_.set_val_loss(r.loss);
-    summary_.set_val_top1(r.top1);
-    metrics_.set_val_loss(r.loss);
-    metrics_.set_val_top1(r.top1);
-    return;
-  }
-  summary_.set_test_loss(r.loss);
-  summary_.set_test_top1(r.top1);
-  summary_.set_test_top5(r.top5);
-  metrics_.set_test_loss(r.loss);
-  metrics_.set_test_top1(r.top1);
+  SetEvalFigures(r, &summary_);
+  SetEvalFigures(r, &metrics_);
+  if (!r.validation) summary_.set_test_top5(r.top5);
 }
 
 void RunRecorder::Finish(int epochs, double sparsity, double train_images_per_s) {

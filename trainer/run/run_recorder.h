@@ -65,7 +65,8 @@ class RunRecorder {
   BoardEnergy* energy() { return energy_.get(); }
   void set_energy(std::unique_ptr<BoardEnergy> energy) { energy_ = std::move(energy); }
 
-  // A test-set evaluation, into the summary and the metrics.
+  // An evaluation (of the test set, or of the validation set), into the summary and the
+  // metrics.
   void RecordEvaluation(const EvalResult& r);
   // Before the last event: the figures of the whole run into the summary.
   void Finish(int epochs, double sparsity, double train_images_per_s);

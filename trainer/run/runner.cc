@@ -35,17 +35,6 @@ using topiary::v1::ExperimentSpec;
 using topiary::v1::RoundSummary;
 using topiary::v1::RunSummary;
 
-// An evaluation's figures in a round's row: validation or test.
-void SetHeldOut(const EvalResult& r, RoundSummary* row) {
-  if (r.validation) {
-    row->set_val_top1(r.top1);
-    row->set_val_loss(r.loss);
-  } else {
-    row->set_test_top1(r.top1);
-    row->set_test_loss(r.loss);
-  }
-}
-
 // epoch-NNNN.h5 files in `dir` of epochs before `epoch`, oldest first.
 std::vector<std::string> EarlierPeriodicCheckpoints(const std::string& dir, int epoch) {
   std::vector<std::pair<int, std::string>> found;
@@ -524,7 +513,7 @@ absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
     for (auto& g : pruner->channel_groups()) *row->add_channel_groups() = std::move(g);
   }
   row->set_step_seconds(trainer_->phase_step_seconds());
-  SetHeldOut(r, row);
+  SetEvalFigures(r, row);
   row->set_seconds(SecondsSince(start));
   TOPIARY_RETURN_IF_ERROR(Checkpoint(absl::StrFormat("round-%03d.h5", position().round), false));
   row = metrics.mutable_rounds(metrics.rounds_size() - 1);
@@ -551,12 +540,11 @@ absl::Status ExperimentRun::DensePhase() {
   TOPIARY_ASSIGN_OR_RETURN(const EvalResult r, LastOrNewEvaluation());
   RoundSummary row0 = SparsityNow(0, nullptr);
   if (!dense_done_) row0.set_step_seconds(trainer_->phase_step_seconds());
-  SetHeldOut(r, &row0);
+  SetEvalFigures(r, &row0);
   if (r.validation && spec_.has_pruning()) {
     // The dense model's test top-1, for the report's accuracy drop (nothing selects on it).
     TOPIARY_ASSIGN_OR_RETURN(const EvalResult test, ReportTest());
-    row0.set_test_top1(test.top1);
-    row0.set_test_loss(test.loss);
+    SetEvalFigures(test, &row0);
   }
   metrics.set_dense_top1(r.validation ? row0.test_top1() : r.top1);
   RoundSummary* row = metrics.add_rounds();

@@ -156,6 +156,13 @@ def test_from_torch_refuses_unsupported_operators_by_name(tmp_path, topiary_cli)
         topiary.from_torch(net, torch.rand(1, 1, 8, 8), str(tmp_path / "s.h5"),
                            topiary_bin=topiary_cli)
     assert not os.path.exists(tmp_path / "s.h5")
+    # Attributes out of range: refused by the graph's checks, naming the layer.
+    steep = nn.Sequential(nn.Conv2d(1, 4, 3), nn.LeakyReLU(1000.0), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 3))
+    with pytest.raises(topiary.InvalidArgument, match=r"layer '1'.*alpha = 1000"):
+        topiary.from_torch(steep, torch.rand(1, 1, 8, 8), str(tmp_path / "l.h5"),
+                           topiary_bin=topiary_cli)
+    assert not os.path.exists(tmp_path / "l.h5")
 
 
 def test_daemon_imports_from_its_data_directory_only(daemon, tmp_path):
