@@ -18,15 +18,21 @@ struct CudaContext;
 
 // Synchronized batch norm (data parallelism): every rank normalizes with the statistics of the
 // global batch. The CPU functions below hand each pass's per-channel sums to SumOverRanks and
-// use the global figures; every rank holds the same number of rows and calls it in the same
-// order. Errors (another rank failed) come back from the functions.
+// use the global figures; the CUDA functions gather every rank's per-channel moments (forward)
+// and sums (backward) in device memory and merge them in rank order. Every rank holds the same
+// number of rows and calls them in the same order. Errors (another rank failed) come back from
+// the functions.
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;
   virtual int ranks() const = 0;
   // sums[0, n), this rank's, become the sums over the ranks of every rank's sums[0, n),
-  // added in rank order in double: the same bits on every rank.
+  // added in rank order in double: the same bits on every rank. (CPU ranks.)
   virtual absl::Status SumOverRanks(double* sums, int n) = 0;
+  // Every rank's data[0, n) into all[r * n, (r + 1) * n): bits whole (the CUDA functions pass
+  // doubles as float pairs). GPU ranks: device memory, enqueued on the rank's stream, so a
+  // captured step captures it.
+  virtual absl::Status Gather(const float* data, size_t n, float* all) = 0;
 };
 
 struct BatchNormShape {
@@ -65,14 +71,17 @@ absl::Status BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, cons
                                   float* workspace, BatchNormSync* sync = nullptr);
 
 // CUDA twins. Statistics are reduced without atomics (per-slice partials merged in a fixed
-// order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats.
-// x, y, dy and dx are of type t (fp32 or bf16); statistics, parameters and their gradients
-// are fp32.
-size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh);
+// order), so results are deterministic. workspace holds BatchNormWorkspaceFloatsCuda floats,
+// with room for the moments of `sync_ranks` ranks when synchronized. x, y, dy and dx are of
+// type t (fp32 or bf16); statistics, parameters and their gradients are fp32. With `sync`
+// (sync->ranks() <= sync_ranks), as on the CPU: the global batch's statistics, this rank's
+// dgamma and dbeta.
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh, int sync_ranks = 1);
 absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
                                        const float* gamma, const float* beta, float* running_mean,
                                        float* running_var, float* save_mean, float* save_inv_std,
-                                       void* y, float* workspace, const CudaContext& ctx);
+                                       void* y, float* workspace, const CudaContext& ctx,
+                                       BatchNormSync* sync = nullptr);
 absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
                                       const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var, void* y,
@@ -80,7 +89,8 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
 absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
                                    const void* dy, const float* gamma, const float* save_mean,
                                    const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
-                                   float* workspace, const CudaContext& ctx);
+                                   float* workspace, const CudaContext& ctx,
+                                   BatchNormSync* sync = nullptr);
 
 }  // namespace topiary::kernels
 

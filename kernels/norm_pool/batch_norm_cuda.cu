@@ -33,10 +33,11 @@ __device__ inline void RowRange(int64_t m, int slices, int slice, int64_t* begin
 }
 
 // Chan et al.'s merge of two (count, mean, M2) summaries into the first.
-__device__ inline void Merge(float& n, float& mean, float& m2, float nb, float meanb, float m2b) {
-  if (nb == 0.0f) return;
-  const float total = n + nb;
-  const float delta = meanb - mean;
+template <typename F>
+__device__ inline void Merge(F& n, F& mean, F& m2, F nb, F meanb, F m2b) {
+  if (nb == F(0)) return;
+  const F total = n + nb;
+  const F delta = meanb - mean;
   mean += delta * nb / total;
   m2 += m2b + delta * delta * n * nb / total;
   n = total;
@@ -86,35 +87,18 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict_
 }
 
 // One block per channel: merges the slices (double) along a fixed binary tree (the same
-// order every run, and log2(slices) steps instead of a serial chain of divisions), then
-// updates the running statistics and writes the normalization's scale and shift (into
-// coef[0..C) and coef[C..2C)).
+// order every run, and log2(slices) steps instead of a serial chain of divisions). Then either
+// finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2)
+// into rank_moments[3][C] for the gather.
 constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
 
-__global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
-                                    const float* gamma, const float* beta, float* running_mean,
-                                    float* running_var, float* save_mean, float* save_inv_std,
-                                    float* coef) {
-  const int ch = blockIdx.x;
-  const int t = threadIdx.x;
-  const size_t plane = static_cast<size_t>(slices) * sh.c;
-  __shared__ double sn[kFinishThreads], smean[kFinishThreads], sm2[kFinishThreads];
-  sn[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  smean[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  sm2[t] = t < slices ? part[2 * plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  __syncthreads();
-  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride && sn[t + stride] > 0.0) {
-      const double n = sn[t], nb = sn[t + stride], total = n + nb;
-      const double delta = smean[t + stride] - smean[t];
-      smean[t] += delta * nb / total;
-      sm2[t] += sm2[t + stride] + delta * delta * n * nb / total;
-      sn[t] = total;
-    }
-    __syncthreads();
-  }
-  if (t != 0) return;
-  const double n = sn[0], mean = smean[0], m2 = sm2[0];
+// The channel's statistics from the (count, mean, M2) of the whole (global) batch: the saved
+// mean and inverse std, the normalization's scale and shift (coef[0..C) and coef[C..2C)), and
+// the running statistics.
+__device__ void FinishChannel(const BatchNormShape& sh, int ch, double n, double mean, double m2,
+                              const float* gamma, const float* beta, float* running_mean,
+                              float* running_var, float* save_mean, float* save_inv_std,
+                              float* coef) {
   const double var = m2 / n;
   const double inv_std = 1.0 / sqrt(var + sh.eps);
   save_mean[ch] = static_cast<float>(mean);
@@ -125,6 +109,53 @@ __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* 
   running_mean[ch] = (1.0f - sh.momentum) * running_mean[ch] + sh.momentum * save_mean[ch];
   running_var[ch] =
       static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
+}
+
+__global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
+                                    const float* gamma, const float* beta, float* running_mean,
+                                    float* running_var, float* save_mean, float* save_inv_std,
+                                    float* coef, double* rank_moments) {
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  __shared__ double sn[kFinishThreads], smean[kFinishThreads], sm2[kFinishThreads];
+  sn[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  smean[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sm2[t] = t < slices ? part[2 * plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      Merge(sn[t], smean[t], sm2[t], sn[t + stride], smean[t + stride], sm2[t + stride]);
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  if (rank_moments != nullptr) {
+    rank_moments[ch] = sn[0];
+    rank_moments[sh.c + ch] = smean[0];
+    rank_moments[2 * sh.c + ch] = sm2[0];
+    return;
+  }
+  FinishChannel(sh, ch, sn[0], smean[0], sm2[0], gamma, beta, running_mean, running_var, save_mean,
+                save_inv_std, coef);
+}
+
+// Synchronized: a thread per channel merges the ranks' gathered (count, mean, M2)
+// (all[ranks][3][C]) in rank order, the same bits on every rank, and finishes the channel.
+__global__ void MergeRankMomentsKernel(BatchNormShape sh, int ranks, const double* all,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= sh.c) return;
+  const size_t c = sh.c;
+  double n = all[ch], mean = all[c + ch], m2 = all[2 * c + ch];
+  for (int r = 1; r < ranks; ++r) {
+    const double* p = all + 3 * c * r;
+    Merge(n, mean, m2, p[ch], p[c + ch], p[2 * c + ch]);
+  }
+  FinishChannel(sh, ch, n, mean, m2, gamma, beta, running_mean, running_var, save_mean,
+                save_inv_std, coef);
 }
 
 template <bool kRelu, typename Index, typename T>
@@ -413,12 +444,21 @@ __global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict
   }
 }
 
-// One block per channel: dgamma, dbeta, and coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
-// The slices are summed (double) along a fixed binary tree: deterministic, and log2(slices)
-// steps instead of a serial chain.
+// The backward pass's per-channel coefficients from the sums of g and g * xhat over `rows`
+// rows (the global batch's, synchronized): coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+__device__ void GradCoef(int c, int ch, double a, double b, double rows, const float* gamma,
+                         const float* inv_std, float* coef) {
+  coef[ch] = gamma[ch] * inv_std[ch];
+  coef[c + ch] = static_cast<float>(a / rows);
+  coef[2 * c + ch] = static_cast<float>(b / rows);
+}
+
+// One block per channel: dgamma and dbeta (this rank's sums), then coef (GradCoef) or,
+// synchronized, the sums into rank_sums[2][C] for the gather. The slices are summed (double)
+// along a fixed binary tree: deterministic, and log2(slices) steps instead of a serial chain.
 __global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
                                  const float* gamma, const float* inv_std, float* dgamma,
-                                 float* dbeta, float* coef) {
+                                 float* dbeta, float* coef, double* rank_sums) {
   const int ch = blockIdx.x;
   const int t = threadIdx.x;
   const size_t plane = static_cast<size_t>(slices) * sh.c;
@@ -437,9 +477,27 @@ __global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* par
   const double a = sa[0], b = sb[0];
   dbeta[ch] = static_cast<float>(a);
   dgamma[ch] = static_cast<float>(b);
-  coef[ch] = gamma[ch] * inv_std[ch];
-  coef[sh.c + ch] = static_cast<float>(a / sh.m);
-  coef[2 * sh.c + ch] = static_cast<float>(b / sh.m);
+  if (rank_sums != nullptr) {
+    rank_sums[ch] = a;
+    rank_sums[sh.c + ch] = b;
+    return;
+  }
+  GradCoef(sh.c, ch, a, b, static_cast<double>(sh.m), gamma, inv_std, coef);
+}
+
+// Synchronized: a thread per channel adds the ranks' gathered sums (all[ranks][2][C]) in rank
+// order and writes coef over the global batch's rows.
+__global__ void MergeRankGradKernel(BatchNormShape sh, int ranks, const double* all,
+                                    const float* gamma, const float* inv_std, float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= sh.c) return;
+  const size_t c = sh.c;
+  double a = 0, b = 0;
+  for (int r = 0; r < ranks; ++r) {
+    a += all[2 * c * r + ch];
+    b += all[2 * c * r + c + ch];
+  }
+  GradCoef(sh.c, ch, a, b, static_cast<double>(sh.m) * ranks, gamma, inv_std, coef);
 }
 
 template <bool kRelu, typename Index, typename T>
@@ -474,19 +532,47 @@ __global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x, const T
       kernel<false, int64_t, T><<<blocks, kThreads, 0, stream>>>((n), __VA_ARGS__); \
   } while (0)
 
+// The workspace: the slices' partials [3][slices][C], coef [3][C], and for synchronized batch
+// norm (from an even float, for the doubles) this rank's moments [3][C] and every rank's
+// [ranks][3][C] as doubles; the backward pass uses the first two thirds of each.
+struct Workspace {
+  float* part;
+  float* coef;
+  double* mine;
+  double* all;
+};
+size_t SyncOffsetFloats(const BatchNormShape& sh) {
+  const size_t floats = static_cast<size_t>(3) * (Slices(sh) + 1) * sh.c;
+  return floats + floats % 2;
+}
+Workspace Carve(const BatchNormShape& sh, float* workspace) {
+  double* mine = reinterpret_cast<double*>(workspace + SyncOffsetFloats(sh));
+  return {workspace, workspace + static_cast<size_t>(3) * Slices(sh) * sh.c, mine,
+          mine + 3 * static_cast<size_t>(sh.c)};
+}
+
+// Every rank's doubles[0, n) of w.mine into w.all (as float pairs: the gather moves bits).
+absl::Status GatherDoubles(BatchNormSync* sync, const Workspace& w, size_t n) {
+  return sync->Gather(reinterpret_cast<const float*>(w.mine), 2 * n,
+                      reinterpret_cast<float*>(w.all));
+}
+
 }  // namespace
 
-size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh) {
-  return static_cast<size_t>(3) * Slices(sh) * sh.c + 3 * static_cast<size_t>(sh.c);
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh, int sync_ranks) {
+  if (sync_ranks <= 1) return static_cast<size_t>(3) * (Slices(sh) + 1) * sh.c;
+  return SyncOffsetFloats(sh) + 2 * 3 * static_cast<size_t>(sh.c) * (1 + sync_ranks);
 }
 
 absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
                                        const float* gamma, const float* beta, float* running_mean,
                                        float* running_var, float* save_mean, float* save_inv_std,
-                                       void* y, float* workspace, const CudaContext& ctx) {
+                                       void* y, float* workspace, const CudaContext& ctx,
+                                       BatchNormSync* sync) {
   const int slices = Slices(sh);
-  float* part = workspace;
-  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  const Workspace w = Carve(sh, workspace);
+  float* part = w.part;
+  float* coef = w.coef;
   const int64_t n = sh.m * sh.c;
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
@@ -499,8 +585,16 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
     FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
-        sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef);
+        sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef,
+        sync ? w.mine : nullptr);
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
+    if (sync) {
+      TOPIARY_RETURN_IF_ERROR(GatherDoubles(sync, w, 3 * static_cast<size_t>(sh.c)));
+      MergeRankMomentsKernel<<<(sh.c + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(
+          sh, sync->ranks(), w.all, gamma, beta, running_mean, running_var, save_mean, save_inv_std,
+          coef);
+      TOPIARY_RETURN_IF_ERROR(LaunchStatus("synchronized batch norm statistics"));
+    }
     if (VecOk<T>(sh.c, {x, y})) {
       const int64_t nv = n / kVec<T>;
       const int blocks = BlocksFor(nv, ctx.sm_count);
@@ -536,10 +630,11 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
 absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
                                    const void* dy, const float* gamma, const float* save_mean,
                                    const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
-                                   float* workspace, const CudaContext& ctx) {
+                                   float* workspace, const CudaContext& ctx, BatchNormSync* sync) {
   const int slices = Slices(sh);
-  float* part = workspace;
-  float* coef = workspace + static_cast<size_t>(3) * slices * sh.c;
+  const Workspace w = Carve(sh, workspace);
+  float* part = w.part;
+  float* coef = w.coef;
   const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
   const int64_t n = sh.m * sh.c;
   const int blocks = BlocksFor(n, ctx.sm_count);
@@ -564,9 +659,15 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
                                                             save_mean, save_inv_std, part);
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
-    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(sh, slices, part, gamma, save_inv_std,
-                                                              dgamma, dbeta, coef);
+    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+        sh, slices, part, gamma, save_inv_std, dgamma, dbeta, coef, sync ? w.mine : nullptr);
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
+    if (sync) {
+      TOPIARY_RETURN_IF_ERROR(GatherDoubles(sync, w, 2 * static_cast<size_t>(sh.c)));
+      MergeRankGradKernel<<<(sh.c + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(
+          sh, sync->ranks(), w.all, gamma, save_inv_std, coef);
+      TOPIARY_RETURN_IF_ERROR(LaunchStatus("synchronized batch norm gradient sums"));
+    }
     if (VecOk<T>(sh.c, {x, y, dy, dx})) {
       const int64_t nv = n / kVec<T>;
       const int vblocks = BlocksFor(nv, ctx.sm_count);

@@ -5,10 +5,10 @@
 
 namespace topiary::kernels {
 
-size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&) { return 0; }
+size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&, int) { return 0; }
 absl::Status BatchNormForwardTrainCuda(DType, const BatchNormShape&, const void*, const float*,
                                        const float*, float*, float*, float*, float*, void*, float*,
-                                       const CudaContext&) {
+                                       const CudaContext&, BatchNormSync*) {
   return NoCuda();
 }
 absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*, const float*,
@@ -18,7 +18,7 @@ absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*,
 }
 absl::Status BatchNormBackwardCuda(DType, const BatchNormShape&, const void*, const void*,
                                    const void*, const float*, const float*, const float*, void*,
-                                   float*, float*, float*, const CudaContext&) {
+                                   float*, float*, float*, const CudaContext&, BatchNormSync*) {
   return NoCuda();
 }
 absl::Status MaxPoolForwardCuda(DType, const PoolShape&, const void*, void*, uint8_t*,

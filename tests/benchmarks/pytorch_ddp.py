@@ -5,7 +5,8 @@ parallelism on the same GPUs (tests/benchmarks/dp_scaling.sh). Run under torchru
       --channels 3 --steps 30 --mode bf16_eager_cl
 
 --batch is per GPU. Random inputs made once on each GPU (no data loading); SGD with
-momentum; DDP's defaults (25 MB buckets, buffers broadcast from rank 0). Rank 0 prints one
+momentum; DDP's defaults (25 MB buckets, buffers broadcast from rank 0); --sync-bn converts
+the batch norms to SyncBatchNorm. Rank 0 prints one
 JSON line with the images per second of all GPUs together.
 """
 import argparse, json, os, sys, time
@@ -27,6 +28,8 @@ def main():
     p.add_argument("--channels", type=int, default=3)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--mode", default="bf16_eager_cl", help="eager_cl | bf16_eager_cl")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="torch.nn.SyncBatchNorm (statistics of the global batch)")
     a = p.parse_args()
     dist.init_process_group("nccl")
     rank = int(os.environ["LOCAL_RANK"])
@@ -35,6 +38,8 @@ def main():
     dev = torch.device("cuda", rank)
     torch.backends.cudnn.benchmark = True
     model = build(a.model, a.channels, a.hw).to(dev).to(memory_format=torch.channels_last)
+    if a.sync_bn:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = DDP(model, device_ids=[rank])
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     g = torch.Generator(device=dev).manual_seed(rank)
@@ -61,7 +66,8 @@ def main():
     dist.barrier()
     s = time.perf_counter() - t0
     if rank == 0:
-        print(json.dumps({"engine": f"pytorch {torch.__version__} ddp {a.mode}", "model": a.model,
+        engine = f"pytorch {torch.__version__} ddp {a.mode}" + (" sync_bn" if a.sync_bn else "")
+        print(json.dumps({"engine": engine, "model": a.model,
                           "batch_per_gpu": a.batch, "gpus": world,
                           "images_per_s": round(a.batch * world * a.steps / s, 1),
                           "ms_per_step": round(1000 * s / a.steps, 3)}), flush=True)

@@ -33,7 +33,7 @@ class CollectiveBatchNormSync : public kernels::BatchNormSync {
       mine_[2 * i] = static_cast<float>(sums[i]);
       mine_[2 * i + 1] = static_cast<float>(sums[i] - static_cast<double>(mine_[2 * i]));
     }
-    TOPIARY_RETURN_IF_ERROR(collective_->AllGather(rank_, mine_.data(), floats, all_.data()));
+    TOPIARY_RETURN_IF_ERROR(Gather(mine_.data(), floats, all_.data()));
     for (int i = 0; i < n; ++i) {
       double total = 0;
       for (int r = 0; r < ranks(); ++r) {
@@ -43,6 +43,10 @@ class CollectiveBatchNormSync : public kernels::BatchNormSync {
       sums[i] = total;
     }
     return absl::OkStatus();
+  }
+
+  absl::Status Gather(const float* data, size_t n, float* all) override {
+    return collective_->AllGather(rank_, data, n, all);
   }
 
  private:

@@ -1,6 +1,6 @@
-// Synchronized batch norm between CPU ranks (device { sync_batch_norm: true }): each batch-norm
-// layer's per-channel sums go through the run's collective, so every rank normalizes with the
-// statistics of the whole global batch, as one rank holding it would.
+// Synchronized batch norm (device { sync_batch_norm: true }): each batch-norm layer's
+// per-channel sums (CPU ranks) or moments (GPU ranks) go through the run's collective, so every
+// rank normalizes with the statistics of the whole global batch, as one rank holding it would.
 #ifndef TOPIARY_TRAINER_DIST_BATCH_NORM_SYNC_H_
 #define TOPIARY_TRAINER_DIST_BATCH_NORM_SYNC_H_
 
@@ -13,8 +13,8 @@
 
 namespace topiary {
 
-// Rank `rank`'s end of the collective, with room for batch norms of up to `channels` channels
-// (allocated here, so no pass allocates). The collective must gather (CPU ranks).
+// Rank `rank`'s end of the collective, with room for CPU batch norms of up to `channels`
+// channels (allocated here, so no pass allocates; GPU layers gather in their workspace).
 std::unique_ptr<kernels::BatchNormSync> MakeBatchNormSync(Collective* collective, int rank,
                                                           size_t channels);
 

@@ -41,12 +41,12 @@ class Collective {
   // it (ABORTED after Abort).
   virtual absl::Status AllReduceMean(int rank, float* data, size_t n) = 0;
 
-  // Every rank's data[0, n) into all[r * n, (r + 1) * n), on every rank: values whole, for
+  // Every rank's data[0, n) into all[r * n, (r + 1) * n), on every rank: bits whole, for
   // sums a rank adds itself in rank order (synchronized batch norm's). Host: returns when
-  // every rank has copied them. Not on GPUs yet.
-  virtual absl::Status AllGather(int rank, const float* data, size_t n, float* all) {
-    return absl::UnimplementedError(name() + ": no all-gather (CPU ranks only for now)");
-  }
+  // every rank has copied them. GPU: device memory, enqueued on the rank's own stream (not
+  // the side stream: the step waits for these values), in issue order with the rank's other
+  // operations (one communicator).
+  virtual absl::Status AllGather(int rank, const float* data, size_t n, float* all) = 0;
 
   // A rank failed: operations still waiting, and all later ones, end with ABORTED instead of
   // waiting forever for it.

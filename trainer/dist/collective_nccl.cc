@@ -168,6 +168,13 @@ class NcclCollective : public Collective {
     return kernels::MeanRowsCuda(ranks(), static_cast<int64_t>(n), r.gathered, data, r.side_ctx);
   }
 
+  absl::Status AllGather(int rank, const float* data, size_t n, float* all) override {
+    if (aborted_) return absl::AbortedError("another rank failed");
+    Rank& r = ranks_[rank];
+    return api_.Check(api_.all_gather(data, all, n, ncclFloat32, r.comm, r.device->cuda()->stream),
+                      "all-gather");
+  }
+
   void Abort() override { aborted_ = true; }
 
  private:

@@ -3,16 +3,6 @@
 #include "util/status_macros.h"
 
 namespace topiary {
-namespace {
-
-// Validation refuses device.sync_batch_norm on GPUs; this keeps a layer from silently
-// normalizing over its own share if a network is given a sync there anyway.
-absl::Status SyncOnGpuUnbuilt(const std::string& layer) {
-  return absl::UnimplementedError(
-      layer + ": synchronized batch norm is built for CPU ranks only, not for GPUs yet");
-}
-
-}  // namespace
 
 kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
   kernels::BatchNormShape s;
@@ -55,8 +45,9 @@ absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,
   LayerResources r;
   r.scratch_floats = 2 * static_cast<size_t>(in_.c);  // saved mean and inverse std
   r.workspace_bytes =
-      (device->cuda() != nullptr ? kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch))
-                                 : kernels::BatchNormWorkspaceFloatsCpu(ShapeFor(batch))) *
+      (device->cuda() != nullptr
+           ? kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch), options.batch_norm_ranks)
+           : kernels::BatchNormWorkspaceFloatsCpu(ShapeFor(batch))) *
       sizeof(float);
   return r;
 }
@@ -66,16 +57,15 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
   float* save_mean = io.scratch;
   float* save_inv_std = io.scratch + in_.c;
   if (io.cuda) {
-    if (training && io.batch_norm_sync != nullptr) return SyncOnGpuUnbuilt(name());
     if (!training) {
       return kernels::BatchNormForwardEvalCuda(io.dtype, s, io.x[0], gamma_->value.data(),
                                                beta_->value.data(), mean_->value.data(),
                                                var_->value.data(), io.y, *io.cuda);
     }
-    return kernels::BatchNormForwardTrainCuda(io.dtype, s, io.x[0], gamma_->value.data(),
-                                              beta_->value.data(), mean_->value.data(),
-                                              var_->value.data(), save_mean, save_inv_std, io.y,
-                                              static_cast<float*>(io.workspace), *io.cuda);
+    return kernels::BatchNormForwardTrainCuda(
+        io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
+        var_->value.data(), save_mean, save_inv_std, io.y, static_cast<float*>(io.workspace),
+        *io.cuda, io.batch_norm_sync);
   }
   if (training) {
     return kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
@@ -93,11 +83,10 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
 absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
   if (io.cuda) {
-    if (io.batch_norm_sync != nullptr) return SyncOnGpuUnbuilt(name());
-    return kernels::BatchNormBackwardCuda(io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(),
-                                          io.scratch, io.scratch + in_.c, io.dx[0],
-                                          gamma_->grad.data(), beta_->grad.data(),
-                                          static_cast<float*>(io.workspace), *io.cuda);
+    return kernels::BatchNormBackwardCuda(
+        io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c,
+        io.dx[0], gamma_->grad.data(), beta_->grad.data(), static_cast<float*>(io.workspace),
+        *io.cuda, io.batch_norm_sync);
   }
   return kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(),
                                        io.scratch, io.scratch + in_.c, io.dxf(0),

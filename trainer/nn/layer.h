@@ -74,6 +74,9 @@ struct PlanOptions {
   size_t conv_workspace_limit = 1ull << 30;  // bytes a cuDNN algorithm may use
   bool deterministic = false;                // only algorithms that give the same bits on every run
   BlockSparseMode block_sparse = BlockSparseMode::kAuto;
+  // Synchronized batch norm (device.sync_batch_norm): the ranks whose moments a GPU batch norm
+  // gathers, for its workspace (1: not synchronized).
+  int batch_norm_ranks = 1;
   // Seconds Network::Plan may spend timing convolution algorithms that the plan cache does not
   // know; once spent, the rest take cuDNN's heuristic choice untimed (and are timed by a later
   // plan, which finds them marked so in the cache).

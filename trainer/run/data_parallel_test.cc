@@ -172,14 +172,6 @@ TEST(DataParallel, SyncBatchNormTrainsAsOneRankWithTheGlobalBatch) {
   EXPECT_GT(apart_gap, 10 * synced_gap);
   // The running statistics too: the evaluation (which uses them) agrees.
   EXPECT_NEAR(synced.summary.test_loss(), one.summary.test_loss(), 1e-3 * one.summary.test_loss());
-  // On GPUs it is refused, naming the field.
-  auto gpu = Parse(kResnet);
-  gpu.mutable_device()->set_kind(topiary::v1::DeviceSpec::CUDA);
-  gpu.mutable_device()->set_sync_batch_norm(true);
-  const Trace g = RunAndTrace(gpu);
-  EXPECT_EQ(g.summary.state(), topiary::v1::FAILED);
-  EXPECT_NE(g.summary.error().find("device.sync_batch_norm"), std::string::npos)
-      << g.summary.error();
 }
 
 }  // namespace

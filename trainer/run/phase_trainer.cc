@@ -87,8 +87,9 @@ void PhaseTrainer::Release() {
 }
 
 absl::Status PhaseTrainer::Plan() {
-  const PlanOptions options = PlanOptionsForSpec(spec_);
   RankGroup& group = *group_;
+  PlanOptions options = PlanOptionsForSpec(spec_);
+  if (spec_.device().sync_batch_norm()) options.batch_norm_ranks = group.size();
   for (int r = 0; r < group.size(); ++r) {
     ranks_[r].optimizer.emplace(group.model(r)->parameters(), spec_.train().optimizer(),
                                 group.device(r));

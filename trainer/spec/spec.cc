@@ -564,9 +564,6 @@ absl::Status ValidateSpec(const ExperimentSpec& spec) {
                           " ordinals of device.gpus (give one of them)"));
   CHECK_RULE(dev.cpu_ranks() >= 0 && dev.cpu_ranks() <= 64, "device.cpu_ranks",
              "must be in [0, 64] (0: one)");
-  CHECK_RULE(!dev.sync_batch_norm() || dev.kind() == topiary::v1::DeviceSpec::CPU,
-             "device.sync_batch_norm",
-             "is built for CPU ranks (device.kind: CPU with cpu_ranks) only, not for GPUs yet");
   // Every CPU rank starts its own threads: bounded together, since a thread the system
   // refuses ends the whole process (the OpenMP runtime aborts).
   CHECK_RULE(static_cast<int64_t>(std::max(1, dev.threads())) * CpuRanks(dev) <= kMaxThreads,
