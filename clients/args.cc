@@ -84,6 +84,16 @@ ABSL_FLAG(std::string, weight_scales, "",
           "evaluate, sensitivity: weight quantization 'per_tensor' (one scale per layer) or "
           "'per_channel' (one per output channel) (default: the checkpoint's own)");
 ABSL_FLAG(bool, sha256, false, "files: give each file's SHA-256 (the daemon reads every file)");
+ABSL_FLAG(std::optional<int>, rank, std::nullopt,
+          "worker: this process's global rank (default: Slurm's SLURM_PROCID)");
+ABSL_FLAG(std::optional<int>, world, std::nullopt,
+          "worker: the processes of the run (default: Slurm's SLURM_NTASKS)");
+ABSL_FLAG(std::optional<int>, local_rank, std::nullopt,
+          "worker: the rank among this host's processes, which GPU it takes (default: "
+          "SLURM_LOCALID, else 0)");
+ABSL_FLAG(std::string, rendezvous, "",
+          "worker: a fresh directory every process reaches (default under Slurm: "
+          "OUT/rendezvous/jobJOB.STEP)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -166,6 +176,10 @@ void CopyFlags(Args* a) {
   a->arch = absl::GetFlag(FLAGS_arch);
   a->weight_code = absl::GetFlag(FLAGS_weight_code);
   a->weight_scales = absl::GetFlag(FLAGS_weight_scales);
+  a->rank = absl::GetFlag(FLAGS_rank);
+  a->world = absl::GetFlag(FLAGS_world);
+  a->local_rank = absl::GetFlag(FLAGS_local_rank);
+  a->rendezvous = absl::GetFlag(FLAGS_rendezvous);
 }
 
 }  // namespace
@@ -242,6 +256,7 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
     const std::vector<std::string> daemon = {"server", "token_file", "tls_ca"};
     std::map<std::string, std::vector<std::string>> t = {
         {"run", {"out", "resume"}},
+        {"worker", {"out", "resume", "rank", "world", "local_rank", "rendezvous"}},
         {"validate", {}},
         {"inspect", {"file", "layer", "remote"}},
         {"info", {}},
@@ -269,8 +284,8 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
         {"files", {"sha256"}},
         {"compare", {"png", "axis"}},
     };
-    const std::set<std::string> local = {"run",         "validate", "evaluate",
-                                         "sensitivity", "export",   "seal"};
+    const std::set<std::string> local = {"run",         "worker", "validate", "evaluate",
+                                         "sensitivity", "export", "seal"};
     // Local commands that also run in the daemon (--remote) take the connection flags too.
     const std::set<std::string> both = {"evaluate", "sensitivity", "export"};
     for (auto& [command, flags] : t) {

@@ -64,6 +64,9 @@ struct Args {
   std::string input, arch;
   std::vector<std::string> mean, std;
   std::optional<double> max_value;
+  // worker
+  std::optional<int> rank, world, local_rank;
+  std::string rendezvous;
 };
 
 // False (with `error`) on an unknown flag, a flag without its value or a value of the

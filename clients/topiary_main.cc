@@ -20,6 +20,7 @@
 #include "clients/remote.h"
 #include "clients/report_print.h"
 #include "clients/text.h"
+#include "clients/worker.h"
 #include "protos/version.h"
 #include "pruning/pruner.h"
 #include "trainer/core/device.h"
@@ -50,6 +51,16 @@ Local commands (no daemon needed):
       --json      one JSON object per event on stdout; the last line is the summary:
                   {"event":"summary", "state", "test_top1", "test_top5", "test_loss",
                    "epochs", "seconds", "device", "checkpoint", "rounds", ...}
+  topiary worker SPEC [--out DIR] [--resume CKPT] [--rank R --world N] [--local_rank L]
+                 [--rendezvous DIR] [--json]
+      One rank of SPEC run by several processes, one per rank (device.gpu_count or
+      device.cpu_ranks ranks in all; Slurm's srun starts one per task). Rank, world size
+      and local rank come from the flags or from SLURM_PROCID, SLURM_NTASKS and
+      SLURM_LOCALID. The processes meet in the rendezvous directory (shared by all; under
+      Slurm by default OUT/rendezvous/jobJOB.STEP): NCCL's unique id for GPUs, Gloo's
+      store for CPU ranks. Rank 0 writes DIR and prints the events as run does; the others
+      print their summary. SIGUSR1 pauses (pause.h5), SIGTERM cancels. Environment: NCCL's
+      (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...), GLOO_SOCKET_IFNAME for CPU ranks.
   topiary validate SPEC [--json]
       Check SPEC without running it; print it with every default filled in.
   topiary inspect CKPT.h5 [--layer PATTERN] [--json]
@@ -186,9 +197,12 @@ request too large.
 Specs: see examples/ and protos/topiary/v1/experiment.proto.
 )";
 
-int Run(const Args& a) {
+// run, and worker's rank 0: the experiment in this process, its events printed; a worker of
+// another rank prints only how it ended (its summary; rank 0 reports the run).
+int RunSpec(const Args& a, const char* command, const World& world, RunControl* control) {
   if (a.positional.size() != 1) {
-    absl::FPrintF(stderr, "topiary: run needs exactly one SPEC file (see topiary --help)\n");
+    absl::FPrintF(stderr, "topiary: %s needs exactly one SPEC file (see topiary --help)\n",
+                  command);
     return kExitUsage;
   }
   const auto spec = LoadValidSpec(a.positional[0]);
@@ -209,7 +223,9 @@ int Run(const Args& a) {
   options.out_dir = a.out;
   options.resume_from = a.resume;
   options.make_pruner = pruning::MakePruner;
-  options.on_event = [&](const topiary::v1::Event& e) {
+  options.control = control;
+  options.world = world;
+  auto print = [&](const topiary::v1::Event& e) {
     if (a.json) {
       absl::PrintF("%s\n", EventToJsonLine(e));
       std::fflush(stdout);
@@ -217,8 +233,32 @@ int Run(const Args& a) {
       printer.Print(e);
     }
   };
+  options.on_event = print;
   const auto summary = RunExperiment(*spec, options);
+  if (world.rank != 0) {
+    topiary::v1::Event e;
+    *e.mutable_summary() = summary;
+    print(e);
+  }
   return summary.state() == topiary::v1::SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int Run(const Args& a) { return RunSpec(a, "run", World{}, nullptr); }
+
+int Worker(const Args& a) {
+  WorkerFlags flags;
+  flags.rank = a.rank;
+  flags.world = a.world;
+  flags.local_rank = a.local_rank;
+  flags.rendezvous = a.rendezvous;
+  flags.out = a.out;
+  const auto world = ResolveWorld(flags, [](const char* name) { return std::getenv(name); });
+  if (!world.ok()) {
+    absl::FPrintF(stderr, "topiary: %s\n", world.status().message());
+    return kExitUsage;
+  }
+  SignalControl control;
+  return RunSpec(a, "worker", *world, &control);
 }
 
 int Validate(const Args& a) {
@@ -439,6 +479,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (c == "run") return Run(args);
+  if (c == "worker") return Worker(args);
   if (c == "validate") return Validate(args);
   if (c == "info") return Info(args);
   // With --server, the daemon's library; otherwise the tables and families named here.

@@ -22,6 +22,7 @@ PACKAGES=(
   nginx-light               # deploy/nginx-topiaryd.conf, the front end (tests/frontend_test.sh)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
   clang-format-14           # scripts/format_check.sh (.ci/run)
+  libgloo-dev               # Gloo: collectives between CPU ranks of separate processes (topiary worker)
 )
 
 missing=()

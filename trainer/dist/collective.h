@@ -1,7 +1,8 @@
-// Collective: the ranks of a data-parallel run averaging their gradients. Two backends:
-// NCCL between the GPUs of one process (loaded at run time from libnccl.so.2) and host
-// memory between CPU ranks (threads), which emulates a multi-GPU run's arithmetic on
-// machines without GPUs.
+// Collective: the ranks of a data-parallel run averaging their gradients. Backends: NCCL
+// between GPUs (loaded at run time from libnccl.so.2; the GPUs of one process, or one GPU
+// per process of a world), host memory between CPU ranks (threads of one process), which
+// emulates a multi-GPU run's arithmetic on machines without GPUs, and Gloo between CPU ranks
+// of separate processes.
 //
 // Every rank calls the same operations with the same sizes in the same order, each from its
 // own thread (trainer/dist/rank_threads.h). On a GPU the work is enqueued on a side stream
@@ -18,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/core/device.h"
+#include "trainer/dist/world.h"
 
 namespace topiary {
 
@@ -48,6 +50,15 @@ class Collective {
   // operations (one communicator).
   virtual absl::Status AllGather(int rank, const float* data, size_t n, float* all) = 0;
 
+  // Rank 0's data[0, n) into every rank's data[0, n) (replication). GPU: device memory, on
+  // the rank's own stream; blocks until done.
+  virtual absl::Status Broadcast(int rank, float* data, size_t n) = 0;
+
+  // Every rank's bytes[0, n) of host memory into all[r * n, (r + 1) * n), on every rank;
+  // blocks until done. For the few values the ranks must agree on between steps: metrics,
+  // a stop request, evaluation results, the models' checksums.
+  virtual absl::Status ExchangeHost(int rank, const void* data, size_t n, void* all) = 0;
+
   // A rank failed: operations still waiting, and all later ones, end with ABORTED instead of
   // waiting forever for it.
   virtual void Abort() = 0;
@@ -63,6 +74,19 @@ std::unique_ptr<Collective> MakeHostCollective(int ranks);
 // CUDA.
 absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(const std::vector<Device*>& devices,
                                                                bool ordered);
+
+// One rank of a run of several processes (world.multi()), one per process. GPU: NCCL with its
+// own bootstrap (global rank 0 writes the unique id into world.rendezvous, the others read it
+// there). Errors: FAILED_PRECONDITION without NCCL or CUDA; DEADLINE_EXCEEDED when rank 0's id
+// does not come within timeout_s.
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclWorldCollective(Device* device,
+                                                                    const World& world,
+                                                                    bool ordered, double timeout_s);
+// CPU: Gloo over TCP, its file store in world.rendezvous; always sums in rank order (the same
+// bits as CPU ranks in one process). Errors: FAILED_PRECONDITION in a build without Gloo
+// (the static one); DEADLINE_EXCEEDED when the others do not connect within timeout_s.
+absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(const World& world,
+                                                               double timeout_s);
 
 }  // namespace topiary
 

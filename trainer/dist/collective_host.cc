@@ -35,19 +35,30 @@ class HostCollective : public Collective {
     TOPIARY_RETURN_IF_ERROR(Barrier());
     const size_t lo = n * rank / ranks_, hi = n * (rank + 1) / ranks_;
     std::vector<const float*> rows(ranks_);
-    for (int r = 0; r < ranks_; ++r) rows[r] = arrays_[r] + lo;
+    for (int r = 0; r < ranks_; ++r) rows[r] = static_cast<const float*>(arrays_[r]) + lo;
     kernels::MeanRowsCpu(ranks_, static_cast<int64_t>(hi - lo), rows.data(), result_.data() + lo);
     TOPIARY_RETURN_IF_ERROR(Barrier());
     std::memcpy(data, result_.data(), n * sizeof(float));
     return absl::OkStatus();
   }
 
+  absl::Status AllGather(int rank, const float* data, size_t n, float* all) override {
+    return ExchangeHost(rank, data, n * sizeof(float), all);
+  }
+
   // Two barriers: after the first every rank's array is published; after the second every
   // rank has copied them, so none is changed or freed while another still reads it.
-  absl::Status AllGather(int rank, const float* data, size_t n, float* all) override {
-    arrays_[rank] = const_cast<float*>(data);  // only read
+  absl::Status ExchangeHost(int rank, const void* data, size_t n, void* all) override {
+    arrays_[rank] = data;
     TOPIARY_RETURN_IF_ERROR(Barrier());
-    for (int r = 0; r < ranks_; ++r) std::memcpy(all + r * n, arrays_[r], n * sizeof(float));
+    for (int r = 0; r < ranks_; ++r) std::memcpy(static_cast<char*>(all) + r * n, arrays_[r], n);
+    return Barrier();
+  }
+
+  absl::Status Broadcast(int rank, float* data, size_t n) override {
+    arrays_[rank] = data;
+    TOPIARY_RETURN_IF_ERROR(Barrier());
+    if (rank != 0) std::memcpy(data, arrays_[0], n * sizeof(float));
     return Barrier();
   }
 
@@ -74,8 +85,8 @@ class HostCollective : public Collective {
   }
 
   const int ranks_;
-  std::vector<float*> arrays_;  // per rank, set before the first barrier of an operation
-  std::vector<float> result_;   // sized by Reserve, before any operation
+  std::vector<const void*> arrays_;  // per rank, set before the first barrier of an operation
+  std::vector<float> result_;        // sized by Reserve, before any operation
   absl::Mutex mu_;
   absl::CondVar released_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;

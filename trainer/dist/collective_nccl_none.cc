@@ -7,4 +7,9 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(const std::vector
   return absl::FailedPreconditionError("device.gpus: this binary was built without CUDA");
 }
 
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclWorldCollective(Device*, const World&, bool,
+                                                                    double) {
+  return absl::FailedPreconditionError("device.kind: this binary was built without CUDA");
+}
+
 }  // namespace topiary

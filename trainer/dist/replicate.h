@@ -4,7 +4,9 @@
 #ifndef TOPIARY_TRAINER_DIST_REPLICATE_H_
 #define TOPIARY_TRAINER_DIST_REPLICATE_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/nn/model.h"
@@ -20,6 +22,13 @@ absl::Status CopyModelState(const Model& from, Model* to);
 // the two models (e.g. "stage1.block0.conv1.kernel: mask"), or "" when none does. Running
 // statistics are each rank's own and are not compared.
 absl::StatusOr<std::string> FirstDifference(const Model& a, const Model& b);
+
+// For models in separate processes: three checksums per trainable parameter (value, momentum,
+// mask with its description), in parameter order; and the part FirstDifference would name for
+// the first checksum where `b` differs from `a` ("" when none does).
+std::vector<uint64_t> StateChecksums(const Model& model);
+std::string FirstChecksumDifference(const Model& model, const std::vector<uint64_t>& a,
+                                    const std::vector<uint64_t>& b);
 
 }  // namespace topiary
 

@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<PhaseTrainer>> PhaseTrainer::Create(
     RunRecorder* recorder) {
   std::unique_ptr<PhaseTrainer> t(new PhaseTrainer(spec, ranks, batcher, recorder));
   t->batch_ = spec.data().batch_size();
-  t->local_batch_ = t->batch_ / ranks->size();  // ValidateSpec: it divides
+  t->local_batch_ = t->batch_ / ranks->world_size();  // ValidateSpec: it divides
   t->steps_per_epoch_ = static_cast<int>(batcher->set().size() / t->batch_);
   if (spec.has_gradient_sampling()) t->sampling_.emplace(spec.gradient_sampling(), spec.seed());
   TOPIARY_RETURN_IF_ERROR(ranks->Run([&](int r) -> absl::Status {
@@ -164,9 +164,9 @@ absl::Status PhaseTrainer::Train(const topiary::v1::Phase& which, int epochs,
     TrainingClock& clock = phase.clocks[r];
     SetSampling(group_->model(r), sample);
     TOPIARY_RETURN_IF_ERROR(clock.Tick(batch_));
-    TOPIARY_RETURN_IF_ERROR(rank.data->Assemble(clock.clock(), 0,
-                                                static_cast<int64_t>(r) * local_batch_,
-                                                local_batch_, augment, net.input(), net.labels()));
+    TOPIARY_RETURN_IF_ERROR(rank.data->Assemble(
+        clock.clock(), 0, static_cast<int64_t>(group_->global_rank(r)) * local_batch_, local_batch_,
+        augment, net.input(), net.labels()));
     TOPIARY_RETURN_IF_ERROR(net.Forward(true));
     TOPIARY_RETURN_IF_ERROR(net.Loss(smoothing));
     TOPIARY_RETURN_IF_ERROR(net.Backward());  // averages the ranks' gradients
@@ -215,9 +215,11 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
     TOPIARY_RETURN_IF_ERROR(hooks.BeforeStep(step));
     const bool sample = sampling_ && sampling_->Samples(at.epoch, step, at.epoch_start_step + step);
     for (int r = 0; r < group_->size(); ++r) {  // streamed sets: the step's batch, staged
-      TOPIARY_RETURN_IF_ERROR(ranks_[r].data->Stage(
-          at.epoch, static_cast<int64_t>(step) * batch_ + static_cast<int64_t>(r) * local_batch_,
-          local_batch_, batcher_->augments(), batch_));
+      TOPIARY_RETURN_IF_ERROR(
+          ranks_[r].data->Stage(at.epoch,
+                                static_cast<int64_t>(step) * batch_ +
+                                    static_cast<int64_t>(group_->global_rank(r)) * local_batch_,
+                                local_batch_, batcher_->augments(), batch_));
     }
     TOPIARY_RETURN_IF_ERROR(group_->Run(sample ? phase.run_sampled : phase.run_exact));
     if (sampling_) {
@@ -235,7 +237,14 @@ absl::Status PhaseTrainer::Epoch(Phase& phase, PhaseHooks& hooks) {
 }
 
 absl::Status PhaseTrainer::ReportProgress(Phase& phase, int step, bool last) {
-  if (!last && SecondsSince(phase.last_progress) < recorder_->progress_interval_s()) {
+  if (!last && !group_->world().multi() &&
+      SecondsSince(phase.last_progress) < recorder_->progress_interval_s()) {
+    return absl::OkStatus();
+  }
+  // The processes of a world take their metrics together (an exchange), so at the same
+  // steps: every kWorldProgressSteps, not by each one's clock.
+  constexpr int kWorldProgressSteps = 16;
+  if (!last && group_->world().multi() && (step + 1) % kWorldProgressSteps != 0) {
     return absl::OkStatus();
   }
   TOPIARY_ASSIGN_OR_RETURN(const Metrics window, TakeMetrics());
@@ -330,9 +339,11 @@ absl::StatusOr<GradientStats> PhaseTrainer::GradientStatistics() {
     // Each rank its share of the batch: rank 0's gradients are then the whole batch's.
     TOPIARY_RETURN_IF_ERROR(group_->Run([&](int r) -> absl::Status {
       Network& net = *ranks_[r].net;
-      TOPIARY_RETURN_IF_ERROR(ranks_[r].data->Assemble(
-          nullptr, epoch, static_cast<int64_t>(b) * batch_ + static_cast<int64_t>(r) * local_batch_,
-          local_batch_, false, net.input(), net.labels()));
+      TOPIARY_RETURN_IF_ERROR(
+          ranks_[r].data->Assemble(nullptr, epoch,
+                                   static_cast<int64_t>(b) * batch_ +
+                                       static_cast<int64_t>(group_->global_rank(r)) * local_batch_,
+                                   local_batch_, false, net.input(), net.labels()));
       TOPIARY_RETURN_IF_ERROR(net.Forward(true));
       TOPIARY_RETURN_IF_ERROR(net.Loss(0.0f));
       return net.Backward();
@@ -357,7 +368,19 @@ absl::StatusOr<Metrics> PhaseTrainer::TakeMetrics() {
     sum.top5 += m.top5;
     sum.images += m.images;
   }
-  return sum;
+  if (!group_->world().multi()) return sum;
+  // Every process's, added in rank order: the same figures everywhere.
+  const double mine[4] = {sum.loss_sum, sum.top1, sum.top5, sum.images};
+  std::vector<double> all(4 * static_cast<size_t>(group_->world_size()));
+  TOPIARY_RETURN_IF_ERROR(group_->collective()->ExchangeHost(0, mine, sizeof(mine), all.data()));
+  Metrics world;
+  for (int r = 0; r < group_->world_size(); ++r) {
+    world.loss_sum += all[4 * r];
+    world.top1 += all[4 * r + 1];
+    world.top5 += all[4 * r + 2];
+    world.images += all[4 * r + 3];
+  }
+  return world;
 }
 
 }  // namespace topiary

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -34,6 +35,38 @@ using topiary::v1::Event;
 using topiary::v1::ExperimentSpec;
 using topiary::v1::RoundSummary;
 using topiary::v1::RunSummary;
+
+// The device of this process's one rank in a world of processes: GPU `local_rank` of those
+// it sees (or its only one, where the launcher bound one GPU to each process), or a CPU
+// rank. The spec's rank count must be the world's. One process: the spec's devices.
+absl::StatusOr<topiary::v1::DeviceSpec> WorldDeviceSpec(const ExperimentSpec& spec,
+                                                        const World& world) {
+  topiary::v1::DeviceSpec d = spec.device();
+  if (!world.multi()) return d;
+  std::string why;
+  const bool cpu = d.kind() == topiary::v1::DeviceSpec::CPU ||
+                   (d.kind() == topiary::v1::DeviceSpec::AUTO && ListGpus(&why).empty());
+  const int ranks = cpu ? CpuRanks(d) : RequestedGpus(d);
+  if (ranks != world.size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the spec asks for %d ranks, and %d processes run it (one rank each)",
+                        cpu ? "device.cpu_ranks" : "device.gpu_count", ranks, world.size));
+  }
+  if (spec.pruning().manual_rounds()) {
+    return absl::InvalidArgumentError(
+        "pruning.manual_rounds: not for runs of several processes (run it in one process)");
+  }
+  d.clear_cpu_ranks();
+  d.clear_gpu_count();
+  d.clear_gpus();
+  if (cpu) {
+    d.set_kind(topiary::v1::DeviceSpec::CPU);
+  } else {
+    const int visible = static_cast<int>(ListGpus(&why).size());
+    d.add_gpus(visible > world.local_rank ? world.local_rank : 0);
+  }
+  return d;
+}
 
 // epoch-NNNN.h5 files in `dir` of epochs before `epoch`, oldest first.
 std::vector<std::string> EarlierPeriodicCheckpoints(const std::string& dir, int epoch) {
@@ -74,6 +107,8 @@ class ExperimentRun : public PhaseHooks {
 
   // PhaseHooks.
   absl::Status BeforeStep(int step_in_epoch) override;
+  // The client's stop request (pause, cancel), agreed between the processes of a world.
+  absl::StatusOr<RunControl::Stop> AgreedStop(int step_in_epoch);
   absl::StatusOr<EvalResult> EvaluateHeldOut() override {
     return val_data_ ? Evaluate(*val_data_, data_->validation.size(), true)
                      : Evaluate(*test_data_, data_->test.size(), false);
@@ -137,8 +172,13 @@ class ExperimentRun : public PhaseHooks {
   // With a validation set, the test set is evaluated for the report only: this model's
   // top-1 and loss, not recorded as the run's last evaluation.
   absl::StatusOr<EvalResult> ReportTest() {
-    return topiary::Evaluate(*eval_net_, *test_data_, data_->test.size());
+    return LeaderEvaluates(
+        [&] { return topiary::Evaluate(*eval_net_, *test_data_, data_->test.size()); });
   }
+  // `evaluate` on this process, or in a world of processes on global rank 0 alone, whose
+  // figures every process then returns (the same decisions everywhere).
+  absl::StatusOr<EvalResult> LeaderEvaluates(
+      const std::function<absl::StatusOr<EvalResult>()>& evaluate);
   RoundSummary SparsityNow(int round, const std::vector<LayerPruneReport>* reports) const {
     return SparsityRow(*ranks_->model(), trainer_->Choices(), round, reports);
   }
@@ -205,11 +245,16 @@ absl::Status ExperimentRun::Setup() {
 }
 
 absl::Status ExperimentRun::SetupRanks() {
-  TOPIARY_ASSIGN_OR_RETURN(auto devices, CreateDevices(spec_.device()));
-  TOPIARY_ASSIGN_OR_RETURN(ranks_,
-                           RankGroup::Create(std::move(devices), spec_.device().deterministic()));
+  const World& world = options_.world;
+  TOPIARY_ASSIGN_OR_RETURN(const topiary::v1::DeviceSpec device, WorldDeviceSpec(spec_, world));
+  TOPIARY_ASSIGN_OR_RETURN(auto devices, CreateDevices(device));
+  TOPIARY_ASSIGN_OR_RETURN(ranks_, RankGroup::Create(std::move(devices), device.deterministic(),
+                                                     world, options_.rendezvous_timeout_s));
   ranks_->device()->MakeCurrent();  // this thread is rank 0's
-  recorder_.summary().set_device(ranks_->names());
+  recorder_.summary().set_device(
+      world.multi()
+          ? absl::StrFormat("%s (rank %d of %d processes)", ranks_->names(), world.rank, world.size)
+          : ranks_->names());
   recorder_.set_energy(std::make_unique<BoardEnergy>(ranks_->devices(), ranks_->names()));
   if (spec_.train().precision() == topiary::v1::TrainSpec::BF16 &&
       ranks_->device()->cuda() == nullptr) {
@@ -390,16 +435,43 @@ void ExperimentRun::EmitStarted() {
 
 absl::StatusOr<EvalResult> ExperimentRun::Evaluate(DeviceBatches& data, int64_t images,
                                                    bool validation) {
-  BoardEnergy& energy = *recorder_.energy();
-  TOPIARY_ASSIGN_OR_RETURN(const double joules_start, energy.Joules());
-  TOPIARY_ASSIGN_OR_RETURN(EvalResult r, topiary::Evaluate(*eval_net_, data, images));
+  TOPIARY_ASSIGN_OR_RETURN(EvalResult r, LeaderEvaluates([&]() -> absl::StatusOr<EvalResult> {
+                             BoardEnergy& energy = *recorder_.energy();
+                             TOPIARY_ASSIGN_OR_RETURN(const double joules_start, energy.Joules());
+                             TOPIARY_ASSIGN_OR_RETURN(EvalResult r,
+                                                      topiary::Evaluate(*eval_net_, data, images));
+                             TOPIARY_ASSIGN_OR_RETURN(const double joules_end, energy.Joules());
+                             if (joules_start >= 0 && joules_end >= 0 && r.images > 0) {
+                               r.joules_per_image = (joules_end - joules_start) / r.images;
+                             }
+                             return r;
+                           }));
   r.validation = validation;
-  TOPIARY_ASSIGN_OR_RETURN(const double joules_end, energy.Joules());
-  if (joules_start >= 0 && joules_end >= 0 && r.images > 0) {
-    r.joules_per_image = (joules_end - joules_start) / r.images;
-  }
   recorder_.RecordEvaluation(r);
   last_eval_ = r;
+  return r;
+}
+
+absl::StatusOr<EvalResult> ExperimentRun::LeaderEvaluates(
+    const std::function<absl::StatusOr<EvalResult>()>& evaluate) {
+  if (!ranks_->world().multi()) return evaluate();
+  // Every process must take part in the exchange, the leader's failure included: its
+  // status travels with the figures.
+  absl::StatusOr<EvalResult> mine = ranks_->leads() ? evaluate() : EvalResult{};
+  double figures[6] = {};
+  if (ranks_->leads() && mine.ok()) {
+    figures[0] = 1;
+    figures[1] = mine->loss, figures[2] = mine->top1, figures[3] = mine->top5;
+    figures[4] = static_cast<double>(mine->images), figures[5] = mine->joules_per_image;
+  }
+  std::vector<double> all(6 * static_cast<size_t>(ranks_->world_size()));
+  TOPIARY_RETURN_IF_ERROR(
+      ranks_->collective()->ExchangeHost(0, figures, sizeof(figures), all.data()));
+  if (ranks_->leads()) return mine;
+  if (all[0] != 1) return absl::AbortedError("rank 0's evaluation failed (its log says why)");
+  EvalResult r;
+  r.loss = all[1], r.top1 = all[2], r.top5 = all[3];
+  r.images = static_cast<int64_t>(all[4]), r.joules_per_image = all[5];
   return r;
 }
 
@@ -427,6 +499,9 @@ absl::Status ExperimentRun::NoteTarget() {
 }
 
 absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
+  // Rank 0 writes; every other rank must hold the same model, bit for bit (in a world of
+  // processes every process compares, and only the leader has an out_dir).
+  if (ranks_->world().multi()) TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
   if (options_.out_dir.empty()) return absl::OkStatus();
   const std::string dir = options_.out_dir + "/checkpoints";
   TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
@@ -442,8 +517,7 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   state.seed = spec_.seed();
   state.metrics = metrics;
   state.input = input_;
-  // Rank 0 writes; every other rank must hold the same model, bit for bit.
-  TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
+  if (!ranks_->world().multi()) TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
   TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *ranks_->model(), state));
   recorder_.summary().set_checkpoint(path);
   Event e = recorder_.New();
@@ -451,7 +525,7 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   c->set_path(path);
   c->set_round(position().round);
   c->set_epoch(position().epoch);
-  if (ranks_->size() > 1) c->set_ranks_identical(ranks_->size());
+  if (ranks_->world_size() > 1) c->set_ranks_identical(ranks_->world_size());
   recorder_.Emit(e);
   if (periodic) {
     // The periodic checkpoints of earlier starts of this run (before a pause, a restart)
@@ -468,14 +542,30 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
 }
 
 absl::Status ExperimentRun::BeforeStep(int step_in_epoch) {
-  if (options_.control == nullptr) return absl::OkStatus();
-  const RunControl::Stop stop = options_.control->ShouldStop();
+  TOPIARY_ASSIGN_OR_RETURN(const RunControl::Stop stop, AgreedStop(step_in_epoch));
   if (stop == RunControl::Stop::kNone) return absl::OkStatus();
   stopped_ = stop;
   if (stop == RunControl::Stop::kPause) {
     TOPIARY_RETURN_IF_ERROR(Checkpoint("pause.h5", false));  // at step_in_epoch
   }
   return absl::AbortedError(stop == RunControl::Stop::kPause ? "paused" : "cancelled");
+}
+
+absl::StatusOr<RunControl::Stop> ExperimentRun::AgreedStop(int step_in_epoch) {
+  RunControl::Stop stop =
+      options_.control != nullptr ? options_.control->ShouldStop() : RunControl::Stop::kNone;
+  if (!ranks_->world().multi()) return stop;
+  // The processes agree every kStopCheckSteps steps (an exchange between steps costs the GPU
+  // its queue of launched work): the strongest request of any process wins, and all stop
+  // before the same step.
+  constexpr int kStopCheckSteps = 16;
+  if (step_in_epoch % kStopCheckSteps != 0) return RunControl::Stop::kNone;
+  const int32_t mine = static_cast<int32_t>(stop);
+  std::vector<int32_t> all(ranks_->world_size());
+  TOPIARY_RETURN_IF_ERROR(ranks_->collective()->ExchangeHost(0, &mine, sizeof(mine), all.data()));
+  int32_t agreed = 0;
+  for (int32_t s : all) agreed = std::max(agreed, s);
+  return static_cast<RunControl::Stop>(agreed);
 }
 
 absl::Status ExperimentRun::Round(bool prune, Pruner* pruner) {
@@ -619,8 +709,13 @@ absl::Status ExperimentRun::Execute() {
 
 }  // namespace
 
-RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& options) {
+RunSummary RunExperiment(const ExperimentSpec& raw_spec, const RunOptions& given) {
   const RunClock::time_point start = RunClock::now();
+  RunOptions options = given;
+  if (options.world.rank != 0) {  // only global rank 0 writes files and emits events
+    options.out_dir.clear();
+    options.on_event = nullptr;
+  }
   absl::Status status = ValidateSpec(raw_spec);
   const ExperimentSpec spec = WithDefaults(raw_spec);
   if (status.ok() && !options.out_dir.empty()) {

@@ -15,6 +15,7 @@
 #include "topiary/v1/experiment.pb.h"
 #include "trainer/data/batcher.h"
 #include "trainer/data/device_batches.h"
+#include "trainer/dist/world.h"
 #include "trainer/nn/model.h"
 #include "trainer/run/evaluate.h"
 #include "trainer/run/pruner_interface.h"
@@ -59,6 +60,13 @@ struct RunOptions {
   // What checkpoints record as experiment_id (topiaryd: its id, e.g. "exp-0007"); empty: the
   // spec's name.
   std::string experiment_id;
+  // One rank of a run of several processes (topiary worker): this process trains its share
+  // of the global batch on one device; global rank 0 alone writes out_dir's files and
+  // checkpoints and emits events (the others run the same loop silently, and their summary
+  // says how they ended). The spec's GPU or CPU rank count must equal world.size.
+  World world;
+  // Seconds the processes of a world wait for each other at start.
+  double rendezvous_timeout_s = 300;
 };
 
 // Checkpoints go to <out_dir>/checkpoints/: dense.h5 at the end of dense training,
