@@ -94,6 +94,9 @@ ABSL_FLAG(std::optional<int>, local_rank, std::nullopt,
 ABSL_FLAG(std::string, rendezvous, "",
           "worker: a fresh directory every process reaches (default under Slurm: "
           "OUT/rendezvous/jobJOB.STEP)");
+ABSL_FLAG(std::string, experiment, "",
+          "worker: the daemon's experiment id; with --server, rank 0 reports its events there "
+          "(topiaryd --scheduler slurm sets both)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
 ABSL_FLAG(bool, watch, false, "submit, fork: follow the new experiment's events");
 ABSL_FLAG(bool, finish, false, "round: end the manual rounds here; the run finishes");
@@ -180,6 +183,7 @@ void CopyFlags(Args* a) {
   a->world = absl::GetFlag(FLAGS_world);
   a->local_rank = absl::GetFlag(FLAGS_local_rank);
   a->rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  a->experiment = absl::GetFlag(FLAGS_experiment);
 }
 
 }  // namespace
@@ -256,7 +260,9 @@ const std::map<std::string, std::vector<std::string>>& CommandFlagTable() {
     const std::vector<std::string> daemon = {"server", "token_file", "tls_ca"};
     std::map<std::string, std::vector<std::string>> t = {
         {"run", {"out", "resume"}},
-        {"worker", {"out", "resume", "rank", "world", "local_rank", "rendezvous"}},
+        {"worker",
+         {"out", "resume", "rank", "world", "local_rank", "rendezvous", "experiment", "server",
+          "token_file", "tls_ca"}},
         {"validate", {}},
         {"inspect", {"file", "layer", "remote"}},
         {"info", {}},

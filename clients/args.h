@@ -66,7 +66,7 @@ struct Args {
   std::optional<double> max_value;
   // worker
   std::optional<int> rank, world, local_rank;
-  std::string rendezvous;
+  std::string rendezvous, experiment;
 };
 
 // False (with `error`) on an unknown flag, a flag without its value or a value of the

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -199,7 +200,8 @@ Specs: see examples/ and protos/topiary/v1/experiment.proto.
 
 // run, and worker's rank 0: the experiment in this process, its events printed; a worker of
 // another rank prints only how it ended (its summary; rank 0 reports the run).
-int RunSpec(const Args& a, const char* command, const World& world, RunControl* control) {
+int RunSpec(const Args& a, const char* command, const World& world, RunControl* control,
+            EventReporter* reporter = nullptr) {
   if (a.positional.size() != 1) {
     absl::FPrintF(stderr, "topiary: %s needs exactly one SPEC file (see topiary --help)\n",
                   command);
@@ -233,7 +235,12 @@ int RunSpec(const Args& a, const char* command, const World& world, RunControl* 
       printer.Print(e);
     }
   };
-  options.on_event = print;
+  options.on_event = [&](const topiary::v1::Event& e) {
+    print(e);
+    if (reporter != nullptr) reporter->Send(e);
+  };
+  // Reporting to a daemon: its registry keeps the experiment's event log.
+  options.write_event_log = reporter == nullptr;
   const auto summary = RunExperiment(*spec, options);
   if (world.rank != 0) {
     topiary::v1::Event e;
@@ -258,7 +265,12 @@ int Worker(const Args& a) {
     return kExitUsage;
   }
   SignalControl control;
-  return RunSpec(a, "worker", *world, &control);
+  std::unique_ptr<EventReporter> reporter;
+  if (!a.experiment.empty() && world->rank == 0) {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    reporter = std::make_unique<EventReporter>(a, job ? job : "");
+  }
+  return RunSpec(a, "worker", *world, &control, reporter.get());
 }
 
 int Validate(const Args& a) {

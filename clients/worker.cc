@@ -2,11 +2,15 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/status_macros.h"
 
 namespace topiary {
 namespace {
@@ -74,6 +78,38 @@ absl::StatusOr<World> ResolveWorld(const WorkerFlags& flags,
     w.rendezvous = absl::StrCat(flags.out, "/rendezvous/job", job, ".", step ? step : "0");
   }
   return w;
+}
+
+EventReporter::EventReporter(const Args& a, std::string slurm_job_id)
+    : connection_(a), experiment_(a.experiment), job_(std::move(slurm_job_id)) {}
+
+bool EventReporter::Flush() {
+  topiary::v1::ReportRunEventsRequest req;
+  req.set_experiment_id(experiment_);
+  req.set_slurm_job_id(job_);
+  for (const auto& e : pending_) *req.add_events() = e;
+  topiary::v1::ReportRunEventsResponse resp;
+  auto ctx = connection_.Context();
+  const grpc::Status st = connection_.stub().ReportRunEvents(ctx.get(), req, &resp);
+  if (!st.ok()) {
+    absl::FPrintF(stderr, "topiary worker: reporting to %s: %s\n", connection_.address(),
+                  st.error_message());
+    return false;
+  }
+  const uint32_t acked = resp.acknowledged_seq();
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const topiary::v1::Event& e) { return e.seq() <= acked; }),
+                 pending_.end());
+  return pending_.empty();
+}
+
+void EventReporter::Send(const topiary::v1::Event& e) {
+  pending_.push_back(e);
+  if (pending_.size() > 10000) pending_.erase(pending_.begin());  // bounded while away
+  if (Flush() || !e.has_summary()) return;
+  for (int attempt = 0; attempt < 30 && !Flush(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
 }
 
 SignalControl::SignalControl() {

@@ -7,8 +7,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "clients/args.h"
+#include "clients/connection.h"
 #include "trainer/dist/world.h"
 #include "trainer/run/runner.h"
 
@@ -29,6 +32,22 @@ absl::StatusOr<World> ResolveWorld(const WorkerFlags& flags,
 // Pause and cancel by signal, as Slurm delivers them: SIGUSR1 (scancel --signal=USR1) asks for
 // a pause checkpoint, SIGTERM and SIGINT (scancel, Ctrl-C) for cancelling. The processes of
 // the world agree on the request between steps (RunOptions::world), so all stop alike.
+// Rank 0's events to the daemon that submitted the job (ReportRunEvents), in order: each
+// event is sent as it comes with those not yet acknowledged (a daemon that is briefly away
+// gets them later); the summary is retried for up to a minute, since the daemon learns how
+// the run ended from it.
+class EventReporter {
+ public:
+  EventReporter(const Args& a, std::string slurm_job_id);
+  void Send(const topiary::v1::Event& e);
+
+ private:
+  bool Flush();
+  Connection connection_;
+  std::string experiment_, job_;
+  std::vector<topiary::v1::Event> pending_;
+};
+
 class SignalControl : public RunControl {
  public:
   // Installs the handlers (one SignalControl per process).

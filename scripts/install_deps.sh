@@ -23,6 +23,7 @@ PACKAGES=(
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers (tests/fuzz)
   clang-format-14           # scripts/format_check.sh (.ci/run)
   libgloo-dev               # Gloo: collectives between CPU ranks of separate processes (topiary worker)
+  munge slurmctld slurmd slurm-client  # a one-node Slurm cluster for tests (scripts/slurm_local.sh)
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include "pruning/pruner.h"
 #include "trainer/core/device.h"
 #include "trainer/run/runner.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary::server {
 
@@ -52,6 +53,7 @@ bool Scheduler::Dequeue(const std::string& id) {
 
 absl::Status Scheduler::Feasible(const topiary::v1::ExperimentSpec& spec) const {
   absl::MutexLock lock(&mu_);
+  if (options_.slurm != nullptr) return absl::OkStatus();  // Slurm's sbatch judges it
   const Need need = placement_.NeedOf(spec);
   if (absl::Status st = placement_.Feasible(need); !st.ok()) return st;
   // A CPU run asks this machine for its threads: no more than it can start.
@@ -169,7 +171,7 @@ void Scheduler::Dispatch() {
         queue_.pop_front();  // gone, or no longer waiting
         continue;
       }
-      const Need need = placement_.NeedOf(record->spec());
+      const Need need = NeedOf(record->spec());
       if (absl::Status st = placement_.Feasible(need); !st.ok()) {
         // Queued by an earlier daemon with other GPUs (kept across restarts).
         queue_.pop_front();
@@ -198,6 +200,11 @@ void Scheduler::Dispatch() {
   }
 }
 
+Need Scheduler::NeedOf(const topiary::v1::ExperimentSpec& spec) const {
+  if (options_.slurm != nullptr) return Need{true, 0, {}};
+  return placement_.NeedOf(spec);
+}
+
 bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   auto record = registry_->Get(id);
   if (!record.ok() || record->state() != topiary::v1::QUEUED) return false;
@@ -217,6 +224,12 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
                          false);
     return false;
   }
+  if (options_.slurm != nullptr) {
+    const topiary::v1::RunSummary summary =
+        RunOnSlurm(id, spec, resume.empty() ? "" : registry_->data_dir() + "/" + resume, "");
+    absl::MutexLock lock(&mu_);
+    return registry_->FinishRun(id, summary.state(), summary.error(), stopping_);
+  }
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);
   RunOptions options;
   options.out_dir = registry_->Folder(id);
@@ -235,6 +248,90 @@ bool Scheduler::Run(const std::string& id, const std::vector<int>& gpus) {
   }
   // A daemon that is stopping queues its paused runs again, so the next start resumes them.
   return registry_->FinishRun(id, summary.state(), summary.error(), stopping);
+}
+
+topiary::v1::RunSummary Scheduler::RunOnSlurm(const std::string& id,
+                                              const topiary::v1::ExperimentSpec& spec,
+                                              const std::string& resume, std::string job) {
+  topiary::v1::RunSummary summary;
+  summary.set_state(topiary::v1::FAILED);
+  auto before = registry_->Get(id);
+  const uint32_t first_seq = before.ok() ? before->last_seq() : 0;
+  // A daemon that died while the experiment's job ran finds the job still in Slurm's queue
+  // and follows it, instead of starting a second one on the same folder.
+  if (job.empty() && before.ok() && !before->slurm_job_id().empty()) {
+    auto state = options_.slurm->State(before->slurm_job_id());
+    if (state.ok() && (*state == "PENDING" || *state == "RUNNING" || *state == "CONFIGURING" ||
+                       *state == "SUSPENDED")) {
+      job = before->slurm_job_id();
+      std::fprintf(stderr, "topiaryd: %s: following its Slurm job %s again\n", id.c_str(),
+                   job.c_str());
+    }
+  }
+  if (job.empty()) {
+    SlurmJob j;
+    j.experiment_id = id;
+    j.folder = registry_->Folder(id);
+    j.resume_from = resume;
+    j.spec = spec;
+    auto submitted = options_.slurm->Submit(j);
+    if (!submitted.ok()) {
+      summary.set_error(absl::StrCat("slurm: ", submitted.status().message()));
+      return summary;
+    }
+    job = *submitted;
+    (void)registry_->Update(id, [&](topiary::v1::Experiment* e) {
+      e->set_slurm_job_id(job);
+      e->set_device("slurm job " + job);
+    });
+  }
+  // Follow the job: the registry's stop requests become signals (once each), and Slurm's
+  // queue says when it has ended.
+  std::unique_ptr<RunControl> control = registry_->ControlFor(id);
+  bool paused = false, cancelled = false;
+  std::string state, last_state;
+  int misses = 0;
+  while (true) {
+    const RunControl::Stop stop = control ? control->ShouldStop() : RunControl::Stop::kNone;
+    if (stop == RunControl::Stop::kPause && !paused && !cancelled) {
+      paused = options_.slurm->Signal(job, "USR1").ok();
+    } else if (stop == RunControl::Stop::kCancel && !cancelled) {
+      cancelled = options_.slurm->Signal(job, "TERM").ok();
+    }
+    auto now = options_.slurm->State(job);
+    if (now.ok()) {
+      misses = 0;
+      if (now->empty()) break;
+      last_state = *now;
+      if (*now != "PENDING" && *now != "RUNNING" && *now != "CONFIGURING" && *now != "COMPLETING" &&
+          *now != "SUSPENDED") {
+        break;
+      }
+    } else if (++misses > 60) {  // Slurm unreachable for a minute
+      summary.set_error(absl::StrCat("slurm: job ", job, ": ", now.status().message()));
+      return summary;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  // Rank 0's summary, the last event it reported (the report precedes its exit).
+  bool done = false;
+  for (const Event& e :
+       registry_->EventsAfter(id, first_seq, std::chrono::milliseconds(0), &done)) {
+    if (e.has_summary()) summary = e.summary();
+  }
+  if (summary.state() == topiary::v1::FAILED && summary.error().empty()) {
+    std::string tail;
+    if (auto out = ReadFile(absl::StrCat(registry_->Folder(id), "/slurm/job-", job, ".out"));
+        out.ok()) {
+      tail = out->substr(out->size() > 600 ? out->size() - 600 : 0);
+    }
+    summary.set_error(absl::StrCat("slurm job ", job, " ended ",
+                                   last_state.empty() ? "(no longer known)" : last_state,
+                                   " without rank 0's summary (a task died or was killed); its "
+                                   "output ends: ",
+                                   tail));
+  }
+  return summary;
 }
 
 }  // namespace topiary::server

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/placement.h"
 #include "server/registry.h"
+#include "server/slurm.h"
 
 namespace topiary::server {
 
@@ -27,6 +28,10 @@ struct SchedulerOptions {
   // Called in a run's thread after the run has ended and before it gives its GPUs back
   // (tests widen that window with it); may be empty.
   std::function<void(const std::string& id)> after_run;
+  // topiaryd --scheduler slurm: every experiment becomes a Slurm job as soon as it is queued
+  // (Slurm's queue places it; cpu_slots bounds the jobs in flight); null: runs in this
+  // process on the GPUs above.
+  const Slurm* slurm = nullptr;
 };
 
 class Scheduler {
@@ -66,6 +71,13 @@ class Scheduler {
   // Runs `id` on `gpus` to its end; true when it must be queued again (a Resume that came
   // while it paused), which its thread does once it has released the GPUs.
   bool Run(const std::string& id, const std::vector<int>& gpus);
+  // The Slurm job of `id` (submitted now, or `job` when a restarted daemon follows one) to its
+  // end: pause and cancel become signals, the state the summary rank 0 reported, or FAILED
+  // saying how the job ended without one.
+  topiary::v1::RunSummary RunOnSlurm(const std::string& id, const topiary::v1::ExperimentSpec& spec,
+                                     const std::string& resume, std::string job);
+  // What `spec` needs here: a CPU slot for every Slurm job.
+  Need NeedOf(const topiary::v1::ExperimentSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Registry* registry_;
   SchedulerOptions options_;

@@ -764,4 +764,38 @@ Status TopiaryService::RunCommand(grpc::ServerContext* ctx,
   return Status::OK;
 }
 
+Status TopiaryService::ReportRunEvents(grpc::ServerContext* ctx,
+                                       const topiary::v1::ReportRunEventsRequest* req,
+                                       topiary::v1::ReportRunEventsResponse* out) {
+  if (Status st = Authorize(ctx); !st.ok()) return st;
+  const std::string& id = req->experiment_id();
+  if (!IsExperimentId(id)) {
+    return Status(grpc::StatusCode::INVALID_ARGUMENT, "experiment_id: not an experiment id");
+  }
+  if (req->events_size() > 10000) {
+    return Status(grpc::StatusCode::INVALID_ARGUMENT, "events: at most 10000 per call");
+  }
+  auto record = registry_->Get(id);
+  if (!record.ok()) return ToGrpc(record.status());
+  // Only the job the daemon submitted for it may speak for it, and only while it runs.
+  if (record->slurm_job_id().empty() || record->slurm_job_id() != req->slurm_job_id()) {
+    return Status(grpc::StatusCode::PERMISSION_DENIED,
+                  "slurm_job_id: '" + req->slurm_job_id() + "' is not the job running " + id);
+  }
+  if (IsTerminal(record->state())) {
+    return Status(grpc::StatusCode::FAILED_PRECONDITION,
+                  id + " has ended (" + topiary::v1::ExperimentState_Name(record->state()) + ")");
+  }
+  absl::MutexLock lock(&reports_mu_);
+  auto& [job, acknowledged] = reported_[id];
+  if (job != req->slurm_job_id()) job = req->slurm_job_id(), acknowledged = 0;  // a new run
+  for (const Event& e : req->events()) {
+    if (e.seq() <= acknowledged) continue;  // sent before: a retry
+    registry_->AppendRunEvent(id, e);
+    acknowledged = e.seq();
+  }
+  out->set_acknowledged_seq(acknowledged);
+  return Status::OK;
+}
+
 }  // namespace topiary::server

@@ -6,8 +6,12 @@
 #define TOPIARY_SERVER_SERVICE_H_
 
 #include <atomic>
+#include <map>
 #include <string>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "topiary/v1/service.grpc.pb.h"
@@ -75,6 +79,9 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
                          topiary::v1::ListFilesResponse* out) override;
   grpc::Status RunCommand(grpc::ServerContext* ctx, const topiary::v1::RunCommandRequest* req,
                           grpc::ServerWriter<topiary::v1::CommandOutput>* writer) override;
+  grpc::Status ReportRunEvents(grpc::ServerContext* ctx,
+                               const topiary::v1::ReportRunEventsRequest* req,
+                               topiary::v1::ReportRunEventsResponse* out) override;
 
  private:
   // OK when the call carries the token (or none is needed; or `ctx` is null: a call from
@@ -105,6 +112,10 @@ class TopiaryService final : public topiary::v1::Topiary::Service {
   std::atomic<int> transfers_{0};  // upload and download streams open
   std::atomic<int> commands_{0};   // RunCommand calls under way (waiting or running)
   std::atomic<int> next_command_{1};
+  // ReportRunEvents: per experiment, the run's newest event held (a retry's events are
+  // skipped), for its Slurm job.
+  absl::Mutex reports_mu_;
+  std::map<std::string, std::pair<std::string, uint32_t>> reported_ ABSL_GUARDED_BY(reports_mu_);
 };
 
 // absl::Status -> grpc::Status with the same code and message.

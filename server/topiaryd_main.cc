@@ -6,6 +6,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +32,7 @@
 #include "server/registry.h"
 #include "server/scheduler.h"
 #include "server/service.h"
+#include "server/slurm.h"
 #include "trainer/approx/multiplier.h"
 #include "trainer/core/device.h"
 #include "trainer/nn/plan_cache.h"
@@ -61,6 +63,17 @@ ABSL_FLAG(std::string, topiary_binary, "",
           "the topiary client binary that remote evaluate, sensitivity and export run (default: "
           "the one beside topiaryd)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually listened on here (for scripts)");
+ABSL_FLAG(std::string, scheduler, "local",
+          "local: experiments run in this process on its GPUs (or CPU); slurm: each one is a "
+          "Slurm job (sbatch) of `topiary worker` tasks, and --data_dir must be on storage "
+          "every node shares");
+ABSL_FLAG(std::string, slurm_sbatch_args, "",
+          "--scheduler slurm: arguments added to every sbatch, space-separated (e.g. "
+          "\"--partition=gpu --account=lab\")");
+ABSL_FLAG(int, slurm_max_jobs, 64, "--scheduler slurm: the experiments' jobs in Slurm at once");
+ABSL_FLAG(std::string, report_address, "",
+          "--scheduler slurm: host:port where the jobs reach this daemon (default: this host's "
+          "name and the port listened on)");
 
 namespace topiary::server {
 namespace {
@@ -100,6 +113,8 @@ constexpr char kUsage[] = R"(topiaryd: the Topiary daemon (gRPC service topiary.
 Usage: topiaryd [--listen ADDR] [--data_dir DIR] [--gpus 0,1|none] [--max_running N]
                 [--max_queued N] [--max_restarts N] [--max_file_bytes N] [--token_file FILE]
                 [--tls_cert FILE --tls_key FILE] [--port_file FILE] [--topiary_binary FILE]
+                [--scheduler local|slurm] [--slurm_sbatch_args ARGS] [--slurm_max_jobs N]
+                [--report_address HOST:PORT]
 
 SIGINT/SIGTERM stop the daemon: running experiments checkpoint and resume on the next start.
 After a crash (kill -9) the next start re-queues what was running from its last checkpoint.
@@ -123,7 +138,11 @@ struct Flags {
               gpus = absl::GetFlag(FLAGS_gpus), token_file = absl::GetFlag(FLAGS_token_file),
               tls_cert = absl::GetFlag(FLAGS_tls_cert), tls_key = absl::GetFlag(FLAGS_tls_key),
               port_file = absl::GetFlag(FLAGS_port_file),
-              topiary_binary = absl::GetFlag(FLAGS_topiary_binary);
+              topiary_binary = absl::GetFlag(FLAGS_topiary_binary),
+              scheduler = absl::GetFlag(FLAGS_scheduler),
+              slurm_sbatch_args = absl::GetFlag(FLAGS_slurm_sbatch_args),
+              report_address = absl::GetFlag(FLAGS_report_address);
+  int slurm_max_jobs = absl::GetFlag(FLAGS_slurm_max_jobs);
   int max_running = absl::GetFlag(FLAGS_max_running), max_queued = absl::GetFlag(FLAGS_max_queued),
       max_restarts = absl::GetFlag(FLAGS_max_restarts);
   int64_t max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
@@ -132,6 +151,10 @@ struct Flags {
 // The checks of the flags' values; fills in the default data directory.
 absl::Status CheckFlags(Flags* f) {
   if (f->max_running <= 0) return absl::InvalidArgumentError("--max_running: must be > 0");
+  if (f->scheduler != "local" && f->scheduler != "slurm") {
+    return absl::InvalidArgumentError("--scheduler: '" + f->scheduler + "' is not local or slurm");
+  }
+  if (f->slurm_max_jobs <= 0) return absl::InvalidArgumentError("--slurm_max_jobs: must be > 0");
   if (f->max_queued <= 0) return absl::InvalidArgumentError("--max_queued: must be > 0");
   if (f->max_restarts <= 0) return absl::InvalidArgumentError("--max_restarts: must be > 0");
   if (f->max_file_bytes <= 0) return absl::InvalidArgumentError("--max_file_bytes: must be > 0");
@@ -295,6 +318,18 @@ int Main(int argc, char** argv) {
   // folders once links are followed, regular, and within --max_file_bytes.
   SetReadPolicy(ReadPolicyFor(f, service_options));
   if (!queued.ok()) return Fail(absl::StrCat("--data_dir: ", queued.status().message()));
+  std::unique_ptr<Slurm> slurm;
+  if (f.scheduler == "slurm") {
+    SlurmOptions so;
+    so.topiary_binary = service_options.topiary_binary;
+    so.token_file = f.token_file.empty() ? "" : Canonical(f.token_file);
+    so.tls_ca = f.tls_cert.empty() ? "" : Canonical(f.tls_cert);
+    so.sbatch_args = absl::StrSplit(f.slurm_sbatch_args, ' ', absl::SkipEmpty());
+    slurm = std::make_unique<Slurm>(std::move(so));
+    scheduler_options.slurm = slurm.get();
+    scheduler_options.cpu_slots = f.slurm_max_jobs;
+    service_options.devices = {"slurm"};
+  }
   auto scheduler = std::make_unique<Scheduler>(&registry, scheduler_options);
   TopiaryService service(&registry, scheduler.get(), service_options);
   int port = 0;
@@ -305,6 +340,18 @@ int Main(int argc, char** argv) {
     if (auto st = WriteFileAtomic(f.port_file, absl::StrCat(port, "\n")); !st.ok()) {
       return Fail(absl::StrCat("--port_file: ", st.message()));
     }
+  }
+  if (slurm) {
+    // Where the jobs report: the address given, else this host's name (a wildcard listen
+    // address names no host) and the port.
+    std::string host = f.listen.substr(0, f.listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      host = name;
+    }
+    slurm->set_report_address(f.report_address.empty() ? absl::StrCat(host, ":", port)
+                                                       : f.report_address);
   }
   scheduler->Start();
   for (const std::string& id : *queued) scheduler->Enqueue(id);

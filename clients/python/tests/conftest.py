@@ -28,7 +28,7 @@ def examples():
 
 
 class Daemon:
-    def __init__(self, root, token=None, tls=None, listen="127.0.0.1:0"):
+    def __init__(self, root, token=None, tls=None, listen="127.0.0.1:0", extra=(), env=None):
         self.data_dir = os.path.join(root, "data")
         self.log = os.path.join(root, "daemon.log")
         port_file = os.path.join(root, "port")
@@ -36,7 +36,7 @@ class Daemon:
             os.remove(port_file)
         args = [_env_path("TOPIARYD"), "--data_dir", self.data_dir, "--listen", listen,
                 "--port_file", port_file, "--max_running", "2",
-                "--topiary_binary", _env_path("TOPIARY")]
+                "--topiary_binary", _env_path("TOPIARY"), *extra]
         self.token_file = None
         if token:
             self.token_file = os.path.join(root, "token")
@@ -45,7 +45,8 @@ class Daemon:
             args += ["--token_file", self.token_file]
         if tls:  # (certificate, key)
             args += ["--tls_cert", tls[0], "--tls_key", tls[1]]
-        self.proc = subprocess.Popen(args, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=open(self.log, "a"), stderr=subprocess.STDOUT,
+                                     env=env)
         for _ in range(200):
             if os.path.exists(port_file) and open(port_file).read().strip():
                 break
@@ -125,3 +126,20 @@ def lenet_checkpoint(runs):
 def scratch(tmp_path):
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+RANKS_SPEC = """
+name: "%s" seed: 4
+model { arch: "resnet20" width: 0.25 }
+data { dataset: SYNTHETIC batch_size: 16
+       synthetic { height: 8 width: 8 channels: 2 classes: 3 train_size: 320 test_size: 64 } }
+train { epochs: %d optimizer { lr: 0.05 momentum: 0.9 } }
+checkpoints { every_epochs: 1 }
+device { kind: CPU threads: 1 cpu_ranks: 2 }
+"""
+
+
+def ranks_spec(name, epochs):
+    """A quarter-width resnet20 on two CPU ranks, a checkpoint every epoch: the data-parallel
+    runs of test_worker.py and test_slurm.py."""
+    return RANKS_SPEC % (name, epochs)

@@ -10,15 +10,8 @@ import time
 
 import pytest
 
-SPEC = """
-name: "worker_test" seed: 4
-model { arch: "resnet20" width: 0.25 }
-data { dataset: SYNTHETIC batch_size: 16
-       synthetic { height: 8 width: 8 channels: 2 classes: 3 train_size: 320 test_size: 64 } }
-train { epochs: %d optimizer { lr: 0.05 momentum: 0.9 } }
-checkpoints { every_epochs: 1 }
-device { kind: CPU threads: 1 cpu_ranks: 2 }
-"""
+from conftest import ranks_spec
+
 
 ENV = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_WAIT_POLICY="PASSIVE")
 
@@ -56,7 +49,7 @@ def finish(procs, timeout=300):
 @pytest.fixture
 def spec(tmp_path):
     path = tmp_path / "spec.textproto"
-    path.write_text(SPEC % 3)
+    path.write_text(ranks_spec("worker_test", 3))
     return str(path)
 
 
@@ -89,7 +82,7 @@ def test_two_processes_train_as_two_ranks_in_one(topiary_cli, spec, tmp_path):
 
 def test_pause_signal_stops_every_rank_and_the_run_resumes(topiary_cli, tmp_path):
     spec = tmp_path / "spec.textproto"
-    spec.write_text(SPEC % 40)
+    spec.write_text(ranks_spec("worker_test", 40))
     whole = subprocess.run([topiary_cli, "run", str(spec), "--json"], env=ENV,
                            capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr
@@ -111,7 +104,7 @@ def test_pause_signal_stops_every_rank_and_the_run_resumes(topiary_cli, tmp_path
 
 def test_a_killed_rank_fails_the_other_with_a_clear_message(topiary_cli, tmp_path):
     spec = tmp_path / "spec.textproto"
-    spec.write_text(SPEC % 40)
+    spec.write_text(ranks_spec("worker_test", 40))
     out = str(tmp_path / "out")
     procs = start_workers(topiary_cli, str(spec), out, str(tmp_path / "rv"))
     wait_for_checkpoint(procs, out, "epoch-0001.h5")
