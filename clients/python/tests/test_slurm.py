@@ -97,6 +97,14 @@ def test_a_two_task_job_trains_as_two_ranks_in_one_process(topiary_cli, slurm_da
     assert test_losses(theirs) == test_losses(mine) and len(test_losses(mine)) == 3
     started = [x for x in theirs if x["event"] == "started"][0]
     assert started["ranks"] == 2 and "gloo" in started["gradient_reduction"]
+    # The Python client sees it as it sees a local experiment.
+    import topiary
+    with topiary.Client(slurm_daemon.address) as client:
+        record = client.get(id)
+        assert record.slurm_job_id == e["slurm_job_id"] and record.epoch == 3
+        watched = list(client.watch(id))
+        assert [x.epoch.test_loss for x in watched if x.HasField("epoch")] == test_losses(mine)
+        assert watched[-1].HasField("state") or watched[-1].HasField("summary")
     # The experiment's folder holds what a local run's does: checkpoints and the job's output.
     folder = os.path.join(slurm_daemon.data_dir, e["folder"])
     assert os.path.exists(os.path.join(folder, "checkpoints", "dense.h5"))
