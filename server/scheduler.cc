@@ -289,6 +289,7 @@ topiary::v1::RunSummary Scheduler::RunOnSlurm(const std::string& id,
   // queue says when it has ended.
   std::unique_ptr<RunControl> control = registry_->ControlFor(id);
   bool paused = false, cancelled = false;
+  absl::Time cancelled_at = absl::InfiniteFuture();
   std::string state, last_state;
   int misses = 0;
   while (true) {
@@ -297,6 +298,11 @@ topiary::v1::RunSummary Scheduler::RunOnSlurm(const std::string& id,
       paused = options_.slurm->Signal(job, "USR1").ok();
     } else if (stop == RunControl::Stop::kCancel && !cancelled) {
       cancelled = options_.slurm->Signal(job, "TERM").ok();
+      cancelled_at = absl::Now();
+    } else if (cancelled && absl::Now() - cancelled_at > absl::Seconds(60)) {
+      // Tasks that do not stop for TERM within a minute: Slurm ends the job (TERM, then KILL).
+      (void)options_.slurm->Cancel(job);
+      cancelled_at = absl::InfiniteFuture();
     }
     auto now = options_.slurm->State(job);
     if (now.ok()) {
