@@ -1,10 +1,5 @@
 #include "server/command_runner.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -13,7 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/subprocess.h"
 #include "trainer/util/file_util.h"
+#include "util/status_macros.h"
 
 extern char** environ;
 
@@ -112,7 +109,6 @@ absl::StatusOr<int> RunTopiary(const CommandEnvironment& env, const std::string&
         "this daemon found no topiary binary to run commands with (install it beside topiaryd, "
         "or start topiaryd with --topiary_binary)");
   }
-  // Everything the child needs is made before it is started.
   std::vector<std::string> argv_s = {env.topiary_binary, command};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s;
@@ -131,80 +127,20 @@ absl::StatusOr<int> RunTopiary(const CommandEnvironment& env, const std::string&
   env_s.push_back("TOPIARY_MULTIPLIERS=" + env.data_dir + "/multipliers");
   env_s.push_back("XDG_CACHE_HOME=" + env.data_dir + "/plan_cache");
   env_s.push_back(gpu >= 0 ? absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu) : "CUDA_VISIBLE_DEVICES=");
-  std::vector<char*> argv, envp;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus(errno, "a pipe for the command");
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return ErrnoStatus(errno, "a pipe for the command");
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  posix_spawn_file_actions_addchdir_np(&actions, env.data_dir.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-  posix_spawnattr_setpgroup(&attr, 0);  // its own group: a kill reaches its helpers too
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);  // the daemon blocks SIGINT/SIGTERM; the child not
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    return ErrnoStatus(rc, "starting " + env.topiary_binary);
-  }
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   size_t total = 0;
-  bool killed = false;
-  std::string buf(64 * 1024, '\0');
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (!killed && (cancelled() || total > kMaxOutputBytes)) {
-      ::kill(-pid, SIGKILL);
-      killed = true;
-    }
-    if (::poll(fds, 2, 200) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
-      if (n > 0) {
-        total += n;
-        if (total <= kMaxOutputBytes) output(i == 1, buf.substr(0, n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      ::close(fds[i].fd);
-      fds[i].fd = -1;
-      --open_fds;
-    }
-  }
-  for (pollfd& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  TOPIARY_ASSIGN_OR_RETURN(const int code,
+                           RunChild(
+                               {argv_s, env_s, env.data_dir},
+                               [&](bool is_stderr, const std::string& bytes) {
+                                 total += bytes.size();
+                                 if (total <= kMaxOutputBytes) output(is_stderr, bytes);
+                               },
+                               [&] { return cancelled() || total > kMaxOutputBytes; }));
   if (total > kMaxOutputBytes) {
     output(true, absl::StrCat("topiaryd: the command printed more than ",
                               HumanBytes(kMaxOutputBytes), "; stopped\n"));
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return code;
 }
 
 }  // namespace topiary::server

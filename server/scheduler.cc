@@ -261,8 +261,7 @@ topiary::v1::RunSummary Scheduler::RunOnSlurm(const std::string& id,
   // and follows it, instead of starting a second one on the same folder.
   if (job.empty() && before.ok() && !before->slurm_job_id().empty()) {
     auto state = options_.slurm->State(before->slurm_job_id());
-    if (state.ok() && (*state == "PENDING" || *state == "RUNNING" || *state == "CONFIGURING" ||
-                       *state == "SUSPENDED")) {
+    if (state.ok() && SlurmJobActive(*state)) {
       job = before->slurm_job_id();
       std::fprintf(stderr, "topiaryd: %s: following its Slurm job %s again\n", id.c_str(),
                    job.c_str());
@@ -307,12 +306,8 @@ topiary::v1::RunSummary Scheduler::RunOnSlurm(const std::string& id,
     auto now = options_.slurm->State(job);
     if (now.ok()) {
       misses = 0;
-      if (now->empty()) break;
-      last_state = *now;
-      if (*now != "PENDING" && *now != "RUNNING" && *now != "CONFIGURING" && *now != "COMPLETING" &&
-          *now != "SUSPENDED") {
-        break;
-      }
+      if (!now->empty()) last_state = *now;
+      if (!SlurmJobActive(*now)) break;
     } else if (++misses > 60) {  // Slurm unreachable for a minute
       summary.set_error(absl::StrCat("slurm: job ", job, ": ", now.status().message()));
       return summary;

@@ -1,24 +1,15 @@
 #include "server/slurm.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
-#include <cstring>
+#include <algorithm>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "server/subprocess.h"
 #include "trainer/spec/spec.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
-
-extern char** environ;
 
 namespace topiary::server {
 namespace {
@@ -46,52 +37,23 @@ int Ranks(const topiary::v1::ExperimentSpec& spec, bool* gpu) {
 
 absl::StatusOr<std::string> RunTool(const std::vector<std::string>& argv, double timeout_s) {
   const std::string what = absl::StrJoin(argv, " ");
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("a pipe for " + argv[0]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot run ", argv[0], " (", std::strerror(rc), "): is Slurm installed?"));
-  }
   std::string out;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
   bool timed_out = false;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    char buf[4096];
-    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    if (out.size() < (1u << 20)) out.append(buf, n);
-  }
-  ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  auto code = RunChild(
+      {argv, {}, ""},
+      [&](bool, const std::string& bytes) {
+        if (out.size() < (1u << 20)) out += bytes;
+      },
+      [&] { return timed_out = timed_out || absl::Now() > deadline; });
+  if (!code.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot run ", argv[0], " (", code.status().message(), "): is Slurm installed?"));
   }
   if (timed_out) {
     return absl::DeadlineExceededError(absl::StrCat(what, " ran past ", timeout_s, " s"));
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (*code != 0) {
     return absl::UnavailableError(absl::StrCat(what, " failed: ", absl::StripAsciiWhitespace(out)));
   }
   return out;
@@ -180,6 +142,11 @@ absl::StatusOr<std::string> Slurm::State(const std::string& job_id) const {
   if (at == std::string::npos) return std::string();
   const size_t from = at + 9;
   return shown->substr(from, shown->find(' ', from) - from);
+}
+
+bool SlurmJobActive(const std::string& state) {
+  return state == "PENDING" || state == "CONFIGURING" || state == "RUNNING" ||
+         state == "COMPLETING" || state == "SUSPENDED";
 }
 
 absl::Status Slurm::Signal(const std::string& job_id, const std::string& signal) const {

@@ -57,6 +57,9 @@ class Slurm {
   SlurmOptions options_;
 };
 
+// Whether a job in Slurm's `state` (State's answer) has yet to end.
+bool SlurmJobActive(const std::string& state);
+
 // Runs `argv` (argv[0] found on PATH) and returns what it printed (stdout and stderr, at most
 // 1 MiB); errors name the command and its output when it fails or runs past timeout_s.
 absl::StatusOr<std::string> RunTool(const std::vector<std::string>& argv, double timeout_s = 60);

@@ -499,9 +499,9 @@ absl::Status ExperimentRun::NoteTarget() {
 }
 
 absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
-  // Rank 0 writes; every other rank must hold the same model, bit for bit (in a world of
-  // processes every process compares, and only the leader has an out_dir).
-  if (ranks_->world().multi()) TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
+  // Rank 0 writes; every other rank must hold the same model, bit for bit (checked on every
+  // process of a world, where only the leader has an out_dir).
+  TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
   if (options_.out_dir.empty()) return absl::OkStatus();
   const std::string dir = options_.out_dir + "/checkpoints";
   TOPIARY_RETURN_IF_ERROR(MakeDirs(dir));
@@ -517,7 +517,6 @@ absl::Status ExperimentRun::Checkpoint(const std::string& name, bool periodic) {
   state.seed = spec_.seed();
   state.metrics = metrics;
   state.input = input_;
-  if (!ranks_->world().multi()) TOPIARY_RETURN_IF_ERROR(ranks_->CheckIdentical(name));
   TOPIARY_RETURN_IF_ERROR(SaveCheckpoint(path, *ranks_->model(), state));
   recorder_.summary().set_checkpoint(path);
   Event e = recorder_.New();
