@@ -92,6 +92,19 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
                                    float* workspace, const CudaContext& ctx,
                                    BatchNormSync* sync = nullptr);
 
+// A batch norm folded into the pass that reads its output (the residual tail,
+// residual_tail.h): the training forward pass without y, leaving the per-channel scale and
+// shift of y = x * scale + shift in scale_shift [2][C]; and at inference the same from the
+// running statistics. REQUIRES: !sh.relu (a ReLU would have to be applied before the fold).
+absl::Status BatchNormFoldTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                    const float* gamma, const float* beta, float* running_mean,
+                                    float* running_var, float* save_mean, float* save_inv_std,
+                                    float* scale_shift, float* workspace, const CudaContext& ctx,
+                                    BatchNormSync* sync = nullptr);
+absl::Status BatchNormFoldEvalCuda(const BatchNormShape& sh, const float* gamma, const float* beta,
+                                   const float* running_mean, const float* running_var,
+                                   float* scale_shift, const CudaContext& ctx);
+
 }  // namespace topiary::kernels
 
 #endif  // TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_H_

@@ -1,5 +1,6 @@
 // CUDA kernels of batch norm and pooling against their CPU twins, over the shared fixture of
 // kernels/cuda_test_util.h.
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -7,6 +8,7 @@
 #include "kernels/cuda_test_util.h"
 #include "kernels/norm_pool/batch_norm.h"
 #include "kernels/norm_pool/pooling.h"
+#include "kernels/norm_pool/residual_tail.h"
 
 namespace topiary::kernels {
 namespace {
@@ -228,6 +230,265 @@ TEST_F(CudaKernels, SynchronizedBatchNormMatchesOneGpuWithTheGlobalBatch) {
         EXPECT_LT(Rel(sum_gg, ggamma.Host()), 1e-4);
         EXPECT_LT(Rel(sum_gb, gbeta.Host()), 1e-4);
       }
+    }
+  }
+}
+
+// A batch norm in float64 from x (rounded as stored): the saved statistics, its output, and
+// the backward pass from g (dbeta = sum g, dgamma = sum g * xhat, dx).
+struct Bn64 {
+  std::vector<double> xhat, y, dx, dgamma, dbeta;
+  Bn64(const std::vector<float>& x, int64_t m, int c, const std::vector<float>& gamma,
+       const std::vector<float>& beta) {
+    std::vector<double> mean(c, 0), var(c, 0);
+    for (int64_t r = 0; r < m; ++r)
+      for (int k = 0; k < c; ++k) mean[k] += x[r * c + k] / static_cast<double>(m);
+    for (int64_t r = 0; r < m; ++r)
+      for (int k = 0; k < c; ++k) var[k] += std::pow(x[r * c + k] - mean[k], 2) / m;
+    xhat.resize(m * c);
+    y.resize(m * c);
+    for (int64_t i = 0; i < m * c; ++i) {
+      const int k = static_cast<int>(i % c);
+      xhat[i] = (x[i] - mean[k]) / std::sqrt(var[k] + 1e-5);
+      y[i] = gamma[k] * xhat[i] + beta[k];
+    }
+    inv_std.resize(c);
+    for (int k = 0; k < c; ++k) inv_std[k] = 1 / std::sqrt(var[k] + 1e-5);
+    gamma_ = gamma;
+  }
+  void Backward(const std::vector<double>& g, int64_t m, int c) {
+    dgamma.assign(c, 0);
+    dbeta.assign(c, 0);
+    for (int64_t i = 0; i < m * c; ++i) {
+      dbeta[i % c] += g[i];
+      dgamma[i % c] += g[i] * xhat[i];
+    }
+    dx.resize(m * c);
+    for (int64_t i = 0; i < m * c; ++i) {
+      const int k = static_cast<int>(i % c);
+      dx[i] = gamma_[k] * inv_std[k] * (g[i] - dbeta[k] / m - xhat[i] * dgamma[k] / m);
+    }
+  }
+  std::vector<double> inv_std;
+  std::vector<float> gamma_;
+};
+
+std::vector<float> Floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// The fused end of a residual block against the unfused layers (the batch-norm kernels, the
+// add and its ReLU as the add kernels compute them: in float, rounded once) and float64.
+TEST_F(CudaKernels, ResidualTailMatchesTheUnfusedLayersAndFloat64) {
+  EXPECT_TRUE(ResidualTailFusableCuda(DType::kBf16, 2048));
+  EXPECT_FALSE(ResidualTailFusableCuda(DType::kBf16, 4096));
+  EXPECT_FALSE(ResidualTailFusableCuda(DType::kBf16, 12));
+  EXPECT_TRUE(ResidualTailFusableCuda(DType::kF32, 12));
+  EXPECT_FALSE(ResidualTailFusableCuda(DType::kF32, 2048));
+  EXPECT_FALSE(ResidualTailFusableCuda(DType::kF32, 6));
+  for (DType t : kTypes) {
+    // Batch 1 of 3x5, odd row counts, one row per slice (12 rows), resnet50's widest bf16 tail.
+    for (auto [m, c] : {std::pair<int64_t, int>{15, 16},
+                        {4099, 64},
+                        {50, 40},
+                        {12, t == DType::kBf16 ? 2048 : 1024},
+                        {6272, 256}}) {
+      ASSERT_TRUE(ResidualTailFusableCuda(t, c));
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool relu = variant & 4, two = variant & 2, proj = variant & 1;
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(c) + (relu ? " relu" : "") +
+                     (two ? " dy2" : "") + (proj ? " projection " : " identity ") + Name(t));
+        const size_t n = static_cast<size_t>(m) * c;
+        BatchNormShape bsh{m, c};
+        const ResidualTailShape sh{m, c, relu};
+        const auto xa = Round(RandomFloats(n, 31, -1.0f, 3.0f), t);
+        const auto xb = Round(RandomFloats(n, 32, -2.0f, 2.0f), t);
+        const auto dy = Round(RandomFloats(n, 33), t), dy2 = Round(RandomFloats(n, 34), t);
+        const auto ga = RandomFloats(c, 35, 0.5f, 1.5f), ba = RandomFloats(c, 36);
+        const auto gb = RandomFloats(c, 37, 0.5f, 1.5f), bb = RandomFloats(c, 38);
+        const std::vector<float> rm0(c, 0.1f), rv0(c, 2.0f);
+        Act dxa(t, xa), dxb(t, xb), ddy(t, dy), ddy2(t, dy2);
+        Dev<float> dga(ga), dba(ba), dgb(gb), dbb(bb), ws(BatchNormWorkspaceFloatsCuda(bsh));
+
+        // Unfused: the batch norms' outputs, the add on the host.
+        struct Side {
+          Dev<float> rm, rv, mean, inv, ss, dgamma, dbeta;
+          Side(const std::vector<float>& rm0, const std::vector<float>& rv0, int c)
+              : rm(rm0), rv(rv0), mean(c), inv(c), ss(2 * c), dgamma(c), dbeta(c) {}
+        };
+        Side ua(rm0, rv0, c), ub(rm0, rv0, c), fa(rm0, rv0, c), fb(rm0, rv0, c);
+        Act ya(t, n), yb(t, n);
+        ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxa.get(), dga.get(), dba.get(), ua.rm.get(),
+                                              ua.rv.get(), ua.mean.get(), ua.inv.get(), ya.get(),
+                                              ws.get(), ctx_)
+                        .ok());
+        if (proj) {
+          ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxb.get(), dgb.get(), dbb.get(),
+                                                ub.rm.get(), ub.rv.get(), ub.mean.get(),
+                                                ub.inv.get(), yb.get(), ws.get(), ctx_)
+                          .ok());
+        }
+        Sync();
+        const auto hya = ya.Host(), hyb = proj ? yb.Host() : xb;
+        std::vector<float> y_ref(n), g_ref(n);
+        for (size_t i = 0; i < n; ++i) {
+          const float v = hya[i] + hyb[i];
+          y_ref[i] = relu ? std::max(v, 0.0f) : v;
+        }
+        y_ref = Round(y_ref, t);
+        for (size_t i = 0; i < n; ++i) {
+          g_ref[i] = (!relu || y_ref[i] > 0.0f) ? dy[i] + (two ? dy2[i] : 0.0f) : 0.0f;
+        }
+        g_ref = Round(g_ref, t);
+        Act dg_ref(t, g_ref), dxa_ref(t, n), dxb_ref(t, n);
+        ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxa.get(), nullptr, dg_ref.get(), dga.get(),
+                                          ua.mean.get(), ua.inv.get(), dxa_ref.get(),
+                                          ua.dgamma.get(), ua.dbeta.get(), ws.get(), ctx_)
+                        .ok());
+        if (proj) {
+          ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxb.get(), nullptr, dg_ref.get(), dgb.get(),
+                                            ub.mean.get(), ub.inv.get(), dxb_ref.get(),
+                                            ub.dgamma.get(), ub.dbeta.get(), ws.get(), ctx_)
+                          .ok());
+        }
+
+        // Fused.
+        Dev<float> tws(ResidualTailWorkspaceFloatsCuda(sh));
+        Act y(t, n), g(t, n), gxa(t, n), gxb(t, n);
+        ASSERT_TRUE(BatchNormFoldTrainCuda(t, bsh, dxa.get(), dga.get(), dba.get(), fa.rm.get(),
+                                           fa.rv.get(), fa.mean.get(), fa.inv.get(), fa.ss.get(),
+                                           ws.get(), ctx_)
+                        .ok());
+        if (proj) {
+          ASSERT_TRUE(BatchNormFoldTrainCuda(t, bsh, dxb.get(), dgb.get(), dbb.get(), fb.rm.get(),
+                                             fb.rv.get(), fb.mean.get(), fb.inv.get(), fb.ss.get(),
+                                             ws.get(), ctx_)
+                          .ok());
+        }
+        FoldedBatchNorm a{dxa.get(),    fa.ss.get(), dga.get(),       fa.mean.get(),
+                          fa.inv.get(), gxa.get(),   fa.dgamma.get(), fa.dbeta.get()};
+        FoldedBatchNorm b{dxb.get(),    nullptr,   dgb.get(),       fb.mean.get(),
+                          fb.inv.get(), gxb.get(), fb.dgamma.get(), fb.dbeta.get()};
+        if (proj) b.scale_shift = fb.ss.get();
+        ASSERT_TRUE(ResidualTailForwardCuda(t, sh, a, b, y.get(), ctx_).ok());
+        ASSERT_TRUE(ResidualTailBackwardCuda(t, sh, y.get(), ddy.get(), two ? ddy2.get() : nullptr,
+                                             a, b, g.get(), tws.get(), ctx_)
+                        .ok());
+        Sync();
+        // The same statistics (the same kernels), the same output and gradient as stored by
+        // the unfused layers, and the batch norms' gradients from the same sums.
+        EXPECT_EQ(fa.mean.Host(), ua.mean.Host());
+        EXPECT_EQ(fa.inv.Host(), ua.inv.Host());
+        EXPECT_EQ(fa.rv.Host(), ua.rv.Host());
+        const auto hy = y.Host(), hg = g.Host();
+        EXPECT_LT(Rel(hy, y_ref), Tol(t, 1e-6));
+        EXPECT_EQ(hg, g_ref);
+        EXPECT_LT(Rel(gxa.Host(), dxa_ref.Host()), Tol(t, 1e-5));
+        EXPECT_LT(Rel(fa.dgamma.Host(), ua.dgamma.Host()), 1e-5);
+        EXPECT_LT(Rel(fa.dbeta.Host(), ua.dbeta.Host()), 1e-5);
+        if (proj) {
+          EXPECT_LT(Rel(gxb.Host(), dxb_ref.Host()), Tol(t, 1e-5));
+          EXPECT_LT(Rel(fb.dgamma.Host(), ub.dgamma.Host()), 1e-5);
+          EXPECT_LT(Rel(fb.dbeta.Host(), ub.dbeta.Host()), 1e-5);
+        }
+
+        // Float64 from the same rounded inputs (the ReLU mask taken from the device's output,
+        // so that values within rounding of zero do not decide the comparison).
+        Bn64 ra(xa, m, c, ga, ba), rb(xb, m, c, gb, bb);
+        std::vector<double> y64(n), g64(n);
+        for (size_t i = 0; i < n; ++i) {
+          const double v = ra.y[i] + (proj ? rb.y[i] : xb[i]);
+          y64[i] = relu ? std::max(v, 0.0) : v;
+          g64[i] = (!relu || hy[i] > 0.0f) ? dy[i] + (two ? dy2[i] : 0.0) : 0.0;
+        }
+        ra.Backward(g64, m, c);
+        rb.Backward(g64, m, c);
+        EXPECT_LT(Rel(hy, Floats(y64)), Tol(t, 1e-5));
+        EXPECT_LT(Rel(hg, Floats(g64)), Tol(t, 1e-6));
+        EXPECT_LT(Rel(gxa.Host(), Floats(ra.dx)), Tol(t, 1e-4));
+        EXPECT_LT(Rel(fa.dgamma.Host(), Floats(ra.dgamma)), Tol(t, 1e-4));
+        EXPECT_LT(Rel(fa.dbeta.Host(), Floats(ra.dbeta)), Tol(t, 1e-4));
+        if (proj) {
+          EXPECT_LT(Rel(gxb.Host(), Floats(rb.dx)), Tol(t, 1e-4));
+          EXPECT_LT(Rel(fb.dgamma.Host(), Floats(rb.dgamma)), Tol(t, 1e-4));
+        }
+      }
+    }
+  }
+}
+
+// Synchronized: two ranks' tails equal one GPU's tail over both ranks' rows.
+TEST_F(CudaKernels, SynchronizedResidualTailMatchesOneGpuWithTheGlobalBatch) {
+  for (DType t : kTypes) {
+    const int ranks = 2, c = 64;
+    const int64_t m = 1000;
+    SCOPED_TRACE(Name(t));
+    const int64_t gm = m * ranks;
+    const size_t gn = static_cast<size_t>(gm) * c, n = static_cast<size_t>(m) * c;
+    const auto xa = Round(RandomFloats(gn, 41, -1.0f, 3.0f), t);
+    const auto xb = Round(RandomFloats(gn, 42), t), dy = Round(RandomFloats(gn, 43), t);
+    const auto gamma = RandomFloats(c, 44, 0.5f, 1.5f), beta = RandomFloats(c, 45);
+    const std::vector<float> rm0(c, 0.1f), rv0(c, 2.0f);
+    // One GPU: statistics, forward and backward of a projection tail with a ReLU.
+    auto run = [&](int64_t rows, const std::vector<float>& a_in, const std::vector<float>& b_in,
+                   const std::vector<float>& dy_in, BatchNormSync* sync, int sync_ranks,
+                   std::vector<std::vector<float>>* out) -> absl::Status {
+      const size_t count = static_cast<size_t>(rows) * c;
+      BatchNormShape bsh{rows, c};
+      const ResidualTailShape sh{rows, c, true};
+      Act xa_d(t, a_in), xb_d(t, b_in), dy_d(t, dy_in), y(t, count), g(t, count), gxa(t, count),
+          gxb(t, count);
+      Dev<float> gm_d(gamma), bt(beta), rma(rm0), rva(rv0), rmb(rm0), rvb(rv0), ma(c), ia(c), mb(c),
+          ib(c), ssa(2 * c), ssb(2 * c), dga(c), dba(c), dgb(c), dbb(c),
+          ws(BatchNormWorkspaceFloatsCuda(bsh, sync_ranks)),
+          tws(ResidualTailWorkspaceFloatsCuda(sh, sync_ranks));
+      absl::Status st =
+          BatchNormFoldTrainCuda(t, bsh, xa_d.get(), gm_d.get(), bt.get(), rma.get(), rva.get(),
+                                 ma.get(), ia.get(), ssa.get(), ws.get(), ctx_, sync);
+      if (st.ok()) {
+        st = BatchNormFoldTrainCuda(t, bsh, xb_d.get(), gm_d.get(), bt.get(), rmb.get(), rvb.get(),
+                                    mb.get(), ib.get(), ssb.get(), ws.get(), ctx_, sync);
+      }
+      const FoldedBatchNorm a{xa_d.get(), ssa.get(), gm_d.get(), ma.get(),
+                              ia.get(),   gxa.get(), dga.get(),  dba.get()};
+      const FoldedBatchNorm b{xb_d.get(), ssb.get(), gm_d.get(), mb.get(),
+                              ib.get(),   gxb.get(), dgb.get(),  dbb.get()};
+      if (st.ok()) st = ResidualTailForwardCuda(t, sh, a, b, y.get(), ctx_);
+      if (st.ok()) {
+        st = ResidualTailBackwardCuda(t, sh, y.get(), dy_d.get(), nullptr, a, b, g.get(), tws.get(),
+                                      ctx_, sync);
+      }
+      cudaStreamSynchronize(ctx_.stream);
+      if (!st.ok()) return st;
+      *out = {y.Host(), gxa.Host(), gxb.Host(), dga.Host(), dgb.Host(), ia.Host()};
+      return absl::OkStatus();
+    };
+    std::vector<std::vector<float>> one;
+    ASSERT_TRUE(run(gm, xa, xb, dy, nullptr, 1, &one).ok());
+    ThreadRanks group(ranks);
+    std::vector<std::vector<std::vector<float>>> per(ranks);
+    std::vector<absl::Status> status(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        auto part = [&](const std::vector<float>& v) {
+          return std::vector<float>(v.begin() + r * n, v.begin() + (r + 1) * n);
+        };
+        RankSync sync(&group, r);
+        status[r] = run(m, part(xa), part(xb), part(dy), &sync, ranks, &per[r]);
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int r = 0; r < ranks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+    EXPECT_EQ(per[0][5], per[1][5]);  // the same inverse std on both ranks, bit for bit
+    EXPECT_LT(Rel(per[0][5], one[5]), 1e-5);
+    for (int k : {0, 1, 2}) {  // y, dxa, dxb: the ranks' rows of the one-GPU result
+      std::vector<float> joined = per[0][k];
+      joined.insert(joined.end(), per[1][k].begin(), per[1][k].end());
+      EXPECT_LT(Rel(joined, one[k]), Tol(t, 1e-4)) << k;
+    }
+    for (int k : {3, 4}) {  // dgamma: this rank's sums, which add up to one GPU's
+      std::vector<float> sum(c);
+      for (int j = 0; j < c; ++j) sum[j] = per[0][k][j] + per[1][k][j];
+      EXPECT_LT(Rel(sum, one[k]), 1e-4) << k;
     }
   }
 }

@@ -6,7 +6,8 @@
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
 //                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
-//                    [--keep_flops F [--round_to 8]]
+//                    [--keep_flops F [--round_to 8]] [--fuse 0|1]
+// --fuse 0 runs every layer on its own on a GPU: no fused residual tails (A/B of the fusion).
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
@@ -90,6 +91,7 @@ struct Flags {
   double peak_gbps = 3350;     // --profile's memory floor: the GPU's DRAM bandwidth (H100 SXM)
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
   double search_seconds = PlanOptions{}.search_seconds;
+  bool fuse = true;  // fused residual tails on a GPU (PlanOptions::fuse_residual_tails)
 };
 
 // The activation bytes a layer's pass must move at least once: forward reads its inputs and
@@ -118,7 +120,9 @@ absl::Status Profile(const Flags& f, const std::string& arch, Model& model, Netw
     TOPIARY_RETURN_IF_ERROR(dev->Synchronize());
     const auto now = std::chrono::steady_clock::now();
     const Model::Node& n = model.nodes()[node];
-    const std::string what = std::string(n.layer->type()) + (backward ? " backward" : " forward");
+    const std::string what = std::string(n.layer->type()) +
+                             (net.in_residual_tail(node) ? " (tail)" : "") +
+                             (backward ? " backward" : " forward");
     ms[what] += std::chrono::duration<double, std::milli>(now - last).count();
     bytes[what] += PassBytes(model, n, backward, f.batch, elem_bytes);
     last = now;
@@ -192,6 +196,7 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
                       : f.precision == "tf32" ? kernels::Precision::kTf32
                                               : kernels::Precision::kFp32;
   options.deterministic = f.deterministic;
+  options.fuse_residual_tails = f.fuse;
   options.search_seconds = f.search_seconds;
   auto net = Network::Plan(model->get(), f.batch, !f.inference, options);
   if (!net.ok()) return net.status();
@@ -256,7 +261,8 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       "\"joules_per_image\":%.6f,\"images_per_s\":%.1f,\"ms_per_step\":%.3f,"
       "\"planned_mb\":%.1f,\"activation_mb\":%.1f,\"device_mb\":%.1f,\"plan_s\":%.2f,"
       "\"convs_cached\":%d,\"convs_measured\":%d,\"convs_untimed\":%d,\"graph_nodes\":%d,"
-      "\"keep_flops\":%.3f,\"macs\":%d,\"parameters\":%d,\"loss\":%.4f}\n",
+      "\"keep_flops\":%.3f,\"macs\":%d,\"parameters\":%d,\"residual_tails\":%d,"
+      "\"loss\":%.4f}\n",
       arch, f.batch, f.hw, f.hw, f.channels, (*dev)->name(), f.precision,
       runner.captured() ? "true" : "false", f.threads, f.deterministic ? "true" : "false", f.approx,
       f.sample ? *f.sample : "", f.prune, f.inference ? "true" : "false", masked_layers,
@@ -264,7 +270,8 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
       (*net)->planned_bytes() / 1048576.0, (*net)->activation_bytes() / 1048576.0,
       (*dev)->allocated_bytes() / 1048576.0, plan.seconds, plan.convs_cached, plan.convs_measured,
       plan.convs_untimed, static_cast<int>(runner.graph_nodes()), f.keep_flops,
-      MultiplyAdds(**model), (*model)->trainable_parameter_count(), metrics->loss());
+      MultiplyAdds(**model), (*model)->trainable_parameter_count(), (*net)->residual_tails(),
+      metrics->loss());
   return absl::OkStatus();
 }
 
@@ -313,6 +320,8 @@ int main(int argc, char** argv) {
       f.peak_gbps = std::stod(v);
     else if (k == "--search_seconds")
       f.search_seconds = std::stod(v);
+    else if (k == "--fuse")
+      f.fuse = v != "0";
     else if (k == "--deterministic")
       f.deterministic = v != "0";
     else {

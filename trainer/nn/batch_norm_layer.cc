@@ -94,4 +94,33 @@ absl::Status BatchNorm2d::Backward(const LayerIo& io) {
                                        static_cast<float*>(io.workspace), io.batch_norm_sync);
 }
 
+absl::Status BatchNorm2d::ForwardFolded(const LayerIo& io, bool training, float* scale_shift) {
+  if (io.cuda == nullptr || relu_) {
+    return absl::InternalError(name() + ": only a GPU batch norm without ReLU folds");
+  }
+  const kernels::BatchNormShape s = ShapeFor(io.batch);
+  if (!training) {
+    return kernels::BatchNormFoldEvalCuda(s, gamma_->value.data(), beta_->value.data(),
+                                          mean_->value.data(), var_->value.data(), scale_shift,
+                                          *io.cuda);
+  }
+  return kernels::BatchNormFoldTrainCuda(
+      io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
+      var_->value.data(), io.scratch, io.scratch + in_.c, scale_shift,
+      static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
+}
+
+kernels::FoldedBatchNorm BatchNorm2d::Folded(const LayerIo& io, const float* scale_shift) const {
+  kernels::FoldedBatchNorm f;
+  f.x = io.x[0];
+  f.scale_shift = scale_shift;
+  f.gamma = gamma_->value.data();
+  f.save_mean = io.scratch;
+  f.save_inv_std = io.scratch + in_.c;
+  f.dx = io.dx.empty() ? nullptr : io.dx[0];
+  f.dgamma = gamma_->grad.empty() ? nullptr : gamma_->grad.data();
+  f.dbeta = beta_->grad.empty() ? nullptr : beta_->grad.data();
+  return f;
+}
+
 }  // namespace topiary

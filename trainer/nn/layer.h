@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/norm_pool/batch_norm.h"
+#include "kernels/norm_pool/residual_tail.h"
 #include "kernels/runtime/dtype.h"
 #include "topiary/v1/network.pb.h"
 #include "trainer/core/device.h"
@@ -77,6 +78,9 @@ struct PlanOptions {
   // Synchronized batch norm (device.sync_batch_norm): the ranks whose moments a GPU batch norm
   // gathers, for its workspace (1: not synchronized).
   int batch_norm_ranks = 1;
+  // GPU networks run each residual block's last batch norm(s), add and ReLU as one pass each
+  // way (trainer/nn/residual_tail.h). Off: every layer on its own (the reference path).
+  bool fuse_residual_tails = true;
   // Seconds Network::Plan may spend timing convolution algorithms that the plan cache does not
   // know; once spent, the rest take cuDNN's heuristic choice untimed (and are timed by a later
   // plan, which finds them marked so in the cache).

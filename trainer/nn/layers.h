@@ -100,6 +100,13 @@ class BatchNorm2d : public Layer {
   // x, and y for the ReLU mask when fused.
   BackwardReads backward_reads(bool) const override { return {true, relu_}; }
   bool fused_relu() const { return relu_; }
+  // Folded into the pass that reads its output (a GPU network's residual tail,
+  // trainer/nn/residual_tail.h): Forward without y, leaving the scale and shift of
+  // y = x * scale + shift in scale_shift [2][C] (training: the batch's statistics, saved and
+  // run as Forward does; inference: the running statistics). REQUIRES: a GPU, no fused ReLU.
+  absl::Status ForwardFolded(const LayerIo& io, bool training, float* scale_shift);
+  // The batch norm as the fused kernels read and write it in the pass of `io`.
+  kernels::FoldedBatchNorm Folded(const LayerIo& io, const float* scale_shift) const;
   float eps() const { return eps_; }
   size_t channels() const { return static_cast<size_t>(in_.c); }
 

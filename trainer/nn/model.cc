@@ -7,6 +7,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/loss.h"
 #include "trainer/nn/memory_plan.h"
+#include "trainer/nn/residual_tail.h"
 #include "trainer/util/file_util.h"
 #include "util/status_macros.h"
 
@@ -101,6 +102,10 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Plan(Model* model, int batch, 
   return net;
 }
 
+Network::Network(Model* model, int batch, bool training)
+    : model_(model), batch_(batch), training_(training) {}
+Network::~Network() = default;
+
 absl::Status Network::Allocate(const PlanOptions& caller_options) {
   // The layers see the caller's options with this plan's search deadlines and counters.
   const auto start = std::chrono::steady_clock::now();
@@ -145,6 +150,26 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
     lifetimes.push_back({bytes_of(v), producer[v], producer[v]});  // the input: -1
   }
   auto extend = [&](int v, int step) { lifetimes[v].last = std::max(lifetimes[v].last, step); };
+  // Residual tails: a folded batch norm writes no output, and the add reads its input.
+  tail_of_.assign(n, -1);
+  if (gpu && options.fuse_residual_tails) tails_ = ResidualTail::Find(*model_, dtype_);
+  for (size_t i = 0; i < tails_.size(); ++i) {
+    tail_of_[tails_[i]->add()] = static_cast<int>(i);
+    for (int k : {0, 1}) {
+      const int bn = tails_[i]->batch_norm(k);
+      if (bn < 0) continue;
+      tail_of_[bn] = static_cast<int>(i);
+      lifetimes[nodes[bn].output].bytes = 0;
+      extend(nodes[bn].inputs[0], tails_[i]->add());
+    }
+  }
+  // Whether node j's input k is a folded batch norm's output whose gradient buffer the tail
+  // never writes (the masked gradient goes to the other input's buffer, when it has one).
+  auto unused_gradient = [&](int j, int k) {
+    const int i = tail_of_[j];
+    if (i < 0 || tails_[i]->add() != j || k != tails_[i]->a()) return false;
+    return nodes[j].inputs[tails_[i]->b()] != 0;
+  };
   extend(model_->output(), n);  // the loss reads the logits
   for (int j = 0; j < n; ++j) {
     const Layer::BackwardReads reads = nodes[j].layer->backward_reads(gpu);
@@ -171,7 +196,10 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
         const int v = nodes[j].inputs[k];
         if (v == 0) continue;  // the network input needs no gradient
         grads.push_back({v, j, static_cast<int>(k)});
-        lifetimes.push_back({bytes_of(v), 2 * n - j, 2 * n - producer[v]});
+        // A folded batch norm's input gradient is written by its tail's add's backward pass.
+        const int written = tail_of_[j] >= 0 ? tails_[tail_of_[j]]->add() : j;
+        lifetimes.push_back({unused_gradient(j, static_cast<int>(k)) ? 0 : bytes_of(v),
+                             2 * n - written, 2 * n - producer[v]});
       }
     }
   }
@@ -234,7 +262,9 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
     // (the add + ReLU ending a residual block, whose output feeds the next block's first
     // convolution and its shortcut): one pass instead of a summing pass and the backward.
     Value& out = values_[nodes[j].output];
-    if (training_ && out.extra_grads.size() == 1 && nodes[j].layer->sums_output_gradients() &&
+    const bool tail_add = tail_of_[j] >= 0 && tails_[tail_of_[j]]->add() == j;
+    if (training_ && out.extra_grads.size() == 1 &&
+        (nodes[j].layer->sums_output_gradients() || tail_add) &&
         std::all_of(io.dx.begin(), io.dx.end(), [](void* g) { return g != nullptr; })) {
       io.dy2 = out.extra_grads[0];
       out.producer_sums = true;
@@ -251,6 +281,11 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
     states_[j] = std::move(res.state);
     io.state = states_[j].get();
     workspace_bytes = std::max(workspace_bytes, res.workspace_bytes);
+  }
+  for (auto& tail : tails_) {
+    size_t bytes = 0;
+    TOPIARY_RETURN_IF_ERROR(tail->Prepare(batch_, dev, options.batch_norm_ranks, &bytes));
+    workspace_bytes = std::max(workspace_bytes, bytes);
   }
   TOPIARY_ASSIGN_OR_RETURN(auto ws, floats((workspace_bytes + sizeof(float) - 1) / sizeof(float)));
   workspace_ = std::move(ws);
@@ -323,7 +358,15 @@ absl::Status Network::Forward(bool training, int count_input_zeros) {
       TOPIARY_RETURN_IF_ERROR(CountInputZeros(j, count_input_zeros));
     }
     if (input_hook_) TOPIARY_RETURN_IF_ERROR(input_hook_(static_cast<int>(j), io_[j]));
-    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
+    const int tail = tail_of_[j];
+    if (tail < 0) {
+      TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
+    } else if (tails_[tail]->add() == static_cast<int>(j)) {
+      TOPIARY_RETURN_IF_ERROR(tails_[tail]->Forward(io_));
+    } else {
+      TOPIARY_RETURN_IF_ERROR(
+          tails_[tail]->ForwardBatchNorm(static_cast<int>(j), io_[j], training));
+    }
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), false));
   }
   return absl::OkStatus();
@@ -373,7 +416,13 @@ absl::Status Network::Backward() {
         kernels::AddCpu(n, g, static_cast<const float*>(extra), g);
       }
     }
-    TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
+    // A folded batch norm's backward pass ran in its tail's add's.
+    const int tail = tail_of_[j];
+    if (tail < 0) {
+      TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Backward(io_[j]));
+    } else if (tails_[tail]->add() == static_cast<int>(j)) {
+      TOPIARY_RETURN_IF_ERROR(tails_[tail]->Backward(io_));
+    }
     if (hook_) TOPIARY_RETURN_IF_ERROR(hook_(static_cast<int>(j), true));
     if (reducer_) TOPIARY_RETURN_IF_ERROR(reducer_->LayerDone(static_cast<int>(j)));
   }

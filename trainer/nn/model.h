@@ -19,6 +19,8 @@
 
 namespace topiary {
 
+class ResidualTail;
+
 class Model {
  public:
   struct Node {
@@ -100,6 +102,7 @@ class Network {
   // training = false plans inference only (no gradients).
   static absl::StatusOr<std::unique_ptr<Network>> Plan(Model* model, int batch, bool training,
                                                        const PlanOptions& options = {});
+  ~Network();
 
   int batch() const { return batch_; }
   // The element type of activations and their gradients (bf16 when planned with
@@ -134,6 +137,11 @@ class Network {
   // (layer name, choice), in model order; empty on the CPU and before a step has run with a
   // block mask.
   std::vector<std::pair<std::string, SparseConvChoice>> SparseConvChoices() const;
+
+  // How many residual tails run fused (trainer/nn/residual_tail.h), and whether node `node`
+  // (its add or a folded batch norm) is in one.
+  int residual_tails() const { return static_cast<int>(tails_.size()); }
+  bool in_residual_tail(int node) const { return tail_of_[node] >= 0; }
 
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }
@@ -170,14 +178,17 @@ class Network {
     // no separate summing pass.
     bool producer_sums = false;
   };
-  Network(Model* model, int batch, bool training)
-      : model_(model), batch_(batch), training_(training) {}
+  Network(Model* model, int batch, bool training);
   absl::Status Allocate(const PlanOptions& options);
   // bf16 networks: the fp32 input and the weight copies, cast for the forward pass; the
   // weight gradients, widened for the optimizer.
   absl::Status PlanBf16Casts();
   // Adds the zeros among the first `images` images of node j's input to the counts.
   absl::Status CountInputZeros(size_t j, int images);
+  // The residual tails this network runs fused (PlanOptions::fuse_residual_tails), and per
+  // node the index of the tail it belongs to (its add or a folded batch norm), or -1.
+  std::vector<std::unique_ptr<ResidualTail>> tails_;
+  std::vector<int> tail_of_;
 
   Model* model_;
   int batch_;

@@ -1,0 +1,221 @@
+// Internal to the batch-norm CUDA kernels (batch_norm_cuda.cu) and the kernels that fold a batch
+// norm into another pass (residual_tail_cuda.cu): the row slicing of the reductions, the vector
+// walks over channels, and the backward pass's ordered sums and apply kernel. Everything is in
+// an unnamed namespace: each .cu file that includes it gets its own copy.
+#ifndef TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_CUDA_CUH_
+#define TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_CUDA_CUH_
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "kernels/norm_pool/batch_norm.h"
+#include "kernels/runtime/cuda_launch.cuh"
+
+namespace topiary::kernels {
+namespace {
+
+// Row slices of the reductions, one block each: enough blocks to keep every SM's loads in
+// flight (a resnet50 layer4 batch norm has only 12,544 rows of 2,048 channels), at least
+// 64 rows each so that the partial sums ([3][slices][C] floats) stay a small share of the
+// traffic.
+constexpr int kMaxSlices = 512;
+int Slices(const BatchNormShape& sh) {
+  return static_cast<int>(std::clamp<int64_t>(sh.m / 64, 1, kMaxSlices));
+}
+
+__device__ inline void RowRange(int64_t m, int slices, int slice, int64_t* begin, int64_t* end) {
+  *begin = m * slice / slices;
+  *end = m * (slice + 1) / slices;
+}
+
+// Threads of the kernels that merge a channel's slices (one block per channel).
+constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
+
+// Vector forms of the per-element kernels (kernels/runtime/cuda_launch.cuh), used when C is a
+// multiple of the vector width so that a vector never straddles two rows: one 16-byte access
+// per operand instead of 4 or 8 element accesses.
+//
+// A thread's vectors are a grid stride apart, so its channel advances by a fixed step each
+// iteration (VecChannel): one division per thread, none per vector.
+struct VecChannel {
+  int64_t first, stride;  // the thread's first vector and the grid stride
+  int cv, step, g;        // vectors per row, the step, the current vector of the row
+  int loaded = -1;        // the vector of the row whose per-channel values the thread holds
+  __device__ VecChannel(int c, int width)
+      : first(blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x),
+        stride(static_cast<int64_t>(gridDim.x) * blockDim.x),
+        cv(c / width),
+        step(static_cast<int>(stride % cv)),
+        g(static_cast<int>(first % cv)) {}
+  __device__ void Next() {
+    g += step;
+    if (g >= cv) g -= cv;
+  }
+  // True once per change of channel: the caller loads the channel's values again (never
+  // again, when the grid stride is a multiple of the row).
+  __device__ bool Moved() {
+    if (g == loaded) return false;
+    loaded = g;
+    return true;
+  }
+};
+
+template <bool kRelu, typename T>
+__global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
+                                   const T* __restrict__ y, const T* __restrict__ dy,
+                                   const float* __restrict__ mean,
+                                   const float* __restrict__ inv_std,
+                                   const float* __restrict__ coef, T* __restrict__ dx) {
+  constexpr int V = kVec<T>;
+  VecChannel at(c, V);
+  // Per channel, held while the channel stays (as in ScaleShiftVecKernel): dx = a * (g -
+  // mean(g) - xhat * mean(g * xhat)) with a = gamma * inv_std.
+  float mu[V], is[V], a[V], mg[V], mgx[V];
+  for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
+    if (at.Moved()) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int k = at.g * V + e;
+        mu[e] = mean[k];
+        is[e] = inv_std[k];
+        a[e] = coef[k];
+        mg[e] = coef[c + k];
+        mgx[e] = coef[2 * c + k];
+      }
+    }
+    float xv[V], gv[V], yv[V] = {};
+    LdVec(x + j * V, xv);
+    LdVec(dy + j * V, gv);
+    if (kRelu) LdVec(y + j * V, yv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float g = (!kRelu || yv[e] > 0.0f) ? gv[e] : 0.0f;
+      const float xhat = (xv[e] - mu[e]) * is[e];
+      xv[e] = a[e] * (g - mg[e] - xhat * mgx[e]);
+    }
+    StVec(dx + j * V, xv);
+  }
+}
+
+// Whether the vector kernels apply: C a multiple of the width, every pointer aligned.
+template <typename T>
+bool VecOk(int c, std::initializer_list<const void*> ptrs) {
+  if (c % kVec<T> != 0) return false;
+  for (const void* p : ptrs) {
+    if (p != nullptr && !Aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Vector forms of the two reductions, for C a multiple of the vector width (16 bytes) with
+// C / width <= kVecThreads: a thread loads one 16-byte vector of a row (all C channels take
+// `groups` threads, so a warp reads whole rows, however few channels there are), and a
+// block's lanes walk the slice's rows. The scalar kernels above give a warp one channel tile
+// of 32 and leave half of it idle at 16 channels (resnet20's first stage). The lanes are
+// merged in order per channel, so results are as deterministic as the scalar kernels'.
+constexpr int kVecThreads = 256;
+
+template <typename T>
+bool VecReduceOk(int c, std::initializer_list<const void*> ptrs) {
+  return VecOk<T>(c, ptrs) && c / kVec<T> <= kVecThreads;
+}
+
+// Where a thread of the vector reductions works: its vector of channels g (of `groups` per
+// row), its row lane (of `lanes`), and its slice's rows [begin, end).
+struct VecRows {
+  int groups, lanes, g, lane;
+  int64_t begin, end;
+  __device__ VecRows(int64_t m, int c, int slices, int width)
+      : groups(c / width),
+        lanes(kVecThreads / groups),
+        g(threadIdx.x % groups),
+        lane(threadIdx.x / groups) {
+    RowRange(m, slices, blockIdx.x, &begin, &end);
+  }
+  __device__ bool active() const { return lane < lanes; }
+};
+
+// Puts a thread's per-channel values in its lane's row of the block's [lanes][C] array.
+template <int V>
+__device__ void StoreLane(const VecRows& w, int c, const float (&v)[V], float* lanes_by_c) {
+  if (!w.active()) return;
+  for (int k = 0; k < V; ++k) lanes_by_c[w.lane * c + w.g * V + k] = v[k];
+}
+
+// A block's per-lane sums (two [lanes][C] arrays in shared memory) added in lane order into
+// the slice's row of out[2][slices][C].
+__device__ void WriteSliceSums(const VecRows& w, int c, int slices, const float* s0,
+                               const float* s1, float* out) {
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float t0 = 0.0f, t1 = 0.0f;
+    for (int l = 0; l < w.lanes; ++l) {
+      t0 += s0[l * c + ch];
+      t1 += s1[l * c + ch];
+    }
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = t0;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = t1;
+  }
+}
+
+// The backward pass's per-channel coefficients from the sums of g and g * xhat over `rows`
+// rows (the global batch's, synchronized): coef = {gamma*inv_std, mean(g), mean(g*xhat)}.
+__device__ void GradCoef(int c, int ch, double a, double b, double rows, const float* gamma,
+                         const float* inv_std, float* coef) {
+  coef[ch] = gamma[ch] * inv_std[ch];
+  coef[c + ch] = static_cast<float>(a / rows);
+  coef[2 * c + ch] = static_cast<float>(b / rows);
+}
+
+// One block per channel: dgamma and dbeta (this rank's sums), then coef (GradCoef) or,
+// synchronized, the sums into rank_sums[2][C] for the gather. The slices are summed (double)
+// along a fixed binary tree: deterministic, and log2(slices) steps instead of a serial chain.
+__global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
+                                 const float* gamma, const float* inv_std, float* dgamma,
+                                 float* dbeta, float* coef, double* rank_sums) {
+  const int ch = blockIdx.x;
+  const int t = threadIdx.x;
+  const size_t plane = static_cast<size_t>(slices) * sh.c;
+  __shared__ double sa[kFinishThreads], sb[kFinishThreads];
+  sa[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  sb[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      sa[t] += sa[t + stride];
+      sb[t] += sb[t + stride];
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  const double a = sa[0], b = sb[0];
+  dbeta[ch] = static_cast<float>(a);
+  dgamma[ch] = static_cast<float>(b);
+  if (rank_sums != nullptr) {
+    rank_sums[ch] = a;
+    rank_sums[sh.c + ch] = b;
+    return;
+  }
+  GradCoef(sh.c, ch, a, b, static_cast<double>(sh.m), gamma, inv_std, coef);
+}
+
+// Synchronized: a thread per channel adds the ranks' gathered sums (rank r's [2][C] at
+// all + r * rank_stride) in rank order and writes coef over the global batch's rows.
+__global__ void MergeRankGradKernel(BatchNormShape sh, int ranks, const double* all,
+                                    size_t rank_stride, const float* gamma, const float* inv_std,
+                                    float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= sh.c) return;
+  const size_t c = sh.c;
+  double a = 0, b = 0;
+  for (int r = 0; r < ranks; ++r) {
+    a += all[rank_stride * r + ch];
+    b += all[rank_stride * r + c + ch];
+  }
+  GradCoef(sh.c, ch, a, b, static_cast<double>(sh.m) * ranks, gamma, inv_std, coef);
+}
+
+}  // namespace
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_NORM_POOL_BATCH_NORM_CUDA_CUH_
