@@ -75,32 +75,30 @@ absl::Status BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, cons
 // with room for the moments of `sync_ranks` ranks when synchronized. x, y, dy and dx are of
 // type t (fp32 or bf16); statistics, parameters and their gradients are fp32. With `sync`
 // (sync->ranks() <= sync_ranks), as on the CPU: the global batch's statistics, this rank's
-// dgamma and dbeta.
+// dgamma and dbeta. The training forward pass also keeps the normalization's scale and shift
+// (y = x * scale + shift, [2][C]) in save_scale_shift (may be null without the ReLU); with
+// the ReLU the backward pass takes its mask from x and them, the same bits as y > 0, instead
+// of reading y (two passes over memory fewer). With y null the forward pass writes no output.
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh, int sync_ranks = 1);
 absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
                                        const float* gamma, const float* beta, float* running_mean,
                                        float* running_var, float* save_mean, float* save_inv_std,
-                                       void* y, float* workspace, const CudaContext& ctx,
-                                       BatchNormSync* sync = nullptr);
+                                       float* save_scale_shift, void* y, float* workspace,
+                                       const CudaContext& ctx, BatchNormSync* sync = nullptr);
 absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
                                       const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var, void* y,
                                       const CudaContext& ctx);
-absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
-                                   const void* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
-                                   float* workspace, const CudaContext& ctx,
-                                   BatchNormSync* sync = nullptr);
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* dy,
+                                   const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, const float* save_scale_shift,
+                                   void* dx, float* dgamma, float* dbeta, float* workspace,
+                                   const CudaContext& ctx, BatchNormSync* sync = nullptr);
 
 // A batch norm folded into the pass that reads its output (the residual tail,
-// residual_tail.h): the training forward pass without y, leaving the per-channel scale and
-// shift of y = x * scale + shift in scale_shift [2][C]; and at inference the same from the
-// running statistics. REQUIRES: !sh.relu (a ReLU would have to be applied before the fold).
-absl::Status BatchNormFoldTrainCuda(DType t, const BatchNormShape& sh, const void* x,
-                                    const float* gamma, const float* beta, float* running_mean,
-                                    float* running_var, float* save_mean, float* save_inv_std,
-                                    float* scale_shift, float* workspace, const CudaContext& ctx,
-                                    BatchNormSync* sync = nullptr);
+// residual_tail.h) runs BatchNormForwardTrainCuda with y null (the statistics, the running
+// statistics and save_scale_shift only) and, at inference, this: save_scale_shift from the
+// running statistics.
 absl::Status BatchNormFoldEvalCuda(const BatchNormShape& sh, const float* gamma, const float* beta,
                                    const float* running_mean, const float* running_var,
                                    float* scale_shift, const CudaContext& ctx);

@@ -241,7 +241,7 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
 
 template <bool kRelu, typename T>
 __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
-                                  const T* __restrict__ y, const T* __restrict__ dy,
+                                  const float* __restrict__ scale_shift, const T* __restrict__ dy,
                                   const float* __restrict__ mean, const float* __restrict__ inv_std,
                                   float* __restrict__ out) {
   constexpr int V = kVec<T>;
@@ -249,19 +249,22 @@ __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restr
   float a[V], b[V];
   for (int v = 0; v < V; ++v) a[v] = b[v] = 0.0f;
   if (w.active()) {
-    float mu[V], is[V], xv[V], gv[V], yv[V];
+    float mu[V], is[V], sc[V], sh[V], xv[V], gv[V];
     for (int v = 0; v < V; ++v) {
       mu[v] = mean[w.g * V + v];
       is[v] = inv_std[w.g * V + v];
+      if (kRelu) {
+        sc[v] = scale_shift[w.g * V + v];
+        sh[v] = scale_shift[c + w.g * V + v];
+      }
     }
 #pragma unroll 4
     for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
       const int64_t k = r * c + w.g * V;
       LdVec(x + k, xv);
       LdVec(dy + k, gv);
-      if (kRelu) LdVec(y + k, yv);
       for (int v = 0; v < V; ++v) {
-        const float gg = (!kRelu || yv[v] > 0.0f) ? gv[v] : 0.0f;
+        const float gg = (!kRelu || ReluPasses<T>(xv[v], sc[v], sh[v])) ? gv[v] : 0.0f;
         a[v] += gg;
         b[v] += gg * (xv[v] - mu[v]) * is[v];
       }
@@ -275,10 +278,10 @@ __global__ void GradSumsVecKernel(int64_t m, int c, int slices, const T* __restr
 }
 
 // Partial sums per (slice, channel): out[2][slices][C] = sum g, sum g * xhat, with g the
-// incoming gradient masked by the fused ReLU's output.
+// incoming gradient masked by the fused ReLU (ReluPasses).
 template <bool kRelu, typename T>
 __global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict__ x,
-                               const T* __restrict__ y, const T* __restrict__ dy,
+                               const float* __restrict__ scale_shift, const T* __restrict__ dy,
                                const float* __restrict__ mean, const float* __restrict__ inv_std,
                                float* __restrict__ out) {
   const int ch = blockIdx.x * kTileC + threadIdx.x;
@@ -288,11 +291,13 @@ __global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict
   float a = 0.0f, b = 0.0f;
   if (ch < c) {
     const float mu = mean[ch], is = inv_std[ch];
+    const float sc = kRelu ? scale_shift[ch] : 0.0f, sh = kRelu ? scale_shift[c + ch] : 0.0f;
     for (int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
       const int64_t k = r * c + ch;
-      const float g = (!kRelu || Ld(y + k) > 0.0f) ? Ld(dy + k) : 0.0f;
+      const float xv = Ld(x + k);
+      const float g = (!kRelu || ReluPasses<T>(xv, sc, sh)) ? Ld(dy + k) : 0.0f;
       a += g;
-      b += g * (Ld(x + k) - mu) * is;
+      b += g * (xv - mu) * is;
     }
   }
   __shared__ float sa[kLanes][kTileC], sb[kLanes][kTileC];
@@ -311,15 +316,17 @@ __global__ void GradSumsKernel(int64_t m, int c, int slices, const T* __restrict
 }
 
 template <bool kRelu, typename Index, typename T>
-__global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x, const T* __restrict__ y,
-                                const T* __restrict__ dy, const float* __restrict__ mean,
-                                const float* __restrict__ inv_std, const float* __restrict__ coef,
-                                T* __restrict__ dx) {
+__global__ void GradApplyKernel(Index n, int c, const T* __restrict__ x,
+                                const float* __restrict__ scale_shift, const T* __restrict__ dy,
+                                const float* __restrict__ mean, const float* __restrict__ inv_std,
+                                const float* __restrict__ coef, T* __restrict__ dx) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int ch = static_cast<int>(i % c);
-    const float g = (!kRelu || Ld(y + i) > 0.0f) ? Ld(dy + i) : 0.0f;
-    const float xhat = (Ld(x + i) - mean[ch]) * inv_std[ch];
+    const float xv = Ld(x + i);
+    const float g =
+        (!kRelu || ReluPasses<T>(xv, scale_shift[ch], scale_shift[c + ch])) ? Ld(dy + i) : 0.0f;
+    const float xhat = (xv - mean[ch]) * inv_std[ch];
     St(dx + i, coef[ch] * (g - coef[c + ch] - xhat * coef[2 * c + ch]));
   }
 }
@@ -374,14 +381,14 @@ size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh, int sync_ranks) {
   return SyncOffsetFloats(sh) + 2 * 3 * static_cast<size_t>(sh.c) * (1 + sync_ranks);
 }
 
-namespace {
-
-// The training forward pass: statistics, then y = x * coef[0, C) + coef[C, 2C) (with the ReLU),
-// or, with y null, the statistics only, with the scale and shift left in scale_shift.
-absl::Status ForwardTrain(DType t, const BatchNormShape& sh, const void* x, const float* gamma,
-                          const float* beta, float* running_mean, float* running_var,
-                          float* save_mean, float* save_inv_std, void* y, float* scale_shift,
-                          float* workspace, const CudaContext& ctx, BatchNormSync* sync) {
+absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
+                                       const float* gamma, const float* beta, float* running_mean,
+                                       float* running_var, float* save_mean, float* save_inv_std,
+                                       float* scale_shift, void* y, float* workspace,
+                                       const CudaContext& ctx, BatchNormSync* sync) {
+  if (sh.relu && scale_shift == nullptr) {
+    return absl::InvalidArgumentError("batch norm with ReLU: the backward pass needs scale_shift");
+  }
   const int slices = Slices(sh);
   const Workspace w = Carve(sh, workspace);
   float* part = w.part;
@@ -427,6 +434,8 @@ absl::Status ForwardTrain(DType t, const BatchNormShape& sh, const void* x, cons
   });
 }
 
+namespace {
+
 __global__ void FoldEvalKernel(BatchNormShape sh, const float* gamma, const float* beta,
                                const float* running_mean, const float* running_var,
                                float* scale_shift) {
@@ -438,24 +447,6 @@ __global__ void FoldEvalKernel(BatchNormShape sh, const float* gamma, const floa
 }
 
 }  // namespace
-
-absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
-                                       const float* gamma, const float* beta, float* running_mean,
-                                       float* running_var, float* save_mean, float* save_inv_std,
-                                       void* y, float* workspace, const CudaContext& ctx,
-                                       BatchNormSync* sync) {
-  return ForwardTrain(t, sh, x, gamma, beta, running_mean, running_var, save_mean, save_inv_std, y,
-                      nullptr, workspace, ctx, sync);
-}
-
-absl::Status BatchNormFoldTrainCuda(DType t, const BatchNormShape& sh, const void* x,
-                                    const float* gamma, const float* beta, float* running_mean,
-                                    float* running_var, float* save_mean, float* save_inv_std,
-                                    float* scale_shift, float* workspace, const CudaContext& ctx,
-                                    BatchNormSync* sync) {
-  return ForwardTrain(t, sh, x, gamma, beta, running_mean, running_var, save_mean, save_inv_std,
-                      nullptr, scale_shift, workspace, ctx, sync);
-}
 
 absl::Status BatchNormFoldEvalCuda(const BatchNormShape& sh, const float* gamma, const float* beta,
                                    const float* running_mean, const float* running_var,
@@ -479,10 +470,15 @@ absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const v
   return LaunchStatus("batch norm inference");
 }
 
-absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* y,
-                                   const void* dy, const float* gamma, const float* save_mean,
-                                   const float* save_inv_std, void* dx, float* dgamma, float* dbeta,
-                                   float* workspace, const CudaContext& ctx, BatchNormSync* sync) {
+absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void* x, const void* dy,
+                                   const float* gamma, const float* save_mean,
+                                   const float* save_inv_std, const float* save_scale_shift,
+                                   void* dx, float* dgamma, float* dbeta, float* workspace,
+                                   const CudaContext& ctx, BatchNormSync* sync) {
+  if (sh.relu && save_scale_shift == nullptr) {
+    return absl::InvalidArgumentError("batch norm with ReLU: no scale_shift for the mask");
+  }
+  const float* ss = save_scale_shift;
   const int slices = Slices(sh);
   const Workspace w = Carve(sh, workspace);
   float* part = w.part;
@@ -493,21 +489,20 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
-    const T* yt = static_cast<const T*>(y);
     const T* dyt = static_cast<const T*>(dy);
-    if (VecReduceOk<T>(sh.c, {x, y, dy})) {
+    if (VecReduceOk<T>(sh.c, {x, dy})) {
       if (sh.relu) {
         GradSumsVecKernel<true><<<slices, kVecThreads, 0, ctx.stream>>>(
-            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+            sh.m, sh.c, slices, xt, ss, dyt, save_mean, save_inv_std, part);
       } else {
         GradSumsVecKernel<false><<<slices, kVecThreads, 0, ctx.stream>>>(
-            sh.m, sh.c, slices, xt, yt, dyt, save_mean, save_inv_std, part);
+            sh.m, sh.c, slices, xt, ss, dyt, save_mean, save_inv_std, part);
       }
     } else if (sh.relu) {
-      GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+      GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, ss, dyt,
                                                            save_mean, save_inv_std, part);
     } else {
-      GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, yt, dyt,
+      GradSumsKernel<false><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, ss, dyt,
                                                             save_mean, save_inv_std, part);
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
@@ -520,19 +515,19 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
           sh, sync->ranks(), w.all, 2 * static_cast<size_t>(sh.c), gamma, save_inv_std, coef);
       TOPIARY_RETURN_IF_ERROR(LaunchStatus("synchronized batch norm gradient sums"));
     }
-    if (VecOk<T>(sh.c, {x, y, dy, dx})) {
+    if (VecOk<T>(sh.c, {x, dy, dx})) {
       const int64_t nv = n / kVec<T>;
       const int vblocks = BlocksFor(nv, ctx.sm_count);
       T* dxt = static_cast<T*>(dx);
       if (sh.relu) {
         GradApplyVecKernel<true><<<vblocks, kThreads, 0, ctx.stream>>>(
-            nv, sh.c, xt, yt, dyt, save_mean, save_inv_std, coef, dxt);
+            nv, sh.c, xt, ss, dyt, save_mean, save_inv_std, coef, dxt);
       } else {
         GradApplyVecKernel<false><<<vblocks, kThreads, 0, ctx.stream>>>(
-            nv, sh.c, xt, yt, dyt, save_mean, save_inv_std, coef, dxt);
+            nv, sh.c, xt, ss, dyt, save_mean, save_inv_std, coef, dxt);
       }
     } else {
-      TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, yt, dyt,
+      TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, ss, dyt,
                                  save_mean, save_inv_std, coef, static_cast<T*>(dx));
     }
     return LaunchStatus("batch norm input gradient");

@@ -28,6 +28,22 @@ __device__ inline void RowRange(int64_t m, int slices, int slice, int64_t* begin
   *end = m * (slice + 1) / slices;
 }
 
+// v as stored in type T.
+template <typename T>
+__device__ __forceinline__ float Rounded(float v) {
+  T t;
+  St(&t, v);
+  return Ld(&t);
+}
+
+// Whether the fused ReLU passed the gradient of element x: its output, x * scale + shift
+// stored in type T, is positive. The same expression as the forward pass's, so the same bits
+// decide, without reading the output back.
+template <typename T>
+__device__ __forceinline__ bool ReluPasses(float x, float scale, float shift) {
+  return Rounded<T>(x * scale + shift) > 0.0f;
+}
+
 // Threads of the kernels that merge a channel's slices (one block per channel).
 constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
 
@@ -62,15 +78,16 @@ struct VecChannel {
 
 template <bool kRelu, typename T>
 __global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
-                                   const T* __restrict__ y, const T* __restrict__ dy,
+                                   const float* __restrict__ scale_shift, const T* __restrict__ dy,
                                    const float* __restrict__ mean,
                                    const float* __restrict__ inv_std,
                                    const float* __restrict__ coef, T* __restrict__ dx) {
   constexpr int V = kVec<T>;
   VecChannel at(c, V);
   // Per channel, held while the channel stays (as in ScaleShiftVecKernel): dx = a * (g -
-  // mean(g) - xhat * mean(g * xhat)) with a = gamma * inv_std.
-  float mu[V], is[V], a[V], mg[V], mgx[V];
+  // mean(g) - xhat * mean(g * xhat)) with a = gamma * inv_std; with the ReLU, the forward
+  // pass's scale and shift.
+  float mu[V], is[V], a[V], mg[V], mgx[V], sc[V], sh[V];
   for (int64_t j = at.first; j < nv; j += at.stride, at.Next()) {
     if (at.Moved()) {
 #pragma unroll
@@ -81,15 +98,18 @@ __global__ void GradApplyVecKernel(int64_t nv, int c, const T* __restrict__ x,
         a[e] = coef[k];
         mg[e] = coef[c + k];
         mgx[e] = coef[2 * c + k];
+        if (kRelu) {
+          sc[e] = scale_shift[k];
+          sh[e] = scale_shift[c + k];
+        }
       }
     }
-    float xv[V], gv[V], yv[V] = {};
+    float xv[V], gv[V];
     LdVec(x + j * V, xv);
     LdVec(dy + j * V, gv);
-    if (kRelu) LdVec(y + j * V, yv);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const float g = (!kRelu || yv[e] > 0.0f) ? gv[e] : 0.0f;
+      const float g = (!kRelu || ReluPasses<T>(xv[e], sc[e], sh[e])) ? gv[e] : 0.0f;
       const float xhat = (xv[e] - mu[e]) * is[e];
       xv[e] = a[e] * (g - mg[e] - xhat * mgx[e]);
     }

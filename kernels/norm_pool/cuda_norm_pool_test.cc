@@ -33,12 +33,12 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
         auto gamma = RandomFloats(c, 7, 0.5f, 1.5f), beta = RandomFloats(c, 8);
         auto g = Round(RandomFloats(m * c, 9), t);
         std::vector<float> rm(c, 0.1f), rv(c, 2.0f), mean(c), inv(c), y(m * c);
-        Dev<float> dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c);
+        Dev<float> dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c), dss(2 * c);
         Act dx(t, x), dy(t, m * c), dgr(t, g);
         Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh));
         ASSERT_TRUE(BatchNormForwardTrainCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
-                                              drv.get(), dmean.get(), dinv.get(), dy.get(),
-                                              ws.get(), ctx_)
+                                              drv.get(), dmean.get(), dinv.get(), dss.get(),
+                                              dy.get(), ws.get(), ctx_)
                         .ok());
         ASSERT_TRUE(BatchNormForwardTrainCpu(sh, x.data(), gamma.data(), beta.data(), rm.data(),
                                              rv.data(), mean.data(), inv.data(), y.data(),
@@ -55,16 +55,16 @@ TEST_F(CudaKernels, BatchNormMatchesCpu) {
         std::vector<float> rdx(m * c), rdg(c), rdb(c);
         Dev<float> ddg(c), ddb(c);
         Act ddx(t, m * c);
-        // Backward from the CPU's saved statistics and output, so only the backward differs.
-        y = Round(y, t);
-        Dev<float> cmean(mean), cinv(inv);
-        Act cy(t, y);
-        ASSERT_TRUE(BatchNormBackwardCuda(t, sh, dx.get(), cy.get(), dgr.get(), dgamma.get(),
-                                          cmean.get(), cinv.get(), ddx.get(), ddg.get(), ddb.get(),
+        // Backward from the GPU forward pass's statistics (its ReLU mask comes from x and the
+        // saved scale and shift), the CPU's from the same statistics and the GPU's output: so
+        // only the backward passes differ, and a mask recomputed wrongly would show.
+        const auto gy = dy.Host(), gmean = dmean.Host(), ginv = dinv.Host();
+        ASSERT_TRUE(BatchNormBackwardCuda(t, sh, dx.get(), dgr.get(), dgamma.get(), dmean.get(),
+                                          dinv.get(), dss.get(), ddx.get(), ddg.get(), ddb.get(),
                                           ws.get(), ctx_)
                         .ok());
-        ASSERT_TRUE(BatchNormBackwardCpu(sh, x.data(), y.data(), g.data(), gamma.data(),
-                                         mean.data(), inv.data(), rdx.data(), rdg.data(),
+        ASSERT_TRUE(BatchNormBackwardCpu(sh, x.data(), gy.data(), g.data(), gamma.data(),
+                                         gmean.data(), ginv.data(), rdx.data(), rdg.data(),
                                          rdb.data(), cws.data())
                         .ok());
         Sync();
@@ -167,17 +167,17 @@ TEST_F(CudaKernels, SynchronizedBatchNormMatchesOneGpuWithTheGlobalBatch) {
         const std::vector<float> rm0(c, 0.1f), rv0(c, 2.0f);
 
         // One GPU, the whole batch.
-        Dev<float> dgamma(gamma), dbeta(beta), rm(rm0), rv(rv0), mean(c), inv(c),
+        Dev<float> dgamma(gamma), dbeta(beta), rm(rm0), rv(rv0), mean(c), inv(c), ss(2 * c),
             ws(BatchNormWorkspaceFloatsCuda(global));
         Act dx(t, x), y(t, global.m * c), dg(t, g), gx(t, global.m * c);
         Dev<float> ggamma(c), gbeta(c);
         ASSERT_TRUE(BatchNormForwardTrainCuda(t, global, dx.get(), dgamma.get(), dbeta.get(),
-                                              rm.get(), rv.get(), mean.get(), inv.get(), y.get(),
-                                              ws.get(), ctx_)
+                                              rm.get(), rv.get(), mean.get(), inv.get(), ss.get(),
+                                              y.get(), ws.get(), ctx_)
                         .ok());
-        ASSERT_TRUE(BatchNormBackwardCuda(t, global, dx.get(), y.get(), dg.get(), dgamma.get(),
-                                          mean.get(), inv.get(), gx.get(), ggamma.get(),
-                                          gbeta.get(), ws.get(), ctx_)
+        ASSERT_TRUE(BatchNormBackwardCuda(t, global, dx.get(), dg.get(), dgamma.get(), mean.get(),
+                                          inv.get(), ss.get(), gx.get(), ggamma.get(), gbeta.get(),
+                                          ws.get(), ctx_)
                         .ok());
         Sync();
 
@@ -193,15 +193,15 @@ TEST_F(CudaKernels, SynchronizedBatchNormMatchesOneGpuWithTheGlobalBatch) {
             const std::vector<float> xr(x.begin() + at, x.begin() + at + n),
                 gr(g.begin() + at, g.begin() + at + n);
             Dev<float> lgamma(gamma), lbeta(beta), lrm(rm0), lrv(rv0), lmean(c), linv(c),
-                lws(BatchNormWorkspaceFloatsCuda(local, ranks)), lgg(c), lgb(c);
+                lss(2 * c), lws(BatchNormWorkspaceFloatsCuda(local, ranks)), lgg(c), lgb(c);
             Act lx(t, xr), ly(t, n), lg(t, gr), lgx(t, n);
             RankSync sync(&group, r);
             status[r] = BatchNormForwardTrainCuda(t, local, lx.get(), lgamma.get(), lbeta.get(),
                                                   lrm.get(), lrv.get(), lmean.get(), linv.get(),
-                                                  ly.get(), lws.get(), ctx_, &sync);
+                                                  lss.get(), ly.get(), lws.get(), ctx_, &sync);
             if (status[r].ok()) {
-              status[r] = BatchNormBackwardCuda(t, local, lx.get(), ly.get(), lg.get(),
-                                                lgamma.get(), lmean.get(), linv.get(), lgx.get(),
+              status[r] = BatchNormBackwardCuda(t, local, lx.get(), lg.get(), lgamma.get(),
+                                                lmean.get(), linv.get(), lss.get(), lgx.get(),
                                                 lgg.get(), lgb.get(), lws.get(), ctx_, &sync);
             }
             cudaDeviceSynchronize();
@@ -317,13 +317,13 @@ TEST_F(CudaKernels, ResidualTailMatchesTheUnfusedLayersAndFloat64) {
         Side ua(rm0, rv0, c), ub(rm0, rv0, c), fa(rm0, rv0, c), fb(rm0, rv0, c);
         Act ya(t, n), yb(t, n);
         ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxa.get(), dga.get(), dba.get(), ua.rm.get(),
-                                              ua.rv.get(), ua.mean.get(), ua.inv.get(), ya.get(),
-                                              ws.get(), ctx_)
+                                              ua.rv.get(), ua.mean.get(), ua.inv.get(), nullptr,
+                                              ya.get(), ws.get(), ctx_)
                         .ok());
         if (proj) {
           ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxb.get(), dgb.get(), dbb.get(),
                                                 ub.rm.get(), ub.rv.get(), ub.mean.get(),
-                                                ub.inv.get(), yb.get(), ws.get(), ctx_)
+                                                ub.inv.get(), nullptr, yb.get(), ws.get(), ctx_)
                           .ok());
         }
         Sync();
@@ -339,13 +339,13 @@ TEST_F(CudaKernels, ResidualTailMatchesTheUnfusedLayersAndFloat64) {
         }
         g_ref = Round(g_ref, t);
         Act dg_ref(t, g_ref), dxa_ref(t, n), dxb_ref(t, n);
-        ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxa.get(), nullptr, dg_ref.get(), dga.get(),
-                                          ua.mean.get(), ua.inv.get(), dxa_ref.get(),
-                                          ua.dgamma.get(), ua.dbeta.get(), ws.get(), ctx_)
+        ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxa.get(), dg_ref.get(), dga.get(), ua.mean.get(),
+                                          ua.inv.get(), nullptr, dxa_ref.get(), ua.dgamma.get(),
+                                          ua.dbeta.get(), ws.get(), ctx_)
                         .ok());
         if (proj) {
-          ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxb.get(), nullptr, dg_ref.get(), dgb.get(),
-                                            ub.mean.get(), ub.inv.get(), dxb_ref.get(),
+          ASSERT_TRUE(BatchNormBackwardCuda(t, bsh, dxb.get(), dg_ref.get(), dgb.get(),
+                                            ub.mean.get(), ub.inv.get(), nullptr, dxb_ref.get(),
                                             ub.dgamma.get(), ub.dbeta.get(), ws.get(), ctx_)
                           .ok());
         }
@@ -353,14 +353,14 @@ TEST_F(CudaKernels, ResidualTailMatchesTheUnfusedLayersAndFloat64) {
         // Fused.
         Dev<float> tws(ResidualTailWorkspaceFloatsCuda(sh));
         Act y(t, n), g(t, n), gxa(t, n), gxb(t, n);
-        ASSERT_TRUE(BatchNormFoldTrainCuda(t, bsh, dxa.get(), dga.get(), dba.get(), fa.rm.get(),
-                                           fa.rv.get(), fa.mean.get(), fa.inv.get(), fa.ss.get(),
-                                           ws.get(), ctx_)
+        ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxa.get(), dga.get(), dba.get(), fa.rm.get(),
+                                              fa.rv.get(), fa.mean.get(), fa.inv.get(), fa.ss.get(),
+                                              nullptr, ws.get(), ctx_)
                         .ok());
         if (proj) {
-          ASSERT_TRUE(BatchNormFoldTrainCuda(t, bsh, dxb.get(), dgb.get(), dbb.get(), fb.rm.get(),
-                                             fb.rv.get(), fb.mean.get(), fb.inv.get(), fb.ss.get(),
-                                             ws.get(), ctx_)
+          ASSERT_TRUE(BatchNormForwardTrainCuda(t, bsh, dxb.get(), dgb.get(), dbb.get(),
+                                                fb.rm.get(), fb.rv.get(), fb.mean.get(),
+                                                fb.inv.get(), fb.ss.get(), nullptr, ws.get(), ctx_)
                           .ok());
         }
         FoldedBatchNorm a{dxa.get(),    fa.ss.get(), dga.get(),       fa.mean.get(),
@@ -441,11 +441,12 @@ TEST_F(CudaKernels, SynchronizedResidualTailMatchesOneGpuWithTheGlobalBatch) {
           ws(BatchNormWorkspaceFloatsCuda(bsh, sync_ranks)),
           tws(ResidualTailWorkspaceFloatsCuda(sh, sync_ranks));
       absl::Status st =
-          BatchNormFoldTrainCuda(t, bsh, xa_d.get(), gm_d.get(), bt.get(), rma.get(), rva.get(),
-                                 ma.get(), ia.get(), ssa.get(), ws.get(), ctx_, sync);
+          BatchNormForwardTrainCuda(t, bsh, xa_d.get(), gm_d.get(), bt.get(), rma.get(), rva.get(),
+                                    ma.get(), ia.get(), ssa.get(), nullptr, ws.get(), ctx_, sync);
       if (st.ok()) {
-        st = BatchNormFoldTrainCuda(t, bsh, xb_d.get(), gm_d.get(), bt.get(), rmb.get(), rvb.get(),
-                                    mb.get(), ib.get(), ssb.get(), ws.get(), ctx_, sync);
+        st = BatchNormForwardTrainCuda(t, bsh, xb_d.get(), gm_d.get(), bt.get(), rmb.get(),
+                                       rvb.get(), mb.get(), ib.get(), ssb.get(), nullptr, ws.get(),
+                                       ctx_, sync);
       }
       const FoldedBatchNorm a{xa_d.get(), ssa.get(), gm_d.get(), ma.get(),
                               ia.get(),   gxa.get(), dga.get(),  dba.get()};

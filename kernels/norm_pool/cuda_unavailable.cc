@@ -8,8 +8,8 @@ namespace topiary::kernels {
 
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&, int) { return 0; }
 absl::Status BatchNormForwardTrainCuda(DType, const BatchNormShape&, const void*, const float*,
-                                       const float*, float*, float*, float*, float*, void*, float*,
-                                       const CudaContext&, BatchNormSync*) {
+                                       const float*, float*, float*, float*, float*, float*, void*,
+                                       float*, const CudaContext&, BatchNormSync*) {
   return NoCuda();
 }
 absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*, const float*,
@@ -18,13 +18,8 @@ absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*,
   return NoCuda();
 }
 absl::Status BatchNormBackwardCuda(DType, const BatchNormShape&, const void*, const void*,
-                                   const void*, const float*, const float*, const float*, void*,
+                                   const float*, const float*, const float*, const float*, void*,
                                    float*, float*, float*, const CudaContext&, BatchNormSync*) {
-  return NoCuda();
-}
-absl::Status BatchNormFoldTrainCuda(DType, const BatchNormShape&, const void*, const float*,
-                                    const float*, float*, float*, float*, float*, float*, float*,
-                                    const CudaContext&, BatchNormSync*) {
   return NoCuda();
 }
 absl::Status BatchNormFoldEvalCuda(const BatchNormShape&, const float*, const float*, const float*,

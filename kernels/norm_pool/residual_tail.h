@@ -3,7 +3,8 @@
 //
 // Unfused, the batch norms write their outputs, the add reads them back, and its backward
 // writes the same gradient twice for the batch norms to read twice each. Here the batch
-// norms are folded (their statistics come from BatchNormFold*Cuda, batch_norm.h), the
+// norms are folded (their statistics, scale and shift come from BatchNormForwardTrainCuda
+// without an output, or at inference BatchNormFoldEvalCuda: batch_norm.h), the
 // forward pass reads a and b once and writes y, and the backward pass computes the masked
 // gradient g once, with both batch norms' gradient sums in the same pass, then applies them.
 // Statistics stay deterministic and synchronizable as in batch_norm.h.
@@ -24,7 +25,8 @@ struct CudaContext;
 // One input of the tail and the batch norm folded into it.
 struct FoldedBatchNorm {
   const void* x = nullptr;  // the batch norm's input [M, C] (with no batch norm: the input)
-  // [2][C], y = x * scale + shift (BatchNormFold*Cuda); null: no batch norm (the identity).
+  // [2][C], y = x * scale + shift (batch_norm.h's save_scale_shift); null: no batch norm
+  // (the identity).
   const float* scale_shift = nullptr;
   // Backward only: the batch norm's gamma and saved statistics, and its gradients (dx
   // overwritten, dgamma and dbeta this rank's sums, as BatchNormBackwardCuda writes them).

@@ -12,13 +12,6 @@
 namespace topiary::kernels {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ float Rounded(float v) {
-  T t;
-  St(&t, v);
-  return Ld(&t);
-}
-
 template <bool kRelu, bool kProj, typename T>
 __global__ void TailForwardKernel(int64_t nv, int c, const T* __restrict__ xa,
                                   const float* __restrict__ ssa, const T* __restrict__ xb,
@@ -265,8 +258,8 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
     for (int i = 0; i < folded; ++i) {
       const FoldedBatchNorm& f = *norms[i];
       GradApplyVecKernel<false><<<blocks, kThreads, 0, ctx.stream>>>(
-          nv, sh.c, static_cast<const T*>(f.x), static_cast<const T*>(nullptr),
-          static_cast<const T*>(g), f.save_mean, f.save_inv_std, w.coef[i], static_cast<T*>(f.dx));
+          nv, sh.c, static_cast<const T*>(f.x), nullptr, static_cast<const T*>(g), f.save_mean,
+          f.save_inv_std, w.coef[i], static_cast<T*>(f.dx));
     }
     return LaunchStatus("residual tail input gradients");
   });

@@ -258,17 +258,17 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
         *ss = floats(2 * s.c);
   const double t_bn_fwd = TimeMs(cuda, iters, [&] {
     CHECK_OK(BatchNormForwardTrainCuda(DType::kBf16, bn, o.x, o.scale, o.bias, rm, rv, o.mean,
-                                       o.inv, o.drelu, ws, cuda));
+                                       o.inv, ss, o.drelu, ws, cuda));
   });
   const double t_bn_bwd = TimeMs(cuda, iters, [&] {
-    CHECK_OK(BatchNormBackwardCuda(DType::kBf16, bn, o.x, o.drelu, o.dx, o.scale, o.mean, o.inv,
-                                   o.drelu, dgamma, dbeta, ws, cuda));
+    CHECK_OK(BatchNormBackwardCuda(DType::kBf16, bn, o.x, o.dx, o.scale, o.mean, o.inv, ss, o.drelu,
+                                   dgamma, dbeta, ws, cuda));
   });
   BatchNormShape plain = bn;
   plain.relu = false;
   const double t_bn_stats = TimeMs(cuda, iters, [&] {
-    CHECK_OK(BatchNormFoldTrainCuda(DType::kBf16, plain, o.x, o.scale, o.bias, rm, rv, o.mean,
-                                    o.inv, ss, ws, cuda));
+    CHECK_OK(BatchNormForwardTrainCuda(DType::kBf16, plain, o.x, o.scale, o.bias, rm, rv, o.mean,
+                                       o.inv, ss, nullptr, ws, cuda));
   });
   absl::PrintF(
       "{\"layer\":\"%s\",\"batch\":%d,\"c\":%d,\"k\":%d,\"r\":%d,\"hw\":%d,\"fwd\":%.4f,"

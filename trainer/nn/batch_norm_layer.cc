@@ -43,7 +43,8 @@ void BatchNorm2d::Describe(topiary::v1::LayerNode* node) const {
 absl::StatusOr<LayerResources> BatchNorm2d::Prepare(int batch, Device* device,
                                                     const PlanOptions& options) {
   LayerResources r;
-  r.scratch_floats = 2 * static_cast<size_t>(in_.c);  // saved mean and inverse std
+  // Saved mean and inverse std; on a GPU also the scale and shift, for the ReLU's mask.
+  r.scratch_floats = (device->cuda() != nullptr ? 4 : 2) * static_cast<size_t>(in_.c);
   r.workspace_bytes =
       (device->cuda() != nullptr
            ? kernels::BatchNormWorkspaceFloatsCuda(ShapeFor(batch), options.batch_norm_ranks)
@@ -64,8 +65,8 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
     }
     return kernels::BatchNormForwardTrainCuda(
         io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
-        var_->value.data(), save_mean, save_inv_std, io.y, static_cast<float*>(io.workspace),
-        *io.cuda, io.batch_norm_sync);
+        var_->value.data(), save_mean, save_inv_std, io.scratch + 2 * in_.c, io.y,
+        static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
   }
   if (training) {
     return kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
@@ -84,9 +85,9 @@ absl::Status BatchNorm2d::Backward(const LayerIo& io) {
   const kernels::BatchNormShape s = ShapeFor(io.batch);
   if (io.cuda) {
     return kernels::BatchNormBackwardCuda(
-        io.dtype, s, io.x[0], io.y, io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c,
-        io.dx[0], gamma_->grad.data(), beta_->grad.data(), static_cast<float*>(io.workspace),
-        *io.cuda, io.batch_norm_sync);
+        io.dtype, s, io.x[0], io.dy, gamma_->value.data(), io.scratch, io.scratch + in_.c,
+        io.scratch + 2 * in_.c, io.dx[0], gamma_->grad.data(), beta_->grad.data(),
+        static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
   }
   return kernels::BatchNormBackwardCpu(s, io.xf(0), io.yf(), io.dyf(), gamma_->value.data(),
                                        io.scratch, io.scratch + in_.c, io.dxf(0),
@@ -104,9 +105,9 @@ absl::Status BatchNorm2d::ForwardFolded(const LayerIo& io, bool training, float*
                                           mean_->value.data(), var_->value.data(), scale_shift,
                                           *io.cuda);
   }
-  return kernels::BatchNormFoldTrainCuda(
+  return kernels::BatchNormForwardTrainCuda(
       io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
-      var_->value.data(), io.scratch, io.scratch + in_.c, scale_shift,
+      var_->value.data(), io.scratch, io.scratch + in_.c, scale_shift, nullptr,
       static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
 }
 

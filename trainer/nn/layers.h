@@ -97,8 +97,8 @@ class BatchNorm2d : public Layer {
                                          const PlanOptions& options) override;
   absl::Status Forward(const LayerIo& io, bool training) override;
   absl::Status Backward(const LayerIo& io) override;
-  // x, and y for the ReLU mask when fused.
-  BackwardReads backward_reads(bool) const override { return {true, relu_}; }
+  // x, and on the CPU y for the fused ReLU's mask (a GPU recomputes it from x).
+  BackwardReads backward_reads(bool gpu) const override { return {true, relu_ && !gpu}; }
   bool fused_relu() const { return relu_; }
   // Folded into the pass that reads its output (a GPU network's residual tail,
   // trainer/nn/residual_tail.h): Forward without y, leaving the scale and shift of
