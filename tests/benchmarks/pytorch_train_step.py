@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch reference for train_step_bench: the same models (LeNet-5 with max pooling; the
 CIFAR ResNet-20 with 1x1-conv + BN projection shortcuts), batch, input and thread count, SGD
-with momentum and weight decay, random data. Prints one JSON line per model and memory format."""
+with momentum and weight decay (fused on a GPU, PyTorch's fastest optimizer step), random
+data. fp32 convolutions and matmuls use TF32 only with --tf32 (compare with Topiary's tf32;
+without it, with Topiary's fp32). Prints one JSON line per model and mode."""
 import argparse, json, time
 import torch
 import torch.nn as nn
@@ -73,22 +75,27 @@ def build(name, c, hw):
 
 
 def run(name, a, mode, threads):
-    """mode: eager | eager_cl | compile | bf16_eager_cl | bf16_compile (cl: channels-last)."""
+    """mode: eager | eager_cl | compile | compile_ma, each also with a bf16_ prefix (autocast)
+    (cl: channels-last; compile: torch.compile's reduce-overhead mode, CUDA graphs; compile_ma:
+    max-autotune-no-cudagraphs)."""
     dev = torch.device(a.device)
     cl = "_cl" in mode or "compile" in mode
     mf = torch.channels_last if cl else torch.contiguous_format
     model = build(name, a.channels, a.hw).to(dev).to(memory_format=mf)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
+                          fused=dev.type == "cuda")
     compiled = "compile" in mode
     if compiled:
-        # Forward and backward compiled and captured as CUDA graphs; the optimizer eager.
-        model = torch.compile(model, mode="reduce-overhead")
+        # Forward and backward compiled (reduce-overhead: captured as CUDA graphs); the
+        # optimizer's fused step eager.
+        model = torch.compile(
+            model, mode="max-autotune-no-cudagraphs" if mode.endswith("_ma") else "reduce-overhead")
     x = torch.randn(a.batch, a.channels, a.hw, a.hw, device=dev).to(memory_format=mf)
     y = torch.arange(a.batch, device=dev) % 10
     bf16 = mode.startswith("bf16")
 
     def step():
-        if compiled:
+        if compiled and not mode.endswith("_ma"):
             torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=bf16):
@@ -108,7 +115,8 @@ def run(name, a, mode, threads):
     if dev.type == "cuda":
         torch.cuda.synchronize()
     s = time.perf_counter() - t0
-    out = {"engine": "pytorch " + torch.__version__ + " " + mode, "model": name,
+    out = {"engine": "pytorch " + torch.__version__ + " " + mode + (" tf32" if a.tf32 else ""),
+           "model": name,
            "batch": a.batch, "threads": threads, "images_per_s": round(a.batch * a.steps / s, 1),
            "ms_per_step": round(1000 * s / a.steps, 3)}
     if dev.type == "cuda":
@@ -126,6 +134,7 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--modes", default="eager,eager_cl")
+    p.add_argument("--tf32", action="store_true", help="fp32 convolutions and matmuls in TF32")
     a = p.parse_args()
     import os
     threads = a.threads or os.cpu_count()
@@ -133,8 +142,8 @@ def main():
     torch.manual_seed(1)
     if a.device == "cuda":
         torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             try:
