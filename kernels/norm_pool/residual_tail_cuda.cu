@@ -139,15 +139,10 @@ BatchNormShape BnShape(const ResidualTailShape& sh) {
   return bn;
 }
 
-template <typename T>
-bool TailVecOk(int c, std::initializer_list<const void*> ptrs) {
-  return VecReduceOk<T>(c, ptrs);
-}
-
 }  // namespace
 
 bool ResidualTailFusableCuda(DType t, int c) {
-  return VisitDType(t, [&](auto tag) { return TailVecOk<decltype(tag)>(c, {}); });
+  return VisitDType(t, [&](auto tag) { return VecReduceOk<decltype(tag)>(c, {}); });
 }
 
 size_t ResidualTailWorkspaceFloatsCuda(const ResidualTailShape& sh, int sync_ranks) {
@@ -161,7 +156,7 @@ absl::Status ResidualTailForwardCuda(DType t, const ResidualTailShape& sh, const
   if (a.identity()) return absl::InvalidArgumentError("residual tail: input a has no batch norm");
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
-    if (!TailVecOk<T>(sh.c, {a.x, b.x, y})) {
+    if (!VecReduceOk<T>(sh.c, {a.x, b.x, y})) {
       return absl::InvalidArgumentError("residual tail: channels or alignment not vectorizable");
     }
     const int64_t nv = sh.m * sh.c / kVec<T>;
@@ -195,7 +190,7 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
   const FoldedBatchNorm* norms[2] = {&a, &b};
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
-    if (!TailVecOk<T>(sh.c, {y, dy, dy2, a.x, a.dx, b.x, b.dx, g})) {
+    if (!VecReduceOk<T>(sh.c, {y, dy, dy2, a.x, a.dx, b.x, b.dx, g})) {
       return absl::InvalidArgumentError("residual tail: channels or alignment not vectorizable");
     }
     auto sums = [&](auto kernel) {
