@@ -62,6 +62,7 @@ void Conv2dBackwardFilterCpu(const ConvShape& shape, const float* x, const float
 // (trainer/nn/plan_cache.h keeps these on disk).
 struct ConvPassAlgo {
   bool graph = false;   // a graph-API engine (`engine`), else a legacy algorithm (`algo`, `math`)
+  bool direct = false;  // instead of either: Topiary's direct fp32 kernel (direct_conv.h)
   int64_t engine = -1;  // cuDNN's global engine index
   int algo = 0;         // the pass's cudnnConvolution*Algo_t
   int math = 0;         // cudnnMathType_t
@@ -77,7 +78,8 @@ struct ConvSearch {
   // cuDNN, a damaged cache) is searched for instead, as without one.
   const ConvAlgos* known = nullptr;
   // Time the candidates (at most 8 graph engines and the legacy heuristics' pick per pass,
-  // slow ones after a single run) and keep the fastest; false takes the heuristics' first
+  // and in fp32 and TF32 the direct kernels of direct_conv.h where they take the shape; slow
+  // ones after a single run) and keep the fastest; false takes the heuristics' first
   // usable choice untimed, as deterministic plans always do.
   bool measure = true;
 };

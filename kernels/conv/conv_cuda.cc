@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/conv/conv.h"
 #include "kernels/conv/conv_graph_cuda.h"
+#include "kernels/conv/direct_conv.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/runtime/cuda_context.h"
 #include "util/status_macros.h"
@@ -35,6 +36,11 @@ struct ConvCudaPlan::Descriptors {
   // Per pass (ConvPass order): the graph-API plan when it measured faster than the legacy
   // algorithm; null runs the legacy algorithm.
   std::unique_ptr<GraphConvPass> graph[3];
+  // Per pass: the direct kernel (direct_conv.h) when it measured fastest of all, and its
+  // workspace.
+  bool direct[3] = {false, false, false};
+  size_t direct_workspace[3] = {0, 0, 0};
+  Precision precision = Precision::kFp32;  // which direct kernels: fp32 or TF32
 };
 
 namespace {
@@ -177,6 +183,34 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   return absl::InternalError("unknown convolution pass");
 }
 
+// The direct kernel of a pass; operands as GraphConvPass::Run (fp32 data; TF32 plans use
+// the tensor-core kernels where there are some).
+absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, const void* in0,
+                       const void* in1, void* out, void* workspace, const CudaContext& ctx) {
+  const auto* a = static_cast<const float*>(in0);
+  const auto* b = static_cast<const float*>(in1);
+  auto* o = static_cast<float*>(out);
+  const bool tf32 = precision == Precision::kTf32;
+  switch (pass) {
+    case ConvPass::kForward:
+      return DirectConvForwardCuda(sh, a, b, o, tf32, ctx);
+    case ConvPass::kBackwardData:
+      return DirectConvBackwardDataCuda(sh, a, b, o, workspace, tf32, ctx);
+    case ConvPass::kBackwardFilter:
+      return DirectConvBackwardFilterCuda(sh, a, b, o, workspace, ctx);
+  }
+  return absl::InternalError("unknown convolution pass");
+}
+
+// Whether a plan may run the pass on the direct kernel: fp32 data (the kernel's exact fp32
+// products serve TF32 plans too), a shape it takes, and a workspace within the limit.
+bool DirectAllowed(const ConvShape& sh, Precision precision, ConvPass pass, size_t limit,
+                   const CudaContext& ctx) {
+  const int p = static_cast<int>(pass);
+  return ActivationType(precision) == DType::kF32 && DirectConvSupported(sh, p) &&
+         DirectConvWorkspaceBytes(sh, p, ctx.sm_count) <= limit;
+}
+
 // Device memory for trying candidates, freed on scope exit.
 struct Scratch {
   void* p = nullptr;
@@ -225,6 +259,23 @@ absl::StatusOr<float> TimeCandidate(const std::function<absl::Status()>& run, fl
   return TimeOnStream(run, ctx, 2, /*warmup=*/false);
 }
 
+// Bytes of workspace of what a pass runs.
+size_t PassWorkspace(const ConvCudaPlan::Descriptors& d, int p) {
+  return d.direct[p]  ? d.direct_workspace[p]
+         : d.graph[p] ? d.graph[p]->workspace_bytes()
+                      : d.legacy_workspace[p];
+}
+
+// Runs what was chosen for a pass: the direct kernel, a graph-API plan or a legacy algorithm.
+absl::Status RunChosen(const ConvCudaPlan::Descriptors& d, const ConvShape& sh, ConvPass pass,
+                       const void* in0, const void* in1, void* out, void* workspace,
+                       const CudaContext& ctx) {
+  const int p = static_cast<int>(pass);
+  if (d.direct[p]) return RunDirect(sh, d.precision, pass, in0, in1, out, workspace, ctx);
+  if (d.graph[p]) return d.graph[p]->Run(in0, in1, out, workspace, ctx);
+  return RunLegacy(d, pass, in0, in1, out, workspace, d.legacy_workspace[p], ctx);
+}
+
 // Graph-API engines timed per pass: cuDNN's heuristics rank them, and the fastest is almost
 // always among the first few (TOPIARY_CONV_LOG shows the ranking's winners).
 constexpr int kMaxCandidates = 8;
@@ -246,6 +297,37 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   auto ms_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
   };
+  // The direct kernel, when allowed, against the best time so far: chosen when faster.
+  auto try_direct = [&](float best) -> absl::Status {
+    if (!measure || !DirectAllowed(sh, precision, pass, workspace_limit, ctx) || !o.ok()) {
+      return absl::OkStatus();
+    }
+    const size_t bytes = DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+    Scratch ws(bytes);
+    if (ws.p == nullptr) return absl::OkStatus();
+    // One untimed call first: TimeCandidate's first call decides whether a candidate is
+    // worth timing, and the kernel's first launch would pay for loading its module.
+    if (!RunDirect(sh, precision, pass, o.in0(pass), o.in1(pass), o.out(pass), ws.p, ctx).ok()) {
+      return CudaStatus(cudaGetLastError(), what);
+    }
+    auto t = TimeCandidate(
+        [&] {
+          return RunDirect(sh, precision, pass, o.in0(pass), o.in1(pass), o.out(pass), ws.p, ctx);
+        },
+        best, ctx);
+    if (ConvLogEnabled()) {
+      std::fprintf(stderr, "%s %s: direct kernel %.4f ms against %.4f ms\n", what.c_str(),
+                   PassName(pass), t.ok() ? *t : -1.0f, best);
+    }
+    if (!t.ok() || *t >= best) return CudaStatus(cudaGetLastError(), what);
+    *chosen = ConvPassAlgo();
+    chosen->direct = true;
+    chosen->ms = *t;
+    d.graph[p].reset();
+    d.direct[p] = true;
+    d.direct_workspace[p] = bytes;
+    return absl::OkStatus();
+  };
   auto candidates = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic,
                                               measure ? kMaxCandidates : 1, ctx);
   const double candidates_ms = ms_since(start);
@@ -254,7 +336,17 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
       std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
                    candidates.ok() ? "none usable" : candidates.status().ToString().c_str());
     }
-    return absl::OkStatus();
+    if (!measure || !o.ok()) return absl::OkStatus();
+    Scratch ws(d.legacy_workspace[p]);
+    if (ws.p == nullptr) return absl::OkStatus();
+    auto legacy = TimeCandidate(
+        [&] {
+          return RunLegacy(d, pass, o.in0(pass), o.in1(pass), o.out(pass), ws.p,
+                           d.legacy_workspace[p], ctx);
+        },
+        1e30f, ctx);
+    chosen->ms = legacy.ok() ? *legacy : -1;
+    return try_direct(legacy.ok() ? *legacy : 1e30f);
   }
   size_t ws_bytes = d.legacy_workspace[p];
   for (const auto& c : *candidates) ws_bytes = std::max(ws_bytes, c->workspace_bytes());
@@ -302,7 +394,8 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
                  candidates_ms, ms_since(start) - candidates_ms);
   }
   if (best_index >= 0) use_graph(best_index, best);
-  return CudaStatus(cudaGetLastError(), what);
+  TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), what));
+  return try_direct(best);
 }
 
 // Makes a pass from a known choice and runs it once on the zeroed operands (the caller waits
@@ -313,7 +406,15 @@ absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Prec
                          const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
   d.graph[p].reset();
-  if (known.graph) {
+  d.direct[p] = false;
+  if (known.direct) {
+    if (!DirectAllowed(sh, precision, pass, workspace_limit, ctx)) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s %s: the direct kernel does not take it", what, PassName(pass)));
+    }
+    d.direct[p] = true;
+    d.direct_workspace[p] = DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+  } else if (known.graph) {
     TOPIARY_ASSIGN_OR_RETURN(
         auto c, GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 1,
                                           ctx, known.engine));
@@ -326,14 +427,12 @@ absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Prec
     TOPIARY_RETURN_IF_ERROR(
         SetLegacy(d, pass, known, precision == Precision::kFp32, workspace_limit, what, ctx));
   }
-  const size_t ws_bytes = d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p];
+  const size_t ws_bytes = PassWorkspace(d, p);
   Scratch ws(ws_bytes);
   if (!o.ok() || ws.p == nullptr) {
     return absl::ResourceExhaustedError(what + ": no memory to try the known plan");
   }
-  void *in0 = o.in0(pass), *in1 = o.in1(pass), *out = o.out(pass);
-  return d.graph[p] ? d.graph[p]->Run(in0, in1, out, ws.p, ctx)
-                    : RunLegacy(d, pass, in0, in1, out, ws.p, ws_bytes, ctx);
+  return RunChosen(d, sh, pass, o.in0(pass), o.in1(pass), o.out(pass), ws.p, ctx);
 }
 
 constexpr ConvPass kPasses[3] = {ConvPass::kForward, ConvPass::kBackwardData,
@@ -374,6 +473,7 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(
       plan->dtype_ == DType::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   plan->d_ = std::make_unique<Descriptors>();
   Descriptors& d = *plan->d_;
+  d.precision = precision;
   const std::string what = Describe(sh);
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnCreateTensorDescriptor(&d.x), what));
   TOPIARY_RETURN_IF_ERROR(CudnnStatus(cudnnCreateTensorDescriptor(&d.y), what));
@@ -423,6 +523,7 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(
     const bool measure = search.measure && !deterministic;
     for (int p = 0; p < 3; ++p) {
       d.graph[p].reset();
+      d.direct[p] = false;
       TOPIARY_RETURN_IF_ERROR(ChoosePass(d, sh, precision, kPasses[p], workspace_limit,
                                          deterministic, measure, trial, what, ctx,
                                          &plan->algos_.pass[p]));
@@ -430,8 +531,7 @@ absl::StatusOr<std::unique_ptr<ConvCudaPlan>> ConvCudaPlan::Create(
     plan->source_ = measure ? ConvPlanSource::kMeasured : ConvPlanSource::kHeuristic;
   }
   for (int p = 0; p < 3; ++p) {
-    plan->workspace_bytes_ = std::max(
-        plan->workspace_bytes_, d.graph[p] ? d.graph[p]->workspace_bytes() : d.legacy_workspace[p]);
+    plan->workspace_bytes_ = std::max(plan->workspace_bytes_, PassWorkspace(d, p));
   }
   return plan;
 }
@@ -448,10 +548,8 @@ ConvCudaPlan::~ConvCudaPlan() {
 
 absl::Status ConvCudaPlan::RunPass(int pass, const void* in0, const void* in1, void* out,
                                    void* workspace, const CudaContext& ctx) const {
-  const absl::Status st = d_->graph[pass]
-                              ? d_->graph[pass]->Run(in0, in1, out, workspace, ctx)
-                              : RunLegacy(*d_, static_cast<ConvPass>(pass), in0, in1, out,
-                                          workspace, d_->legacy_workspace[pass], ctx);
+  const absl::Status st =
+      RunChosen(*d_, shape_, static_cast<ConvPass>(pass), in0, in1, out, workspace, ctx);
   if (st.ok()) return st;
   return absl::Status(st.code(), Describe(shape_) + " " + PassName(static_cast<ConvPass>(pass)) +
                                      ": " + std::string(st.message()));

@@ -1,6 +1,7 @@
 // CUDA kernels of convolutions (cuDNN, grouped, sampled weight gradients) and the linear layer
 // against their CPU twins, over the shared fixture of kernels/cuda_test_util.h.
 #include "kernels/conv/conv.h"
+#include "kernels/conv/direct_conv.h"
 #include "kernels/conv/grouped_conv.h"
 #include "kernels/conv/linear.h"
 #include "kernels/conv/sampled_grad.h"
@@ -50,6 +51,152 @@ TEST_F(CudaKernels, ConvMatchesCpu) {
       EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
     }
   }
+}
+
+// The three passes of a convolution in float64 (the direct kernels' reference).
+struct Float64Conv {
+  std::vector<float> y, dx, dw;
+  Float64Conv(const ConvShape& s, const std::vector<float>& x, const std::vector<float>& w,
+              const std::vector<float>& dy) {
+    const int ho = s.ho(), wo = s.wo();
+    std::vector<double> ry(dy.size(), 0), rdx(x.size(), 0), rdw(w.size(), 0);
+    for (int n = 0; n < s.n; ++n)
+      for (int p = 0; p < ho; ++p)
+        for (int q = 0; q < wo; ++q)
+          for (int r = 0; r < s.r; ++r)
+            for (int t = 0; t < s.s; ++t) {
+              const int h = p * s.stride_h - s.pad_h + r, col = q * s.stride_w - s.pad_w + t;
+              if (h < 0 || h >= s.h || col < 0 || col >= s.w) continue;
+              const size_t xi = ((static_cast<size_t>(n) * s.h + h) * s.w + col) * s.c;
+              const size_t yi = ((static_cast<size_t>(n) * ho + p) * wo + q) * s.k;
+              for (int k = 0; k < s.k; ++k) {
+                const size_t wi = ((static_cast<size_t>(k) * s.r + r) * s.s + t) * s.c;
+                for (int c = 0; c < s.c; ++c) {
+                  ry[yi + k] += static_cast<double>(x[xi + c]) * w[wi + c];
+                  rdx[xi + c] += static_cast<double>(dy[yi + k]) * w[wi + c];
+                  rdw[wi + c] += static_cast<double>(dy[yi + k]) * x[xi + c];
+                }
+              }
+            }
+    y.assign(ry.begin(), ry.end());
+    dx.assign(rdx.begin(), rdx.end());
+    dw.assign(rdw.begin(), rdw.end());
+  }
+};
+
+// The direct fp32 kernels against float64 on random operands: batch 1, odd and non-square
+// maps, stride 2, 1x1, no padding, every output-channel tile (8-64) and input-channel split,
+// the largest channel counts taken; and the passes they refuse.
+TEST_F(CudaKernels, DirectConvMatchesFloat64) {
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 8, 16, 3, 3, 1, 1), 0));    // C % 16
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 16, 12, 3, 3, 1, 1), 0));   // K % 8
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 256, 64, 3, 3, 1, 1), 0));  // C > 128
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 16, 16, 5, 5, 1, 2), 0));   // 5x5
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 9, 9, 16, 16, 3, 3, 2, 1), 1));   // stride 2
+  EXPECT_FALSE(DirectConvSupported(MakeConv(2, 9, 9, 16, 8, 3, 3, 1, 1), 1));    // K % 16
+  for (const ConvShape& sh :
+       {MakeConv(1, 7, 5, 16, 8, 3, 3, 1, 1), MakeConv(2, 9, 9, 32, 24, 3, 3, 2, 1),
+        MakeConv(3, 6, 7, 16, 16, 1, 1, 1, 0), MakeConv(2, 11, 13, 48, 40, 1, 1, 2, 0),
+        MakeConv(4, 32, 32, 16, 16, 3, 3, 1, 1), MakeConv(3, 8, 8, 64, 64, 3, 3, 1, 1),
+        MakeConv(2, 16, 16, 128, 128, 3, 3, 1, 1), MakeConv(1, 5, 6, 16, 32, 3, 3, 1, 0),
+        MakeConv(2, 17, 15, 32, 64, 3, 3, 2, 1)}) {
+    SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.w) +
+                 "x" + std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
+                 std::to_string(sh.r) + " stride " + std::to_string(sh.stride_h));
+    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+    const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+    const auto x = RandomFloats(nx, 30), w = RandomFloats(nw, 31), g = RandomFloats(ny, 32);
+    const Float64Conv ref(sh, x, w, g);
+    Dev<float> dx(x), dw(w), dg(g), y(ny), gx(nx), gw(nw);
+    size_t ws_bytes = 0;
+    for (int p = 0; p < 3; ++p) {
+      ws_bytes = std::max(ws_bytes, DirectConvWorkspaceBytes(sh, p, ctx_.sm_count));
+    }
+    Dev<uint8_t> ws(ws_bytes);
+    ASSERT_TRUE(DirectConvSupported(sh, 0));
+    ASSERT_TRUE(DirectConvSupported(sh, 2));
+    ASSERT_TRUE(DirectConvForwardCuda(sh, dx.get(), dw.get(), y.get(), false, ctx_).ok());
+    ASSERT_TRUE(
+        DirectConvBackwardFilterCuda(sh, dx.get(), dg.get(), gw.get(), ws.get(), ctx_).ok());
+    const bool data = sh.stride_h == 1 && sh.k % 16 == 0;
+    ASSERT_EQ(DirectConvSupported(sh, 1), data);
+    if (data) {
+      ASSERT_TRUE(
+          DirectConvBackwardDataCuda(sh, dg.get(), dw.get(), gx.get(), ws.get(), false, ctx_).ok());
+    }
+    Sync();
+    EXPECT_LT(Rel(y.Host(), ref.y), 1e-5);
+    EXPECT_LT(Rel(gw.Host(), ref.dw), 1e-5);
+    if (data) {
+      EXPECT_LT(Rel(gx.Host(), ref.dx), 1e-5);
+    }
+    // TF32 on tensor cores: operands rounded to 10-bit mantissas (relative error 2^-11 each).
+    ASSERT_TRUE(DirectConvForwardCuda(sh, dx.get(), dw.get(), y.get(), true, ctx_).ok());
+    if (data) {
+      ASSERT_TRUE(
+          DirectConvBackwardDataCuda(sh, dg.get(), dw.get(), gx.get(), ws.get(), true, ctx_).ok());
+    }
+    Sync();
+    const double tf32_y = Rel(y.Host(), ref.y);
+    EXPECT_LT(tf32_y, 3e-3);
+    EXPECT_GT(tf32_y, 1e-6);  // the tensor-core path really ran: not fp32's error
+    if (data) {
+      EXPECT_LT(Rel(gx.Host(), ref.dx), 3e-3);
+    }
+    // The same bits on a second run: fixed summation order, no atomics.
+    Dev<float> gw2(nw);
+    ASSERT_TRUE(
+        DirectConvBackwardFilterCuda(sh, dx.get(), dg.get(), gw2.get(), ws.get(), ctx_).ok());
+    Sync();
+    EXPECT_EQ(gw.Host(), gw2.Host());
+  }
+}
+
+// A plan restored with the direct kernel on every pass (as a cached measurement would make
+// it) runs it, in fp32 and TF32, and refuses it for bf16 and shapes it does not take.
+TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
+  ConvAlgos direct;
+  for (ConvPassAlgo& a : direct.pass) a.direct = true;
+  const ConvShape sh = MakeConv(3, 12, 10, 32, 16, 3, 3, 1, 1);
+  const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+  const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+  const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+  const auto x = RandomFloats(nx, 40), w = RandomFloats(nw, 41), g = RandomFloats(ny, 42);
+  const Float64Conv ref(sh, x, w, g);
+  for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+    SCOPED_TRACE(PrecisionName(p));
+    ConvSearch search;
+    search.known = &direct;
+    auto plan = ConvCudaPlan::Create(sh, p, size_t{1} << 30, false, ctx_, search);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ((*plan)->source(), ConvPlanSource::kKnown);
+    for (int pass = 0; pass < 3; ++pass) EXPECT_TRUE((*plan)->algos().pass[pass].direct);
+    Dev<float> dx(x), dw(w), dg(g), y(ny), gx(nx), gw(nw);
+    Dev<uint8_t> ws((*plan)->workspace_bytes());
+    ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), nullptr, y.get(), ws.get(), ctx_).ok());
+    ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ws.get(), ctx_).ok());
+    ASSERT_TRUE(
+        (*plan)->BackwardFilter(dx.get(), dg.get(), gw.get(), nullptr, ws.get(), ctx_).ok());
+    Sync();
+    // fp32 plans: fp32 products; TF32 plans: TF32 forward and backward data, fp32 filter.
+    const double tol = p == Precision::kFp32 ? 1e-5 : 3e-3;
+    EXPECT_LT(Rel(y.Host(), ref.y), tol);
+    EXPECT_LT(Rel(gx.Host(), ref.dx), tol);
+    EXPECT_LT(Rel(gw.Host(), ref.dw), 1e-5);
+  }
+  // Not for bf16, nor at stride 2 backward data: the known plan is refused and searched anew.
+  ConvSearch search;
+  search.known = &direct;
+  auto bf16 = ConvCudaPlan::Create(sh, Precision::kBf16, size_t{1} << 30, false, ctx_, search);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_NE((*bf16)->source(), ConvPlanSource::kKnown);
+  for (int pass = 0; pass < 3; ++pass) EXPECT_FALSE((*bf16)->algos().pass[pass].direct);
+  auto strided = ConvCudaPlan::Create(MakeConv(2, 9, 9, 32, 16, 3, 3, 2, 1), Precision::kFp32,
+                                      size_t{1} << 30, false, ctx_, search);
+  ASSERT_TRUE(strided.ok()) << strided.status();
+  EXPECT_NE((*strided)->source(), ConvPlanSource::kKnown);
+  EXPECT_FALSE((*strided)->algos().pass[1].direct);
 }
 
 // Grouped and depthwise convolutions (imported networks) within rounding, both element types.

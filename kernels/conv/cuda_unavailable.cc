@@ -1,5 +1,6 @@
 // The CUDA entry points of kernels/conv in a CPU-only build (see kernels/runtime/no_cuda.h).
 #include "kernels/conv/conv.h"
+#include "kernels/conv/direct_conv.h"
 #include "kernels/conv/grouped_conv.h"
 #include "kernels/conv/linear.h"
 #include "kernels/conv/sampled_grad.h"
@@ -7,6 +8,20 @@
 
 namespace topiary::kernels {
 
+bool DirectConvSupported(const ConvShape&, int) { return false; }
+size_t DirectConvWorkspaceBytes(const ConvShape&, int, int) { return 0; }
+absl::Status DirectConvForwardCuda(const ConvShape&, const float*, const float*, float*, bool,
+                                   const CudaContext&) {
+  return NoCuda();
+}
+absl::Status DirectConvBackwardDataCuda(const ConvShape&, const float*, const float*, float*, void*,
+                                        bool, const CudaContext&) {
+  return NoCuda();
+}
+absl::Status DirectConvBackwardFilterCuda(const ConvShape&, const float*, const float*, float*,
+                                          void*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status GroupedConvForwardCuda(DType, const GroupedConvShape&, const void*, const float*,
                                     const float*, void*, const CudaContext&) {
   return NoCuda();

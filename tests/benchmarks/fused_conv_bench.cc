@@ -9,11 +9,14 @@
 //   wgrad     conv backward filter
 //   wgrad_sbr relu(x*scale+bias) -> conv backward filter
 //   bn_stats  the statistics pass alone (what a fused epilogue replaces)
+//   fwd_red   conv -> y, and sum(y), sum(y*y) by generic reduction nodes (fwd_red1: sum(y) only)
+//   dgrad_red dgrad -> dy', dReLU at bn(x) -> sum(g), sum(g*x) (dgrad_red1: sum(dy') only)
 // Unfused, a layer costs fwd + bn_fwd forward and dgrad + wgrad + bn_bwd backward; fused,
 // fwd_sbrcs forward and dgrad_dbn + wgrad_sbr + a pointwise dx pass backward. -1: no plan.
 //
 //   fused_conv_bench [--batch50 256] [--batch20 512] [--iters 20] [--plans 8] [--io bf16|half]
-//                    [--channel_type float|io] [--layers N]
+//                    [--channel_type float|io] [--layers N] [--deterministic 0|1]
+//                    [--graphs fwd,fwd_red,...]
 // (The data are bf16 bits whatever --io says: timing only.)
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
@@ -40,6 +43,8 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 using Pack = std::unordered_map<TensorPtr, void*>;
 
 int max_plans = 8, max_layers = 100;
+bool deterministic = false;  // --deterministic 1: ask the reduction nodes for determinism
+std::string only_graphs;     // --graphs a,b: time only these graphs (the others print -1)
 // --io bf16|half: the activations' type; --channel_type float|io: the per-channel operands'
 // (scale, bias, mean, inverse std) type.
 fe::DataType_t io_type = fe::DataType_t::BFLOAT16;
@@ -68,6 +73,10 @@ struct Built {
 
 // The fastest plan of a built graph (ms), or -1 when none finalizes or runs.
 double Best(const std::string& what, Built& b, const CudaContext& cuda, int iters) {
+  if (!only_graphs.empty()) {
+    const std::string graph = what.substr(what.rfind(' ') + 1);
+    if (("," + only_graphs + ",").find("," + graph + ",") == std::string::npos) return -1;
+  }
   fe::graph::Graph& g = *b.graph;
   auto ok = [&](fe::error_t e, const char* step) {
     if (e.is_good()) return true;
@@ -196,6 +205,22 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
     p[sq] = o.sq;
   };
 
+  // A per-channel sum of t over [n, h, w] by a generic reduction node, written in fp32.
+  auto reduce = [&](fe::graph::Graph& g, Pack& p, TensorPtr t, int64_t channels, float* ptr) {
+    auto r = g.reduction(t, fe::graph::Reduction_attributes()
+                                .set_mode(fe::ReductionMode_t::ADD)
+                                .set_is_deterministic(deterministic)
+                                .set_compute_data_type(fe::DataType_t::FLOAT));
+    r->set_output(true)
+        .set_dim({1, channels, 1, 1})
+        .set_stride({channels, 1, channels, channels})
+        .set_data_type(fe::DataType_t::FLOAT);
+    p[r] = ptr;
+  };
+  auto mul = [&](fe::graph::Graph& g, TensorPtr a, TensorPtr b) {
+    return g.pointwise(a, b, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::MUL));
+  };
+
   Built fwd = make([&](fe::graph::Graph& g, Pack& p) {
     out(p, g.conv_fprop(x_t(g, p), w_t(g, p), ConvAttr<fe::graph::Conv_fprop_attributes>(s)), o.y,
         {});
@@ -206,7 +231,34 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
     out(p, y, o.y, {});
     stats(g, p, y);
   });
+  Built fwd_red = make([&](fe::graph::Graph& g, Pack& p) {
+    auto y = g.conv_fprop(x_t(g, p), w_t(g, p), ConvAttr<fe::graph::Conv_fprop_attributes>(s));
+    out(p, y, o.y, {});
+    reduce(g, p, y, s.k, o.sum);
+    reduce(g, p, mul(g, y, y), s.k, o.sq);
+  });
+  Built fwd_red1 = make([&](fe::graph::Graph& g, Pack& p) {
+    auto y = g.conv_fprop(x_t(g, p), w_t(g, p), ConvAttr<fe::graph::Conv_fprop_attributes>(s));
+    out(p, y, o.y, {});
+    reduce(g, p, y, s.k, o.sum);
+  });
   const auto dgrad_attr = ConvAttr<fe::graph::Conv_dgrad_attributes>(s);
+  Built dgrad_red = make([&](fe::graph::Graph& g, Pack& p) {
+    auto dg = g.conv_dgrad(dy_t(g, p), w_t(g, p), dgrad_attr);
+    out(p, dg, o.dx, {s.n, s.c, s.h, s.w});
+    auto x = x_t(g, p);
+    auto bn = g.pointwise(mul(g, x, chan(g, p, "scale", o.scale)), chan(g, p, "bias", o.bias),
+                          fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+    auto m = g.pointwise(dg, bn,
+                         fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_BWD));
+    reduce(g, p, m, s.c, o.d[0]);
+    reduce(g, p, mul(g, m, x), s.c, o.d[1]);
+  });
+  Built dgrad_red1 = make([&](fe::graph::Graph& g, Pack& p) {
+    auto dg = g.conv_dgrad(dy_t(g, p), w_t(g, p), dgrad_attr);
+    out(p, dg, o.dx, {s.n, s.c, s.h, s.w});
+    reduce(g, p, dg, s.c, o.d[0]);
+  });
   Built dgrad = make([&](fe::graph::Graph& g, Pack& p) {
     out(p, g.conv_dgrad(dy_t(g, p), w_t(g, p), dgrad_attr), o.dx, {s.n, s.c, s.h, s.w});
   });
@@ -245,6 +297,10 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
   const double t_sbrcs = Best(name + " fwd_sbrcs", sbrcs, cuda, iters);
   const double t_dgrad = Best(name + " dgrad", dgrad, cuda, iters);
   const double t_dgrad_dbn = Best(name + " dgrad_dbn", dgrad_dbn, cuda, iters);
+  const double t_fwd_red = Best(name + " fwd_red", fwd_red, cuda, iters);
+  const double t_fwd_red1 = Best(name + " fwd_red1", fwd_red1, cuda, iters);
+  const double t_dgrad_red = Best(name + " dgrad_red", dgrad_red, cuda, iters);
+  const double t_dgrad_red1 = Best(name + " dgrad_red1", dgrad_red1, cuda, iters);
   const double t_wgrad = Best(name + " wgrad", wgrad, cuda, iters);
   const double t_wgrad_sbr = Best(name + " wgrad_sbr", wgrad_sbr, cuda, iters);
 
@@ -273,9 +329,10 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
   absl::PrintF(
       "{\"layer\":\"%s\",\"batch\":%d,\"c\":%d,\"k\":%d,\"r\":%d,\"hw\":%d,\"fwd\":%.4f,"
       "\"fwd_sbrcs\":%.4f,\"bn_fwd\":%.4f,\"bn_stats\":%.4f,\"dgrad\":%.4f,\"dgrad_dbn\":%.4f,"
-      "\"wgrad\":%.4f,\"wgrad_sbr\":%.4f,\"bn_bwd\":%.4f}\n",
+      "\"wgrad\":%.4f,\"wgrad_sbr\":%.4f,\"bn_bwd\":%.4f,\"fwd_red\":%.4f,\"fwd_red1\":%.4f,"
+      "\"dgrad_red\":%.4f,\"dgrad_red1\":%.4f}\n",
       name, batch, s.c, s.k, s.r, s.h, t_fwd, t_sbrcs, t_bn_fwd, t_bn_stats, t_dgrad, t_dgrad_dbn,
-      t_wgrad, t_wgrad_sbr, t_bn_bwd);
+      t_wgrad, t_wgrad_sbr, t_bn_bwd, t_fwd_red, t_fwd_red1, t_dgrad_red, t_dgrad_red1);
   std::fflush(stdout);
   for (void* ptr : {o.x, o.w, o.y, o.dy, o.dx, o.dw, o.drelu}) cudaFree(ptr);
   for (float* ptr : {o.scale, o.bias, o.mean, o.inv, o.sum, o.sq, rm, rv, dgamma, dbeta, ss, ws}) {
@@ -295,6 +352,8 @@ int main(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--plans") max_plans = std::atoi(v.c_str());
     if (k == "--layers") max_layers = std::atoi(v.c_str());
+    if (k == "--deterministic") deterministic = v == "1";
+    if (k == "--graphs") only_graphs = v;
     if (k == "--io" && v == "half") io_type = cudnn_frontend::DataType_t::HALF;
     if (k == "--channel_type" && v == "io") channel_type = io_type;
   }

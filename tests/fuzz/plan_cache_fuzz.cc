@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!back.ok() || back->first != entry->first) __builtin_trap();
     for (int p = 0; p < 3; ++p) {
       const auto &a = entry->second.pass[p], &b = back->second.pass[p];
-      if (a.graph != b.graph || a.engine != b.engine || a.algo != b.algo || a.math != b.math) {
+      if (a.graph != b.graph || a.direct != b.direct || a.engine != b.engine || a.algo != b.algo ||
+          a.math != b.math) {
         __builtin_trap();
       }
     }

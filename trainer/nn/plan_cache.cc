@@ -24,10 +24,11 @@ constexpr char kVersion[] = "v1";
 constexpr size_t kMaxLineBytes = 1024;
 constexpr size_t kMaxNotes = 8;
 
-// "G <engine> <ms>" or "L <algo> <math> <ms>".
+// "G <engine> <ms>", "L <algo> <math> <ms>" or "D <ms>" (the direct kernel).
 std::string FormatPass(const kernels::ConvPassAlgo& a) {
-  return a.graph ? absl::StrFormat("G %d %.5f", a.engine, a.ms)
-                 : absl::StrFormat("L %d %d %.5f", a.algo, a.math, a.ms);
+  return a.direct  ? absl::StrFormat("D %.5f", a.ms)
+         : a.graph ? absl::StrFormat("G %d %.5f", a.engine, a.ms)
+                   : absl::StrFormat("L %d %d %.5f", a.algo, a.math, a.ms);
 }
 
 absl::StatusOr<float> ParseMs(absl::string_view s) {
@@ -42,6 +43,12 @@ absl::StatusOr<kernels::ConvPassAlgo> ParsePass(absl::string_view field) {
   const std::vector<absl::string_view> w = absl::StrSplit(field, ' ');
   kernels::ConvPassAlgo a;
   int64_t v0 = 0, v1 = 0;
+  if (w.size() == 2 && w[0] == "D") {
+    a.direct = true;
+    TOPIARY_ASSIGN_OR_RETURN(auto ms, ParseMs(w[1]));
+    a.ms = ms;
+    return a;
+  }
   if (w.size() == 3 && w[0] == "G") {
     if (!absl::SimpleAtoi(w[1], &v0) || v0 < 0 || v0 > 1000000) {
       return absl::InvalidArgumentError(absl::StrCat("engine '", w[1], "' is not 0..1000000"));
@@ -66,7 +73,7 @@ absl::StatusOr<kernels::ConvPassAlgo> ParsePass(absl::string_view field) {
     return a;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("pass '", field, "' is neither 'G engine ms' nor 'L algo math ms'"));
+      absl::StrCat("pass '", field, "' is not 'G engine ms', 'L algo math ms' or 'D ms'"));
 }
 
 // The file's contents, when it is a regular file (not a link) of at most kMaxFileBytes; an

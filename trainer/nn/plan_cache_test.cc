@@ -37,10 +37,9 @@ ConvAlgos Sample() {
   a.pass[0].ms = 0.125f;
   a.pass[1].algo = 1;
   a.pass[1].math = 2;
-  a.pass[1].ms = 3.5f;
-  a.pass[2].algo = 0;
-  a.pass[2].math = 3;
-  a.pass[2].ms = -1;  // untimed
+  a.pass[1].ms = -1;        // untimed
+  a.pass[2].direct = true;  // the direct kernel
+  a.pass[2].ms = 0.0625f;
   return a;
 }
 
@@ -55,6 +54,7 @@ std::string SampleKey(int n = 128) {
 void ExpectSame(const ConvAlgos& a, const ConvAlgos& b) {
   for (int p = 0; p < 3; ++p) {
     EXPECT_EQ(a.pass[p].graph, b.pass[p].graph) << p;
+    EXPECT_EQ(a.pass[p].direct, b.pass[p].direct) << p;
     if (a.pass[p].graph) {
       EXPECT_EQ(a.pass[p].engine, b.pass[p].engine) << p;
     } else {
@@ -108,9 +108,11 @@ TEST(PlanCacheTest, DamagedLinesAreRefusedNamingTheProblem) {
       {absl::StrCat(key, "\t", good, "\t", good, "\tL 1 3 inf"), "time"},
       {absl::StrCat(key, "\t", good, "\t", good, "\tL 1 3 -2"), "time"},
       {absl::StrCat(key, "\t", good, "\t", good, "\tG 1 1e9"), "time"},
-      {absl::StrCat(key, "\t", good, "\t", good, "\tX 1 1"), "neither"},
-      {absl::StrCat(key, "\t", good, "\t", good, "\tG 1 1 extra"), "neither"},
-      {absl::StrCat(key, "\t", good, "\t", good, "\t"), "neither"},
+      {absl::StrCat(key, "\t", good, "\t", good, "\tD nan"), "time"},
+      {absl::StrCat(key, "\t", good, "\t", good, "\tX 1 1"), "is not"},
+      {absl::StrCat(key, "\t", good, "\t", good, "\tG 1 1 extra"), "is not"},
+      {absl::StrCat(key, "\t", good, "\t", good, "\tD 1 1"), "is not"},
+      {absl::StrCat(key, "\t", good, "\t", good, "\t"), "is not"},
       {std::string(5000, 'v'), "bytes"},
   };
   for (const Case& c : cases) {

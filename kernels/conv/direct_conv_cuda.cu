@@ -1,0 +1,617 @@
+// Direct fp32 convolutions for small channel counts (see direct_conv.h).
+//
+// Forward: a block owns a tile of up to 128 output pixels of one image and KT output channels.
+// It stages, 16 input channels at a time, the tile's input window (zeros in the padding) and
+// the filter chunk in shared memory; each thread accumulates 4 pixels x 8 output channels in
+// registers, reading per tap and 4 channels four float4s of input and eight of filter for 128
+// FMAs. A thread's 4 pixels are spread over the tile (pg, pg + tile/4, ...) so that the
+// neighbouring threads of a warp read neighbouring pixels, which kPixStride puts in different
+// banks; the filter chunk is stored [tap][c][half][kg][4] so that the 8-channel groups of a
+// warp read consecutive float4s.
+//
+// Backward data (stride 1) is the forward kernel on dy with the filter transposed and flipped
+// (pad R-1-pad). Backward filter: a block owns KT output channels, 16 input channels and all
+// taps, and walks a fixed set of output tiles, staging each tile's input window and output
+// gradients; a team of threads covers the block's outputs (8 output channels x 4 input
+// channels of one tap each) and replicated teams split the tile's pixels. The blocks' partial
+// filters go to the workspace and one more kernel adds them in a fixed order: the same bits
+// on every run.
+#include <algorithm>
+#include <initializer_list>
+#include <type_traits>
+
+#include "absl/strings/str_format.h"
+#include "kernels/conv/direct_conv.h"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_launch.cuh"
+#include "util/status_macros.h"
+
+namespace topiary::kernels {
+namespace {
+
+constexpr int kChunk = 16;              // reduced channels staged per round
+constexpr int kPixStride = kChunk + 4;  // floats per staged pixel (bank spread)
+constexpr int kPx = 4;                  // output pixels per thread (forward)
+constexpr int kTilePixels = 128;        // output pixels per block (forward)
+constexpr int kMaxChannels = 128;
+constexpr int kMaxSmemBytes = 200 * 1024;
+
+struct FwdTile {
+  int th = 0, tw = 0;            // output rows and columns per block
+  int rows_in = 0, cols_in = 0;  // the staged input window
+  int ksplit = 1;                // thread teams per block, each reducing its own channel chunks
+};
+
+// A block's output tile (and, for the forward kernel, its channel split: a block of few
+// threads gets more teams, each summing every ksplit-th chunk of 16 input channels, so that
+// small maps still give the SMs enough warps).
+FwdTile ChooseTile(const ConvShape& s, int kt = 0) {
+  FwdTile t;
+  const int wo = s.wo();
+  t.tw = wo >= 32 ? 32 : wo >= 16 ? 16 : 8;  // narrower maps leave columns idle
+  t.th = std::min(kTilePixels / t.tw, s.ho());
+  t.rows_in = (t.th - 1) * s.stride_h + s.r;
+  t.cols_in = (t.tw - 1) * s.stride_w + s.s;
+  if (kt > 0) {
+    const int team = t.th * t.tw / kPx * (kt / 8), chunks = s.c / kChunk;
+    const int replica_bytes = (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * kt) * 4;
+    while (t.ksplit * 2 * team <= 256 && chunks % (t.ksplit * 2) == 0 &&
+           t.ksplit * 2 * replica_bytes <= kMaxSmemBytes) {
+      t.ksplit *= 2;
+    }
+  }
+  return t;
+}
+
+// The widest output-channel tile (8 channels per thread group) that divides k.
+int ChooseKt(int k) { return k % 64 == 0 ? 64 : k % 32 == 0 ? 32 : k % 16 == 0 ? 16 : 8; }
+
+__device__ __forceinline__ float Lane(const float4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void Fma8(float (&acc)[8], float a, const float4& lo, const float4& hi) {
+  acc[0] += a * lo.x, acc[1] += a * lo.y, acc[2] += a * lo.z, acc[3] += a * lo.w;
+  acc[4] += a * hi.x, acc[5] += a * hi.y, acc[6] += a * hi.z, acc[7] += a * hi.w;
+}
+
+// Rounds to TF32 (10-bit mantissa), to nearest, ties away: cuDNN's TF32 rounding.
+__device__ __forceinline__ float RoundTf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return __uint_as_float(r);
+}
+
+// Stages `chunks` consecutive 16-channel chunks, from channel c0, of the input window whose
+// top-left pixel is (h0, w0) of image xn: [chunk][pixel][kPixStride], zeros in the padding,
+// each value rounded to TF32 when kTf32.
+template <bool kTf32>
+__device__ void StageWindow(const ConvShape& s, const FwdTile& t, const float* __restrict__ xn,
+                            int h0, int w0, int c0, int chunks, float* dst) {
+  const int in_vecs = t.rows_in * t.cols_in * (kChunk / 4);
+  const int window = t.rows_in * t.cols_in * kPixStride;
+  for (int i = threadIdx.x; i < in_vecs * chunks; i += blockDim.x) {
+    const int chunk = i / in_vecs, rest = i % in_vecs;
+    const int v = rest % (kChunk / 4), pos = rest / (kChunk / 4);
+    const int h = h0 + pos / t.cols_in, col = w0 + pos % t.cols_in;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (h >= 0 && h < s.h && col >= 0 && col < s.w) {
+      val = *reinterpret_cast<const float4*>(xn + (static_cast<int64_t>(h) * s.w + col) * s.c + c0 +
+                                             chunk * kChunk + v * 4);
+    }
+    if (kTf32) {
+      val = make_float4(RoundTf32(val.x), RoundTf32(val.y), RoundTf32(val.z), RoundTf32(val.w));
+    }
+    *reinterpret_cast<float4*>(dst + chunk * window + pos * kPixStride + v * 4) = val;
+  }
+}
+
+// Teams 1.. of a block hand their kCount accumulators to team 0, which adds them in team
+// order (the same bits on every run). red: shared memory for (teams - 1) x kCount x
+// team_threads floats, free once every thread is past the main loop. False for the threads
+// of teams 1.., which are done.
+template <int kCount>
+__device__ bool GatherTeams(float* acc, int teams, int team, int lt, int team_threads, float* red) {
+  __syncthreads();
+  if (team > 0) {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) red[((team - 1) * kCount + i) * team_threads + lt] = acc[i];
+  }
+  __syncthreads();
+  if (team > 0) return false;
+  for (int other = 0; other < teams - 1; ++other) {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) acc[i] += red[(other * kCount + i) * team_threads + lt];
+  }
+  return true;
+}
+
+// Shared-memory offset of filter element (tap, c, k_local) in the [tap][c][half][kg][4] layout.
+template <int KT>
+__device__ __forceinline__ int FilterSlot(int tap, int c, int kl) {
+  constexpr int kGroups = KT / 8;
+  return (((tap * kChunk + c) * 2 + (kl & 7) / 4) * kGroups + kl / 8) * 4 + (kl & 3);
+}
+
+// Stages filter w[K, taps, C]'s channels [c0, c0 + 16) of outputs [k0, k0 + KT).
+template <int KT>
+__device__ void StageFilter(const float* __restrict__ w, int taps, int channels, int k0, int c0,
+                            float* w_s) {
+  const int vecs = KT * taps * (kChunk / 4);
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const int v = i % (kChunk / 4), rest = i / (kChunk / 4);
+    const int tap = rest % taps, kl = rest / taps;
+    const float4 val = *reinterpret_cast<const float4*>(
+        w + (static_cast<int64_t>(k0 + kl) * taps + tap) * channels + c0 + v * 4);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w_s[FilterSlot<KT>(tap, v * 4 + e, kl)] = Lane(val, e);
+  }
+}
+
+template <int KT>
+__global__ void __launch_bounds__(256)
+    ForwardKernel(ConvShape s, FwdTile t, const float* __restrict__ x, const float* __restrict__ w,
+                  float* __restrict__ y) {
+  constexpr int kGroups = KT / 8;
+  extern __shared__ float4 smem[];
+  const int window = t.rows_in * t.cols_in * kPixStride, taps = s.r * s.s;
+  const int filter_chunk = taps * kChunk * KT;
+  float* in_all = reinterpret_cast<float*>(smem);
+  float* w_all = in_all + t.ksplit * window;
+  const int ho = s.ho(), wo = s.wo();
+  const int tiles_w = (wo + t.tw - 1) / t.tw;
+  const int p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
+  const int n = blockIdx.y, k0 = blockIdx.z * KT;
+  const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+  const int groups = t.th * t.tw / kPx, team = groups * kGroups;
+  const int rep = threadIdx.x / team, lt = threadIdx.x % team;
+  const int kg = lt % kGroups, pg = lt / kGroups;
+  const float* in_s = in_all + rep * window;
+  const float* w_s = w_all + rep * filter_chunk;
+  int base[kPx];
+#pragma unroll
+  for (int j = 0; j < kPx; ++j) {
+    const int pix = pg + j * groups, row = pix / t.tw, col = pix % t.tw;
+    base[j] = (row * s.stride_h * t.cols_in + col * s.stride_w) * kPixStride;
+  }
+  float acc[kPx][8] = {};
+  const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+  // Each round stages ksplit chunks of 16 channels; replica `rep` reduces over chunk `rep`.
+  for (int c_round = 0; c_round < s.c; c_round += kChunk * t.ksplit) {
+    __syncthreads();
+    StageWindow<false>(s, t, xn, h0, w0, c_round, t.ksplit, in_all);
+    for (int chunk = 0; chunk < t.ksplit; ++chunk) {
+      StageFilter<KT>(w, taps, s.c, k0, c_round + chunk * kChunk, w_all + chunk * filter_chunk);
+    }
+    __syncthreads();
+    for (int r = 0; r < s.r; ++r) {
+      for (int q = 0; q < s.s; ++q) {
+        const int off = (r * t.cols_in + q) * kPixStride;
+        const float* wt = w_s + (r * s.s + q) * kChunk * 8 * kGroups + kg * 4;
+#pragma unroll
+        for (int v = 0; v < kChunk / 4; ++v) {
+          float4 xin[kPx];
+#pragma unroll
+          for (int j = 0; j < kPx; ++j) {
+            xin[j] = *reinterpret_cast<const float4*>(in_s + base[j] + off + v * 4);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float* wc = wt + (v * 4 + e) * 8 * kGroups;
+            const float4 lo = *reinterpret_cast<const float4*>(wc);
+            const float4 hi = *reinterpret_cast<const float4*>(wc + 4 * kGroups);
+#pragma unroll
+            for (int j = 0; j < kPx; ++j) Fma8(acc[j], Lane(xin[j], e), lo, hi);
+          }
+        }
+      }
+    }
+  }
+  if (t.ksplit > 1 &&
+      !GatherTeams<kPx * 8>(&acc[0][0], t.ksplit, rep, lt, team, reinterpret_cast<float*>(smem))) {
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kPx; ++j) {
+    const int pix = pg + j * groups, p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+    if (p >= ho || q >= wo) continue;
+    float* out = y + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kg * 8;
+    *reinterpret_cast<float4*>(out) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+    *reinterpret_cast<float4*>(out + 4) = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+  }
+}
+
+// ---- TF32 tensor-core forward (mma.sync m16n8k8) ----
+// The same blocks, staging and channel split as ForwardKernel, but each warp multiplies
+// 32 pixels (two 16-row tiles) by all KT output channels on tensor cores. Operands are rounded
+// to TF32 (round to nearest, as cuDNN's TF32) once, when staged; the filter chunk is stored
+// [tap][c][k] with rows of KT + 8 floats, so that the four channel rows a B fragment reads
+// fall in different banks.
+
+__device__ __forceinline__ void MmaTf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+constexpr int kWarpPixels = 32;  // two m16 tiles per warp
+
+struct Tf32Tile {
+  FwdTile t;
+  int warps = 1;  // per team: ceil(tile pixels / 32)
+};
+
+Tf32Tile ChooseTf32Tile(const ConvShape& s, int kt) {
+  Tf32Tile m;
+  m.t = ChooseTile(s);
+  const int pixels = m.t.th * m.t.tw;
+  m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
+  const int chunks = s.c / kChunk;
+  const int replica_bytes =
+      (m.t.rows_in * m.t.cols_in * kPixStride + s.r * s.s * kChunk * (kt + 8)) * 4;
+  while (m.t.ksplit * 2 * m.warps * 32 <= 256 && chunks % (m.t.ksplit * 2) == 0 &&
+         m.t.ksplit * 2 * replica_bytes <= kMaxSmemBytes) {
+    m.t.ksplit *= 2;
+  }
+  return m;
+}
+
+template <int KT>
+__global__ void __launch_bounds__(256)
+    ForwardTf32Kernel(ConvShape s, FwdTile t, const float* __restrict__ x,
+                      const float* __restrict__ w, float* __restrict__ y) {
+  constexpr int kN = KT / 8, kRow = KT + 8;
+  extern __shared__ float4 smem[];
+  const int window = t.rows_in * t.cols_in * kPixStride, taps = s.r * s.s;
+  const int filter_chunk = taps * kChunk * kRow;
+  float* in_all = reinterpret_cast<float*>(smem);
+  float* w_all = in_all + t.ksplit * window;
+  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
+  const int tiles_w = (wo + t.tw - 1) / t.tw;
+  const int p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
+  const int n = blockIdx.y, k0 = blockIdx.z * KT;
+  const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+  const int team_threads = blockDim.x / t.ksplit;
+  const int rep = threadIdx.x / team_threads, lt = threadIdx.x % team_threads;
+  const int warp = lt / 32, lane = lt % 32, g = lane / 4, tq = lane % 4;
+  const float* in_s = in_all + rep * window;
+  const float* w_s = w_all + rep * filter_chunk;
+  // The staged offsets of the pixels of rows g and g + 8 of the warp's two m-tiles; pixels
+  // past the tile read pixel 0 and are not stored.
+  int base[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int pix = warp * kWarpPixels + mt * 16 + h * 8 + g;
+      if (pix >= tile) pix = 0;
+      base[mt][h] =
+          ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * kPixStride;
+    }
+  float acc[2][kN][4] = {};
+  const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+  const int w_vecs = KT * taps * (kChunk / 4);
+  for (int c_round = 0; c_round < s.c; c_round += kChunk * t.ksplit) {
+    __syncthreads();
+    StageWindow<true>(s, t, xn, h0, w0, c_round, t.ksplit, in_all);
+    for (int i = threadIdx.x; i < w_vecs * t.ksplit; i += blockDim.x) {
+      const int chunk = i / w_vecs, rest = i % w_vecs;
+      const int v = rest % (kChunk / 4), rest2 = rest / (kChunk / 4);
+      const int tap = rest2 % taps, kl = rest2 / taps;
+      const float4 val =
+          *reinterpret_cast<const float4*>(w + (static_cast<int64_t>(k0 + kl) * taps + tap) * s.c +
+                                           c_round + chunk * kChunk + v * 4);
+      float* dst = w_all + chunk * filter_chunk + (tap * kChunk + v * 4) * kRow + kl;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[e * kRow] = RoundTf32(Lane(val, e));
+    }
+    __syncthreads();
+    for (int r = 0; r < s.r; ++r) {
+      for (int q = 0; q < s.s; ++q) {
+        const int off = (r * t.cols_in + q) * kPixStride;
+        const float* wt = w_s + (r * s.s + q) * kChunk * kRow;
+#pragma unroll
+        for (int kk = 0; kk < kChunk; kk += 8) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            a[mt][0] = __float_as_uint(in_s[base[mt][0] + off + kk + tq]);
+            a[mt][1] = __float_as_uint(in_s[base[mt][1] + off + kk + tq]);
+            a[mt][2] = __float_as_uint(in_s[base[mt][0] + off + kk + tq + 4]);
+            a[mt][3] = __float_as_uint(in_s[base[mt][1] + off + kk + tq + 4]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < kN; ++nt) {
+            const uint32_t b0 = __float_as_uint(wt[(kk + tq) * kRow + nt * 8 + g]);
+            const uint32_t b1 = __float_as_uint(wt[(kk + tq + 4) * kRow + nt * 8 + g]);
+            MmaTf32(acc[0][nt], a[0], b0, b1);
+            MmaTf32(acc[1][nt], a[1], b0, b1);
+          }
+        }
+      }
+    }
+  }
+  if (t.ksplit > 1 && !GatherTeams<2 * kN * 4>(&acc[0][0][0], t.ksplit, rep, lt, team_threads,
+                                               reinterpret_cast<float*>(smem))) {
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int pix = warp * kWarpPixels + mt * 16 + h * 8 + g;
+      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+      if (pix >= tile || p >= ho || q >= wo) continue;
+      float* out = y + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + 2 * tq;
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        *reinterpret_cast<float2*>(out + nt * 8) =
+            make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+    }
+}
+
+// wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter.
+__global__ void TransposeFlipKernel(ConvShape s, const float* __restrict__ w,
+                                    float* __restrict__ wt) {
+  TOPIARY_GRID_STRIDE(i, static_cast<int64_t>(s.k) * s.r * s.s * s.c) {
+    const int k = static_cast<int>(i % s.k);
+    const int64_t rest = i / s.k;
+    const int q = static_cast<int>(rest % s.s), r = static_cast<int>(rest / s.s % s.r);
+    const int c = static_cast<int>(rest / (s.s * s.r));
+    wt[i] = w[((static_cast<int64_t>(k) * s.r + (s.r - 1 - r)) * s.s + (s.s - 1 - q)) * s.c + c];
+  }
+}
+
+// Partial filter gradient of one block: outputs [k0, k0 + KT) x all taps x channels
+// [c0, c0 + 16), summed over the output tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the
+// batch. Per tile it stages the input window (as the forward kernel) and the tile's output
+// gradients; a team of (KT / 8) x taps x 4 threads covers the block's outputs, 8 output
+// channels x 4 input channels of one tap each, and `replicas` teams split the tile's pixels
+// and add their sums in team order at the end.
+template <int KT>
+__global__ void __launch_bounds__(288)
+    BackwardFilterKernel(ConvShape s, FwdTile t, int replicas, const float* __restrict__ x,
+                         const float* __restrict__ dy, float* __restrict__ partial) {
+  constexpr int kGroups = KT / 8;
+  extern __shared__ float4 smem[];
+  const int taps = s.r * s.s, ho = s.ho(), wo = s.wo();
+  const int window = t.rows_in * t.cols_in * kPixStride, tile = t.th * t.tw;
+  float* in_s = reinterpret_cast<float*>(smem);
+  float* dy_s = in_s + window;  // [pixel][half][kg][4]
+  const int k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
+  const int team = kGroups * taps * (kChunk / 4);
+  const int rep = threadIdx.x / team, lt = threadIdx.x % team;
+  const int kg = lt % kGroups, c4 = lt / kGroups % (kChunk / 4), tap = lt / kGroups / (kChunk / 4);
+  const int tap_off = ((tap / s.s) * t.cols_in + tap % s.s) * kPixStride + c4 * 4;
+  const int tiles_w = (wo + t.tw - 1) / t.tw, tiles_h = (ho + t.th - 1) / t.th;
+  const int tiles = s.n * tiles_h * tiles_w;
+  float acc[4][8] = {};
+  for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
+    const int n = ti / (tiles_h * tiles_w), rest = ti % (tiles_h * tiles_w);
+    const int p0 = rest / tiles_w * t.th, q0 = rest % tiles_w * t.tw;
+    const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+    __syncthreads();
+    StageWindow<false>(s, t, xn, h0, w0, c0, 1, in_s);
+    for (int i = threadIdx.x; i < tile * (KT / 4); i += blockDim.x) {
+      const int kl = i % (KT / 4) * 4, pix = i / (KT / 4);
+      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (p < ho && q < wo) {
+        val = *reinterpret_cast<const float4*>(
+            dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kl);
+      }
+      *reinterpret_cast<float4*>(dy_s + ((pix * 2 + (kl & 7) / 4) * kGroups + kl / 8) * 4) = val;
+    }
+    __syncthreads();
+    for (int pix = rep; pix < tile; pix += replicas) {
+      const int row = pix / t.tw, col = pix % t.tw;
+      const float4 xv = *reinterpret_cast<const float4*>(
+          in_s + (row * s.stride_h * t.cols_in + col * s.stride_w) * kPixStride + tap_off);
+      const float* g = dy_s + (pix * 2 * kGroups + kg) * 4;
+      const float4 lo = *reinterpret_cast<const float4*>(g);
+      const float4 hi = *reinterpret_cast<const float4*>(g + 4 * kGroups);
+      Fma8(acc[0], xv.x, lo, hi);
+      Fma8(acc[1], xv.y, lo, hi);
+      Fma8(acc[2], xv.z, lo, hi);
+      Fma8(acc[3], xv.w, lo, hi);
+    }
+  }
+  if (replicas > 1 &&
+      !GatherTeams<32>(&acc[0][0], replicas, rep, lt, team, reinterpret_cast<float*>(smem))) {
+    return;
+  }
+  // partial[split][k][tap][c]
+  float* out = partial + blockIdx.x * (static_cast<int64_t>(s.k) * taps * s.c);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int k = k0 + kg * 8 + i;
+      out[(static_cast<int64_t>(k) * taps + tap) * s.c + c0 + c4 * 4 + e] = acc[e][i];
+    }
+  }
+}
+
+// dw[i] = sum over splits of partial[split][i], in split order.
+__global__ void SumSplitsKernel(int64_t filter, int splits, const float* __restrict__ partial,
+                                float* __restrict__ dw) {
+  TOPIARY_GRID_STRIDE(i, filter) {
+    float sum = 0;
+    for (int sp = 0; sp < splits; ++sp) sum += partial[sp * filter + i];
+    dw[i] = sum;
+  }
+}
+
+bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool SmallFilter(const ConvShape& s) {
+  return s.r <= 3 && s.s <= 3 && s.stride_h <= 2 && s.stride_w <= 2 && s.pad_h < s.r &&
+         s.pad_w < s.s;
+}
+
+// The transposed problem backward data runs as a forward convolution.
+ConvShape BackwardDataAsForward(const ConvShape& s) {
+  ConvShape t = s;
+  t.h = s.ho(), t.w = s.wo(), t.c = s.k, t.k = s.c;
+  t.pad_h = s.r - 1 - s.pad_h, t.pad_w = s.s - 1 - s.pad_w;
+  return t;
+}
+
+// Blocks per (output-channel tile, input chunk) of backward filter: about three blocks per SM
+// in all, never more than there are output tiles.
+int Splits(const ConvShape& s, int sm_count) {
+  const FwdTile t = ChooseTile(s);
+  const int tiles = s.n * ((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw);
+  const int blocks = (s.k / ChooseKt(s.k)) * (s.c / kChunk);
+  const int want = (3 * std::max(sm_count, 1) + blocks - 1) / blocks;
+  return std::max(1, std::min(want, tiles));
+}
+
+template <int KT>
+absl::Status LaunchForward(const ConvShape& s, const float* x, const float* w, float* y,
+                           const CudaContext& ctx) {
+  const FwdTile t = ChooseTile(s, KT);
+  const int team = t.th * t.tw / kPx * (KT / 8);
+  const int smem =
+      std::max(t.ksplit * (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * KT),
+               (t.ksplit - 1) * team * kPx * 8) *
+      4;
+  cudaFuncSetAttribute(ForwardKernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
+  ForwardKernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
+  return LaunchStatus("direct conv forward");
+}
+
+template <int KT>
+absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* w, float* y,
+                               const CudaContext& ctx) {
+  const Tf32Tile m = ChooseTf32Tile(s, KT);
+  const FwdTile& t = m.t;
+  const int team = m.warps * 32;
+  const int smem =
+      std::max(t.ksplit * (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * (KT + 8)),
+               (t.ksplit - 1) * team * 2 * KT) *
+      4;
+  cudaFuncSetAttribute(ForwardTf32Kernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
+  ForwardTf32Kernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
+  return LaunchStatus("direct conv forward (tf32)");
+}
+
+// f(std::integral_constant<int, KT>()) for the output-channel tile ChooseKt(k): the kernels
+// are instantiated per tile width.
+template <typename F>
+absl::Status WithKt(int k, F&& f) {
+  switch (ChooseKt(k)) {
+    case 64:
+      return f(std::integral_constant<int, 64>());
+    case 32:
+      return f(std::integral_constant<int, 32>());
+    case 16:
+      return f(std::integral_constant<int, 16>());
+    default:
+      return f(std::integral_constant<int, 8>());
+  }
+}
+
+absl::Status Forward(const ConvShape& s, const float* x, const float* w, float* y, bool tf32,
+                     const CudaContext& ctx) {
+  return WithKt(s.k, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    return tf32 ? LaunchForwardTf32<KT>(s, x, w, y, ctx) : LaunchForward<KT>(s, x, w, y, ctx);
+  });
+}
+
+template <int KT>
+absl::Status LaunchBackwardFilter(const ConvShape& s, const float* x, const float* dy,
+                                  float* partial, int splits, const CudaContext& ctx) {
+  const FwdTile t = ChooseTile(s);
+  const int team = (KT / 8) * s.r * s.s * (kChunk / 4);
+  const int replicas = std::max(1, 288 / team);
+  const int smem =
+      std::max(t.rows_in * t.cols_in * kPixStride + t.th * t.tw * KT, (replicas - 1) * team * 32) *
+      4;
+  cudaFuncSetAttribute(BackwardFilterKernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const dim3 grid(splits, s.k / KT, s.c / kChunk);
+  BackwardFilterKernel<KT>
+      <<<grid, team * replicas, smem, ctx.stream>>>(s, t, replicas, x, dy, partial);
+  return LaunchStatus("direct conv backward filter");
+}
+
+absl::Status BackwardFilter(const ConvShape& s, const float* x, const float* dy, float* partial,
+                            int splits, const CudaContext& ctx) {
+  return WithKt(s.k, [&](auto kt) {
+    return LaunchBackwardFilter<decltype(kt)::value>(s, x, dy, partial, splits, ctx);
+  });
+}
+
+absl::Status CheckPointers(std::initializer_list<const void*> ptrs, const char* pass) {
+  for (const void* p : ptrs) {
+    if (!Aligned(p)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("direct conv %s: operands must be 16-byte aligned", pass));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool DirectConvSupported(const ConvShape& s, int pass) {
+  if (!CheckConvShape(s).ok() || !SmallFilter(s) || s.c > kMaxChannels || s.k > kMaxChannels) {
+    return false;
+  }
+  switch (pass) {
+    case 0:
+    case 2:
+      // Backward filter: 8 output channels x one tap x 4 inputs per thread, <= 288 threads.
+      return s.c % kChunk == 0 && s.k % 8 == 0;
+    case 1:
+      return s.stride_h == 1 && s.stride_w == 1 && s.k % kChunk == 0 && s.c % 8 == 0;
+    default:
+      return false;
+  }
+}
+
+size_t DirectConvWorkspaceBytes(const ConvShape& s, int pass, int sm_count) {
+  const size_t filter = static_cast<size_t>(s.k) * s.r * s.s * s.c * sizeof(float);
+  if (pass == 1) return filter;
+  if (pass == 2) return filter * Splits(s, sm_count);
+  return 0;
+}
+
+absl::Status DirectConvForwardCuda(const ConvShape& s, const float* x, const float* w, float* y,
+                                   bool tf32, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({x, w, y}, "forward"));
+  return Forward(s, x, w, y, tf32, ctx);
+}
+
+absl::Status DirectConvBackwardDataCuda(const ConvShape& s, const float* dy, const float* w,
+                                        float* dx, void* workspace, bool tf32,
+                                        const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({dy, w, dx, workspace}, "backward data"));
+  float* wt = static_cast<float*>(workspace);
+  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
+  TransposeFlipKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(s, w, wt);
+  TOPIARY_RETURN_IF_ERROR(LaunchStatus("direct conv filter transpose"));
+  return Forward(BackwardDataAsForward(s), dy, wt, dx, tf32, ctx);
+}
+
+absl::Status DirectConvBackwardFilterCuda(const ConvShape& s, const float* x, const float* dy,
+                                          float* dw, void* workspace, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({x, dy, dw, workspace}, "backward filter"));
+  float* partial = static_cast<float*>(workspace);
+  const int splits = Splits(s, ctx.sm_count);
+  TOPIARY_RETURN_IF_ERROR(BackwardFilter(s, x, dy, partial, splits, ctx));
+  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
+  SumSplitsKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(filter, splits,
+                                                                                partial, dw);
+  return LaunchStatus("direct conv backward filter sum");
+}
+
+}  // namespace topiary::kernels
