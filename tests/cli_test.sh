@@ -144,6 +144,7 @@ check "run --out writes TensorBoard files, in a folder named by the run" test -s
 last=$(tail -n 1 "$tmp/events.jsonl")
 check "first line is the started event" bash -c 'head -n 1 "$0" | grep -q "\"event\":\"started\""' "$tmp/events.jsonl"
 check "planning events follow, one done per network" bash -c '[[ $(grep -c "\"event\":\"planning\".*\"done\":true" "$0") -eq 2 ]] && sed -n 2p "$0" | grep -q "\"network\":\"training, batch"' "$tmp/events.jsonl"
+check "the planning done events report what runs each layer" grep -q '"event":"planning".*"layers":\[".* (conv2d): ' "$tmp/events.jsonl"
 check "epoch event with test metrics" grep -q '"event":"epoch".*"evaluated":true' "$tmp/events.jsonl"
 for key in state test_top1 test_loss epochs seconds device checkpoint; do
   check "summary has $key" bash -c '[[ "$0" == *"\"$1\":"* ]]' "$last" "$key"

@@ -6,8 +6,9 @@
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
 //                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
-//                    [--keep_flops F [--round_to 8]] [--fuse 0|1]
+//                    [--keep_flops F [--round_to 8]] [--fuse 0|1] [--report 1]
 // --fuse 0 runs every layer on its own on a GPU: no fused residual tails (A/B of the fusion).
+// --report 1 prints the plan report (Network::PlanReport: what runs each layer) to stderr.
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
@@ -91,7 +92,8 @@ struct Flags {
   double peak_gbps = 3350;     // --profile's memory floor: the GPU's DRAM bandwidth (H100 SXM)
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
   double search_seconds = PlanOptions{}.search_seconds;
-  bool fuse = true;  // fused residual tails on a GPU (PlanOptions::fuse_residual_tails)
+  bool fuse = true;     // fused residual tails on a GPU (PlanOptions::fuse_residual_tails)
+  bool report = false;  // print the plan report
 };
 
 // The activation bytes a layer's pass must move at least once: forward reads its inputs and
@@ -200,6 +202,9 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
   options.search_seconds = f.search_seconds;
   auto net = Network::Plan(model->get(), f.batch, !f.inference, options);
   if (!net.ok()) return net.status();
+  if (f.report) {
+    for (const std::string& line : (*net)->PlanReport()) absl::FPrintF(stderr, "%s\n", line);
+  }
   const PlanProgress plan = (*net)->plan_progress();
   topiary::v1::OptimizerSpec spec;
   spec.set_lr(0.01f);
@@ -322,6 +327,8 @@ int main(int argc, char** argv) {
       f.search_seconds = std::stod(v);
     else if (k == "--fuse")
       f.fuse = v != "0";
+    else if (k == "--report")
+      f.report = v != "0";
     else if (k == "--deterministic")
       f.deterministic = v != "0";
     else {

@@ -51,6 +51,9 @@ class LayerState {
   virtual ~LayerState() = default;
   // A block-masked convolution's measured engine choice; null for every other layer.
   virtual const SparseConvChoice* sparse_choice() const { return nullptr; }
+  // What runs the layer's passes, for the plan report (Network::PlanReport); empty when
+  // there is no choice to tell of.
+  virtual std::string Describe() const { return ""; }
 };
 
 // Whether block-masked convolutions may run on block-sparse kernels (GPU): where they measure

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/loss.h"
+#include "trainer/nn/layers.h"
 #include "trainer/nn/memory_plan.h"
 #include "trainer/nn/residual_tail.h"
 #include "trainer/util/file_util.h"
@@ -153,6 +156,9 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
   // Residual tails: a folded batch norm writes no output, and the add reads its input.
   tail_of_.assign(n, -1);
   if (gpu && options.fuse_residual_tails) tails_ = ResidualTail::Find(*model_, dtype_);
+  unfused_reason_ = !gpu                           ? "the CPU runs every layer on its own"
+                    : !options.fuse_residual_tails ? "residual tails are not fused (PlanOptions)"
+                                                   : "";
   for (size_t i = 0; i < tails_.size(); ++i) {
     tail_of_[tails_[i]->add()] = static_cast<int>(i);
     for (int k : {0, 1}) {
@@ -444,6 +450,43 @@ absl::StatusOr<Metrics> Network::TakeMetrics() {
     metrics_.CopyFromHost(zeros.data());
   }
   return m;
+}
+
+std::vector<std::string> Network::PlanReport() const {
+  const auto& nodes = model_->nodes();
+  std::vector<std::string> lines;
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    const Layer& layer = *nodes[j].layer;
+    std::string runs;
+    if (tail_of_[j] >= 0) {
+      const ResidualTail& t = *tails_[tail_of_[j]];
+      if (static_cast<int>(j) == t.add()) {
+        std::vector<std::string> folded;
+        for (int k = 0; k < 2; ++k) {
+          if (t.batch_norm(k) >= 0) folded.push_back(nodes[t.batch_norm(k)].layer->name());
+        }
+        runs = absl::StrCat("fused residual tail: ", absl::StrJoin(folded, " and "),
+                            " applied, added and activated in one pass each way");
+      } else {
+        runs = absl::StrCat("folded into the fused residual tail of ",
+                            nodes[tails_[tail_of_[j]]->add()].layer->name(),
+                            ": its own passes compute statistics only");
+      }
+    } else if (const auto* conv = dynamic_cast<const Conv2d*>(&layer);
+               conv != nullptr && conv->approximation() != nullptr) {
+      runs = "approximate multiplier " + conv->approximation()->multiplier;
+    } else if (states_[j] != nullptr) {
+      runs = states_[j]->Describe();
+    }
+    if (runs.empty() && layer.kind() == LayerKind::kAdd) {
+      runs = unfused_reason_.empty()
+                 ? "unfused: no input is a batch norm's output that only this add reads"
+                 : "unfused: " + unfused_reason_;
+    }
+    lines.push_back(
+        absl::StrCat(layer.name(), " (", layer.type(), ")", runs.empty() ? "" : ": ", runs));
+  }
+  return lines;
 }
 
 std::vector<std::pair<std::string, SparseConvChoice>> Network::SparseConvChoices() const {

@@ -143,6 +143,12 @@ class Network {
   int residual_tails() const { return static_cast<int>(tails_.size()); }
   bool in_residual_tail(int node) const { return tail_of_[node] >= 0; }
 
+  // One line per layer, in model order: "name (type): what runs it": each convolution pass's
+  // kernel (cuDNN's, or Topiary's direct or block-sparse kernels) and how it was chosen, an
+  // approximate layer's multiplier, the batch norms folded into fused residual tails, and
+  // for an add that runs unfused in a GPU network, why.
+  std::vector<std::string> PlanReport() const;
+
   // Bytes of activations, gradients, scratch and workspace planned for this network.
   size_t planned_bytes() const { return planned_bytes_; }
   // The part of it that holds activations and their gradients.
@@ -189,6 +195,8 @@ class Network {
   // node the index of the tail it belongs to (its add or a folded batch norm), or -1.
   std::vector<std::unique_ptr<ResidualTail>> tails_;
   std::vector<int> tail_of_;
+  // Why the adds of this network run unfused where they do ("" when tails may fuse).
+  std::string unfused_reason_;
 
   Model* model_;
   int batch_;

@@ -8,6 +8,7 @@
 #include <new>
 #include <random>
 
+#include "trainer/nn/layers.h"
 #include "trainer/nn/model_zoo.h"
 #include "trainer/optim/optimizer.h"
 
@@ -200,6 +201,53 @@ void CheckPlannedMemoryIsAllocatedOnce(bool reference) {
   EXPECT_EQ(dev->allocated_bytes(), before);
   EXPECT_GT((*net)->planned_bytes(), 0u);
   unsetenv("TOPIARY_CPU_CONV");
+}
+
+// The plan report: one line per layer, named, saying what runs it. On the CPU: every exact
+// convolution's kernels, an approximate one's multiplier, and every add unfused, with why.
+TEST(Network, PlanReportNamesWhatRunsEveryLayer) {
+  auto dev = MakeCpuDevice(1);
+  auto m = BuildModel("resnet20", 0.5f, {1, 16, 16, 3}, 10, dev.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  Conv2d* approx = nullptr;  // the second convolution (the first is the stem)
+  int seen = 0;
+  for (const auto& node : (*m)->nodes()) {
+    auto* conv = dynamic_cast<Conv2d*>(node.layer);
+    if (conv != nullptr && seen++ == 1) approx = conv;
+  }
+  ASSERT_NE(approx, nullptr);
+  ConvApproximation table;
+  table.multiplier = "exact8";
+  table.table.resize(65536);
+  for (int i = 0; i < 65536; ++i) table.table[i] = static_cast<uint16_t>((i >> 8) * (i & 255));
+  ASSERT_TRUE(approx->Approximate(table, dev.get()).ok());
+  auto net = Network::Plan(m->get(), 4, true);
+  ASSERT_TRUE(net.ok()) << net.status();
+  const std::vector<std::string> report = (*net)->PlanReport();
+  ASSERT_EQ(report.size(), (*m)->nodes().size());
+  int convs = 0, adds = 0;
+  for (size_t j = 0; j < report.size(); ++j) {
+    const Layer& layer = *(*m)->nodes()[j].layer;
+    const std::string& line = report[j];
+    EXPECT_EQ(line.rfind(layer.name() + " (" + layer.type() + ")", 0), 0u) << line;
+    if (layer.kind() == LayerKind::kConv2d) {
+      ++convs;
+      if (&layer == approx) {
+        EXPECT_NE(line.find(": approximate multiplier exact8"), std::string::npos) << line;
+      } else {
+        EXPECT_TRUE(line.find(": im2col + GEMM") != std::string::npos ||
+                    line.find(": oneDNN") != std::string::npos)
+            << line;
+      }
+    }
+    if (layer.kind() == LayerKind::kAdd) {
+      ++adds;
+      EXPECT_NE(line.find(": unfused: the CPU runs every layer on its own"), std::string::npos)
+          << line;
+    }
+  }
+  EXPECT_GT(convs, 10);
+  EXPECT_EQ(adds, 9);  // resnet20's residual blocks
 }
 
 TEST(Network, PlannedMemoryIsAllocatedOnce) {

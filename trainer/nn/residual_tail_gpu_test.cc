@@ -85,6 +85,18 @@ class ResidualTailGpu : public ::testing::Test {
     EXPECT_TRUE(net.ok()) << net.status();
     if (!net.ok()) return {};
     Network& n = **net;
+    // The plan report names each add's fusion, or why it runs unfused.
+    int fused_adds = 0, folded = 0;
+    for (const std::string& line : n.PlanReport()) {
+      fused_adds += line.find("(add): fused residual tail: ") != std::string::npos;
+      folded +=
+          line.find("(batch_norm): folded into the fused residual tail of ") != std::string::npos;
+      if (!fuse && line.find("(add)") != std::string::npos) {
+        EXPECT_NE(line.find("unfused: residual tails are not fused"), std::string::npos) << line;
+      }
+    }
+    EXPECT_EQ(fused_adds, fuse ? n.residual_tails() : 0);
+    EXPECT_GE(folded, fused_adds);
     const Shape4 in = model->input_shape();
     std::vector<float> x(static_cast<size_t>(batch) * in.per_image());
     Philox rng(5, RngStream::kData);

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Network>> PlanWithEvents(Model* model, int batch,
   fill(net->plan_progress(), done);
   done->set_done(true);
   done->set_planned_bytes(static_cast<int64_t>(net->planned_bytes()));
+  for (const std::string& line : net->PlanReport()) done->add_layers(line);
   if (training && model->device()->cuda() != nullptr) {
     const ConvPlanCache& cache = ConvPlanCache::Global();
     for (const std::string& f : cache.files()) done->add_cache_files(f);
