@@ -202,8 +202,8 @@ absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, 
   return absl::InternalError("unknown convolution pass");
 }
 
-// Whether a plan may run the pass on the direct kernel: fp32 data (the kernel's exact fp32
-// products serve TF32 plans too), a shape it takes, and a workspace within the limit.
+// Whether a plan may run the pass on the direct kernel: fp32 data (fp32 or TF32 plans), a
+// shape it takes, and a workspace within the limit.
 bool DirectAllowed(const ConvShape& sh, Precision precision, ConvPass pass, size_t limit,
                    const CudaContext& ctx) {
   const int p = static_cast<int>(pass);

@@ -12,6 +12,14 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared fixture and helpers (cuda_test_util.h)
 
+// "2x9x9x32 k24 r3x3 stride 2 pad 1", for failure messages.
+std::string ShapeName(const ConvShape& s) {
+  return std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
+         std::to_string(s.c) + " k" + std::to_string(s.k) + " r" + std::to_string(s.r) + "x" +
+         std::to_string(s.s) + " stride " + std::to_string(s.stride_h) + " pad " +
+         std::to_string(s.pad_h);
+}
+
 TEST_F(CudaKernels, ConvMatchesCpu) {
   for (const ConvShape& sh :
        {MakeConv(2, 5, 5, 3, 4, 3, 3, 1, 1), MakeConv(1, 7, 6, 3, 5, 3, 3, 2, 1),
@@ -20,9 +28,7 @@ TEST_F(CudaKernels, ConvMatchesCpu) {
         MakeConv(2, 4, 4, 3, 2, 4, 4, 1, 0), MakeConv(128, 32, 32, 16, 16, 3, 3, 1, 1),
         MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3)}) {
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
-      SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.c) +
-                   " k" + std::to_string(sh.k) + " r" + std::to_string(sh.r) + " " +
-                   PrecisionName(p));
+      SCOPED_TRACE(ShapeName(sh) + " " + PrecisionName(p));
       const DType t = ActivationType(p);
       const double tol = p == Precision::kFp32 ? 1e-4 : 1e-2;
       auto plan = ConvCudaPlan::Create(sh, p, size_t{1} << 30, true, ctx_);
@@ -100,9 +106,7 @@ TEST_F(CudaKernels, DirectConvMatchesFloat64) {
         MakeConv(4, 32, 32, 16, 16, 3, 3, 1, 1), MakeConv(3, 8, 8, 64, 64, 3, 3, 1, 1),
         MakeConv(2, 16, 16, 128, 128, 3, 3, 1, 1), MakeConv(1, 5, 6, 16, 32, 3, 3, 1, 0),
         MakeConv(2, 17, 15, 32, 64, 3, 3, 2, 1)}) {
-    SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" + std::to_string(sh.w) +
-                 "x" + std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
-                 std::to_string(sh.r) + " stride " + std::to_string(sh.stride_h));
+    SCOPED_TRACE(ShapeName(sh));
     const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
     const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
     const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
@@ -243,9 +247,7 @@ TEST_F(CudaKernels, SampledWeightGradMatchesCpu) {
     const int count = sh.ho() * sh.wo();
     for (int top_k : {1, 3, 8, 16, 40, count}) {
       for (DType t : kTypes) {
-        SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.h) + "x" +
-                     std::to_string(sh.c) + " k" + std::to_string(sh.k) + " r" +
-                     std::to_string(sh.r) + " top_k " + std::to_string(top_k) + " " + Name(t));
+        SCOPED_TRACE(ShapeName(sh) + " top_k " + std::to_string(top_k) + " " + Name(t));
         const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
         const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
         const size_t ny = static_cast<size_t>(sh.n) * count * sh.k;

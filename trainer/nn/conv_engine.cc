@@ -18,9 +18,6 @@
 namespace topiary {
 namespace {
 
-// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size, and
-// for the exact engine the dispatch to block-sparse kernels (used once the kernel has a block
-// mask; see sparse_dispatch.h).
 // "forward: direct kernel (0.0300 ms); backward data: cuDNN engine 25 (0.0350 ms); backward
 // filter: cuDNN algorithm 1 (untimed)": what each pass of a cuDNN plan runs.
 std::string DescribeAlgos(const kernels::ConvAlgos& algos) {
@@ -37,6 +34,9 @@ std::string DescribeAlgos(const kernels::ConvAlgos& algos) {
   return absl::StrJoin(parts, "; ");
 }
 
+// On a GPU: the cuDNN plan (descriptors and measured algorithms) for this batch size, and
+// for the exact engine the dispatch to block-sparse kernels (used once the kernel has a block
+// mask; see sparse_dispatch.h).
 struct ConvState : LayerState {
   std::unique_ptr<kernels::ConvCudaPlan> plan;
   // On the CPU: oneDNN's primitives, when this build has them (else the reference kernels).

@@ -468,8 +468,7 @@ std::vector<std::string> Network::PlanReport() const {
         runs = absl::StrCat("fused residual tail: ", absl::StrJoin(folded, " and "),
                             " applied, added and activated in one pass each way");
       } else {
-        runs = absl::StrCat("folded into the fused residual tail of ",
-                            nodes[tails_[tail_of_[j]]->add()].layer->name(),
+        runs = absl::StrCat("folded into the fused residual tail of ", nodes[t.add()].layer->name(),
                             ": its own passes compute statistics only");
       }
     } else if (const auto* conv = dynamic_cast<const Conv2d*>(&layer);
