@@ -328,25 +328,15 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
     d.direct_workspace[p] = bytes;
     return absl::OkStatus();
   };
-  auto candidates = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic,
-                                              measure ? kMaxCandidates : 1, ctx);
+  auto found = GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic,
+                                         measure ? kMaxCandidates : 1, ctx);
   const double candidates_ms = ms_since(start);
-  if (!candidates.ok() || candidates->empty()) {
-    if (ConvLogEnabled()) {
-      std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
-                   candidates.ok() ? "none usable" : candidates.status().ToString().c_str());
-    }
-    if (!measure || !o.ok()) return absl::OkStatus();
-    Scratch ws(d.legacy_workspace[p]);
-    if (ws.p == nullptr) return absl::OkStatus();
-    auto legacy = TimeCandidate(
-        [&] {
-          return RunLegacy(d, pass, o.in0(pass), o.in1(pass), o.out(pass), ws.p,
-                           d.legacy_workspace[p], ctx);
-        },
-        1e30f, ctx);
-    chosen->ms = legacy.ok() ? *legacy : -1;
-    return try_direct(legacy.ok() ? *legacy : 1e30f);
+  // Without graph-API engines the legacy pick is timed alone (and against the direct kernel).
+  std::vector<std::unique_ptr<GraphConvPass>> none;
+  auto* candidates = found.ok() ? &*found : &none;
+  if (candidates->empty() && ConvLogEnabled()) {
+    std::fprintf(stderr, "%s %s: no graph-API engine (%s)\n", what.c_str(), PassName(pass),
+                 found.ok() ? "none usable" : found.status().ToString().c_str());
   }
   size_t ws_bytes = d.legacy_workspace[p];
   for (const auto& c : *candidates) ws_bytes = std::max(ws_bytes, c->workspace_bytes());
@@ -363,7 +353,9 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
   if (!measure) {
     // Timings vary from run to run, and a different engine gives different bits: take the
     // heuristics' first choice, the same on every run (on the same GPU and cuDNN).
-    if ((*candidates)[0]->Run(in0, in1, out, ws.p, ctx).ok()) use_graph(0, -1);
+    if (!candidates->empty() && (*candidates)[0]->Run(in0, in1, out, ws.p, ctx).ok()) {
+      use_graph(0, -1);
+    }
     return CudaStatus(cudaGetLastError(), what);
   }
   auto legacy = TimeCandidate(

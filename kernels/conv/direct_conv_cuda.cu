@@ -42,6 +42,19 @@ struct FwdTile {
   int ksplit = 1;                // thread teams per block, each reducing its own channel chunks
 };
 
+// Thread teams per block: doubled while the block stays within 256 threads, the teams share
+// the 16-channel chunks evenly and their staged copies (`replica_floats` each) fit in shared
+// memory.
+int TeamSplit(const ConvShape& s, int team_threads, int replica_floats) {
+  const int chunks = s.c / kChunk;
+  int split = 1;
+  while (split * 2 * team_threads <= 256 && chunks % (split * 2) == 0 &&
+         split * 2 * replica_floats * 4 <= kMaxSmemBytes) {
+    split *= 2;
+  }
+  return split;
+}
+
 // A block's output tile (and, for the forward kernel, its channel split: a block of few
 // threads gets more teams, each summing every ksplit-th chunk of 16 input channels, so that
 // small maps still give the SMs enough warps).
@@ -53,12 +66,8 @@ FwdTile ChooseTile(const ConvShape& s, int kt = 0) {
   t.rows_in = (t.th - 1) * s.stride_h + s.r;
   t.cols_in = (t.tw - 1) * s.stride_w + s.s;
   if (kt > 0) {
-    const int team = t.th * t.tw / kPx * (kt / 8), chunks = s.c / kChunk;
-    const int replica_bytes = (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * kt) * 4;
-    while (t.ksplit * 2 * team <= 256 && chunks % (t.ksplit * 2) == 0 &&
-           t.ksplit * 2 * replica_bytes <= kMaxSmemBytes) {
-      t.ksplit *= 2;
-    }
+    const int team = t.th * t.tw / kPx * (kt / 8);
+    t.ksplit = TeamSplit(s, team, t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * kt);
   }
   return t;
 }
@@ -249,13 +258,8 @@ Tf32Tile ChooseTf32Tile(const ConvShape& s, int kt) {
   m.t = ChooseTile(s);
   const int pixels = m.t.th * m.t.tw;
   m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
-  const int chunks = s.c / kChunk;
-  const int replica_bytes =
-      (m.t.rows_in * m.t.cols_in * kPixStride + s.r * s.s * kChunk * (kt + 8)) * 4;
-  while (m.t.ksplit * 2 * m.warps * 32 <= 256 && chunks % (m.t.ksplit * 2) == 0 &&
-         m.t.ksplit * 2 * replica_bytes <= kMaxSmemBytes) {
-    m.t.ksplit *= 2;
-  }
+  m.t.ksplit = TeamSplit(s, m.warps * 32,
+                         m.t.rows_in * m.t.cols_in * kPixStride + s.r * s.s * kChunk * (kt + 8));
   return m;
 }
 
@@ -481,7 +485,7 @@ absl::Status LaunchForward(const ConvShape& s, const float* x, const float* w, f
       std::max(t.ksplit * (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * KT),
                (t.ksplit - 1) * team * kPx * 8) *
       4;
-  cudaFuncSetAttribute(ForwardKernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  AllowDynamicSmem<ForwardKernel<KT>>(smem);
   const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
   ForwardKernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
   return LaunchStatus("direct conv forward");
@@ -497,7 +501,7 @@ absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* 
       std::max(t.ksplit * (t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * (KT + 8)),
                (t.ksplit - 1) * team * 2 * KT) *
       4;
-  cudaFuncSetAttribute(ForwardTf32Kernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  AllowDynamicSmem<ForwardTf32Kernel<KT>>(smem);
   const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
   ForwardTf32Kernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
   return LaunchStatus("direct conv forward (tf32)");
@@ -536,7 +540,7 @@ absl::Status LaunchBackwardFilter(const ConvShape& s, const float* x, const floa
   const int smem =
       std::max(t.rows_in * t.cols_in * kPixStride + t.th * t.tw * KT, (replicas - 1) * team * 32) *
       4;
-  cudaFuncSetAttribute(BackwardFilterKernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  AllowDynamicSmem<BackwardFilterKernel<KT>>(smem);
   const dim3 grid(splits, s.k / KT, s.c / kChunk);
   BackwardFilterKernel<KT>
       <<<grid, team * replicas, smem, ctx.stream>>>(s, t, replicas, x, dy, partial);

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/runtime/dtype.h"
@@ -56,6 +57,27 @@ __device__ __forceinline__ void StVec(T* p, const float (&v)[kVec<T>]) {
 #pragma unroll
   for (int k = 0; k < kVec<T>; ++k) St(e + k, v[k]);
   *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Lets `Kernel` launch with `bytes` of dynamic shared memory on the current device. The
+// attribute is set once per kernel, device and larger size, not on every launch (it is a
+// driver call; under stream capture it runs only at capture anyway).
+template <auto Kernel>
+cudaError_t AllowDynamicSmem(int bytes) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> allowed[kDevices];  // zero-initialized: static storage
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
+  const bool tracked = device >= 0 && device < kDevices;
+  if (tracked && allowed[device].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && tracked) {
+    int seen = allowed[device].load(std::memory_order_relaxed);
+    while (seen < bytes && !allowed[device].compare_exchange_weak(seen, bytes)) {
+    }
+  }
+  return e;
 }
 
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
