@@ -11,7 +11,26 @@ GENCODE = [
     "-gencode=arch=compute_90,code=compute_90",  # PTX, JIT-compiled on newer GPUs
 ]
 
-def cuda_library(name, srcs, hdrs = [], extra_hdrs = [], deps = [], nvcc_flags = [], **kwargs):
+# Hopper's own instructions (wgmma, setmaxnreg) exist only in the arch-specific target; such
+# code runs on H100/H200 and nothing else, so it gets no PTX for newer GPUs.
+GENCODE_SM90A = ["-gencode=arch=compute_90a,code=sm_90a"]
+
+# CUTLASS's headers (bazel/wheel_headers.bzl), for .cu files built on its collectives.
+CUTLASS_HDRS = ["@cutlass//:header_files"]
+CUTLASS_FLAGS = [
+    "-Iexternal/cutlass/include",
+    "-Iexternal/cutlass/extra_include",
+    "--expt-relaxed-constexpr", "-DNDEBUG"]
+
+def cuda_library(
+        name,
+        srcs,
+        hdrs = [],
+        extra_hdrs = [],
+        deps = [],
+        nvcc_flags = [],
+        gencode = GENCODE,
+        **kwargs):
     objs = []
     for src in srcs:
         obj = "_objs_cu/%s/%s.pic.o" % (name, src[:-len(".cu")])
@@ -33,7 +52,7 @@ def cuda_library(name, srcs, hdrs = [], extra_hdrs = [], deps = [], nvcc_flags =
                 "-fPIC,-Wall",
                 "-I.",
                 "-I$(GENDIR)",
-            ] + GENCODE + nvcc_flags),
+            ] + gencode + nvcc_flags),
             message = "nvcc %s" % src,
         )
         objs.append(obj)

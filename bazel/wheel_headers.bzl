@@ -41,14 +41,28 @@ def _wheel_headers_impl(rctx):
     rctx.symlink(wheel, "wheel.zip")  # extract() knows archives by their extension
     rctx.extract("wheel.zip", output = "unpacked")
     rctx.symlink("unpacked/" + rctx.attr.include_dir, "include")
+    dirs = ["include"]
+    if rctx.attr.extra_include_dir:
+        rctx.symlink("unpacked/" + rctx.attr.extra_include_dir, "extra_include")
+        dirs.append("extra_include")
+    files = []
+    for d in dirs:
+        files += ['"%s/**/*.h"' % d, '"%s/**/*.hpp"' % d, '"%s/**/*.inl"' % d]
     rctx.file("BUILD", """
 cc_library(
     name = "headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl"]),
-    includes = ["include"],
+    hdrs = glob([{files}]),
+    includes = [{dirs}],
     visibility = ["//visibility:public"],
 )
-""")
+
+# The same files for nvcc genrules (bazel/cuda.bzl), which take files, not libraries.
+filegroup(
+    name = "header_files",
+    srcs = glob([{files}]),
+    visibility = ["//visibility:public"],
+)
+""".format(files = ", ".join(files), dirs = ", ".join(['"%s"' % d for d in dirs])))
 
 wheel_headers = repository_rule(
     implementation = _wheel_headers_impl,
@@ -56,6 +70,7 @@ wheel_headers = repository_rule(
         "wheel": attr.string(mandatory = True, doc = "the wheel's file name in the wheelhouse"),
         "sha256": attr.string(mandatory = True),
         "include_dir": attr.string(mandatory = True, doc = "the include folder inside the wheel"),
+        "extra_include_dir": attr.string(doc = "a second include folder (e.g. CUTLASS's utilities)"),
     },
     environ = ["TOPIARY_WHEELS", "XDG_CACHE_HOME", "HOME"],
     local = True,

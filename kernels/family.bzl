@@ -6,7 +6,7 @@ the family's cuda_unavailable.cc instead), a cc_test per CPU test, and `:cuda_te
 tests, linked into the one binary //kernels:cuda_test). Adding an operation touches one folder.
 """
 
-load("//bazel:cuda.bzl", "cuda_library")
+load("//bazel:cuda.bzl", "CUTLASS_FLAGS", "CUTLASS_HDRS", "GENCODE_SM90A", "cuda_library")
 load("@local_config_cuda//:defs.bzl", "if_cuda")
 
 def kernel_family(
@@ -14,6 +14,7 @@ def kernel_family(
         cpu_srcs = [],
         deps = [],
         cu_srcs = [],
+        cu_sm90a_srcs = [],
         cu_hdrs = [],
         cuda_srcs = [],
         cuda_deps = [],
@@ -26,6 +27,7 @@ def kernel_family(
       cpu_srcs: the CPU twins.
       deps: the :cpu targets of the families these headers and sources use.
       cu_srcs: .cu files, compiled by nvcc.
+      cu_sm90a_srcs: .cu files for Hopper only (wgmma, TMA), built on CUTLASS's collectives.
       cu_hdrs: headers of other families the .cu files include (their :headers).
       cuda_srcs: host-compiled CUDA sources (cuDNN, cuBLAS, nvJPEG calls).
       cuda_deps: the :cuda targets of the families the CUDA sources call.
@@ -51,6 +53,19 @@ def kernel_family(
             ] + cu_hdrs,
             deps = [":cpu"],
         )
+    if cu_sm90a_srcs:
+        cuda_library(
+            name = "cuda_sm90a_kernels",
+            srcs = if_cuda(cu_sm90a_srcs),
+            extra_hdrs = [
+                ":headers",
+                "//kernels/runtime:headers",
+                "//util:status_macros.h",
+            ] + cu_hdrs + CUTLASS_HDRS,
+            gencode = GENCODE_SM90A,
+            nvcc_flags = CUTLASS_FLAGS,
+            deps = [":cpu"],
+        )
     native.cc_library(
         name = "cuda",
         srcs = if_cuda(cuda_srcs, ["cuda_unavailable.cc"]),
@@ -61,7 +76,8 @@ def kernel_family(
             ":cpu",
             "//kernels/runtime:cuda",
             "//third_party:absl",
-        ] + cuda_deps + if_cuda(([":cuda_kernels"] if cu_srcs else []) + [
+        ] + cuda_deps + if_cuda(([":cuda_kernels"] if cu_srcs else []) +
+                                ([":cuda_sm90a_kernels"] if cu_sm90a_srcs else []) + [
             "//util:status_macros",
             "@local_config_cuda//:cublas",
             "@local_config_cuda//:cudart",

@@ -27,6 +27,8 @@
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
 #include "kernels/sparse/block_sparse_conv.h"
+#include "kernels/sparse/hopper_fprop.h"
+#include "kernels/sparse/kept_tiles.h"
 
 namespace topiary::kernels {
 namespace {
@@ -337,13 +339,10 @@ absl::Status LaunchTc(const TcGeometry& g, const TcPackView& pack, int groups, i
                       const void* src, const void* w, const float* bias, void* out,
                       const CudaContext& ctx) {
   using Tile = TcTile<MT, WM, NJ, WN, S>;
-  auto kernel = TcConvKernel<MT, WM, NJ, WN, S, kBackwardData>;
-  // The attribute belongs to the function on the current device; setting it is cheap and
-  // allowed during stream capture.
+  constexpr auto kernel = TcConvKernel<MT, WM, NJ, WN, S, kBackwardData>;
   const int smem = Tile::kSmem + max_chunks * (kCB * 4 + Tile::kGroup);
   TOPIARY_RETURN_IF_ERROR(
-      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                 "block-sparse conv shared memory"));
+      CudaStatus(AllowDynamicSmem<kernel>(smem), "block-sparse conv shared memory"));
   const int64_t rows = static_cast<int64_t>(g.n) * g.dst_h * g.dst_w;
   const dim3 grid(static_cast<unsigned>((rows + Tile::kBM - 1) / Tile::kBM), groups);
   kernel<<<grid, Tile::kThreads, smem, ctx.stream>>>(
@@ -565,6 +564,15 @@ struct BlockSparseConvCuda::Device {
     int groups = 0;
     int max_chunks = 0;       // in one group
   } tc[2][kGroupWidthCount];  // [forward, backward data][group width]
+  // Hopper's forward kernels whose tiles the grid's blocks align with (hopper_fprop.h), with
+  // their kept K-tile lists; forward configurations after the tensor-core ones.
+  struct Hopper {
+    int config = 0;  // HopperFpropRun's
+    const int* count = nullptr;
+    const int* index = nullptr;
+    int stride = 0;
+  };
+  std::vector<Hopper> hopper;
 
   ~Device() {
     for (void* p : allocations) cudaFree(p);
@@ -661,12 +669,27 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
       }
     }
   }
-  (void)ctx;
+  // Hopper's kernels read whole K tiles: offered when each tile lies in one block, so the
+  // tiles they skip are exactly the pruned blocks and every tile they read is kept.
+  if (plan->tensor_cores_ && HopperFpropTakes(s, ctx)) {
+    for (int config = 0; config < HopperFpropConfigs(); ++config) {
+      const int tk = HopperFpropTileK(config), tn = HopperFpropTileN(config);
+      if (grid.block_in % tk != 0 || grid.block_out % tn != 0) continue;
+      const KeptTiles kept_tiles = ForwardKeptTiles(s, grid, tk, tn);
+      Device::Hopper h;
+      h.config = config;
+      h.stride = kept_tiles.stride;
+      TOPIARY_ASSIGN(h.count, d.Upload(kept_tiles.count));
+      TOPIARY_ASSIGN(h.index, d.Upload(kept_tiles.index));
+      d.hopper.push_back(h);
+    }
+  }
   return plan;
 }
 
 int BlockSparseConvCuda::configs(SparsePass pass) const {
-  return tensor_cores_ && pass != SparsePass::kBackwardFilter ? kTcConfigCount : 1;
+  const int hopper = pass == SparsePass::kForward ? static_cast<int>(d_->hopper.size()) : 0;
+  return tensor_cores_ && pass != SparsePass::kBackwardFilter ? kTcConfigCount + hopper : 1;
 }
 
 absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
@@ -680,7 +703,11 @@ absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
 
 std::string BlockSparseConvCuda::config_name(SparsePass pass) const {
   if (configs(pass) == 1) return "plain";
-  const TcConfig& c = kTcConfigs[config_[static_cast<int>(pass)]];
+  const int config = config_[static_cast<int>(pass)];
+  if (config >= kTcConfigCount) {
+    return HopperFpropConfigName(d_->hopper[config - kTcConfigCount].config);
+  }
+  const TcConfig& c = kTcConfigs[config];
   return absl::StrFormat("tc %dx%d/%d", 16 * c.mt * c.wm, 8 * c.nj * c.wn, c.stages);
 }
 
@@ -707,6 +734,10 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
       }
       return LaunchStatus("block-sparse conv backward filter");
     });
+  }
+  if (pass == SparsePass::kForward && config >= kTcConfigCount) {
+    const Device::Hopper& h = d.hopper[config - kTcConfigCount];
+    return HopperFpropRun(h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx);
   }
   if (configs(pass) > 1) {
     const bool bwd = pass == SparsePass::kBackwardData;

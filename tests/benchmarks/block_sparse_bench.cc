@@ -1,15 +1,17 @@
 // Block-sparse convolution layers beside cuDNN: for each layer shape and fraction of kept 8x8
-// blocks, the forward, backward-data and backward-filter times of cuDNN's fastest algorithm
+// blocks (8x8, or --block INxOUT such as 64x128, which Hopper's forward kernels take), the
+// forward, backward-data and backward-filter times of cuDNN's fastest algorithm
 // (as Topiary plans it) and of the block-sparse kernels (their fastest tile configuration, as
 // the engine tunes it), and the ratio. Shapes: resnet50's 3x3 layers at 224 px (batch 256) and
 // a 1x1 one, resnet20's 64-channel layers at 32 px (batch 128). Grids keep the same number of
 // blocks in every column, as the block pruner leaves them. One JSON line per case, then per
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
-//                      [--layer NAME]
+//                      [--layer NAME] [--block INxOUT] [--all_configs 1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -29,11 +31,13 @@ using bench::DeviceAlloc;
 using bench::RandomDevice;
 using bench::TimeMs;
 
-// 8x8 blocks, balanced as the pruner leaves them.
-BlockGrid BalancedGrid(const ConvShape& s, double density, uint32_t seed) {
+// Blocks of bi input x bo output channels, balanced as the pruner leaves them.
+BlockGrid BalancedGrid(const ConvShape& s, int bi, int bo, double density, uint32_t seed) {
   BlockGrid g;
-  g.rows = s.c / 8;
-  g.cols = s.k / 8;
+  g.block_in = bi;
+  g.block_out = bo;
+  g.rows = (s.c + bi - 1) / bi;
+  g.cols = (s.k + bo - 1) / bo;
   std::mt19937 gen(seed);
   g.kept = topiary::bench::BalancedBlockGrid(g.rows, g.cols, density, gen);
   return g;
@@ -45,8 +49,16 @@ int Main(int argc, char** argv) {
   const int iters = sweep.iters;
   Precision p = Precision::kBf16;
   std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
+  int block_in = 8, block_out = 8;
+  bool all_configs = false;  // --all_configs 1: time every forward configuration too
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--block") &&
+        std::sscanf(argv[i + 1], "%dx%d", &block_in, &block_out) != 2) {
+      absl::FPrintF(stderr, "--block wants INxOUT, e.g. 64x128\n");
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--precision") && !std::strcmp(argv[i + 1], "fp32")) {
       p = Precision::kFp32;
     }
@@ -89,10 +101,20 @@ int Main(int argc, char** argv) {
                [&] { CHECK_OK((*dense)->BackwardFilter(x, dy, dw, nullptr, ws, cuda)); })};
     double crossover[3] = {0, 0, 0};
     for (double d : densities) {
-      const BlockGrid grid = BalancedGrid(s, d, 7);
+      if (s.c / block_in < 2 || s.k / block_out < 2) continue;  // one row or column: dense
+      const BlockGrid grid = BalancedGrid(s, block_in, block_out, d, 7);
       auto sparse = BlockSparseConvCuda::Create(s, grid, t, cuda);
       CHECK_OK(sparse.status());
       BlockSparseConvCuda& sp = **sparse;
+      if (all_configs) {  // every forward configuration's time, for choosing tile shapes
+        for (int config = 0; config < sp.configs(SparsePass::kForward); ++config) {
+          CHECK_OK(sp.set_config(SparsePass::kForward, config));
+          const double ms =
+              TimeMs(cuda, iters, [&] { CHECK_OK(sp.Forward(x, w, nullptr, y, cuda)); });
+          absl::PrintF("{\"layer\":\"%s\",\"density\":%.3f,\"config\":\"%s\",\"ms\":%.4f}\n",
+                       l.name, grid.density(), sp.config_name(SparsePass::kForward), ms);
+        }
+      }
       CHECK_OK(sp.Tune(SparsePass::kForward, x, w, y, cuda).status());
       CHECK_OK(sp.Tune(SparsePass::kBackwardData, dy, w, dx, cuda).status());
       const double sparse_ms[3] = {
@@ -106,9 +128,9 @@ int Main(int argc, char** argv) {
         absl::PrintF(
             "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
             "\"density\":%.3f,\"pass\":\"%s\",\"cudnn_ms\":%.4f,\"sparse_ms\":%.4f,"
-            "\"speedup\":%.2f,\"config\":\"%s\"}\n",
+            "\"speedup\":%.2f,\"config\":\"%s\",\"block\":\"%dx%d\"}\n",
             gpu, l.model, l.name, s.n, PrecisionName(p), grid.density(), SparsePassName(passes[i]),
-            dense_ms[i], sparse_ms[i], speedup, sp.config_name(passes[i]));
+            dense_ms[i], sparse_ms[i], speedup, sp.config_name(passes[i]), block_in, block_out);
       }
     }
     for (int i = 0; i < 3; ++i) {

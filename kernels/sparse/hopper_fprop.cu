@@ -1,0 +1,305 @@
+// Hopper block-sparse forward convolution (hopper_fprop.h): CUTLASS's sm90 implicit-GEMM
+// collectives (TMA im2col producer, wgmma consumer, TMA-store epilogue with a per-channel
+// bias) inside Topiary's kernel, which hands each output tile its own list of kept K tiles.
+//
+// Why a kernel of our own: CUTLASS's kernels give every output tile the same K-tile count and
+// walk K in order. Here the producer's K iterator yields the tile's kept K-tile coordinates
+// (the collective's load copies tile *it, then ++it), and both producer and consumers run the
+// tile's own count. The pipeline stays in step because both sides advance by that count.
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/detail.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/kernel_hardware_info.hpp"  // before the builders, which use it undeclared
+#include "cutlass/pipeline/pipeline.hpp"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/sparse/hopper_fprop.h"
+#include "util/status_macros.h"
+
+namespace topiary::kernels {
+namespace {
+
+using namespace cute;  // NOLINT: CuTe's layout algebra reads as a language
+
+using ConvProblem = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, 2>;
+
+// The producer's walk over one output tile's kept K tiles: *it is the coordinate of the next
+// kept tile in the collective's K-tile shape (channel tile, filter column, filter row).
+template <class KShape>
+struct KeptTileIterator {
+  const int* next;
+  KShape shape;
+  CUTE_DEVICE auto operator*() const { return idx2crd(*next, shape); }
+  CUTE_DEVICE KeptTileIterator& operator++() {
+    ++next;
+    return *this;
+  }
+};
+
+// One configuration: a CTA tile of BM output pixels x BN output channels x BK input channels
+// of one tap, with one consumer warpgroup or two that split BM (kWarpGroups).
+template <int BM, int BN, int BK, int kWarpGroups>
+struct Config {
+  using Tile = Shape<Int<BM>, Int<BN>, Shape<Int<BK>>>;
+  using Cluster = Shape<_1, _1, _1>;
+  using Bf16 = cutlass::bfloat16_t;
+  using Nhwc = cutlass::layout::TensorNHWC;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
+      std::conditional_t<kWarpGroups == 2, cutlass::epilogue::TmaWarpSpecializedCooperative,
+                         cutlass::epilogue::TmaWarpSpecialized>,
+      cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
+  // CUTLASS builds conv mainloops for one consumer warpgroup only (its dispatch policy rejects
+  // the cooperative schedule because its kernel is not persistent). The collective itself
+  // runs any warpgroup count: the same mainloop with a TiledMma of kWarpGroups along M.
+  using OneGroup = typename cutlass::conv::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop, Bf16,
+      Nhwc, 8, Bf16, Nhwc, 8, float, Tile, Cluster,
+      cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Bf16, Bf16, float, Tile, GMMA::Major::K, GMMA::Major::K>(),
+      Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
+  using Mainloop = cutlass::conv::collective::CollectiveConv<
+      typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
+          typename OneGroup::GmemTiledCopyA, typename OneGroup::SmemLayoutA>,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
+          typename OneGroup::GmemTiledCopyB, typename OneGroup::SmemLayoutB>>;
+};
+
+template <class C>
+struct SparseFprop {
+  using Mainloop = typename C::Mainloop;
+  using Epilogue = typename C::Epilogue;
+  using Tile = typename C::Tile;
+  using TiledMma = typename Mainloop::TiledMma;
+  using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(ConvProblem{}));
+  static constexpr int kMmaThreads = size(TiledMma{});  // 128 or 256
+  static constexpr int kThreads = cutlass::NumThreadsPerWarpGroup + kMmaThreads;
+  // Per thread after setmaxnreg: the register file is 64K, so 128 x 40 + 256 x 232 fits.
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+
+  struct SharedStorage {
+    struct Pipelines {
+      alignas(16) typename Mainloop::PipelineStorage mainloop;
+      alignas(16) typename Epilogue::PipelineStorage epi_load;
+    } pipelines;
+    struct Tensors : cute::aligned_struct<128, _1> {
+      typename Epilogue::TensorStorage epilogue;
+      typename Mainloop::TensorStorage mainloop;
+    } tensors;
+  };
+
+  struct Params {
+    ProblemMNKL problem;
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    const int* count;  // kept K tiles per output-channel tile
+    const int* index;  // their numbers, `stride` per output-channel tile
+    int stride;
+  };
+
+  static CUTLASS_DEVICE void Run(const Params& params, char* smem) {
+    using Pipeline = typename Mainloop::MainloopPipeline;
+    using EpiLoadPipeline = typename Epilogue::LoadPipeline;
+    using EpiStorePipeline = typename Epilogue::StorePipeline;
+    SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
+    const int warp = cutlass::canonical_warp_idx_sync();
+    const int warp_group = cutlass::canonical_warp_group_idx();
+    const int group_thread = threadIdx.x % cutlass::NumThreadsPerWarpGroup;
+    const bool producer = warp_group == 0 && warp % cutlass::NumWarpsPerWarpGroup == 0;
+    const bool consumer = warp_group > 0;
+    if (warp == 0 && cute::elect_one_sync()) {
+      Mainloop::prefetch_tma_descriptors(params.mainloop);
+      Epilogue::prefetch_tma_descriptors(params.epilogue);
+    }
+
+    typename Pipeline::Params mp;
+    if (producer) mp.role = Pipeline::ThreadCategory::Producer;
+    if (consumer) mp.role = Pipeline::ThreadCategory::Consumer;
+    mp.is_leader = group_thread == 0;
+    mp.num_consumers = kMmaThreads;
+    mp.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    Pipeline pipeline(ss.pipelines.mainloop, mp, typename C::Cluster{});
+
+    typename EpiLoadPipeline::Params ep;
+    if (producer) ep.role = EpiLoadPipeline::ThreadCategory::Producer;
+    if (consumer) ep.role = EpiLoadPipeline::ThreadCategory::Consumer;
+    ep.dst_blockid = cute::block_rank_in_cluster();
+    ep.producer_arv_count = cutlass::NumThreadsPerWarp;
+    ep.consumer_arv_count = kMmaThreads;
+    if constexpr (Epilogue::RequiresTransactionBytes) {
+      ep.transaction_bytes = params.epilogue.tma_transaction_bytes;
+    }
+    EpiLoadPipeline epi_load(ss.pipelines.epi_load, ep);
+    typename EpiStorePipeline::Params sp;
+    sp.always_wait = true;
+    EpiStorePipeline epi_store(sp);
+    __syncthreads();  // the barriers are initialized before anyone waits on them
+
+    const auto problem = params.problem;
+    Mainloop mainloop;
+    Epilogue epilogue(params.epilogue, ss.tensors.epilogue);
+    auto load_inputs = mainloop.load_init(problem, params.mainloop);
+    Tensor gA = get<0>(load_inputs);  // (BM, BK, m tiles, (channel tiles, S, R))
+    Tensor gB = get<1>(load_inputs);  // (BN, BK, n tiles, (channel tiles, S, R))
+    const int n_tile = blockIdx.y;
+    auto blk = make_coord(idx2crd(int(blockIdx.x), shape<2>(gA)), idx2crd(n_tile, shape<2>(gB)), _,
+                          Int<0>{});
+    const int k_tiles = params.count[n_tile];
+    TiledMma tiled_mma;
+
+    if (warp_group == 0) {
+      // The producer warpgroup needs few registers; the consumers hold the accumulators.
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (producer) {
+        typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+        KeptTileIterator<decltype(shape<3>(gA))> it{params.index + n_tile * params.stride,
+                                                    shape<3>(gA)};
+        mainloop.load(params.mainloop, pipeline, state, load_inputs, blk, it, k_tiles,
+                      cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
+                      ss.tensors.mainloop);
+        state.advance(k_tiles);
+        mainloop.load_tail(pipeline, state);
+        if (epilogue.is_producer_load_needed()) {
+          auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
+          epi_state = epilogue.load(epi_load, epi_state, problem, Tile{}, blk, tiled_mma,
+                                    cutlass::canonical_lane_idx(), ss.tensors.epilogue);
+          epilogue.load_tail(epi_load, epi_state);
+        }
+      }
+      return;
+    }
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int mma_thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
+    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+    typename Mainloop::PipelineState state;
+    if (k_tiles > 0) {
+      mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop, params.mainloop);
+      mainloop.mma_tail(pipeline, state, k_tiles);
+    } else {
+      clear(acc);  // every block of this output tile pruned: the bias alone
+    }
+    typename Epilogue::LoadPipelineState epi_load_state;
+    auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
+    auto [load_next, store_next] =
+        epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{}, blk,
+                       acc, tiled_mma, mma_thread, ss.tensors.epilogue);
+    epilogue.store_tail(epi_load, load_next, epi_store, store_next);
+  }
+};
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1)
+    SparseFpropKernel(const __grid_constant__ typename K::Params params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ char smem[];
+  K::Run(params, smem);
+#endif
+}
+
+ConvProblem Problem(const ConvShape& s) {
+  return ConvProblem(cutlass::conv::Mode::kCrossCorrelation, {s.n, s.h, s.w, s.c},
+                     {s.k, s.r, s.s, s.c}, {s.pad_h, s.pad_w}, {s.pad_h, s.pad_w},
+                     {s.stride_h, s.stride_w}, {1, 1}, 1);
+}
+
+template <class C>
+absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
+                    const void* x, const void* w, const float* bias, void* y,
+                    const CudaContext& ctx) {
+  using K = SparseFprop<C>;
+  using Mainloop = typename K::Mainloop;
+  using Epilogue = typename K::Epilogue;
+  const ConvProblem problem = Problem(s);
+  typename Mainloop::Arguments margs{static_cast<const cutlass::bfloat16_t*>(x),
+                                     static_cast<const cutlass::bfloat16_t*>(w)};
+  // The output's strides, M's modes (output column, row, image) innermost first.
+  typename Epilogue::StrideD stride_d{};
+  cute::for_each(cute::make_seq<cute::rank<0>(typename Epilogue::StrideD{})>{}, [&](auto i) {
+    cute::get<0, i>(stride_d) = problem.stride_C[ConvProblem::RankT - 2 - i];
+  });
+  typename Epilogue::Arguments eargs{
+      {}, nullptr, typename Epilogue::StrideC{}, static_cast<cutlass::bfloat16_t*>(y), stride_d};
+  eargs.thread.alpha = 1.0f;
+  eargs.thread.beta = 0.0f;
+  eargs.thread.bias_ptr = bias;
+  const auto xformed = cutlass::conv::detail::get_transformed_problem_shape_MNKL(problem);
+  if (!Mainloop::can_implement(problem, margs) || !Epilogue::can_implement(xformed, eargs)) {
+    return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
+  }
+  typename K::Params params{Mainloop::get_problem_shape_MNKL(problem),
+                            Mainloop::to_underlying_arguments(problem, margs, nullptr),
+                            Epilogue::to_underlying_arguments(xformed, eargs, nullptr),
+                            count,
+                            index,
+                            stride};
+  const int64_t pixels = static_cast<int64_t>(s.n) * s.ho() * s.wo();
+  constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
+  const dim3 grid(static_cast<unsigned>((pixels + kBM - 1) / kBM), (s.k + kBN - 1) / kBN);
+  const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
+  TOPIARY_RETURN_IF_ERROR(
+      CudaStatus(AllowDynamicSmem<SparseFpropKernel<K>>(smem), "hopper conv shared memory"));
+  SparseFpropKernel<K><<<grid, K::kThreads, smem, ctx.stream>>>(params);
+  return LaunchStatus("hopper block-sparse conv forward");
+}
+
+struct Entry {
+  const char* name;
+  int tile_k, tile_n;
+  absl::Status (*launch)(const ConvShape&, const int*, const int*, int, const void*, const void*,
+                         const float*, void*, const CudaContext&);
+};
+
+const Entry kEntries[] = {
+    {"wgmma 128x128x64 2wg", 64, 128, Launch<Config<128, 128, 64, 2>>},
+    {"wgmma 256x128x64 2wg", 64, 128, Launch<Config<256, 128, 64, 2>>},
+    {"wgmma 128x256x64 2wg", 64, 256, Launch<Config<128, 256, 64, 2>>},
+    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<128, 64, 64, 2>>},
+    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<256, 64, 64, 2>>},
+};
+constexpr int kEntryCount = sizeof(kEntries) / sizeof(kEntries[0]);
+
+}  // namespace
+
+int HopperFpropConfigs() { return kEntryCount; }
+std::string HopperFpropConfigName(int config) { return kEntries[config].name; }
+int HopperFpropTileK(int config) { return kEntries[config].tile_k; }
+int HopperFpropTileN(int config) { return kEntries[config].tile_n; }
+
+bool HopperFpropTakes(const ConvShape& s, const CudaContext& ctx) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  (void)ctx;
+  // TMA im2col: 16-byte channel rows, filter offsets and padding within its 8-bit fields.
+  return major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 && s.r <= 32 && s.s <= 32 &&
+         s.pad_h <= 15 && s.pad_w <= 15;
+}
+
+absl::Status HopperFpropRun(int config, const ConvShape& s, const int* count, const int* index,
+                            int stride, const void* x, const void* w, const float* bias, void* y,
+                            const CudaContext& ctx) {
+  if (config < 0 || config >= kEntryCount) {
+    return absl::InvalidArgumentError(absl::StrFormat("hopper conv: no configuration %d", config));
+  }
+  return kEntries[config].launch(s, count, index, stride, x, w, bias, y, ctx);
+}
+
+}  // namespace topiary::kernels
