@@ -8,9 +8,14 @@
 // tile's own count. The pipeline stays in step because both sides advance by that count.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cute/tensor.hpp>
 #include <string>
 
+// clang-format off
+// Before the builders, which use it without including it.
+#include "cutlass/kernel_hardware_info.hpp"
+// clang-format on
 #include "absl/strings/str_format.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/conv/collective/collective_builder.hpp"
@@ -18,7 +23,6 @@
 #include "cutlass/conv/detail.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/kernel_hardware_info.hpp"  // before the builders, which use it undeclared
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
@@ -155,10 +159,15 @@ struct SparseFprop {
     auto load_inputs = mainloop.load_init(problem, params.mainloop);
     Tensor gA = get<0>(load_inputs);  // (BM, BK, m tiles, (channel tiles, S, R))
     Tensor gB = get<1>(load_inputs);  // (BN, BK, n tiles, (channel tiles, S, R))
-    const int n_tile = blockIdx.y;
-    auto blk = make_coord(idx2crd(int(blockIdx.x), shape<2>(gA)), idx2crd(n_tile, shape<2>(gB)), _,
-                          Int<0>{});
-    const int k_tiles = params.count[n_tile];
+    const int n_tiles = size(shape<2>(gB));
+    const int tiles = size(shape<2>(gA)) * n_tiles;
+    // Output tiles, output-channel tiles fastest (neighbouring CTAs share activations in L2),
+    // each CTA taking every gridDim.x-th: a persistent grid, so that the producer loads the
+    // next tile's operands while the consumers store this one's.
+    auto coord = [&](int tile) {
+      return make_coord(idx2crd(tile / n_tiles, shape<2>(gA)),
+                        idx2crd(tile % n_tiles, shape<2>(gB)), _, Int<0>{});
+    };
     TiledMma tiled_mma;
 
     if (warp_group == 0) {
@@ -166,38 +175,50 @@ struct SparseFprop {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
       if (producer) {
         typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-        KeptTileIterator<decltype(shape<3>(gA))> it{params.index + n_tile * params.stride,
-                                                    shape<3>(gA)};
-        mainloop.load(params.mainloop, pipeline, state, load_inputs, blk, it, k_tiles,
-                      cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
-                      ss.tensors.mainloop);
-        state.advance(k_tiles);
-        mainloop.load_tail(pipeline, state);
-        if (epilogue.is_producer_load_needed()) {
-          auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
-          epi_state = epilogue.load(epi_load, epi_state, problem, Tile{}, blk, tiled_mma,
-                                    cutlass::canonical_lane_idx(), ss.tensors.epilogue);
-          epilogue.load_tail(epi_load, epi_state);
+        auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+          const int n = tile % n_tiles, k_tiles = params.count[n];
+          KeptTileIterator<decltype(shape<3>(gA))> it{params.index + n * params.stride,
+                                                      shape<3>(gA)};
+          mainloop.load(params.mainloop, pipeline, state, load_inputs, coord(tile), it, k_tiles,
+                        cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
+                        ss.tensors.mainloop);
+          state.advance(k_tiles);
+          if (epilogue.is_producer_load_needed()) {
+            epi_state = epilogue.load(epi_load, epi_state, problem, Tile{}, coord(tile), tiled_mma,
+                                      cutlass::canonical_lane_idx(), ss.tensors.epilogue);
+          }
         }
+        mainloop.load_tail(pipeline, state);
+        if (epilogue.is_producer_load_needed()) epilogue.load_tail(epi_load, epi_state);
       }
       return;
     }
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
     const int mma_thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
-    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
     typename Mainloop::PipelineState state;
-    if (k_tiles > 0) {
-      mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop, params.mainloop);
-      mainloop.mma_tail(pipeline, state, k_tiles);
-    } else {
-      clear(acc);  // every block of this output tile pruned: the bias alone
-    }
     typename Epilogue::LoadPipelineState epi_load_state;
     auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
-    auto [load_next, store_next] =
-        epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{}, blk,
-                       acc, tiled_mma, mma_thread, ss.tensors.epilogue);
-    epilogue.store_tail(epi_load, load_next, epi_store, store_next);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int k_tiles = params.count[tile % n_tiles];
+      Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+      if (k_tiles > 0) {
+        mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop,
+                     params.mainloop);
+        mainloop.mma_tail(pipeline, state, k_tiles);
+        state.advance(k_tiles);
+      } else {
+        clear(acc);  // every block of this output tile pruned: the bias alone
+      }
+      auto [load_next, store_next] =
+          epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{},
+                         coord(tile), acc, tiled_mma, mma_thread, ss.tensors.epilogue);
+      epi_load_state = load_next;
+      epi_store_state = store_next;
+    }
+    if (static_cast<int>(blockIdx.x) < tiles) {
+      epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+    }
   }
 };
 
@@ -248,7 +269,8 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
                             stride};
   const int64_t pixels = static_cast<int64_t>(s.n) * s.ho() * s.wo();
   constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
-  const dim3 grid(static_cast<unsigned>((pixels + kBM - 1) / kBM), (s.k + kBN - 1) / kBN);
+  const int64_t tiles = ((pixels + kBM - 1) / kBM) * ((s.k + kBN - 1) / kBN);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(ctx.sm_count, 1))));
   const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
   TOPIARY_RETURN_IF_ERROR(
       CudaStatus(AllowDynamicSmem<SparseFpropKernel<K>>(smem), "hopper conv shared memory"));
