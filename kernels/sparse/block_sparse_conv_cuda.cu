@@ -27,7 +27,7 @@
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
 #include "kernels/sparse/block_sparse_conv.h"
-#include "kernels/sparse/hopper_fprop.h"
+#include "kernels/sparse/hopper_conv.h"
 #include "kernels/sparse/kept_tiles.h"
 
 namespace topiary::kernels {
@@ -564,15 +564,15 @@ struct BlockSparseConvCuda::Device {
     int groups = 0;
     int max_chunks = 0;       // in one group
   } tc[2][kGroupWidthCount];  // [forward, backward data][group width]
-  // Hopper's forward kernels whose tiles the grid's blocks align with (hopper_fprop.h), with
-  // their kept K-tile lists; forward configurations after the tensor-core ones.
+  // Hopper's kernels whose tiles the grid's blocks align with (hopper_conv.h), with their
+  // kept K-tile lists: [forward, backward data], configurations after the tensor-core ones.
   struct Hopper {
-    int config = 0;  // HopperFpropRun's
+    int config = 0;  // HopperConvRun's
     const int* count = nullptr;
     const int* index = nullptr;
     int stride = 0;
   };
-  std::vector<Hopper> hopper;
+  std::vector<Hopper> hopper[2];
 
   ~Device() {
     for (void* p : allocations) cudaFree(p);
@@ -671,25 +671,29 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
   }
   // Hopper's kernels read whole K tiles: offered when each tile lies in one block, so the
   // tiles they skip are exactly the pruned blocks and every tile they read is kept.
-  if (plan->tensor_cores_ && HopperFpropTakes(s, ctx)) {
-    for (int config = 0; config < HopperFpropConfigs(); ++config) {
-      const int tk = HopperFpropTileK(config), tn = HopperFpropTileN(config);
-      if (grid.block_in % tk != 0 || grid.block_out % tn != 0) continue;
-      const KeptTiles kept_tiles = ForwardKeptTiles(s, grid, tk, tn);
+  for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+    if (!plan->tensor_cores_ || !HopperConvTakes(pass, s, ctx)) continue;
+    const bool fwd = pass == SparsePass::kForward;
+    const int red_block = fwd ? grid.block_in : grid.block_out;
+    const int out_block = fwd ? grid.block_out : grid.block_in;
+    for (int config = 0; config < HopperConvConfigs(pass); ++config) {
+      const int tk = HopperConvTileK(pass, config), tn = HopperConvTileN(pass, config);
+      if (red_block % tk != 0 || out_block % tn != 0) continue;
+      const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn);
       Device::Hopper h;
       h.config = config;
       h.stride = kept_tiles.stride;
       TOPIARY_ASSIGN(h.count, d.Upload(kept_tiles.count));
       TOPIARY_ASSIGN(h.index, d.Upload(kept_tiles.index));
-      d.hopper.push_back(h);
+      d.hopper[fwd ? 0 : 1].push_back(h);
     }
   }
   return plan;
 }
 
 int BlockSparseConvCuda::configs(SparsePass pass) const {
-  const int hopper = pass == SparsePass::kForward ? static_cast<int>(d_->hopper.size()) : 0;
-  return tensor_cores_ && pass != SparsePass::kBackwardFilter ? kTcConfigCount + hopper : 1;
+  if (!tensor_cores_ || pass == SparsePass::kBackwardFilter) return 1;
+  return kTcConfigCount + static_cast<int>(d_->hopper[static_cast<int>(pass)].size());
 }
 
 absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
@@ -705,7 +709,8 @@ std::string BlockSparseConvCuda::config_name(SparsePass pass) const {
   if (configs(pass) == 1) return "plain";
   const int config = config_[static_cast<int>(pass)];
   if (config >= kTcConfigCount) {
-    return HopperFpropConfigName(d_->hopper[config - kTcConfigCount].config);
+    return HopperConvConfigName(pass,
+                                d_->hopper[static_cast<int>(pass)][config - kTcConfigCount].config);
   }
   const TcConfig& c = kTcConfigs[config];
   return absl::StrFormat("tc %dx%d/%d", 16 * c.mt * c.wm, 8 * c.nj * c.wn, c.stages);
@@ -735,9 +740,9 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
       return LaunchStatus("block-sparse conv backward filter");
     });
   }
-  if (pass == SparsePass::kForward && config >= kTcConfigCount) {
-    const Device::Hopper& h = d.hopper[config - kTcConfigCount];
-    return HopperFpropRun(h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx);
+  if (pass != SparsePass::kBackwardFilter && config >= kTcConfigCount) {
+    const Device::Hopper& h = d.hopper[static_cast<int>(pass)][config - kTcConfigCount];
+    return HopperConvRun(pass, h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx);
   }
   if (configs(pass) > 1) {
     const bool bwd = pass == SparsePass::kBackwardData;

@@ -41,6 +41,7 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(1, 9, 11, 128, 256, 3, 3, 2, 1), 64, 128},
       {MakeConv(3, 7, 7, 192, 128, 1, 1, 1, 0), 64, 128},
       {MakeConv(2, 5, 5, 64, 64, 3, 3, 1, 1), 64, 64},
+      {MakeConv(1, 9, 11, 128, 192, 3, 3, 1, 1), 64, 64},
   };
   uint32_t seed = 1300;
   for (const testing::BlockConvCase& c : cases) {
@@ -72,23 +73,32 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         EXPECT_EQ((*plan)->tensor_cores(), tc);
         Act dx(t, x), dw(t, w), dg(t, g), y(t, ny), gx(t, nx), gw(t, nw);
         Dev<float> db(b), gb(sh.k);
-        // Hopper's forward kernels come after the tensor-core configurations, for bf16 grids
-        // whose blocks their tiles align with, on an sm_90 GPU.
+        // Hopper's kernels come after the tensor-core configurations, for bf16 grids whose
+        // blocks their tiles align with, on an sm_90 GPU (backward data at stride 1 only).
         const int forward_configs = (*plan)->configs(SparsePass::kForward);
         const int data_configs = (*plan)->configs(SparsePass::kBackwardData);
-        if (tc && c.bi % 64 == 0 && c.bo % 64 == 0 && Sm90()) {
-          EXPECT_GT(forward_configs, data_configs);
-        } else {
-          EXPECT_EQ(forward_configs, data_configs);
+        int hopper[2] = {0, 0};
+        for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+          for (int config = 0; config < (*plan)->configs(pass); ++config) {
+            ASSERT_TRUE((*plan)->set_config(pass, config).ok());
+            hopper[static_cast<int>(pass)] +=
+                (*plan)->config_name(pass).rfind("wgmma", 0) == 0 ? 1 : 0;
+          }
         }
-        for (int config = 0; config < forward_configs; ++config) {
+        const bool aligned = tc && c.bi % 64 == 0 && c.bo % 64 == 0 && Sm90();
+        EXPECT_EQ(hopper[0] > 0, aligned);
+        EXPECT_EQ(hopper[1] > 0, aligned && sh.stride_h == 1);
+        for (int config = 0; config < std::max(forward_configs, data_configs); ++config) {
           SCOPED_TRACE("configuration " + std::to_string(config));
-          ASSERT_TRUE((*plan)->set_config(SparsePass::kForward, config).ok());
-          SCOPED_TRACE((*plan)->config_name(SparsePass::kForward));
+          ASSERT_TRUE((*plan)
+                          ->set_config(SparsePass::kForward, std::min(config, forward_configs - 1))
+                          .ok());
           ASSERT_TRUE(
               (*plan)
                   ->set_config(SparsePass::kBackwardData, std::min(config, data_configs - 1))
                   .ok());
+          SCOPED_TRACE((*plan)->config_name(SparsePass::kForward) + ", " +
+                       (*plan)->config_name(SparsePass::kBackwardData));
           ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
           ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ctx_).ok());
           Sync();

@@ -11,20 +11,27 @@ double KeptTiles::density() const {
   return all > 0 ? static_cast<double>(kept) / all : 1.0;
 }
 
-KeptTiles ForwardKeptTiles(const ConvShape& s, const BlockGrid& grid, int tile_k, int tile_n) {
+KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& s, const BlockGrid& grid, int tile_k,
+                        int tile_n) {
+  // The reduction side (K of the GEMM) and the output side (N), in channels and blocks.
+  const bool fwd = pass == SparsePass::kForward;
+  const int red = fwd ? s.c : s.k, out = fwd ? s.k : s.c;
+  const int red_block = fwd ? grid.block_in : grid.block_out;
+  const int out_block = fwd ? grid.block_out : grid.block_in;
   KeptTiles t;
   t.tile_k = tile_k;
   t.tile_n = tile_n;
-  const int c_tiles = (s.c + tile_k - 1) / tile_k;
+  const int c_tiles = (red + tile_k - 1) / tile_k;
   t.k_tiles = c_tiles * s.r * s.s;
-  t.n_tiles = (s.k + tile_n - 1) / tile_n;
-  // needs[j][c_tile]: output tile j reads channel tile c_tile (the same at every tap).
+  t.n_tiles = (out + tile_n - 1) / tile_n;
+  // needs[j][c_tile]: output tile j reads reduction tile c_tile (the same at every tap).
   std::vector<uint8_t> needs(static_cast<size_t>(t.n_tiles) * c_tiles, 0);
   for (int row = 0; row < grid.rows; ++row) {
-    const int c0 = row * grid.block_in, c1 = std::min(s.c, c0 + grid.block_in);
     for (int col = 0; col < grid.cols; ++col) {
       if (!grid.Kept(row, col)) continue;
-      const int k0 = col * grid.block_out, k1 = std::min(s.k, k0 + grid.block_out);
+      const int rb = fwd ? row : col, ob = fwd ? col : row;
+      const int c0 = rb * red_block, c1 = std::min(red, c0 + red_block);
+      const int k0 = ob * out_block, k1 = std::min(out, k0 + out_block);
       for (int j = k0 / tile_n; j <= (k1 - 1) / tile_n; ++j) {
         for (int ct = c0 / tile_k; ct <= (c1 - 1) / tile_k; ++ct) {
           needs[static_cast<size_t>(j) * c_tiles + ct] = 1;

@@ -50,7 +50,7 @@ int Main(int argc, char** argv) {
   Precision p = Precision::kBf16;
   std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
   int block_in = 8, block_out = 8;
-  bool all_configs = false;  // --all_configs 1: time every forward configuration too
+  bool all_configs = false;  // --all_configs 1: time every configuration too
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
@@ -106,13 +106,19 @@ int Main(int argc, char** argv) {
       auto sparse = BlockSparseConvCuda::Create(s, grid, t, cuda);
       CHECK_OK(sparse.status());
       BlockSparseConvCuda& sp = **sparse;
-      if (all_configs) {  // every forward configuration's time, for choosing tile shapes
-        for (int config = 0; config < sp.configs(SparsePass::kForward); ++config) {
-          CHECK_OK(sp.set_config(SparsePass::kForward, config));
-          const double ms =
-              TimeMs(cuda, iters, [&] { CHECK_OK(sp.Forward(x, w, nullptr, y, cuda)); });
-          absl::PrintF("{\"layer\":\"%s\",\"density\":%.3f,\"config\":\"%s\",\"ms\":%.4f}\n",
-                       l.name, grid.density(), sp.config_name(SparsePass::kForward), ms);
+      if (all_configs) {  // every configuration's time, for choosing tile shapes
+        for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+          for (int config = 0; config < sp.configs(pass); ++config) {
+            CHECK_OK(sp.set_config(pass, config));
+            const double ms = TimeMs(cuda, iters, [&] {
+              CHECK_OK(pass == SparsePass::kForward ? sp.Forward(x, w, nullptr, y, cuda)
+                                                    : sp.BackwardData(dy, w, dx, cuda));
+            });
+            absl::PrintF(
+                "{\"layer\":\"%s\",\"density\":%.3f,\"pass\":\"%s\",\"config\":\"%s\","
+                "\"ms\":%.4f}\n",
+                l.name, grid.density(), SparsePassName(pass), sp.config_name(pass), ms);
+          }
         }
       }
       CHECK_OK(sp.Tune(SparsePass::kForward, x, w, y, cuda).status());

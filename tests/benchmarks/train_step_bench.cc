@@ -4,7 +4,8 @@
 //   train_step_bench [--models lenet5,resnet20] [--batch 128] [--hw 28] [--channels 1]
 //                    [--classes 10] [--steps 20] [--threads 0] [--device cpu|cuda]
 //                    [--graphs 1] [--precision fp32|tf32|bf16] [--approx MULTIPLIER]
-//                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION]
+//                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION [--block
+//                    INxOUT]]
 //                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
 //                    [--keep_flops F [--round_to 8]] [--fuse 0|1] [--report 1]
 // --fuse 0 runs every layer on its own on a GPU: no fused residual tails (A/B of the fusion).
@@ -14,10 +15,11 @@
 // --sample samples weight gradients on every timed step in the layers the block (the body of
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
 // that samples a fraction f of the steps costs (1 - f) * exact + f * sampled.
-// --prune installs 8x8 block masks with that fraction of zero blocks on every convolution the
-// block pruner may prune (both grid sides > 1), the same number in every output-block column,
-// at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer then runs on the
-// block-sparse kernels or cuDNN, whichever measures faster (=on forces block-sparse, =off dense).
+// --prune installs block masks (8x8, or --block INxOUT) with that fraction of zero blocks on every
+// convolution the block pruner may prune (both grid sides > 1), the same number in every
+// output-block column, at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer
+// then runs on the block-sparse kernels or cuDNN, whichever measures faster (=on forces
+// block-sparse, =off dense).
 // --keep_flops F compacts the model first (channel pruning, docs/algorithms.md §3a): L1-scored
 // channels removed across the dependency groups until F of the multiply-adds are left, kept
 // counts rounded up to multiples of --round_to; "macs" reports the model's multiply-adds.
@@ -58,7 +60,7 @@ namespace {
 // Balanced random 8x8 block masks with `zeros` of the blocks zero on every convolution the
 // block pruner may prune (both grid sides > 1): the same count in every output-block column,
 // as the pruner's column cap leaves a layer at its target.
-absl::Status RandomBlockMasks(Model* model, double zeros) {
+absl::Status RandomBlockMasks(Model* model, double zeros, int block_in, int block_out) {
   std::mt19937 gen(5);
   for (const auto& node : model->nodes()) {
     if (node.layer->kind() != LayerKind::kConv2d) continue;
@@ -68,7 +70,7 @@ absl::Status RandomBlockMasks(Model* model, double zeros) {
                 c = p->value.shape()[3];
       MaskInfo info;
       info.kind = MaskInfo::Kind::kBlock;
-      info.blocks = kernels::BlockGrid::Dense(c, k, 8, 8);
+      info.blocks = kernels::BlockGrid::Dense(c, k, block_in, block_out);
       if (info.blocks.rows < 2 || info.blocks.cols < 2) continue;
       info.blocks.kept =
           bench::BalancedBlockGrid(info.blocks.rows, info.blocks.cols, 1.0 - zeros, gen);
@@ -84,7 +86,8 @@ struct Flags {
   int batch = 128, hw = 28, channels = 1, classes = 10, steps = 20, warmup = 3, threads = 0;
   std::string device = "cpu", precision = "fp32", approx;
   std::optional<std::string> sample;  // a GradientSamplingSpec in text format
-  double prune = 0;                   // zero fraction of 8x8 blocks
+  double prune = 0;                   // zero fraction of blocks
+  int block_in = 8, block_out = 8;    // --block INxOUT: the blocks --prune masks
   double keep_flops = 0;              // channel pruning: the share of multiply-adds kept
   int round_to = 8;
   bool inference = false;
@@ -193,7 +196,8 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
     if (!applied.ok()) return applied.status();
     SetSampling(model->get(), true);
   }
-  if (f.prune > 0) TOPIARY_RETURN_IF_ERROR(RandomBlockMasks(model->get(), f.prune));
+  if (f.prune > 0)
+    TOPIARY_RETURN_IF_ERROR(RandomBlockMasks(model->get(), f.prune, f.block_in, f.block_out));
   PlanOptions options;
   options.precision = f.precision == "bf16"   ? kernels::Precision::kBf16
                       : f.precision == "tf32" ? kernels::Precision::kTf32
@@ -311,7 +315,12 @@ int main(int argc, char** argv) {
       f.approx = v;
     else if (k == "--prune")
       f.prune = std::atof(v.c_str());
-    else if (k == "--keep_flops")
+    else if (k == "--block") {
+      if (std::sscanf(v.c_str(), "%dx%d", &f.block_in, &f.block_out) != 2) {
+        absl::FPrintF(stderr, "--block wants INxOUT, e.g. 64x128\n");
+        return 2;
+      }
+    } else if (k == "--keep_flops")
       f.keep_flops = std::atof(v.c_str());
     else if (k == "--round_to")
       f.round_to = std::atoi(v.c_str());

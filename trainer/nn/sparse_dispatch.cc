@@ -79,19 +79,16 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
       TOPIARY_RETURN_IF_ERROR(sparse());
       return true;
     }
-    // The filter gradient has only the plain kernel: it is measured only where the forward
-    // pass found the block-sparse kernels faster (elsewhere it cannot win, and one run of it
-    // on a large layer takes longer than a training step).
-    if (pass == SparsePass::kBackwardFilter && !choice_.sparse[0]) return false;
+    // The filter gradient has only the plain kernel, which loses to cuDNN on every layer
+    // measured (docs/PERFORMANCE.md), and one run of it on a large layer takes longer than a
+    // training step: it runs only when forced, until a tensor-core kernel exists for it.
+    if (pass == SparsePass::kBackwardFilter) return false;
     // The sparse kernel's tile configurations are compared call by call, then the chosen one
     // and cuDNN's plan as captured graphs (cuDNN's host-side cost per call would otherwise
     // count against it, though a captured step never pays it).
-    if (pass != SparsePass::kBackwardFilter) {
-      TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
-    }
+    TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
     TOPIARY_ASSIGN_OR_RETURN(auto dense_ms, kernels::TimeCaptured(dense, ctx));
-    auto sparse_ms =
-        kernels::TimeCaptured(sparse, ctx, pass == SparsePass::kBackwardFilter ? 1 : 10);
+    auto sparse_ms = kernels::TimeCaptured(sparse, ctx, 10);
     if (!sparse_ms.ok()) return sparse_ms.status();
     choice_.dense_ms[p] = dense_ms;
     choice_.sparse_ms[p] = *sparse_ms;

@@ -2,12 +2,14 @@
 // (kernels/sparse/block_sparse_conv.h), per pass, for a layer whose kernel has a block mask.
 //
 // The block lists are packed when the dispatch first sees a mask version (a prune step or a
-// checkpoint load installs a new one), on the first eager call after it: each pass then times
-// both sides on the call's own operands (its outputs are overwritten by the pass that follows)
-// and keeps the faster. Captured CUDA graphs record whichever side was chosen; the runner
-// captures anew after every prune step, after an eager step. A call made during capture with a
-// mask the dispatch has not seen runs dense: dense is correct for every mask (masked weights
-// are zero), so a stale plan can cost speed, never results.
+// checkpoint load installs a new one), on the first eager call after it: the forward and
+// backward-data passes then time both sides on the call's own operands (their outputs are
+// overwritten by the pass that follows) and keep the faster. The filter gradient runs dense
+// unless forced: its only block-sparse kernel is the plain one, which loses everywhere. Captured
+// CUDA graphs record whichever side was chosen; the runner captures anew after every prune step,
+// after an eager step. A call made during capture with a mask the dispatch has not seen runs dense:
+// dense is correct for every mask (masked weights are zero), so a stale plan can cost speed, never
+// results.
 //
 // Off on the CPU, for deterministic plans (the choice depends on timings, and the two sides
 // round differently), and in mode off (PlanOptions::block_sparse, or TOPIARY_SPARSE_CONV=off);

@@ -1,6 +1,7 @@
-// Hopper block-sparse forward convolution (hopper_fprop.h): CUTLASS's sm90 implicit-GEMM
+// Hopper block-sparse convolution passes (hopper_conv.h): CUTLASS's sm90 implicit-GEMM
 // collectives (TMA im2col producer, wgmma consumer, TMA-store epilogue with a per-channel
-// bias) inside Topiary's kernel, which hands each output tile its own list of kept K tiles.
+// bias) inside Topiary's kernel, which hands each output tile its own list of kept K tiles
+// and walks the output tiles with a persistent grid.
 //
 // Why a kernel of our own: CUTLASS's kernels give every output tile the same K-tile count and
 // walk K in order. Here the producer's K iterator yields the tile's kept K-tile coordinates
@@ -10,7 +11,9 @@
 
 #include <algorithm>
 #include <cute/tensor.hpp>
+#include <numeric>
 #include <string>
+#include <utility>
 
 // clang-format off
 // Before the builders, which use it without including it.
@@ -26,7 +29,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
-#include "kernels/sparse/hopper_fprop.h"
+#include "kernels/sparse/hopper_conv.h"
 #include "util/status_macros.h"
 
 namespace topiary::kernels {
@@ -34,7 +37,7 @@ namespace {
 
 using namespace cute;  // NOLINT: CuTe's layout algebra reads as a language
 
-using ConvProblem = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, 2>;
+using cutlass::conv::Operator;
 
 // The producer's walk over one output tile's kept K tiles: *it is the coordinate of the next
 // kept tile in the collective's K-tile shape (channel tile, filter column, filter row).
@@ -49,10 +52,13 @@ struct KeptTileIterator {
   }
 };
 
-// One configuration: a CTA tile of BM output pixels x BN output channels x BK input channels
-// of one tap, with one consumer warpgroup or two that split BM (kWarpGroups).
-template <int BM, int BN, int BK, int kWarpGroups>
+// One configuration of pass Op (kFprop or kDgrad): a CTA tile of BM output pixels x BN output
+// channels x BK reduction channels of one tap, with one consumer warpgroup or two that split
+// BM (kWarpGroups).
+template <Operator Op, int BM, int BN, int BK, int kWarpGroups>
 struct Config {
+  static constexpr Operator kOp = Op;
+  using Problem = cutlass::conv::ConvProblemShape<Op, 2>;
   using Tile = Shape<Int<BM>, Int<BN>, Shape<Int<BK>>>;
   using Cluster = Shape<_1, _1, _1>;
   using Bf16 = cutlass::bfloat16_t;
@@ -67,13 +73,16 @@ struct Config {
   // the cooperative schedule because its kernel is not persistent). The collective itself
   // runs any warpgroup count: the same mainloop with a TiledMma of kWarpGroups along M.
   using OneGroup = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop, Bf16,
-      Nhwc, 8, Bf16, Nhwc, 8, float, Tile, Cluster,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, Bf16, Nhwc, 8, Bf16, Nhwc, 8, float,
+      Tile, Cluster,
       cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
       cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+  // The filter is K-major for forward and MN-major for backward data (its [K, R, S, C]
+  // layout read transposed), as CUTLASS's builder lays it out.
+  static constexpr GMMA::Major kMajorB = Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN;
   using TiledMma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Bf16, Bf16, float, Tile, GMMA::Major::K, GMMA::Major::K>(),
+      GMMA::ss_op_selector<Bf16, Bf16, float, Tile, GMMA::Major::K, kMajorB>(),
       Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
   using Mainloop = cutlass::conv::collective::CollectiveConv<
       typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
@@ -84,12 +93,12 @@ struct Config {
 };
 
 template <class C>
-struct SparseFprop {
+struct SparseConv {
   using Mainloop = typename C::Mainloop;
   using Epilogue = typename C::Epilogue;
   using Tile = typename C::Tile;
   using TiledMma = typename Mainloop::TiledMma;
-  using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(ConvProblem{}));
+  using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(typename C::Problem{}));
   static constexpr int kMmaThreads = size(TiledMma{});  // 128 or 256
   static constexpr int kThreads = cutlass::NumThreadsPerWarpGroup + kMmaThreads;
   // Per thread after setmaxnreg: the register file is 64K, so 128 x 40 + 256 x 232 fits.
@@ -224,28 +233,39 @@ struct SparseFprop {
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1)
-    SparseFpropKernel(const __grid_constant__ typename K::Params params) {
+    SparseConvKernel(const __grid_constant__ typename K::Params params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ char smem[];
   K::Run(params, smem);
 #endif
 }
 
-ConvProblem Problem(const ConvShape& s) {
-  return ConvProblem(cutlass::conv::Mode::kCrossCorrelation, {s.n, s.h, s.w, s.c},
-                     {s.k, s.r, s.s, s.c}, {s.pad_h, s.pad_w}, {s.pad_h, s.pad_w},
-                     {s.stride_h, s.stride_w}, {1, 1}, 1);
+template <class P>
+P Problem(const ConvShape& s) {
+  return P(cutlass::conv::Mode::kCrossCorrelation, {s.n, s.h, s.w, s.c}, {s.k, s.r, s.s, s.c},
+           {s.pad_h, s.pad_w}, {s.pad_h, s.pad_w}, {s.stride_h, s.stride_w}, {1, 1}, 1);
+}
+
+// CTAs of the persistent grid: one per SM, but a count coprime with the output-channel
+// tiles, so that each CTA's tiles (every gridDim.x-th) cycle through all of them. With 132
+// CTAs and 4 channel tiles, CTA b would get channel tile b % 4 every time, and the CTAs of a
+// tile with more kept K tiles than the others would set the pace alone.
+int PersistentCtas(int64_t tiles, int n_tiles, const CudaContext& ctx) {
+  int ctas = std::max(ctx.sm_count, 1);
+  while (ctas > 1 && std::gcd(ctas, n_tiles) != 1) --ctas;
+  return static_cast<int>(std::min<int64_t>(tiles, ctas));
 }
 
 template <class C>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
-                    const void* x, const void* w, const float* bias, void* y,
+                    const void* in0, const void* w, const float* bias, void* out,
                     const CudaContext& ctx) {
-  using K = SparseFprop<C>;
+  using K = SparseConv<C>;
+  using ConvProblem = typename C::Problem;
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
-  const ConvProblem problem = Problem(s);
-  typename Mainloop::Arguments margs{static_cast<const cutlass::bfloat16_t*>(x),
+  const ConvProblem problem = Problem<ConvProblem>(s);
+  typename Mainloop::Arguments margs{static_cast<const cutlass::bfloat16_t*>(in0),
                                      static_cast<const cutlass::bfloat16_t*>(w)};
   // The output's strides, M's modes (output column, row, image) innermost first.
   typename Epilogue::StrideD stride_d{};
@@ -253,7 +273,7 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
     cute::get<0, i>(stride_d) = problem.stride_C[ConvProblem::RankT - 2 - i];
   });
   typename Epilogue::Arguments eargs{
-      {}, nullptr, typename Epilogue::StrideC{}, static_cast<cutlass::bfloat16_t*>(y), stride_d};
+      {}, nullptr, typename Epilogue::StrideC{}, static_cast<cutlass::bfloat16_t*>(out), stride_d};
   eargs.thread.alpha = 1.0f;
   eargs.thread.beta = 0.0f;
   eargs.thread.bias_ptr = bias;
@@ -267,15 +287,19 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
                             count,
                             index,
                             stride};
-  const int64_t pixels = static_cast<int64_t>(s.n) * s.ho() * s.wo();
+  // The GEMM's M (output pixels of the pass) and N (its output channels).
+  constexpr bool kForward = C::kOp == Operator::kFprop;
+  const int64_t pixels = static_cast<int64_t>(s.n) * (kForward ? s.ho() * s.wo() : s.h * s.w);
+  const int channels = kForward ? s.k : s.c;
   constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
-  const int64_t tiles = ((pixels + kBM - 1) / kBM) * ((s.k + kBN - 1) / kBN);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(ctx.sm_count, 1))));
+  const int64_t tiles = ((pixels + kBM - 1) / kBM) * ((channels + kBN - 1) / kBN);
+  const dim3 grid(static_cast<unsigned>(PersistentCtas(tiles, (channels + kBN - 1) / kBN, ctx)));
   const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
   TOPIARY_RETURN_IF_ERROR(
-      CudaStatus(AllowDynamicSmem<SparseFpropKernel<K>>(smem), "hopper conv shared memory"));
-  SparseFpropKernel<K><<<grid, K::kThreads, smem, ctx.stream>>>(params);
-  return LaunchStatus("hopper block-sparse conv forward");
+      CudaStatus(AllowDynamicSmem<SparseConvKernel<K>>(smem), "hopper conv shared memory"));
+  SparseConvKernel<K><<<grid, K::kThreads, smem, ctx.stream>>>(params);
+  return LaunchStatus(kForward ? "hopper block-sparse conv forward"
+                               : "hopper block-sparse conv backward data");
 }
 
 struct Entry {
@@ -285,23 +309,38 @@ struct Entry {
                          const float*, void*, const CudaContext&);
 };
 
-const Entry kEntries[] = {
-    {"wgmma 128x128x64 2wg", 64, 128, Launch<Config<128, 128, 64, 2>>},
-    {"wgmma 256x128x64 2wg", 64, 128, Launch<Config<256, 128, 64, 2>>},
-    {"wgmma 128x256x64 2wg", 64, 256, Launch<Config<128, 256, 64, 2>>},
-    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<128, 64, 64, 2>>},
-    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<256, 64, 64, 2>>},
+// Forward's N is output channels (64 or 128 per block), backward data's input channels (64).
+const Entry kForward[] = {
+    {"wgmma 128x128x64 2wg", 64, 128, Launch<Config<Operator::kFprop, 128, 128, 64, 2>>},
+    {"wgmma 256x128x64 2wg", 64, 128, Launch<Config<Operator::kFprop, 256, 128, 64, 2>>},
+    {"wgmma 128x256x64 2wg", 64, 256, Launch<Config<Operator::kFprop, 128, 256, 64, 2>>},
+    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<Operator::kFprop, 128, 64, 64, 2>>},
+    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<Operator::kFprop, 256, 64, 64, 2>>},
 };
-constexpr int kEntryCount = sizeof(kEntries) / sizeof(kEntries[0]);
+const Entry kBackwardData[] = {
+    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<Operator::kDgrad, 128, 64, 64, 2>>},
+    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<Operator::kDgrad, 256, 64, 64, 2>>},
+};
+
+// A pass's entries (empty for backward filter).
+std::pair<const Entry*, int> Entries(SparsePass pass) {
+  if (pass == SparsePass::kForward) return {kForward, sizeof(kForward) / sizeof(Entry)};
+  if (pass == SparsePass::kBackwardData) {
+    return {kBackwardData, sizeof(kBackwardData) / sizeof(Entry)};
+  }
+  return {nullptr, 0};
+}
 
 }  // namespace
 
-int HopperFpropConfigs() { return kEntryCount; }
-std::string HopperFpropConfigName(int config) { return kEntries[config].name; }
-int HopperFpropTileK(int config) { return kEntries[config].tile_k; }
-int HopperFpropTileN(int config) { return kEntries[config].tile_n; }
+int HopperConvConfigs(SparsePass pass) { return Entries(pass).second; }
+std::string HopperConvConfigName(SparsePass pass, int config) {
+  return Entries(pass).first[config].name;
+}
+int HopperConvTileK(SparsePass pass, int config) { return Entries(pass).first[config].tile_k; }
+int HopperConvTileN(SparsePass pass, int config) { return Entries(pass).first[config].tile_n; }
 
-bool HopperFpropTakes(const ConvShape& s, const CudaContext& ctx) {
+bool HopperConvTakes(SparsePass pass, const ConvShape& s, const CudaContext& ctx) {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -311,17 +350,22 @@ bool HopperFpropTakes(const ConvShape& s, const CudaContext& ctx) {
   }
   (void)ctx;
   // TMA im2col: 16-byte channel rows, filter offsets and padding within its 8-bit fields.
-  return major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 && s.r <= 32 && s.s <= 32 &&
-         s.pad_h <= 15 && s.pad_w <= 15;
+  // Backward data at stride 2 would need CUTLASS's strided mode (a grid per phase): not yet.
+  const bool stride_ok = pass == SparsePass::kForward || (s.stride_h == 1 && s.stride_w == 1);
+  return HopperConvConfigs(pass) > 0 && major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 &&
+         s.r <= 32 && s.s <= 32 && s.pad_h <= 15 && s.pad_w <= 15 && stride_ok;
 }
 
-absl::Status HopperFpropRun(int config, const ConvShape& s, const int* count, const int* index,
-                            int stride, const void* x, const void* w, const float* bias, void* y,
-                            const CudaContext& ctx) {
-  if (config < 0 || config >= kEntryCount) {
-    return absl::InvalidArgumentError(absl::StrFormat("hopper conv: no configuration %d", config));
+absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, const int* count,
+                           const int* index, int stride, const void* in0, const void* in1,
+                           const float* bias, void* out, const CudaContext& ctx) {
+  const auto [entries, n] = Entries(pass);
+  if (config < 0 || config >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hopper conv %s: no configuration %d", SparsePassName(pass), config));
   }
-  return kEntries[config].launch(s, count, index, stride, x, w, bias, y, ctx);
+  return entries[config].launch(s, count, index, stride, in0, in1,
+                                pass == SparsePass::kForward ? bias : nullptr, out, ctx);
 }
 
 }  // namespace topiary::kernels
