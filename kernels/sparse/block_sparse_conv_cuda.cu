@@ -672,13 +672,15 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
   // Hopper's kernels read whole K tiles: offered when each tile lies in one block, so the
   // tiles they skip are exactly the pruned blocks and every tile they read is kept.
   for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
-    if (!plan->tensor_cores_ || !HopperConvTakes(pass, s, ctx)) continue;
+    if (!plan->tensor_cores_) continue;
     const bool fwd = pass == SparsePass::kForward;
     const int red_block = fwd ? grid.block_in : grid.block_out;
     const int out_block = fwd ? grid.block_out : grid.block_in;
     for (int config = 0; config < HopperConvConfigs(pass); ++config) {
       const int tk = HopperConvTileK(pass, config), tn = HopperConvTileN(pass, config);
-      if (red_block % tk != 0 || out_block % tn != 0) continue;
+      if (red_block % tk != 0 || out_block % tn != 0 || !HopperConvTakes(pass, config, s, ctx)) {
+        continue;
+      }
       const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn);
       Device::Hopper h;
       h.config = config;

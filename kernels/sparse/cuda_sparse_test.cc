@@ -131,5 +131,20 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
   }
 }
 
+// A shape the Hopper kernels' TMA im2col cannot load (padding beyond its corner offsets) gets
+// no Hopper configuration: the plan offers the others instead of failing when tuned or run.
+TEST_F(CudaKernels, HopperBlockSparseKernelsRefuseShapesTmaCannotLoad) {
+  const ConvShape sh = MakeConv(1, 2, 2, 128, 256, 1, 1, 1, 130);
+  const BlockGrid grid = testing::MakeBlockGrid(sh, 64, 128, testing::GridPattern::kAll, 1);
+  auto plan = BlockSparseConvCuda::Create(sh, grid, DType::kBf16, ctx_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+    for (int config = 0; config < (*plan)->configs(pass); ++config) {
+      ASSERT_TRUE((*plan)->set_config(pass, config).ok());
+      EXPECT_NE((*plan)->config_name(pass).rfind("wgmma", 0), 0u) << (*plan)->config_name(pass);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace topiary::kernels

@@ -256,34 +256,65 @@ int PersistentCtas(int64_t tiles, int n_tiles, const CudaContext& ctx) {
   return static_cast<int>(std::min<int64_t>(tiles, ctas));
 }
 
+// A pass's CUTLASS arguments for these operands (null pointers: for the checks alone).
+template <class C>
+struct Arguments {
+  using K = SparseConv<C>;
+  using Mainloop = typename K::Mainloop;
+  using Epilogue = typename K::Epilogue;
+  using ConvProblem = typename C::Problem;
+  ConvProblem problem;
+  typename Mainloop::Arguments mainloop;
+  typename Epilogue::Arguments epilogue;
+
+  Arguments(const ConvShape& s, const void* in0, const void* w, const float* bias, void* out)
+      : problem(Problem<ConvProblem>(s)),
+        mainloop{static_cast<const cutlass::bfloat16_t*>(in0),
+                 static_cast<const cutlass::bfloat16_t*>(w)} {
+    // The output's strides, M's modes (output column, row, image) innermost first.
+    typename Epilogue::StrideD stride_d{};
+    cute::for_each(cute::make_seq<cute::rank<0>(typename Epilogue::StrideD{})>{}, [&](auto i) {
+      cute::get<0, i>(stride_d) = problem.stride_C[ConvProblem::RankT - 2 - i];
+    });
+    epilogue = {{},
+                nullptr,
+                typename Epilogue::StrideC{},
+                static_cast<cutlass::bfloat16_t*>(out),
+                stride_d};
+    epilogue.thread.alpha = 1.0f;
+    epilogue.thread.beta = 0.0f;
+    epilogue.thread.bias_ptr = bias;
+  }
+  auto xformed() const {
+    return cutlass::conv::detail::get_transformed_problem_shape_MNKL(problem);
+  }
+  // Whether CUTLASS's collectives take the shape (TMA im2col's corner, offset and alignment
+  // limits among others).
+  bool Implementable() const {
+    return Mainloop::can_implement(problem, mainloop) &&
+           Epilogue::can_implement(xformed(), epilogue);
+  }
+};
+
+template <class C>
+bool Implementable(const ConvShape& s) {
+  return Arguments<C>(s, nullptr, nullptr, nullptr, nullptr).Implementable();
+}
+
 template <class C>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
                     const void* in0, const void* w, const float* bias, void* out,
                     const CudaContext& ctx) {
   using K = SparseConv<C>;
-  using ConvProblem = typename C::Problem;
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
-  const ConvProblem problem = Problem<ConvProblem>(s);
-  typename Mainloop::Arguments margs{static_cast<const cutlass::bfloat16_t*>(in0),
-                                     static_cast<const cutlass::bfloat16_t*>(w)};
-  // The output's strides, M's modes (output column, row, image) innermost first.
-  typename Epilogue::StrideD stride_d{};
-  cute::for_each(cute::make_seq<cute::rank<0>(typename Epilogue::StrideD{})>{}, [&](auto i) {
-    cute::get<0, i>(stride_d) = problem.stride_C[ConvProblem::RankT - 2 - i];
-  });
-  typename Epilogue::Arguments eargs{
-      {}, nullptr, typename Epilogue::StrideC{}, static_cast<cutlass::bfloat16_t*>(out), stride_d};
-  eargs.thread.alpha = 1.0f;
-  eargs.thread.beta = 0.0f;
-  eargs.thread.bias_ptr = bias;
-  const auto xformed = cutlass::conv::detail::get_transformed_problem_shape_MNKL(problem);
-  if (!Mainloop::can_implement(problem, margs) || !Epilogue::can_implement(xformed, eargs)) {
+  const Arguments<C> a(s, in0, w, bias, out);
+  if (!a.Implementable()) {
     return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
   }
-  typename K::Params params{Mainloop::get_problem_shape_MNKL(problem),
-                            Mainloop::to_underlying_arguments(problem, margs, nullptr),
-                            Epilogue::to_underlying_arguments(xformed, eargs, nullptr),
+  typename K::Params params{Mainloop::get_problem_shape_MNKL(a.problem),
+                            Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr),
+                            Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr),
                             count,
                             index,
                             stride};
@@ -307,19 +338,27 @@ struct Entry {
   int tile_k, tile_n;
   absl::Status (*launch)(const ConvShape&, const int*, const int*, int, const void*, const void*,
                          const float*, void*, const CudaContext&);
+  bool (*implementable)(const ConvShape&);
 };
+
+// An entry for Config<Op, BM, BN, BK, 2>: two consumer warpgroups.
+template <Operator Op, int BM, int BN, int BK>
+constexpr Entry Make(const char* name) {
+  using C = Config<Op, BM, BN, BK, 2>;
+  return {name, BK, BN, Launch<C>, Implementable<C>};
+}
 
 // Forward's N is output channels (64 or 128 per block), backward data's input channels (64).
 const Entry kForward[] = {
-    {"wgmma 128x128x64 2wg", 64, 128, Launch<Config<Operator::kFprop, 128, 128, 64, 2>>},
-    {"wgmma 256x128x64 2wg", 64, 128, Launch<Config<Operator::kFprop, 256, 128, 64, 2>>},
-    {"wgmma 128x256x64 2wg", 64, 256, Launch<Config<Operator::kFprop, 128, 256, 64, 2>>},
-    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<Operator::kFprop, 128, 64, 64, 2>>},
-    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<Operator::kFprop, 256, 64, 64, 2>>},
+    Make<Operator::kFprop, 128, 128, 64>("wgmma 128x128x64 2wg"),
+    Make<Operator::kFprop, 256, 128, 64>("wgmma 256x128x64 2wg"),
+    Make<Operator::kFprop, 128, 256, 64>("wgmma 128x256x64 2wg"),
+    Make<Operator::kFprop, 128, 64, 64>("wgmma 128x64x64 2wg"),
+    Make<Operator::kFprop, 256, 64, 64>("wgmma 256x64x64 2wg"),
 };
 const Entry kBackwardData[] = {
-    {"wgmma 128x64x64 2wg", 64, 64, Launch<Config<Operator::kDgrad, 128, 64, 64, 2>>},
-    {"wgmma 256x64x64 2wg", 64, 64, Launch<Config<Operator::kDgrad, 256, 64, 64, 2>>},
+    Make<Operator::kDgrad, 128, 64, 64>("wgmma 128x64x64 2wg"),
+    Make<Operator::kDgrad, 256, 64, 64>("wgmma 256x64x64 2wg"),
 };
 
 // A pass's entries (empty for backward filter).
@@ -340,7 +379,9 @@ std::string HopperConvConfigName(SparsePass pass, int config) {
 int HopperConvTileK(SparsePass pass, int config) { return Entries(pass).first[config].tile_k; }
 int HopperConvTileN(SparsePass pass, int config) { return Entries(pass).first[config].tile_n; }
 
-bool HopperConvTakes(SparsePass pass, const ConvShape& s, const CudaContext& ctx) {
+bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const CudaContext& ctx) {
+  const auto [entries, n] = Entries(pass);
+  if (config < 0 || config >= n) return false;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -349,11 +390,11 @@ bool HopperConvTakes(SparsePass pass, const ConvShape& s, const CudaContext& ctx
     return false;
   }
   (void)ctx;
-  // TMA im2col: 16-byte channel rows, filter offsets and padding within its 8-bit fields.
-  // Backward data at stride 2 would need CUTLASS's strided mode (a grid per phase): not yet.
+  // TMA needs 16-byte channel rows. Backward data at stride 2 would need CUTLASS's strided
+  // mode (a grid per phase): not yet.
   const bool stride_ok = pass == SparsePass::kForward || (s.stride_h == 1 && s.stride_w == 1);
-  return HopperConvConfigs(pass) > 0 && major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 &&
-         s.r <= 32 && s.s <= 32 && s.pad_h <= 15 && s.pad_w <= 15 && stride_ok;
+  return major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 && stride_ok &&
+         entries[config].implementable(s);
 }
 
 absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, const int* count,

@@ -27,10 +27,10 @@ std::string HopperConvConfigName(SparsePass pass, int config);  // "wgmma 128x12
 int HopperConvTileK(SparsePass pass, int config);
 int HopperConvTileN(SparsePass pass, int config);
 
-// Whether a pass's kernels take this shape on the current device: an sm_90 GPU, channels
-// multiples of 8 (TMA's 16-byte rows), padding and filter within TMA im2col's limits, and for
-// backward data stride 1.
-bool HopperConvTakes(SparsePass pass, const ConvShape& shape, const CudaContext& ctx);
+// Whether a pass's kernel configuration takes this shape on the current device: an sm_90 GPU,
+// channels multiples of 8 (TMA's 16-byte rows), for backward data stride 1, and what
+// CUTLASS's collectives check (TMA im2col's padding, corner and offset limits among others).
+bool HopperConvTakes(SparsePass pass, int config, const ConvShape& shape, const CudaContext& ctx);
 
 // The pass over the kept K tiles: count[j] tiles of output tile j, listed from index[j *
 // stride]; count and index are device arrays from MakeKeptTiles(pass, shape, grid,
