@@ -40,7 +40,8 @@ using namespace cute;  // NOLINT: CuTe's layout algebra reads as a language
 using cutlass::conv::Operator;
 
 // The producer's walk over one output tile's kept K tiles: *it is the coordinate of the next
-// kept tile in the collective's K-tile shape (channel tile, filter column, filter row).
+// kept tile in the collective's K-tile shape (reduction-channel tile, filter column, filter
+// row).
 template <class KShape>
 struct KeptTileIterator {
   const int* next;
