@@ -10,9 +10,11 @@
 // The structure (which blocks are kept) is packed once, when a plan is made for a grid; the
 // weights are read in place from the dense [K, R, S, C] filter, so an optimizer step needs no
 // re-packing. The CPU functions are the reference; the CUDA plan has a bf16 tensor-core path
-// (8x8 blocks, or blocks whose sides are multiples of 8, with C and K multiples of 8) and a
-// plain path for everything else (fp32, any block shape). Results equal the dense convolution
-// with the masked filter up to float rounding.
+// (8x8 blocks, or blocks whose sides are multiples of 8, with C and K multiples of 8), on
+// H100/H200 Hopper's wgmma kernels for blocks that their tiles align with (hopper_conv.h:
+// forward and stride-1 backward data, 64-channel input blocks), and a plain path for
+// everything else (fp32, any block shape). Results equal the dense convolution with the
+// masked filter up to float rounding.
 #ifndef TOPIARY_KERNELS_SPARSE_BLOCK_SPARSE_CONV_H_
 #define TOPIARY_KERNELS_SPARSE_BLOCK_SPARSE_CONV_H_
 
@@ -65,8 +67,9 @@ class BlockSparseConvCuda {
   // True when the forward and backward-data passes run on tensor cores (bf16, 8-aligned).
   bool tensor_cores() const { return tensor_cores_; }
   // How many kernel configurations (tile shapes) a pass has, choosing the one it runs with, and
-  // the chosen one's name, e.g. "tc 128x64/3" (pixels x channels per CTA / pipeline stages) or
-  // "plain"; for logs, tests and benchmarks.
+  // the chosen one's name, e.g. "tc 128x64/3" (pixels x channels per CTA / pipeline stages),
+  // "wgmma 256x128x64 2wg" (Hopper: pixels x channels x reduction channels per tile, consumer
+  // warpgroups) or "plain"; for logs, tests and benchmarks.
   int configs(SparsePass pass) const;
   absl::Status set_config(SparsePass pass, int config);
   std::string config_name(SparsePass pass) const;
