@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/sparse/block_sparse_conv.h"
 
@@ -127,6 +128,59 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         Sync();
         EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
       }
+    }
+  }
+}
+
+// Hopper's kernels on layers with more output tiles than CTAs, so that each CTA of the
+// persistent grid runs several tiles (the pipeline and the epilogue carried from tile to
+// tile), against the tensor-core configuration (itself checked against the CPU above).
+TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
+  if (!Sm90()) GTEST_SKIP() << "Hopper's kernels need an sm_90 GPU";
+  const testing::BlockConvCase cases[] = {
+      // 392 tiles of 128 x 64 (196 of 256 x 64) for at most 132 CTAs.
+      {MakeConv(32, 28, 28, 128, 128, 3, 3, 1, 1), 64, 64},
+      // 196 tiles of 128 x 128, 392 of 128 x 64 forward; 392 of 128 x 64 backward data.
+      {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 64, 128},
+  };
+  uint32_t seed = 4400;
+  for (const testing::BlockConvCase& c : cases) {
+    const ConvShape& sh = c.shape;
+    SCOPED_TRACE(
+        absl::StrFormat("%dx%dx%dx%d k%d blocks %dx%d", sh.n, sh.h, sh.w, sh.c, sh.k, c.bi, c.bo));
+    const BlockGrid grid =
+        testing::MakeBlockGrid(sh, c.bi, c.bo, testing::GridPattern::kRandom, seed++);
+    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+    const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+    const DType t = DType::kBf16;
+    Act x(t, Round(RandomFloats(nx, seed++), t)), w(t, Round(RandomFloats(nw, seed++), t));
+    Act g(t, Round(RandomFloats(ny, seed++), t)), y(t, ny), gx(t, nx);
+    Dev<float> b(RandomFloats(sh.k, seed++));
+    auto plan = BlockSparseConvCuda::Create(sh, grid, t, ctx_);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+      const bool fwd = pass == SparsePass::kForward;
+      auto run = [&]() {
+        return fwd ? (*plan)->Forward(x.get(), w.get(), b.get(), y.get(), ctx_)
+                   : (*plan)->BackwardData(g.get(), w.get(), gx.get(), ctx_);
+      };
+      ASSERT_TRUE((*plan)->set_config(pass, 0).ok());  // a tensor-core configuration
+      ASSERT_TRUE(run().ok());
+      Sync();
+      const std::vector<float> want = fwd ? y.Host() : gx.Host();
+      int hopper = 0;
+      for (int config = 0; config < (*plan)->configs(pass); ++config) {
+        ASSERT_TRUE((*plan)->set_config(pass, config).ok());
+        const std::string name = (*plan)->config_name(pass);
+        if (name.rfind("wgmma", 0) != 0) continue;
+        SCOPED_TRACE(std::string(SparsePassName(pass)) + " " + name);
+        ++hopper;
+        ASSERT_TRUE(run().ok());
+        Sync();
+        EXPECT_LT(Rel(fwd ? y.Host() : gx.Host(), want), 1e-2);
+      }
+      EXPECT_GT(hopper, 0);
     }
   }
 }
