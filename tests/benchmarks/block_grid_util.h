@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "kernels/sparse/block_grid.h"
 
 namespace topiary::bench {
 
@@ -29,6 +32,23 @@ inline std::vector<uint8_t> BalancedBlockGrid(int rows, int cols, double kept, s
     }
   }
   return grid;
+}
+
+// The balanced grid of block_in x block_out blocks over a layer's channels, keeping `kept`.
+inline kernels::BlockGrid BalancedGrid(int in_channels, int out_channels, int block_in,
+                                       int block_out, double kept, std::mt19937& gen) {
+  kernels::BlockGrid g = kernels::BlockGrid::Dense(in_channels, out_channels, block_in, block_out);
+  g.kept = BalancedBlockGrid(g.rows, g.cols, kept, gen);
+  return g;
+}
+
+// Parses a --block value "INxOUT" (e.g. 64x128); false when it is not two positive sides.
+inline bool ParseBlockShape(const char* v, int* block_in, int* block_out) {
+  int in = 0, out = 0;
+  if (std::sscanf(v, "%dx%d", &in, &out) != 2 || in <= 0 || out <= 0) return false;
+  *block_in = in;
+  *block_out = out;
+  return true;
 }
 
 }  // namespace topiary::bench

@@ -1,17 +1,16 @@
-// Block-sparse convolution layers beside cuDNN: for each layer shape and fraction of kept 8x8
-// blocks (8x8, or --block INxOUT such as 64x128, which Hopper's forward kernels take), the
+// Block-sparse convolution layers beside cuDNN: for each layer shape and fraction of kept
+// blocks (8x8, or --block INxOUT such as 64x128, which Hopper's kernels take), the
 // forward, backward-data and backward-filter times of cuDNN's fastest algorithm
 // (as Topiary plans it) and of the block-sparse kernels (their fastest tile configuration, as
 // the engine tunes it), and the ratio. Shapes: resnet50's 3x3 layers at 224 px (batch 256) and
-// a 1x1 one, resnet20's 64-channel layers at 32 px (batch 128). Grids keep the same number of
-// blocks in every column, as the block pruner leaves them. One JSON line per case, then per
+// a 1x1 one, resnet20's 64-channel layers at 32 px (batch 128). Grids are balanced as
+// pruning { balanced: true } leaves them (block_grid_util.h). One JSON line per case, then per
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
 //                      [--layer NAME] [--block INxOUT] [--all_configs 1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -31,18 +30,6 @@ using bench::DeviceAlloc;
 using bench::RandomDevice;
 using bench::TimeMs;
 
-// Blocks of bi input x bo output channels, balanced as the pruner leaves them.
-BlockGrid BalancedGrid(const ConvShape& s, int bi, int bo, double density, uint32_t seed) {
-  BlockGrid g;
-  g.block_in = bi;
-  g.block_out = bo;
-  g.rows = (s.c + bi - 1) / bi;
-  g.cols = (s.k + bo - 1) / bo;
-  std::mt19937 gen(seed);
-  g.kept = topiary::bench::BalancedBlockGrid(g.rows, g.cols, density, gen);
-  return g;
-}
-
 int Main(int argc, char** argv) {
   bench::program = "block_sparse_bench";
   const bench::SweepFlags sweep(argc, argv);
@@ -55,7 +42,7 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--block") &&
-        std::sscanf(argv[i + 1], "%dx%d", &block_in, &block_out) != 2) {
+        !topiary::bench::ParseBlockShape(argv[i + 1], &block_in, &block_out)) {
       absl::FPrintF(stderr, "--block wants INxOUT, e.g. 64x128\n");
       return 2;
     }
@@ -102,7 +89,8 @@ int Main(int argc, char** argv) {
     double crossover[3] = {0, 0, 0};
     for (double d : densities) {
       if (s.c / block_in < 2 || s.k / block_out < 2) continue;  // one row or column: dense
-      const BlockGrid grid = BalancedGrid(s, block_in, block_out, d, 7);
+      std::mt19937 gen(7);
+      const BlockGrid grid = topiary::bench::BalancedGrid(s.c, s.k, block_in, block_out, d, gen);
       auto sparse = BlockSparseConvCuda::Create(s, grid, t, cuda);
       CHECK_OK(sparse.status());
       BlockSparseConvCuda& sp = **sparse;

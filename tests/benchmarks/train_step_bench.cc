@@ -16,10 +16,10 @@
 // a spec's gradient_sampling block, e.g. 'every_other: true top_k: 1') selects; a policy
 // that samples a fraction f of the steps costs (1 - f) * exact + f * sampled.
 // --prune installs block masks (8x8, or --block INxOUT) with that fraction of zero blocks on every
-// convolution the block pruner may prune (both grid sides > 1), the same number in every
-// output-block column, at random; with TOPIARY_SPARSE_CONV unset, each pass of each masked layer
-// then runs on the block-sparse kernels or cuDNN, whichever measures faster (=on forces
-// block-sparse, =off dense).
+// convolution the block pruner may prune (both grid sides > 1), balanced as
+// pruning { balanced: true } leaves them, at random; with TOPIARY_SPARSE_CONV unset, each pass of
+// each masked layer then runs on the block-sparse kernels or cuDNN, whichever measures faster (=on
+// forces block-sparse, =off dense).
 // --keep_flops F compacts the model first (channel pruning, docs/algorithms.md §3a): L1-scored
 // channels removed across the dependency groups until F of the multiply-adds are left, kept
 // counts rounded up to multiples of --round_to; "macs" reports the model's multiply-adds.
@@ -57,9 +57,8 @@
 namespace topiary {
 namespace {
 
-// Balanced random 8x8 block masks with `zeros` of the blocks zero on every convolution the
-// block pruner may prune (both grid sides > 1): the same count in every output-block column,
-// as the pruner's column cap leaves a layer at its target.
+// Balanced random block masks (block_grid_util.h) with `zeros` of the blocks zero on every
+// convolution the block pruner may prune (both grid sides > 1).
 absl::Status RandomBlockMasks(Model* model, double zeros, int block_in, int block_out) {
   std::mt19937 gen(5);
   for (const auto& node : model->nodes()) {
@@ -72,8 +71,7 @@ absl::Status RandomBlockMasks(Model* model, double zeros, int block_in, int bloc
       info.kind = MaskInfo::Kind::kBlock;
       info.blocks = kernels::BlockGrid::Dense(c, k, block_in, block_out);
       if (info.blocks.rows < 2 || info.blocks.cols < 2) continue;
-      info.blocks.kept =
-          bench::BalancedBlockGrid(info.blocks.rows, info.blocks.cols, 1.0 - zeros, gen);
+      info.blocks = bench::BalancedGrid(c, k, block_in, block_out, 1.0 - zeros, gen);
       const auto mask = info.blocks.Expand(k, taps, c);
       TOPIARY_RETURN_IF_ERROR(InstallMask(p, mask, std::move(info)));
     }
@@ -316,7 +314,7 @@ int main(int argc, char** argv) {
     else if (k == "--prune")
       f.prune = std::atof(v.c_str());
     else if (k == "--block") {
-      if (std::sscanf(v.c_str(), "%dx%d", &f.block_in, &f.block_out) != 2) {
+      if (!topiary::bench::ParseBlockShape(v.c_str(), &f.block_in, &f.block_out)) {
         absl::FPrintF(stderr, "--block wants INxOUT, e.g. 64x128\n");
         return 2;
       }

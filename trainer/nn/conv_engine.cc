@@ -11,6 +11,7 @@
 #include "kernels/approx/approx_conv.h"
 #include "kernels/conv/conv_onednn.h"
 #include "kernels/conv/sampled_grad.h"
+#include "kernels/sparse/block_sparse_conv.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
 #include "util/status_macros.h"
@@ -18,19 +19,18 @@
 namespace topiary {
 namespace {
 
-constexpr const char* kPass[3] = {"forward", "backward data", "backward filter"};
-
 // "forward: direct kernel (0.0300 ms); backward data: cuDNN engine 25 (0.0350 ms); backward
 // filter: cuDNN algorithm 1 (untimed)": what each pass of a cuDNN plan runs.
 std::string DescribeAlgos(const kernels::ConvAlgos& algos) {
   std::vector<std::string> parts;
   for (int p = 0; p < 3; ++p) {
+    const char* pass = kernels::SparsePassName(static_cast<kernels::SparsePass>(p));
     const kernels::ConvPassAlgo& a = algos.pass[p];
     const std::string what = a.direct  ? "direct kernel"
                              : a.graph ? absl::StrFormat("cuDNN engine %d", a.engine)
                                        : absl::StrFormat("cuDNN algorithm %d", a.algo);
     const std::string ms = a.ms < 0 ? "untimed" : absl::StrFormat("%.4f ms", a.ms);
-    parts.push_back(absl::StrFormat("%s: %s (%s)", kPass[p], what, ms));
+    parts.push_back(absl::StrFormat("%s: %s (%s)", pass, what, ms));
   }
   return absl::StrJoin(parts, "; ");
 }
@@ -40,13 +40,14 @@ std::string DescribeAlgos(const kernels::ConvAlgos& algos) {
 std::string DescribeSparse(const SparseConvChoice& c) {
   std::vector<std::string> parts;
   for (int p = 0; p < 3; ++p) {
+    const char* pass = kernels::SparsePassName(static_cast<kernels::SparsePass>(p));
     const char* side = c.sparse[p] ? "block-sparse" : "dense";
     if (c.dense_ms[p] < 0) {
-      parts.push_back(absl::StrFormat("%s %s (untimed)", kPass[p], side));
+      parts.push_back(absl::StrFormat("%s %s (untimed)", pass, side));
     } else if (c.dense_ms[p] == 0 && c.sparse_ms[p] == 0) {
-      parts.push_back(absl::StrFormat("%s %s %s (forced)", kPass[p], side, c.config[p]));
+      parts.push_back(absl::StrFormat("%s %s %s (forced)", pass, side, c.config[p]));
     } else {
-      parts.push_back(absl::StrFormat("%s %s (%s %.4f ms against cuDNN's %.4f ms)", kPass[p], side,
+      parts.push_back(absl::StrFormat("%s %s (%s %.4f ms against cuDNN's %.4f ms)", pass, side,
                                       c.config[p], c.sparse_ms[p], c.dense_ms[p]));
     }
   }
