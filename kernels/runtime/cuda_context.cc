@@ -31,6 +31,17 @@ absl::Status LaunchStatus(const std::string& kernel) {
   return CudaStatus(cudaGetLastError(), "launching " + kernel);
 }
 
+int CurrentComputeCapability() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 absl::StatusOr<float> TimeOnStream(const std::function<absl::Status()>& run, const CudaContext& ctx,
                                    int runs, bool warmup) {
   if (warmup) TOPIARY_RETURN_IF_ERROR(run());

@@ -52,6 +52,10 @@ absl::Status CublasStatus(cublasStatus_t st, const std::string& what);
 // The error of the last kernel launch (cudaGetLastError), named by `kernel`.
 absl::Status LaunchStatus(const std::string& kernel);
 
+// The current device's compute capability as major * 10 + minor (90 on H100/H200), or 0 when
+// there is no device or CUDA cannot say (the error is cleared).
+int CurrentComputeCapability();
+
 }  // namespace topiary::kernels
 
 #endif  // TOPIARY_KERNELS_RUNTIME_CUDA_CONTEXT_H_

@@ -12,7 +12,7 @@
 // re-packing. The CPU functions are the reference; the CUDA plan has a bf16 tensor-core path
 // (8x8 blocks, or blocks whose sides are multiples of 8, with C and K multiples of 8), on
 // H100/H200 Hopper's wgmma kernels for blocks that their tiles align with (hopper_conv.h:
-// forward and stride-1 backward data, 64-channel input blocks), and a plain path for
+// forward and stride-1 backward data, 64- or 128-channel input blocks), and a plain path for
 // everything else (fp32, any block shape). Results equal the dense convolution with the
 // masked filter up to float rounding.
 #ifndef TOPIARY_KERNELS_SPARSE_BLOCK_SPARSE_CONV_H_

@@ -565,7 +565,8 @@ struct BlockSparseConvCuda::Device {
     int max_chunks = 0;       // in one group
   } tc[2][kGroupWidthCount];  // [forward, backward data][group width]
   // Hopper's kernels whose tiles the grid's blocks align with (hopper_conv.h), with their
-  // kept K-tile lists: [forward, backward data], configurations after the tensor-core ones.
+  // kept K-tile lists (shared by the configurations of one tile shape): [forward, backward
+  // data], configurations after the tensor-core ones.
   struct Hopper {
     int config = 0;  // HopperConvRun's
     const int* count = nullptr;
@@ -681,13 +682,21 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
       if (red_block % tk != 0 || out_block % tn != 0 || !HopperConvTakes(pass, config, s, ctx)) {
         continue;
       }
-      const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn);
+      std::vector<Device::Hopper>& offered = d.hopper[fwd ? 0 : 1];
+      const auto same_tiles = std::find_if(offered.begin(), offered.end(), [&](const auto& o) {
+        return HopperConvTileK(pass, o.config) == tk && HopperConvTileN(pass, o.config) == tn;
+      });
       Device::Hopper h;
+      if (same_tiles != offered.end()) {
+        h = *same_tiles;
+      } else {
+        const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn);
+        h.stride = kept_tiles.stride;
+        TOPIARY_ASSIGN(h.count, d.Upload(kept_tiles.count));
+        TOPIARY_ASSIGN(h.index, d.Upload(kept_tiles.index));
+      }
       h.config = config;
-      h.stride = kept_tiles.stride;
-      TOPIARY_ASSIGN(h.count, d.Upload(kept_tiles.count));
-      TOPIARY_ASSIGN(h.index, d.Upload(kept_tiles.index));
-      d.hopper[fwd ? 0 : 1].push_back(h);
+      offered.push_back(h);
     }
   }
   return plan;

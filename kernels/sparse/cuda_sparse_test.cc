@@ -13,13 +13,7 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared fixture and helpers (cuda_test_util.h)
 
-bool Sm90() {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major == 9 && minor == 0;
-}
+bool Sm90() { return CurrentComputeCapability() == 90; }
 
 // The block-sparse convolution against its CPU reference: every kernel configuration of every
 // pass, fp32 (plain kernels) and bf16 (tensor cores where channels and blocks are multiples of
@@ -43,6 +37,8 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(3, 7, 7, 192, 128, 1, 1, 1, 0), 64, 128},
       {MakeConv(2, 5, 5, 64, 64, 3, 3, 1, 1), 64, 64},
       {MakeConv(1, 9, 11, 128, 192, 3, 3, 1, 1), 64, 64},
+      // 128-channel input blocks: backward data's 128-wide tiles.
+      {MakeConv(2, 9, 9, 256, 256, 3, 3, 1, 1), 128, 128},
   };
   uint32_t seed = 1300;
   for (const testing::BlockConvCase& c : cases) {
@@ -142,6 +138,8 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
       {MakeConv(32, 28, 28, 128, 128, 3, 3, 1, 1), 64, 64},
       // 196 tiles of 128 x 128, 392 of 128 x 64 forward; 392 of 128 x 64 backward data.
       {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 64, 128},
+      // Backward data's 128-wide tiles: 98 of 256 x 128 per pass, 196 of 128 x 128.
+      {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 128, 128},
   };
   uint32_t seed = 4400;
   for (const testing::BlockConvCase& c : cases) {

@@ -54,9 +54,9 @@ struct KeptTileIterator {
 };
 
 // One configuration of pass Op (kFprop or kDgrad): a CTA tile of BM output pixels x BN output
-// channels x BK reduction channels of one tap, with one consumer warpgroup or two that split
-// BM (kWarpGroups).
-template <Operator Op, int BM, int BN, int BK, int kWarpGroups>
+// channels x BK reduction channels of one tap, computed by two consumer warpgroups that split
+// BM (one warpgroup measured at half cuDNN's speed: it cannot hide the epilogue).
+template <Operator Op, int BM, int BN, int BK>
 struct Config {
   static constexpr Operator kOp = Op;
   using Problem = cutlass::conv::ConvProblemShape<Op, 2>;
@@ -67,12 +67,11 @@ struct Config {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
-      std::conditional_t<kWarpGroups == 2, cutlass::epilogue::TmaWarpSpecializedCooperative,
-                         cutlass::epilogue::TmaWarpSpecialized>,
+      cutlass::epilogue::TmaWarpSpecializedCooperative,
       cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
   // CUTLASS builds conv mainloops for one consumer warpgroup only (its dispatch policy rejects
   // the cooperative schedule because its kernel is not persistent). The collective itself
-  // runs any warpgroup count: the same mainloop with a TiledMma of kWarpGroups along M.
+  // runs any warpgroup count: the same mainloop with a TiledMma of two warpgroups along M.
   using OneGroup = typename cutlass::conv::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, Bf16, Nhwc, 8, Bf16, Nhwc, 8, float,
       Tile, Cluster,
@@ -84,7 +83,7 @@ struct Config {
   static constexpr GMMA::Major kMajorB = Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN;
   using TiledMma = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Bf16, Bf16, float, Tile, GMMA::Major::K, kMajorB>(),
-      Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
+      Layout<Shape<_2, _1, _1>>{}));
   using Mainloop = cutlass::conv::collective::CollectiveConv<
       typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
       cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
@@ -226,9 +225,8 @@ struct SparseConv {
       epi_load_state = load_next;
       epi_store_state = store_next;
     }
-    if (static_cast<int>(blockIdx.x) < tiles) {
-      epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
-    }
+    // Every CTA ran a tile: the grid never exceeds the tile count (PersistentCtas).
+    epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
   }
 };
 
@@ -342,14 +340,17 @@ struct Entry {
   bool (*implementable)(const ConvShape&);
 };
 
-// An entry for Config<Op, BM, BN, BK, 2>: two consumer warpgroups.
 template <Operator Op, int BM, int BN, int BK>
 constexpr Entry Make(const char* name) {
-  using C = Config<Op, BM, BN, BK, 2>;
+  using C = Config<Op, BM, BN, BK>;
   return {name, BK, BN, Launch<C>, Implementable<C>};
 }
 
-// Forward's N is output channels (64 or 128 per block), backward data's input channels (64).
+// Forward's N is output channels (64 or 128 per block), backward data's input channels (64 or
+// 128). Backward data's 64-wide tiles reach 0.74x cuDNN dense (each K step loads 40 KB for 1M
+// multiply-adds, against 48 KB for 2M at 256 x 128: L2 bandwidth, we expect); 128-channel input
+// blocks allow the 128-wide ones, at 0.89-0.96x. A 128-deep K tile (64 x 128 blocks) measured 3x
+// slower.
 const Entry kForward[] = {
     Make<Operator::kFprop, 128, 128, 64>("wgmma 128x128x64 2wg"),
     Make<Operator::kFprop, 256, 128, 64>("wgmma 256x128x64 2wg"),
@@ -360,6 +361,8 @@ const Entry kForward[] = {
 const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 128, 64, 64>("wgmma 128x64x64 2wg"),
     Make<Operator::kDgrad, 256, 64, 64>("wgmma 256x64x64 2wg"),
+    Make<Operator::kDgrad, 128, 128, 64>("wgmma 128x128x64 2wg"),
+    Make<Operator::kDgrad, 256, 128, 64>("wgmma 256x128x64 2wg"),
 };
 
 // A pass's entries (empty for backward filter).
@@ -383,18 +386,11 @@ int HopperConvTileN(SparsePass pass, int config) { return Entries(pass).first[co
 bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const CudaContext& ctx) {
   const auto [entries, n] = Entries(pass);
   if (config < 0 || config >= n) return false;
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
   (void)ctx;
   // TMA needs 16-byte channel rows. Backward data at stride 2 would need CUTLASS's strided
   // mode (a grid per phase): not yet.
   const bool stride_ok = pass == SparsePass::kForward || (s.stride_h == 1 && s.stride_w == 1);
-  return major == 9 && minor == 0 && s.c % 8 == 0 && s.k % 8 == 0 && stride_ok &&
+  return CurrentComputeCapability() == 90 && s.c % 8 == 0 && s.k % 8 == 0 && stride_ok &&
          entries[config].implementable(s);
 }
 
