@@ -574,16 +574,29 @@ struct BlockSparseConvCuda::Device {
     int stride = 0;
   };
   std::vector<Hopper> hopper[2];
+  // Hopper's backward-filter kernels (configurations after the plain one), each with its
+  // work split; they share the room for partial sums, since a plan runs one pass at a time.
+  struct Filter {
+    int config = 0;  // HopperFilterRun's
+    HopperFilterWork work;
+  };
+  std::vector<Filter> filter;
 
   ~Device() {
     for (void* p : allocations) cudaFree(p);
   }
+  absl::StatusOr<void*> Allocate(size_t bytes) {
+    void* p = nullptr;
+    TOPIARY_RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "block-sparse lists"));
+    allocations.push_back(p);
+    return p;
+  }
   template <typename T>
   absl::StatusOr<const T*> Upload(const std::vector<T>& host) {
-    void* p = nullptr;
-    const size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(T);
-    TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes), "block-sparse lists"));
-    allocations.push_back(p);
+    auto allocated = Allocate(host.size() * sizeof(T));
+    if (!allocated.ok()) return allocated.status();
+    void* p = *allocated;
     if (!host.empty()) {
       TOPIARY_RETURN_IF_ERROR(
           CudaStatus(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
@@ -699,11 +712,49 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
       offered.push_back(h);
     }
   }
+  // Backward filter's: offered when each tile lies in one block (M in an output block, N in
+  // an input block), so that the tiles computed are exactly the kept blocks' taps.
+  const SparsePass filter = SparsePass::kBackwardFilter;
+  size_t partial_floats = 0;  // the most any configuration needs: they share the room
+  for (int config = 0; plan->tensor_cores_ && config < HopperConvConfigs(filter); ++config) {
+    const int tm = HopperConvTileM(filter, config), tn = HopperConvTileN(filter, config);
+    if (grid.block_out % tm != 0 || grid.block_in % tn != 0 ||
+        !HopperConvTakes(filter, config, s, ctx)) {
+      continue;
+    }
+    const FilterSplit split =
+        MakeFilterSplit(s, grid, tm, tn, HopperConvTileK(filter, config),
+                        HopperFilterPhases(config, s), std::max(ctx.sm_count, 1));
+    Device::Filter f;
+    f.config = config;
+    HopperFilterWork& w = f.work;
+    w.tile_m = tm;
+    w.tile_n = tn;
+    w.n_tiles = split.n_tiles;
+    w.ctas = split.ctas;
+    TOPIARY_ASSIGN(w.slot, d.Upload(split.slot));
+    TOPIARY_ASSIGN(w.kept_tiles, d.Upload(split.kept_tiles));
+    TOPIARY_ASSIGN(w.tile_begin, d.Upload(split.tile_begin));
+    TOPIARY_ASSIGN(w.seg_tile, d.Upload(split.seg_tile));
+    TOPIARY_ASSIGN(w.seg_k, d.Upload(split.seg_k));
+    TOPIARY_ASSIGN(w.seg_count, d.Upload(split.seg_count));
+    TOPIARY_ASSIGN(w.seg_piece, d.Upload(split.seg_piece));
+    TOPIARY_ASSIGN(w.seg_store, d.Upload(split.seg_store));
+    TOPIARY_ASSIGN(w.cta_begin, d.Upload(split.cta_begin));
+    partial_floats = std::max(partial_floats, static_cast<size_t>(split.partials()) * tm * tn);
+    d.filter.push_back(f);
+  }
+  if (!d.filter.empty()) {
+    void* partials = nullptr;
+    TOPIARY_ASSIGN(partials, d.Allocate(partial_floats * sizeof(float)));
+    for (Device::Filter& f : d.filter) f.work.partials = static_cast<float*>(partials);
+  }
   return plan;
 }
 
 int BlockSparseConvCuda::configs(SparsePass pass) const {
-  if (!tensor_cores_ || pass == SparsePass::kBackwardFilter) return 1;
+  if (!tensor_cores_) return 1;
+  if (pass == SparsePass::kBackwardFilter) return 1 + static_cast<int>(d_->filter.size());
   return kTcConfigCount + static_cast<int>(d_->hopper[static_cast<int>(pass)].size());
 }
 
@@ -717,8 +768,11 @@ absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
 }
 
 std::string BlockSparseConvCuda::config_name(SparsePass pass) const {
-  if (configs(pass) == 1) return "plain";
   const int config = config_[static_cast<int>(pass)];
+  if (pass == SparsePass::kBackwardFilter) {  // the plain kernel, then Hopper's
+    return config == 0 ? "plain" : HopperConvConfigName(pass, d_->filter[config - 1].config);
+  }
+  if (configs(pass) == 1) return "plain";
   if (config >= kTcConfigCount) {
     return HopperConvConfigName(pass,
                                 d_->hopper[static_cast<int>(pass)][config - kTcConfigCount].config);
@@ -732,6 +786,15 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
                                       const CudaContext& ctx) const {
   const ConvShape& s = shape_;
   const Device& d = *d_;
+  if (pass == SparsePass::kBackwardFilter && config > 0) {
+    const Device::Filter& f = d.filter[config - 1];
+    TOPIARY_RETURN_IF_ERROR(HopperFilterRun(f.config, s, f.work, in0, in1, out, ctx));
+    if (dbias != nullptr) {
+      BiasGradKernel<Bf16>
+          <<<(s.k + 31) / 32, 256, 0, ctx.stream>>>(s, static_cast<const Bf16*>(in1), dbias);
+    }
+    return LaunchStatus("block-sparse conv backward filter (bias)");
+  }
   if (pass == SparsePass::kBackwardFilter) {
     const size_t bytes = static_cast<size_t>(s.k) * s.patch() * SizeOf(dtype_);
     TOPIARY_RETURN_IF_ERROR(
@@ -812,7 +875,10 @@ absl::Status BlockSparseConvCuda::BackwardFilter(const void* x, const void* dy, 
 absl::StatusOr<float> BlockSparseConvCuda::Tune(SparsePass pass, const void* in0, const void* in1,
                                                 void* out, const CudaContext& ctx) {
   absl::StatusOr<float> best = absl::InternalError("no configuration");
-  for (int config = 0; config < configs(pass); ++config) {
+  // The plain filter-gradient kernel is far slower than any other (docs/PERFORMANCE.md): one
+  // run of it on a large layer outlasts a training step, so it is timed only when alone.
+  const int first = pass == SparsePass::kBackwardFilter && configs(pass) > 1 ? 1 : 0;
+  for (int config = first; config < configs(pass); ++config) {
     auto t = TimeOnStream([&] { return Run(pass, config, in0, in1, out, nullptr, nullptr, ctx); },
                           ctx, 5);
     if (!t.ok()) return t.status();

@@ -102,14 +102,25 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
           EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
           EXPECT_LT(Rel(gx.Host(), rgx), Tol(t, 1e-5));
         }
-        ASSERT_TRUE((*plan)->BackwardFilter(dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
-        Sync();
-        const auto got = gw.Host();
-        EXPECT_LT(Rel(got, rgw), Tol(t, 1e-5));
-        EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
-        for (size_t e = 0; e < nw; ++e) {
-          if (rgw[e] == 0.0f) {
-            ASSERT_EQ(got[e], 0.0f) << e;  // outside the kept blocks
+        // Backward filter: the plain kernel (configuration 0), then Hopper's, offered for
+        // blocks of 128 output channels x 64 or 128 input channels on sm_90.
+        const int filter_configs = (*plan)->configs(SparsePass::kBackwardFilter);
+        EXPECT_EQ(filter_configs > 1,
+                  tc && c.bo % 128 == 0 && c.bi % 64 == 0 && sh.c % 64 == 0 && Sm90());
+        for (int config = 0; config < filter_configs; ++config) {
+          ASSERT_TRUE((*plan)->set_config(SparsePass::kBackwardFilter, config).ok());
+          SCOPED_TRACE("backward filter " + (*plan)->config_name(SparsePass::kBackwardFilter));
+          // Every entry must be written, kept or not: start from nonzero garbage (0.75).
+          ASSERT_EQ(cudaMemset(gw.get(), 0x3f, nw * SizeOf(t)), cudaSuccess);
+          ASSERT_TRUE((*plan)->BackwardFilter(dx.get(), dg.get(), gw.get(), gb.get(), ctx_).ok());
+          Sync();
+          const auto got = gw.Host();
+          EXPECT_LT(Rel(got, rgw), Tol(t, 1e-5));
+          EXPECT_LT(Rel(gb.Host(), rgb), 1e-4);
+          for (size_t e = 0; e < nw; ++e) {
+            if (rgw[e] == 0.0f) {
+              ASSERT_EQ(got[e], 0.0f) << e;  // outside the kept blocks
+            }
           }
         }
         // Tuning keeps a configuration that computes the same result.
@@ -179,6 +190,33 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
         EXPECT_LT(Rel(fwd ? y.Host() : gx.Host(), want), 1e-2);
       }
       EXPECT_GT(hopper, 0);
+    }
+    // Backward filter: Hopper's against the plain kernel, with many segments per CTA share
+    // and tiles split across shares.
+    ASSERT_EQ((*plan)->configs(SparsePass::kBackwardFilter) > 1, c.bo % 128 == 0);
+    if (c.bo % 128 != 0) continue;  // 64-channel output blocks: no Hopper filter kernel
+    Act gw(t, nw);
+    ASSERT_TRUE((*plan)->set_config(SparsePass::kBackwardFilter, 0).ok());
+    ASSERT_TRUE((*plan)->BackwardFilter(x.get(), g.get(), gw.get(), nullptr, ctx_).ok());
+    Sync();
+    const std::vector<float> want = gw.Host();
+    for (int config = 1; config < (*plan)->configs(SparsePass::kBackwardFilter); ++config) {
+      ASSERT_TRUE((*plan)->set_config(SparsePass::kBackwardFilter, config).ok());
+      SCOPED_TRACE("backward filter " + (*plan)->config_name(SparsePass::kBackwardFilter));
+      ASSERT_EQ(cudaMemset(gw.get(), 0x3f, nw * SizeOf(t)), cudaSuccess);
+      ASSERT_TRUE((*plan)->BackwardFilter(x.get(), g.get(), gw.get(), nullptr, ctx_).ok());
+      Sync();
+      const std::vector<float> got = gw.Host();
+      EXPECT_LT(Rel(got, want), 1e-2);
+      for (size_t e = 0; e < nw; ++e) {
+        if (want[e] == 0.0f) {
+          ASSERT_EQ(got[e], 0.0f) << e;
+        }
+      }
+      // The same bits on a second run: the partial sums are added in a fixed order.
+      ASSERT_TRUE((*plan)->BackwardFilter(x.get(), g.get(), gw.get(), nullptr, ctx_).ok());
+      Sync();
+      EXPECT_EQ(gw.Host(), got);
     }
   }
 }

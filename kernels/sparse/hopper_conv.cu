@@ -7,6 +7,7 @@
 // walk K in order. Here the producer's K iterator yields the tile's kept K-tile coordinates
 // (the collective's load copies tile *it, then ++it), and both producer and consumers run the
 // tile's own count. The pipeline stays in step because both sides advance by that count.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,6 +54,31 @@ struct KeptTileIterator {
   }
 };
 
+// CUTLASS's sm90 implicit-GEMM mainloop of pass Op for a CTA tile, with two consumer
+// warpgroups along M. CUTLASS builds conv mainloops for one consumer warpgroup only (its
+// dispatch policy rejects the cooperative schedule because its kernel is not persistent); the
+// collective itself runs any warpgroup count: the same mainloop with a TiledMma of two
+// warpgroups. kMajorA/B: which of the operands' modes is contiguous (K or MN), as CUTLASS's
+// builder lays them out; kCarveout: shared memory the kernel keeps for its epilogue.
+template <Operator Op, class Tile, GMMA::Major kMajorA, GMMA::Major kMajorB, int kCarveout>
+struct TwoGroupMainloop {
+  using Bf16 = cutlass::bfloat16_t;
+  using Nhwc = cutlass::layout::TensorNHWC;
+  using OneGroup = typename cutlass::conv::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, Bf16, Nhwc, 8, Bf16, Nhwc, 8, float,
+      Tile, Shape<_1, _1, _1>, cutlass::conv::collective::StageCountAutoCarveout<kCarveout>,
+      cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+  using TiledMma =
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Bf16, Bf16, float, Tile, kMajorA, kMajorB>(),
+                              Layout<Shape<_2, _1, _1>>{}));
+  using Type = cutlass::conv::collective::CollectiveConv<
+      typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
+          typename OneGroup::GmemTiledCopyA, typename OneGroup::SmemLayoutA>,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
+          typename OneGroup::GmemTiledCopyB, typename OneGroup::SmemLayoutB>>;
+};
+
 // One configuration of pass Op (kFprop or kDgrad): a CTA tile of BM output pixels x BN output
 // channels x BK reduction channels of one tap, computed by two consumer warpgroups that split
 // BM (one warpgroup measured at half cuDNN's speed: it cannot hide the epilogue).
@@ -69,28 +95,42 @@ struct Config {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
       cutlass::epilogue::TmaWarpSpecializedCooperative,
       cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
-  // CUTLASS builds conv mainloops for one consumer warpgroup only (its dispatch policy rejects
-  // the cooperative schedule because its kernel is not persistent). The collective itself
-  // runs any warpgroup count: the same mainloop with a TiledMma of two warpgroups along M.
-  using OneGroup = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, Bf16, Nhwc, 8, Bf16, Nhwc, 8, float,
-      Tile, Cluster,
-      cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
   // The filter is K-major for forward and MN-major for backward data (its [K, R, S, C]
-  // layout read transposed), as CUTLASS's builder lays it out.
-  static constexpr GMMA::Major kMajorB = Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN;
-  using TiledMma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Bf16, Bf16, float, Tile, GMMA::Major::K, kMajorB>(),
-      Layout<Shape<_2, _1, _1>>{}));
-  using Mainloop = cutlass::conv::collective::CollectiveConv<
-      typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
-      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
-          typename OneGroup::GmemTiledCopyA, typename OneGroup::SmemLayoutA>,
-      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
-          typename OneGroup::GmemTiledCopyB, typename OneGroup::SmemLayoutB>>;
+  // layout read transposed).
+  using Mainloop =
+      typename TwoGroupMainloop<Op, Tile, GMMA::Major::K,
+                                Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
+                                static_cast<int>(sizeof(typename Epilogue::SharedStorage))>::Type;
 };
+
+// Who a thread is in the warp-specialized CTA: warpgroup 0 produces (one warp issues the TMA
+// loads), the others consume (wgmma and the output).
+struct Roles {
+  int warp = cutlass::canonical_warp_idx_sync();
+  int warp_group = cutlass::canonical_warp_group_idx();
+  int group_thread = static_cast<int>(threadIdx.x) % cutlass::NumThreadsPerWarpGroup;
+  bool producer = warp_group == 0 && warp % cutlass::NumWarpsPerWarpGroup == 0;
+  bool consumer = warp_group > 0;
+};
+
+// The mainloop pipeline's parameters for this thread: producer or consumer, the warpgroup
+// leader, how many threads consume and the bytes each stage's TMA loads bring.
+template <class Mainloop>
+CUTLASS_DEVICE typename Mainloop::MainloopPipeline::Params MainloopPipelineParams(
+    const Roles& roles, int mma_threads, uint32_t transaction_bytes) {
+  using Pipeline = typename Mainloop::MainloopPipeline;
+  typename Pipeline::Params mp;
+  if (roles.producer) mp.role = Pipeline::ThreadCategory::Producer;
+  if (roles.consumer) mp.role = Pipeline::ThreadCategory::Consumer;
+  mp.is_leader = roles.group_thread == 0;
+  mp.num_consumers = mma_threads;
+  mp.transaction_bytes = transaction_bytes;
+  return mp;
+}
+
+// Per thread after setmaxnreg: the register file is 64K, so 128 x 40 + 256 x 232 fits. The
+// producer warpgroup needs few registers; the consumers hold the accumulators.
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
 template <class C>
 struct SparseConv {
@@ -101,8 +141,6 @@ struct SparseConv {
   using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(typename C::Problem{}));
   static constexpr int kMmaThreads = size(TiledMma{});  // 128 or 256
   static constexpr int kThreads = cutlass::NumThreadsPerWarpGroup + kMmaThreads;
-  // Per thread after setmaxnreg: the register file is 64K, so 128 x 40 + 256 x 232 fits.
-  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
   struct SharedStorage {
     struct Pipelines {
@@ -129,23 +167,16 @@ struct SparseConv {
     using EpiLoadPipeline = typename Epilogue::LoadPipeline;
     using EpiStorePipeline = typename Epilogue::StorePipeline;
     SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
-    const int warp = cutlass::canonical_warp_idx_sync();
-    const int warp_group = cutlass::canonical_warp_group_idx();
-    const int group_thread = threadIdx.x % cutlass::NumThreadsPerWarpGroup;
-    const bool producer = warp_group == 0 && warp % cutlass::NumWarpsPerWarpGroup == 0;
-    const bool consumer = warp_group > 0;
-    if (warp == 0 && cute::elect_one_sync()) {
+    const Roles roles;
+    const bool producer = roles.producer, consumer = roles.consumer;
+    if (roles.warp == 0 && cute::elect_one_sync()) {
       Mainloop::prefetch_tma_descriptors(params.mainloop);
       Epilogue::prefetch_tma_descriptors(params.epilogue);
     }
-
-    typename Pipeline::Params mp;
-    if (producer) mp.role = Pipeline::ThreadCategory::Producer;
-    if (consumer) mp.role = Pipeline::ThreadCategory::Consumer;
-    mp.is_leader = group_thread == 0;
-    mp.num_consumers = kMmaThreads;
-    mp.transaction_bytes = params.mainloop.tma_transaction_bytes;
-    Pipeline pipeline(ss.pipelines.mainloop, mp, typename C::Cluster{});
+    Pipeline pipeline(
+        ss.pipelines.mainloop,
+        MainloopPipelineParams<Mainloop>(roles, kMmaThreads, params.mainloop.tma_transaction_bytes),
+        typename C::Cluster{});
 
     typename EpiLoadPipeline::Params ep;
     if (producer) ep.role = EpiLoadPipeline::ThreadCategory::Producer;
@@ -179,8 +210,7 @@ struct SparseConv {
     };
     TiledMma tiled_mma;
 
-    if (warp_group == 0) {
-      // The producer warpgroup needs few registers; the consumers hold the accumulators.
+    if (roles.warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
       if (producer) {
         typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
@@ -230,6 +260,135 @@ struct SparseConv {
   }
 };
 
+// The filter gradient's configuration: a CTA tile of BM output channels x BN input channels
+// of one tap x BK output pixels. Both operands are MN-major (dy's channels and x's channels
+// are contiguous; the pixels are the reduction), dy loaded by plain TMA and x by im2col.
+template <int BM, int BN, int BK>
+struct FilterConfig {
+  static constexpr Operator kOp = Operator::kWgrad;
+  // Two running sums besides the accumulators fit in registers up to 128 x 64 tiles (3 x 32
+  // floats a thread); larger tiles run one phase.
+  static constexpr bool kTwoPieces = BM * BN <= 128 * 64;
+  using Problem = cutlass::conv::ConvProblemShape<kOp, 2>;
+  using Tile = Shape<Int<BM>, Shape<Int<BN>>, Shape<Int<BK>>>;
+  using Cluster = Shape<_1, _1, _1>;
+  // No epilogue shared memory: the partial sums go from registers to global memory.
+  using Mainloop = typename TwoGroupMainloop<kOp, Tile, GMMA::Major::MN, GMMA::Major::MN, 0>::Type;
+};
+
+// The producer's walk over a segment's pixel tiles: consecutive K tiles from `k`.
+struct KTileRange {
+  int k;
+  CUTE_DEVICE int operator*() const { return k; }
+  CUTE_DEVICE KTileRange& operator++() {
+    ++k;
+    return *this;
+  }
+};
+
+// Backward filter over the kept tiles: CTA b runs segments cta_begin[b] .. cta_begin[b + 1]
+// of the FilterSplit, each a run of one kept tile's pixel tiles, adds each segment's sums to
+// its piece's running sum and, after the piece's last segment, stores that (row-major tile_m
+// x tile_n fp32) to the piece's partial slot. Two running sums when kTwoPieces (several
+// phases), one otherwise: each costs a tile's accumulators in registers.
+template <class C>
+struct SparseFilter {
+  using Mainloop = typename C::Mainloop;
+  using Tile = typename C::Tile;
+  using TiledMma = typename Mainloop::TiledMma;
+  using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(typename C::Problem{}));
+  static constexpr int kMmaThreads = size(TiledMma{});
+  static constexpr int kThreads = cutlass::NumThreadsPerWarpGroup + kMmaThreads;
+  static constexpr int kBM = size<0>(Tile{}), kBN = size<1>(Tile{});
+  static constexpr bool kTwoPieces = C::kTwoPieces;
+
+  struct SharedStorage {
+    alignas(16) typename Mainloop::PipelineStorage pipeline;
+    typename Mainloop::TensorStorage tensors;
+  };
+
+  struct Params {
+    ProblemMNKL problem;
+    typename Mainloop::Params mainloop;
+    HopperFilterWork work;
+  };
+
+  static CUTLASS_DEVICE void Run(const Params& params, char* smem) {
+    using Pipeline = typename Mainloop::MainloopPipeline;
+    SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
+    const Roles roles;
+    if (roles.warp == 0 && cute::elect_one_sync()) {
+      Mainloop::prefetch_tma_descriptors(params.mainloop);
+    }
+    Pipeline pipeline(
+        ss.pipeline,
+        MainloopPipelineParams<Mainloop>(roles, kMmaThreads, params.mainloop.tma_transaction_bytes),
+        typename C::Cluster{});
+    __syncthreads();  // the barriers are initialized before anyone waits on them
+
+    const HopperFilterWork& w = params.work;
+    Mainloop mainloop;
+    auto load_inputs = mainloop.load_init(params.problem, params.mainloop);
+    Tensor gA = get<0>(load_inputs);  // (BM, BK, output-channel tiles, pixel tiles)
+    Tensor gB = get<1>(load_inputs);  // (BN, BK, (channel tiles, S, R), pixel tiles)
+    auto coord = [&](int seg) {
+      const int tile = w.kept_tiles[w.seg_tile[seg]];
+      return make_coord(idx2crd(tile / w.n_tiles, shape<2>(gA)),
+                        idx2crd(tile % w.n_tiles, shape<2>(gB)), _, Int<0>{});
+    };
+    const int first = w.cta_begin[blockIdx.x], last = w.cta_begin[blockIdx.x + 1];
+
+    if (roles.warp_group == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (roles.producer) {
+        typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+        for (int seg = first; seg < last; ++seg) {
+          const int k_tiles = w.seg_count[seg];
+          mainloop.load(params.mainloop, pipeline, state, load_inputs, coord(seg),
+                        KTileRange{w.seg_k[seg]}, k_tiles, cutlass::canonical_lane_idx(),
+                        cute::block_rank_in_cluster(), ss.tensors);
+          state.advance(k_tiles);
+        }
+        mainloop.load_tail(pipeline, state);
+      }
+      return;
+    }
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int mma_thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
+    TiledMma tiled_mma;
+    auto thread_mma = tiled_mma.get_thread_slice(mma_thread);
+    typename Mainloop::PipelineState state;
+    Tensor sum0 = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+    Tensor sum1 = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+    clear(sum0);
+    if constexpr (kTwoPieces) clear(sum1);
+    for (int seg = first; seg < last; ++seg) {
+      const int k_tiles = w.seg_count[seg], store = w.seg_store[seg];
+      Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+      mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors, params.mainloop);
+      mainloop.mma_tail(pipeline, state, k_tiles);
+      state.advance(k_tiles);
+      auto add_and_store = [&](auto& sum) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); ++i) sum(i) += acc(i);
+        if (store < 0) return;
+        Tensor out = make_tensor(
+            make_gmem_ptr(w.partials + static_cast<int64_t>(store) * kBM * kBN),
+            make_layout(take<0, 2>(Tile{}), make_stride(Int<kBN>{}, make_stride(Int<1>{}))));
+        Tensor thread_out = thread_mma.partition_C(out);
+        CUTE_UNROLL
+        for (int i = 0; i < size(sum); ++i) thread_out(i) = sum(i);
+        clear(sum);
+      };
+      if (kTwoPieces && w.seg_piece[seg] == 1) {
+        add_and_store(sum1);
+      } else {
+        add_and_store(sum0);
+      }
+    }
+  }
+};
+
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1)
     SparseConvKernel(const __grid_constant__ typename K::Params params) {
@@ -237,6 +396,35 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   extern __shared__ char smem[];
   K::Run(params, smem);
 #endif
+}
+
+// dw[k, tap, c] for 8 channels per thread: its kept tile's partial slots added in order, or
+// 0 outside the kept tiles. REQUIRES C % tile_n == 0 (8 channels lie in one tile).
+__global__ void GatherFilterKernel(ConvShape s, HopperFilterWork w, uint4* __restrict__ dw) {
+  const int row = s.r * s.s * s.c, c_tiles = s.c / w.tile_n;
+  const int64_t groups = static_cast<int64_t>(s.k) * row / 8;
+  const int64_t tile = static_cast<int64_t>(w.tile_m) * w.tile_n;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = g * 8;
+    const int k = static_cast<int>(e / row), in_row = static_cast<int>(e % row);
+    const int tap = in_row / s.c, c = in_row % s.c;
+    const int slot = w.slot[(k / w.tile_m) * w.n_tiles + c / w.tile_n + c_tiles * tap];
+    float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (slot >= 0) {
+      const int64_t at = static_cast<int64_t>(k % w.tile_m) * w.tile_n + c % w.tile_n;
+      for (int p = w.tile_begin[slot]; p < w.tile_begin[slot + 1]; ++p) {
+        const float4* q = reinterpret_cast<const float4*>(w.partials + p * tile + at);
+        const float4 lo = q[0], hi = q[1];
+        sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+        sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+      }
+    }
+    uint4 packed;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(sum[2 * i], sum[2 * i + 1]);
+    dw[g] = packed;
+  }
 }
 
 template <class P>
@@ -332,18 +520,76 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
                                : "hopper block-sparse conv backward data");
 }
 
+// Backward filter's CUTLASS arguments: dy is the GEMM's A, x its B (null pointers: for the
+// checks alone).
+template <class C>
+struct FilterArguments {
+  using Mainloop = typename SparseFilter<C>::Mainloop;
+  typename C::Problem problem;
+  typename Mainloop::Arguments mainloop;
+  FilterArguments(const ConvShape& s, const void* x, const void* dy)
+      : problem(Problem<typename C::Problem>(s)),
+        mainloop{static_cast<const cutlass::bfloat16_t*>(dy),
+                 static_cast<const cutlass::bfloat16_t*>(x)} {}
+  bool Implementable() const { return Mainloop::can_implement(problem, mainloop); }
+};
+
+template <class C>
+bool FilterImplementable(const ConvShape& s) {
+  return FilterArguments<C>(s, nullptr, nullptr).Implementable();
+}
+
+template <class C>
+absl::Status LaunchFilter(const ConvShape& s, const HopperFilterWork& work, const void* x,
+                          const void* dy, void* dw, const CudaContext& ctx) {
+  using K = SparseFilter<C>;
+  using Mainloop = typename K::Mainloop;
+  const FilterArguments<C> a(s, x, dy);
+  if (!a.Implementable()) {
+    return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
+  }
+  if (work.ctas > 0) {  // else nothing is kept: the gather writes zeros alone
+    typename K::Params params{Mainloop::get_problem_shape_MNKL(a.problem),
+                              Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr),
+                              work};
+    const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
+    TOPIARY_RETURN_IF_ERROR(
+        CudaStatus(AllowDynamicSmem<SparseConvKernel<K>>(smem), "hopper conv shared memory"));
+    SparseConvKernel<K><<<work.ctas, K::kThreads, smem, ctx.stream>>>(params);
+    TOPIARY_RETURN_IF_ERROR(LaunchStatus("hopper block-sparse conv backward filter"));
+  }
+  const int64_t groups = static_cast<int64_t>(s.k) * s.r * s.s * s.c / 8;
+  const int threads = 256;
+  const int blocks = static_cast<int>(
+      std::min<int64_t>((groups + threads - 1) / threads, 8 * std::max(ctx.sm_count, 1)));
+  GatherFilterKernel<<<std::max(blocks, 1), threads, 0, ctx.stream>>>(s, work,
+                                                                      static_cast<uint4*>(dw));
+  return LaunchStatus("hopper block-sparse conv backward filter (gather)");
+}
+
 struct Entry {
   const char* name;
-  int tile_k, tile_n;
+  int tile_m, tile_k, tile_n;
+  // Forward and backward data.
   absl::Status (*launch)(const ConvShape&, const int*, const int*, int, const void*, const void*,
                          const float*, void*, const CudaContext&);
+  // Backward filter.
+  absl::Status (*launch_filter)(const ConvShape&, const HopperFilterWork&, const void*, const void*,
+                                void*, const CudaContext&);
   bool (*implementable)(const ConvShape&);
+  bool phased = false;  // backward filter: runs several phases (FilterConfig::kTwoPieces)
 };
 
 template <Operator Op, int BM, int BN, int BK>
 constexpr Entry Make(const char* name) {
   using C = Config<Op, BM, BN, BK>;
-  return {name, BK, BN, Launch<C>, Implementable<C>};
+  return {name, BM, BK, BN, Launch<C>, nullptr, Implementable<C>};
+}
+
+template <int BM, int BN, int BK>
+constexpr Entry MakeFilter(const char* name) {
+  using C = FilterConfig<BM, BN, BK>;
+  return {name, BM, BK, BN, nullptr, LaunchFilter<C>, FilterImplementable<C>, C::kTwoPieces};
 }
 
 // Forward's N is output channels (64 or 128 per block), backward data's input channels (64 or
@@ -365,13 +611,19 @@ const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 256, 128, 64>("wgmma 256x128x64 2wg"),
 };
 
-// A pass's entries (empty for backward filter).
+// Backward filter's M is output channels (a 128-channel block, or 64), its N input channels
+// of one tap (64 or 128), its K output pixels.
+const Entry kBackwardFilter[] = {
+    MakeFilter<128, 64, 64>("wgmma 128x64x64 2wg"),
+    MakeFilter<128, 128, 64>("wgmma 128x128x64 2wg"),
+};
+
 std::pair<const Entry*, int> Entries(SparsePass pass) {
   if (pass == SparsePass::kForward) return {kForward, sizeof(kForward) / sizeof(Entry)};
   if (pass == SparsePass::kBackwardData) {
     return {kBackwardData, sizeof(kBackwardData) / sizeof(Entry)};
   }
-  return {nullptr, 0};
+  return {kBackwardFilter, sizeof(kBackwardFilter) / sizeof(Entry)};
 }
 
 }  // namespace
@@ -380,6 +632,7 @@ int HopperConvConfigs(SparsePass pass) { return Entries(pass).second; }
 std::string HopperConvConfigName(SparsePass pass, int config) {
   return Entries(pass).first[config].name;
 }
+int HopperConvTileM(SparsePass pass, int config) { return Entries(pass).first[config].tile_m; }
 int HopperConvTileK(SparsePass pass, int config) { return Entries(pass).first[config].tile_k; }
 int HopperConvTileN(SparsePass pass, int config) { return Entries(pass).first[config].tile_n; }
 
@@ -388,10 +641,11 @@ bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const Cuda
   if (config < 0 || config >= n) return false;
   (void)ctx;
   // TMA needs 16-byte channel rows. Backward data at stride 2 would need CUTLASS's strided
-  // mode (a grid per phase): not yet.
-  const bool stride_ok = pass == SparsePass::kForward || (s.stride_h == 1 && s.stride_w == 1);
+  // mode (a grid per phase): not yet. Backward filter's gather wants whole channel tiles.
+  const bool stride_ok = pass != SparsePass::kBackwardData || (s.stride_h == 1 && s.stride_w == 1);
+  const bool tiles_ok = pass != SparsePass::kBackwardFilter || s.c % entries[config].tile_n == 0;
   return CurrentComputeCapability() == 90 && s.c % 8 == 0 && s.k % 8 == 0 && stride_ok &&
-         entries[config].implementable(s);
+         tiles_ok && entries[config].implementable(s);
 }
 
 absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, const int* count,
@@ -402,8 +656,41 @@ absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, cons
     return absl::InvalidArgumentError(
         absl::StrFormat("hopper conv %s: no configuration %d", SparsePassName(pass), config));
   }
+  if (pass == SparsePass::kBackwardFilter) {
+    return absl::InvalidArgumentError("hopper conv backward filter: use HopperFilterRun");
+  }
   return entries[config].launch(s, count, index, stride, in0, in1,
                                 pass == SparsePass::kForward ? bias : nullptr, out, ctx);
+}
+
+int HopperFilterPhases(int config, const ConvShape& s) {
+  const auto [entries, n] = Entries(SparsePass::kBackwardFilter);
+  if (config < 0 || config >= n || !entries[config].phased) return 1;
+  int device = 0, l2 = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) {
+    cudaGetLastError();
+    l2 = 50 << 20;
+  }
+  const int64_t bytes = 2 * (static_cast<int64_t>(s.n) * s.h * s.w * s.c +
+                             static_cast<int64_t>(s.n) * s.ho() * s.wo() * s.k);
+  const int64_t window = std::max(l2 / 3, 1);
+  return static_cast<int>(std::min<int64_t>((bytes + window - 1) / window, 1 << 16));
+}
+
+absl::Status HopperFilterRun(int config, const ConvShape& s, const HopperFilterWork& work,
+                             const void* x, const void* dy, void* dw, const CudaContext& ctx) {
+  const auto [entries, n] = Entries(SparsePass::kBackwardFilter);
+  if (config < 0 || config >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hopper conv backward filter: no configuration %d", config));
+  }
+  if (work.tile_m != entries[config].tile_m || work.tile_n != entries[config].tile_n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hopper conv backward filter: work split for %dx%d tiles, not %s",
+                        work.tile_m, work.tile_n, entries[config].name));
+  }
+  return entries[config].launch_filter(s, work, x, dy, dw, ctx);
 }
 
 }  // namespace topiary::kernels

@@ -61,4 +61,111 @@ KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& s, const BlockGrid& gr
   return t;
 }
 
+FilterSplit MakeFilterSplit(const ConvShape& s, const BlockGrid& grid, int tile_m, int tile_n,
+                            int tile_k, int phases, int ctas) {
+  FilterSplit f;
+  f.tile_m = tile_m;
+  f.tile_n = tile_n;
+  f.tile_k = tile_k;
+  f.m_tiles = (s.k + tile_m - 1) / tile_m;
+  const int c_tiles = (s.c + tile_n - 1) / tile_n;
+  f.n_tiles = c_tiles * s.r * s.s;
+  const int64_t pixels = static_cast<int64_t>(s.n) * s.ho() * s.wo();
+  f.k_tiles = static_cast<int>((pixels + tile_k - 1) / tile_k);
+  // covers[m][c_tile]: some kept block overlaps output channels of m and input channels of
+  // c_tile (the same at every tap).
+  std::vector<uint8_t> covers(static_cast<size_t>(f.m_tiles) * c_tiles, 0);
+  for (int row = 0; row < grid.rows; ++row) {
+    for (int col = 0; col < grid.cols; ++col) {
+      if (!grid.Kept(row, col)) continue;
+      const int c0 = row * grid.block_in, c1 = std::min(s.c, c0 + grid.block_in);
+      const int k0 = col * grid.block_out, k1 = std::min(s.k, k0 + grid.block_out);
+      for (int m = k0 / tile_m; m <= (k1 - 1) / tile_m; ++m) {
+        for (int ct = c0 / tile_n; ct <= (c1 - 1) / tile_n; ++ct) {
+          covers[static_cast<size_t>(m) * c_tiles + ct] = 1;
+        }
+      }
+    }
+  }
+  f.slot.assign(static_cast<size_t>(f.m_tiles) * f.n_tiles, -1);
+  for (int m = 0; m < f.m_tiles; ++m) {
+    for (int n = 0; n < f.n_tiles; ++n) {
+      if (!covers[static_cast<size_t>(m) * c_tiles + n % c_tiles]) continue;
+      f.slot[static_cast<size_t>(m) * f.n_tiles + n] = f.kept();
+      f.kept_tiles.push_back(m * f.n_tiles + n);
+    }
+  }
+  const int64_t kept = f.kept();
+  f.ctas = static_cast<int>(std::min<int64_t>(ctas, kept * f.k_tiles));
+  f.phases = kept > f.ctas ? 1 : std::max(1, std::min(phases, f.k_tiles));
+  const int64_t units = f.ctas;  // tile units per kept tile: CTA c takes kept of them
+  auto window = [&](int phase) { return int64_t{f.k_tiles} * phase / f.phases; };
+  // A piece's pixel tiles in window p: its units [a, b) of the tile scaled to the window.
+  auto range = [&](int p, int64_t a, int64_t b) {
+    const int64_t w0 = window(p), width = window(p + 1) - w0;
+    return std::pair<int64_t, int64_t>{w0 + a * width / units, w0 + b * width / units};
+  };
+  struct Piece {
+    int32_t tile, cta;
+    int64_t a, b;
+  };
+  std::vector<std::vector<Piece>> pieces(f.ctas);
+  std::vector<Piece> all;
+  for (int c = 0; c < f.ctas; ++c) {
+    const int64_t begin = c * kept, end = (c + 1) * kept;
+    for (int64_t at = begin; at < end;) {
+      const int64_t tile = at / units, stop = std::min(end, (tile + 1) * units);
+      const Piece piece{static_cast<int32_t>(tile), c, at - tile * units, stop - tile * units};
+      int64_t count = 0;
+      for (int p = 0; p < f.phases; ++p) {
+        const auto [k0, k1] = range(p, piece.a, piece.b);
+        count += k1 - k0;
+      }
+      if (count > 0) {
+        pieces[c].push_back(piece);
+        all.push_back(piece);
+      }
+      at = stop;
+    }
+  }
+  // Partial slots: tile by tile, CTA by CTA.
+  std::sort(all.begin(), all.end(), [](const Piece& x, const Piece& y) {
+    return std::pair(x.tile, x.cta) < std::pair(y.tile, y.cta);
+  });
+  f.tile_begin.assign(kept + 1, 0);
+  for (const Piece& piece : all) ++f.tile_begin[piece.tile + 1];
+  for (int64_t t = 0; t < kept; ++t) f.tile_begin[t + 1] += f.tile_begin[t];
+  auto slot_of = [&](const Piece& piece) {
+    const auto it =
+        std::lower_bound(all.begin(), all.end(), piece, [](const Piece& x, const Piece& y) {
+          return std::pair(x.tile, x.cta) < std::pair(y.tile, y.cta);
+        });
+    return static_cast<int32_t>(it - all.begin());
+  };
+  f.cta_begin.push_back(0);
+  for (int c = 0; c < f.ctas; ++c) {
+    const std::vector<Piece>& mine = pieces[c];
+    std::vector<int> last(mine.size(), -1);  // each piece's last window with pixel tiles
+    for (int p = 0; p < f.phases; ++p) {
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const auto [k0, k1] = range(p, mine[i].a, mine[i].b);
+        if (k1 > k0) last[i] = p;
+      }
+    }
+    for (int p = 0; p < f.phases; ++p) {
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const auto [k0, k1] = range(p, mine[i].a, mine[i].b);
+        if (k1 == k0) continue;
+        f.seg_tile.push_back(mine[i].tile);
+        f.seg_k.push_back(static_cast<int32_t>(k0));
+        f.seg_count.push_back(static_cast<int32_t>(k1 - k0));
+        f.seg_piece.push_back(f.phases > 1 ? static_cast<int32_t>(i) : 0);
+        f.seg_store.push_back(p == last[i] ? slot_of(mine[i]) : -1);
+      }
+    }
+    f.cta_begin.push_back(static_cast<int32_t>(f.seg_tile.size()));
+  }
+  return f;
+}
+
 }  // namespace topiary::kernels

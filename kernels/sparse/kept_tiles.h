@@ -38,6 +38,44 @@ struct KeptTiles {
 KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& shape, const BlockGrid& grid, int tile_k,
                         int tile_n);
 
+// Backward filter: M is the output channels, N the (input channel, tap) pairs numbered like K
+// above (n = c_tile + c_tiles * (s + S * r)), K the output pixels. Its output tiles are the
+// filter's: tile (m, n) is kept when the grid keeps any block that covers part of it, and
+// every other one is written 0.
+//
+// The work is split over `ctas` CTAs in tile units: CTA c takes the kept tiles' stretch
+// [c * kept / ctas, (c + 1) * kept / ctas), cut at tile boundaries into pieces, each piece a
+// fraction of one tile's pixel loop. The pixel tiles are walked in `phases` windows, one after
+// the other, and each piece takes its fraction of every window, so that all CTAs read the
+// same window of dy and x at a time and it stays in L2; each CTA's work per window is within
+// two pixel tiles of the others'. A piece's sums over the windows stay in registers (a CTA
+// holds at most two pieces when phases > 1: callers ask for one phase when kept > ctas, and
+// get one then), and each piece's total goes to its own fp32 partial slot. A kept tile's
+// slots are consecutive, in CTA order, and are added in that order: the same bits every run.
+struct FilterSplit {
+  int tile_m = 0, tile_n = 0, tile_k = 0;
+  int m_tiles = 0;                  // ceil(K / tile_m)
+  int n_tiles = 0;                  // ceil(C / tile_n) * R * S
+  int k_tiles = 0;                  // ceil(N * P * Q / tile_k)
+  int phases = 0;                   // the phases asked for, at most k_tiles; 1 when kept > ctas
+  int ctas = 0;                     // min(the ctas asked for, kept * k_tiles)
+  std::vector<int32_t> slot;        // [m_tiles * n_tiles]: kept-tile number, or -1
+  std::vector<int32_t> kept_tiles;  // [kept]: the tile, m * n_tiles + n
+  std::vector<int32_t> tile_begin;  // [kept + 1]: each kept tile's first partial slot
+  // Per segment, CTA by CTA and within a CTA window by window: its kept-tile number, first
+  // pixel tile and pixel tiles (at least 1), the running sum it adds to (its piece within the
+  // CTA, 0 or 1; always 0 with one phase), and the partial slot that sum is stored to and
+  // cleared after it (the piece's last segment), or -1.
+  std::vector<int32_t> seg_tile, seg_k, seg_count, seg_piece, seg_store;
+  std::vector<int32_t> cta_begin;  // [ctas + 1]: each CTA's first segment
+  int kept() const { return static_cast<int>(kept_tiles.size()); }
+  int partials() const { return tile_begin.empty() ? 0 : tile_begin.back(); }
+};
+
+// REQUIRES: CheckBlockGrid(shape, grid).ok(), tile sides > 0, phases > 0, ctas > 0.
+FilterSplit MakeFilterSplit(const ConvShape& shape, const BlockGrid& grid, int tile_m, int tile_n,
+                            int tile_k, int phases, int ctas);
+
 }  // namespace topiary::kernels
 
 #endif  // TOPIARY_KERNELS_SPARSE_KEPT_TILES_H_

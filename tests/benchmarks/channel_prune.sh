@@ -7,13 +7,7 @@
 set -euo pipefail
 topiary="$(realpath "$1")"; idx="$(realpath "$2")"; here="$(dirname "$(realpath "$0")")"
 mkdir -p "$3" && cd "$3"
-python3 "$here/fashion_folder.py" "$idx" fm
-data='data { dataset: IMAGE_FOLDER path: "fm" batch_size: 256 augment { horizontal_flip: true }
-       image_folder { image_size: 224 channels: 1 } }
-train { epochs: 2 precision: BF16 optimizer { lr: 0.2 momentum: 0.9 nesterov: true weight_decay: 5e-5 }
-        lr_schedule { kind: COSINE } }
-device { kind: CUDA }'
-printf 'name: "fm224_resnet50_dense"\nseed: 5\nmodel { arch: "resnet50" }\n%s\n' "$data" > dense.textproto
+source "$here/fashion224.sh"
 printf 'name: "fm224_resnet50_flops50"\nseed: 5\nmodel { arch: "resnet50" }\ninit_from_checkpoint: "runs/dense/checkpoints/dense.h5"\n%s\npruning { method: CHANNEL score: L1 target_flops: 0.5 round_to: 8 step_fraction: 0.5 finetune_epochs: 1 finetune_lr: 0.02 }\n' "$data" > prune.textproto
 "$topiary" run dense.textproto --out runs/dense
 "$topiary" run prune.textproto --out runs/prune

@@ -79,10 +79,10 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
       TOPIARY_RETURN_IF_ERROR(sparse());
       return true;
     }
-    // The filter gradient has only the plain kernel, which loses to cuDNN on every layer
-    // measured (docs/PERFORMANCE.md), and one run of it on a large layer takes longer than a
-    // training step: it runs only when forced, until a tensor-core kernel exists for it.
-    if (pass == SparsePass::kBackwardFilter) return false;
+    // Where the filter gradient has only the plain kernel (no Hopper kernel takes the grid), it
+    // loses to cuDNN on every layer measured (docs/PERFORMANCE.md), and one run of it on a
+    // large layer takes longer than a training step: it runs only when forced.
+    if (pass == SparsePass::kBackwardFilter && plan_->configs(pass) == 1) return false;
     // The sparse kernel's tile configurations are compared call by call, then the chosen one
     // and cuDNN's plan as captured graphs (cuDNN's host-side cost per call would otherwise
     // count against it, though a captured step never pays it).
