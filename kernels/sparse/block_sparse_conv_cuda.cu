@@ -553,6 +553,10 @@ HostTcPack PackTc(int cols, int reds, int width, KeptFn kept) {
   return p;
 }
 
+// The most room a plan gives Hopper's filter-gradient partial sums (resnet50's largest
+// layer needs 18 MB with every block kept).
+constexpr size_t kMaxFilterPartialBytes = size_t{64} << 20;
+
 }  // namespace
 
 struct BlockSparseConvCuda::Device {
@@ -725,6 +729,10 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
     const FilterSplit split =
         MakeFilterSplit(s, grid, tm, tn, HopperConvTileK(filter, config),
                         HopperFilterPhases(config, s), std::max(ctx.sm_count, 1));
+    // A slot per piece, about one per kept tile and per CTA: bounded, so that a plan for a
+    // very wide layer does not take gigabytes (such a layer keeps cuDNN's filter gradient).
+    const size_t floats = static_cast<size_t>(split.partials()) * tm * tn;
+    if (floats * sizeof(float) > kMaxFilterPartialBytes) continue;
     Device::Filter f;
     f.config = config;
     HopperFilterWork& w = f.work;
@@ -741,7 +749,7 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
     TOPIARY_ASSIGN(w.seg_piece, d.Upload(split.seg_piece));
     TOPIARY_ASSIGN(w.seg_store, d.Upload(split.seg_store));
     TOPIARY_ASSIGN(w.cta_begin, d.Upload(split.cta_begin));
-    partial_floats = std::max(partial_floats, static_cast<size_t>(split.partials()) * tm * tn);
+    partial_floats = std::max(partial_floats, floats);
     d.filter.push_back(f);
   }
   if (!d.filter.empty()) {

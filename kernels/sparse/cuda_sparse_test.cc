@@ -239,5 +239,23 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRefuseShapesTmaCannotLoad) {
   }
 }
 
+// A layer so wide that the filter gradient's partial sums would pass the plan's bound (about
+// 150 MB here) gets no Hopper filter kernel, and keeps its forward ones.
+TEST_F(CudaKernels, HopperFilterKernelRefusesLayersWhosePartialSumsWouldBeTooLarge) {
+  if (!Sm90()) GTEST_SKIP() << "Hopper's kernels need an sm_90 GPU";
+  const ConvShape sh = MakeConv(1, 4, 4, 2048, 2048, 3, 3, 1, 1);
+  const BlockGrid grid = testing::MakeBlockGrid(sh, 64, 128, testing::GridPattern::kAll, 1);
+  auto plan = BlockSparseConvCuda::Create(sh, grid, DType::kBf16, ctx_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->configs(SparsePass::kBackwardFilter), 1);
+  EXPECT_EQ((*plan)->config_name(SparsePass::kBackwardFilter), "plain");
+  bool hopper_forward = false;
+  for (int config = 0; config < (*plan)->configs(SparsePass::kForward); ++config) {
+    ASSERT_TRUE((*plan)->set_config(SparsePass::kForward, config).ok());
+    hopper_forward |= (*plan)->config_name(SparsePass::kForward).rfind("wgmma", 0) == 0;
+  }
+  EXPECT_TRUE(hopper_forward);
+}
+
 }  // namespace
 }  // namespace topiary::kernels
