@@ -71,9 +71,10 @@ class BlockSparseConvCuda {
   // the chosen one's name, e.g. "tc 128x64/3" (pixels x channels per CTA / pipeline stages),
   // "wgmma 256x128x64 2wg" (Hopper: pixels x channels x reduction channels per tile, consumer
   // warpgroups) or "plain"; for logs, tests and benchmarks.
-  // Until set or tuned, a pass runs its first configuration, except backward filter, which
-  // runs Hopper's first where there is one.
   int configs(SparsePass pass) const;
+  // Whether Tune times this configuration; until set or tuned, a pass runs its first such
+  // one. All are, but the plain filter-gradient kernel where Hopper's exist.
+  bool tuned(SparsePass pass, int config) const;
   absl::Status set_config(SparsePass pass, int config);
   std::string config_name(SparsePass pass) const;
 

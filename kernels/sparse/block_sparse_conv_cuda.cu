@@ -756,9 +756,12 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
     void* partials = nullptr;
     TOPIARY_ASSIGN(partials, d.Allocate(partial_floats * sizeof(float)));
     for (Device::Filter& f : d.filter) f.work.partials = static_cast<float*>(partials);
-    // Untuned (a forced dispatch does not tune), run Hopper's filter kernel, not the plain
-    // one: that is 100-1000x slower on resnet50's layers.
-    plan->config_[static_cast<int>(filter)] = 1;
+  }
+  // Untuned (a forced dispatch does not tune), each pass runs its first tuned configuration.
+  for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData, filter}) {
+    while (!plan->tuned(pass, plan->config_[static_cast<int>(pass)])) {
+      ++plan->config_[static_cast<int>(pass)];
+    }
   }
   return plan;
 }
@@ -767,6 +770,12 @@ int BlockSparseConvCuda::configs(SparsePass pass) const {
   if (!tensor_cores_) return 1;
   if (pass == SparsePass::kBackwardFilter) return 1 + static_cast<int>(d_->filter.size());
   return kTcConfigCount + static_cast<int>(d_->hopper[static_cast<int>(pass)].size());
+}
+
+bool BlockSparseConvCuda::tuned(SparsePass pass, int config) const {
+  // The plain filter-gradient kernel is 100-1000x slower than Hopper's (docs/PERFORMANCE.md):
+  // one run of it on a large layer outlasts a training step, so it runs only when alone.
+  return pass != SparsePass::kBackwardFilter || config > 0 || configs(pass) == 1;
 }
 
 absl::Status BlockSparseConvCuda::set_config(SparsePass pass, int config) {
@@ -797,22 +806,18 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
                                       const CudaContext& ctx) const {
   const ConvShape& s = shape_;
   const Device& d = *d_;
-  if (pass == SparsePass::kBackwardFilter && config > 0) {
-    const Device::Filter& f = d.filter[config - 1];
-    TOPIARY_RETURN_IF_ERROR(HopperFilterRun(f.config, s, f.work, in0, in1, out, ctx));
-    if (dbias != nullptr) {
-      BiasGradKernel<Bf16>
-          <<<(s.k + 31) / 32, 256, 0, ctx.stream>>>(s, static_cast<const Bf16*>(in1), dbias);
-    }
-    return LaunchStatus("block-sparse conv backward filter (bias)");
-  }
   if (pass == SparsePass::kBackwardFilter) {
-    const size_t bytes = static_cast<size_t>(s.k) * s.patch() * SizeOf(dtype_);
-    TOPIARY_RETURN_IF_ERROR(
-        CudaStatus(cudaMemsetAsync(out, 0, bytes, ctx.stream), "block-sparse filter gradient"));
+    if (config > 0) {  // Hopper's, which writes every entry of dw
+      const Device::Filter& f = d.filter[config - 1];
+      TOPIARY_RETURN_IF_ERROR(HopperFilterRun(f.config, s, f.work, in0, in1, out, ctx));
+    } else {  // the plain kernel writes the kept blocks only
+      const size_t bytes = static_cast<size_t>(s.k) * s.patch() * SizeOf(dtype_);
+      TOPIARY_RETURN_IF_ERROR(
+          CudaStatus(cudaMemsetAsync(out, 0, bytes, ctx.stream), "block-sparse filter gradient"));
+    }
     return VisitDType(dtype_, [&](auto t) -> absl::Status {
       using T = decltype(t);
-      if (d.kept_blocks > 0) {
+      if (config == 0 && d.kept_blocks > 0) {
         PlainBackwardFilterKernel<T>
             <<<dim3(d.kept_blocks, s.r * s.s), kFilterThreads, 0, ctx.stream>>>(
                 s, d.plain, static_cast<const T*>(in0), static_cast<const T*>(in1),
@@ -825,7 +830,7 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
       return LaunchStatus("block-sparse conv backward filter");
     });
   }
-  if (pass != SparsePass::kBackwardFilter && config >= kTcConfigCount) {
+  if (config >= kTcConfigCount) {
     const Device::Hopper& h = d.hopper[static_cast<int>(pass)][config - kTcConfigCount];
     return HopperConvRun(pass, h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx);
   }
@@ -886,10 +891,8 @@ absl::Status BlockSparseConvCuda::BackwardFilter(const void* x, const void* dy, 
 absl::StatusOr<float> BlockSparseConvCuda::Tune(SparsePass pass, const void* in0, const void* in1,
                                                 void* out, const CudaContext& ctx) {
   absl::StatusOr<float> best = absl::InternalError("no configuration");
-  // The plain filter-gradient kernel is far slower than any other (docs/PERFORMANCE.md): one
-  // run of it on a large layer outlasts a training step, so it is timed only when alone.
-  const int first = pass == SparsePass::kBackwardFilter && configs(pass) > 1 ? 1 : 0;
-  for (int config = first; config < configs(pass); ++config) {
+  for (int config = 0; config < configs(pass); ++config) {
+    if (!tuned(pass, config)) continue;
     auto t = TimeOnStream([&] { return Run(pass, config, in0, in1, out, nullptr, nullptr, ctx); },
                           ctx, 5);
     if (!t.ok()) return t.status();
