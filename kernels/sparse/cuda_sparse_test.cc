@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/sparse/block_sparse_conv.h"
+#include "kernels/sparse/dgrad_phases.h"
 
 namespace topiary::kernels {
 namespace {
@@ -39,6 +40,13 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(1, 9, 11, 128, 192, 3, 3, 1, 1), 64, 64},
       // 128-channel input blocks: backward data's 128-wide tiles.
       {MakeConv(2, 9, 9, 256, 256, 3, 3, 1, 1), 128, 128},
+      // Backward data at stride 2, phase by phase: even maps (resnet's), a 1x1 shortcut (three
+      // phases without taps), 128-wide tiles, and no padding (a phase whose last dy row reaches
+      // no dx row of it: Hopper's backward data refuses the layer).
+      {MakeConv(2, 14, 14, 128, 128, 3, 3, 2, 1), 64, 64},
+      {MakeConv(2, 8, 7, 128, 256, 1, 1, 2, 0), 64, 128},
+      {MakeConv(2, 10, 10, 256, 256, 3, 3, 2, 1), 128, 128},
+      {MakeConv(1, 8, 8, 64, 64, 3, 3, 2, 0), 64, 64},
   };
   uint32_t seed = 1300;
   for (const testing::BlockConvCase& c : cases) {
@@ -71,7 +79,8 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         Act dx(t, x), dw(t, w), dg(t, g), y(t, ny), gx(t, nx), gw(t, nw);
         Dev<float> db(b), gb(sh.k);
         // Hopper's kernels come after the tensor-core configurations, for bf16 grids whose
-        // blocks their tiles align with, on an sm_90 GPU (backward data at stride 1 only).
+        // blocks their tiles align with, on an sm_90 GPU (backward data at stride > 1 where
+        // each phase's problem has the layer's dy, dgrad_phases.h).
         const int forward_configs = (*plan)->configs(SparsePass::kForward);
         const int data_configs = (*plan)->configs(SparsePass::kBackwardData);
         int hopper[2] = {0, 0};
@@ -84,7 +93,11 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         }
         const bool aligned = tc && c.bi % 64 == 0 && c.bo % 64 == 0 && Sm90();
         EXPECT_EQ(hopper[0] > 0, aligned);
-        EXPECT_EQ(hopper[1] > 0, aligned && sh.stride_h == 1);
+        const std::vector<DgradPhase> phases = DgradPhases(sh);
+        const bool phases_ok = std::all_of(phases.begin(), phases.end(), [](const auto& p) {
+          return p.empty() || (p.pad_h_hi >= 0 && p.pad_w_hi >= 0);
+        });
+        EXPECT_EQ(hopper[1] > 0, aligned && phases_ok);
         for (int config = 0; config < std::max(forward_configs, data_configs); ++config) {
           SCOPED_TRACE("configuration " + std::to_string(config));
           ASSERT_TRUE((*plan)
@@ -97,6 +110,8 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
           SCOPED_TRACE((*plan)->config_name(SparsePass::kForward) + ", " +
                        (*plan)->config_name(SparsePass::kBackwardData));
           ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
+          // Every entry of dx must be written, the phases without taps too: start from garbage.
+          ASSERT_EQ(cudaMemset(gx.get(), 0x3f, nx * SizeOf(t)), cudaSuccess);
           ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ctx_).ok());
           Sync();
           EXPECT_LT(Rel(y.Host(), ry), Tol(t, 1e-5));
@@ -154,6 +169,8 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
       {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 64, 128},
       // Backward data's 128-wide tiles: 98 of 256 x 128 per pass, 196 of 128 x 128.
       {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 128, 128},
+      // Stride 2: backward data's four phases, 98 tiles of 128 x 64 each.
+      {MakeConv(32, 28, 28, 128, 128, 3, 3, 2, 1), 64, 64},
   };
   uint32_t seed = 4400;
   for (const testing::BlockConvCase& c : cases) {

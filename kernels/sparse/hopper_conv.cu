@@ -30,6 +30,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/sparse/dgrad_phases.h"
 #include "kernels/sparse/hopper_conv.h"
 #include "util/status_macros.h"
 
@@ -160,6 +161,11 @@ struct SparseConv {
     const int* count;  // kept K tiles per output-channel tile
     const int* index;  // their numbers, `stride` per output-channel tile
     int stride;
+    // The lists are made for list_taps filter taps (the layer's); a phase of backward data at
+    // stride > 1 (dgrad_phases.h) reads the first `taps` of them: the lists name the same
+    // channel tiles at every tap, in tap order.
+    int list_taps, taps;
+    CUTLASS_DEVICE int k_tiles(int n) const { return count[n] / list_taps * taps; }
   };
 
   static CUTLASS_DEVICE void Run(const Params& params, char* smem) {
@@ -216,7 +222,7 @@ struct SparseConv {
         typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
         auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-          const int n = tile % n_tiles, k_tiles = params.count[n];
+          const int n = tile % n_tiles, k_tiles = params.k_tiles(n);
           KeptTileIterator<decltype(shape<3>(gA))> it{params.index + n * params.stride,
                                                       shape<3>(gA)};
           mainloop.load(params.mainloop, pipeline, state, load_inputs, coord(tile), it, k_tiles,
@@ -239,7 +245,7 @@ struct SparseConv {
     typename Epilogue::LoadPipelineState epi_load_state;
     auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int k_tiles = params.count[tile % n_tiles];
+      const int k_tiles = params.k_tiles(tile % n_tiles);
       Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
       if (k_tiles > 0) {
         mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop,
@@ -427,10 +433,15 @@ __global__ void GatherFilterKernel(ConvShape s, HopperFilterWork w, uint4* __res
   }
 }
 
+// CUTLASS's problem for a shape, with its upper padding (ConvShape's is the lower's).
+template <class P>
+P Problem(const ConvShape& s, int pad_h_hi, int pad_w_hi) {
+  return P(cutlass::conv::Mode::kCrossCorrelation, {s.n, s.h, s.w, s.c}, {s.k, s.r, s.s, s.c},
+           {s.pad_h, s.pad_w}, {pad_h_hi, pad_w_hi}, {s.stride_h, s.stride_w}, {1, 1}, 1);
+}
 template <class P>
 P Problem(const ConvShape& s) {
-  return P(cutlass::conv::Mode::kCrossCorrelation, {s.n, s.h, s.w, s.c}, {s.k, s.r, s.s, s.c},
-           {s.pad_h, s.pad_w}, {s.pad_h, s.pad_w}, {s.stride_h, s.stride_w}, {1, 1}, 1);
+  return Problem<P>(s, s.pad_h, s.pad_w);
 }
 
 // CTAs of the persistent grid: one per SM, but a count coprime with the output-channel
@@ -443,7 +454,10 @@ int PersistentCtas(int64_t tiles, int n_tiles, const CudaContext& ctx) {
   return static_cast<int>(std::min<int64_t>(tiles, ctas));
 }
 
-// A pass's CUTLASS arguments for these operands (null pointers: for the checks alone).
+// A pass's CUTLASS arguments for these operands (null pointers: for the checks alone). With a
+// phase (backward data at stride > 1 on `s`): the phase's unit-stride problem, whose filter
+// and dx are strided views of the layer's: every stride-th tap from (r0, s0), every stride-th
+// dx row and column from (ph, pw).
 template <class C>
 struct Arguments {
   using K = SparseConv<C>;
@@ -454,10 +468,22 @@ struct Arguments {
   typename Mainloop::Arguments mainloop;
   typename Epilogue::Arguments epilogue;
 
-  Arguments(const ConvShape& s, const void* in0, const void* w, const float* bias, void* out)
-      : problem(Problem<ConvProblem>(s)),
+  Arguments(const ConvShape& s, const void* in0, const void* w, const float* bias, void* out,
+            const DgradPhase* phase = nullptr)
+      : problem(phase == nullptr
+                    ? Problem<ConvProblem>(s)
+                    : Problem<ConvProblem>(phase->shape, phase->pad_h_hi, phase->pad_w_hi)),
         mainloop{static_cast<const cutlass::bfloat16_t*>(in0),
                  static_cast<const cutlass::bfloat16_t*>(w)} {
+    if (phase != nullptr) {
+      const int64_t c = s.c;
+      problem.stride_B = {s.r * s.s * c, s.stride_h * s.s * c, s.stride_w * c, 1};
+      problem.stride_C = {s.h * s.w * c, s.stride_h * s.w * c, s.stride_w * c, 1};
+      if (w != nullptr) mainloop.ptr_B += (phase->r0 * s.s + phase->s0) * c;
+      if (out != nullptr) {
+        out = static_cast<cutlass::bfloat16_t*>(out) + (phase->ph * s.w + phase->pw) * c;
+      }
+    }
     // The output's strides, M's modes (output column, row, image) innermost first.
     typename Epilogue::StrideD stride_d{};
     cute::for_each(cute::make_seq<cute::rank<0>(typename Epilogue::StrideD{})>{}, [&](auto i) {
@@ -476,38 +502,54 @@ struct Arguments {
     return cutlass::conv::detail::get_transformed_problem_shape_MNKL(problem);
   }
   // Whether CUTLASS's collectives take the shape (TMA im2col's corner, offset and alignment
-  // limits among others).
+  // limits among others; padding >= 0, which refuses a phase whose last dy rows reach no dx row
+  // of it).
   bool Implementable() const {
     return Mainloop::can_implement(problem, mainloop) &&
            Epilogue::can_implement(xformed(), epilogue);
   }
 };
 
-template <class C>
-bool Implementable(const ConvShape& s) {
-  return Arguments<C>(s, nullptr, nullptr, nullptr, nullptr).Implementable();
+// Backward data at stride > 1 runs phase by phase (dgrad_phases.h); each other pass, and
+// backward data at stride 1, is one phase of its own.
+bool Phased(Operator op, const ConvShape& s) {
+  return op == Operator::kDgrad && (s.stride_h > 1 || s.stride_w > 1);
 }
 
 template <class C>
-absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
-                    const void* in0, const void* w, const float* bias, void* out,
-                    const CudaContext& ctx) {
+bool Implementable(const ConvShape& s) {
+  if (!Phased(C::kOp, s))
+    return Arguments<C>(s, nullptr, nullptr, nullptr, nullptr).Implementable();
+  for (const DgradPhase& p : DgradPhases(s)) {
+    if (p.empty()) continue;
+    if (!Arguments<C>(s, nullptr, nullptr, nullptr, nullptr, &p).Implementable()) return false;
+  }
+  return true;
+}
+
+template <class C>
+absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int* count,
+                         const int* index, int stride, const void* in0, const void* w,
+                         const float* bias, void* out, const CudaContext& ctx) {
   using K = SparseConv<C>;
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
-  const Arguments<C> a(s, in0, w, bias, out);
+  const Arguments<C> a(s, in0, w, bias, out, phase);
   if (!a.Implementable()) {
     return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
   }
+  const ConvShape& q = phase != nullptr ? phase->shape : s;  // the problem the kernel runs
   typename K::Params params{Mainloop::get_problem_shape_MNKL(a.problem),
                             Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr),
                             Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr),
                             count,
                             index,
-                            stride};
+                            stride,
+                            s.r * s.s,
+                            q.r * q.s};
   // The GEMM's M (output pixels of the pass) and N (its output channels).
   constexpr bool kForward = C::kOp == Operator::kFprop;
-  const int64_t pixels = static_cast<int64_t>(s.n) * (kForward ? s.ho() * s.wo() : s.h * s.w);
+  const int64_t pixels = static_cast<int64_t>(q.n) * (kForward ? q.ho() * q.wo() : q.h * q.w);
   const int channels = kForward ? s.k : s.c;
   constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
   const int64_t tiles = ((pixels + kBM - 1) / kBM) * ((channels + kBN - 1) / kBN);
@@ -518,6 +560,27 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
   SparseConvKernel<K><<<grid, K::kThreads, smem, ctx.stream>>>(params);
   return LaunchStatus(kForward ? "hopper block-sparse conv forward"
                                : "hopper block-sparse conv backward data");
+}
+
+template <class C>
+absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
+                    const void* in0, const void* w, const float* bias, void* out,
+                    const CudaContext& ctx) {
+  if (!Phased(C::kOp, s)) {
+    return LaunchPhase<C>(s, nullptr, count, index, stride, in0, w, bias, out, ctx);
+  }
+  const std::vector<DgradPhase> phases = DgradPhases(s);
+  if (std::any_of(phases.begin(), phases.end(), [](const DgradPhase& p) { return p.empty(); })) {
+    // Phases without taps have dx = 0 (a 1x1 filter at stride 2 reaches the even rows only).
+    const size_t bytes = static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(cutlass::bfloat16_t);
+    TOPIARY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(out, 0, bytes, ctx.stream), "hopper conv backward data"));
+  }
+  for (const DgradPhase& p : phases) {
+    if (p.empty()) continue;
+    TOPIARY_RETURN_IF_ERROR(LaunchPhase<C>(s, &p, count, index, stride, in0, w, bias, out, ctx));
+  }
+  return absl::OkStatus();
 }
 
 // Backward filter's CUTLASS arguments: dy is the GEMM's A, x its B (null pointers: for the
@@ -640,12 +703,10 @@ bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const Cuda
   const auto [entries, n] = Entries(pass);
   if (config < 0 || config >= n) return false;
   (void)ctx;
-  // TMA needs 16-byte channel rows. Backward data at stride 2 would need CUTLASS's strided
-  // mode (a grid per phase): not yet. Backward filter's gather wants whole channel tiles.
-  const bool stride_ok = pass != SparsePass::kBackwardData || (s.stride_h == 1 && s.stride_w == 1);
+  // TMA needs 16-byte channel rows. Backward filter's gather wants whole channel tiles.
   const bool tiles_ok = pass != SparsePass::kBackwardFilter || s.c % entries[config].tile_n == 0;
-  return CurrentComputeCapability() == 90 && s.c % 8 == 0 && s.k % 8 == 0 && stride_ok &&
-         tiles_ok && entries[config].implementable(s);
+  return CurrentComputeCapability() == 90 && s.c % 8 == 0 && s.k % 8 == 0 && tiles_ok &&
+         entries[config].implementable(s);
 }
 
 absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, const int* count,

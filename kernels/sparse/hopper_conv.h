@@ -1,8 +1,9 @@
 // Hopper (sm_90a) block-sparse convolution passes, bf16 NHWC in and out, fp32 accumulation:
 // implicit GEMMs whose producer warp loads, by TMA im2col, only the K tiles that an output
 // tile's kept list names (kept_tiles.h), and whose consumer warpgroups multiply them with
-// wgmma. Forward (with a per-channel bias) and backward data at stride 1; backward filter
-// computes only the filter's kept tiles, its pixel loop split evenly over the CTAs. The
+// wgmma. Forward (with a per-channel bias) and backward data (at stride > 1 phase by phase,
+// dgrad_phases.h); backward filter computes only the filter's kept tiles, its pixel loop
+// split evenly over the CTAs. The
 // pipeline, TMA descriptors, shared-memory layouts and the forward epilogue are CUTLASS's (its
 // sm90 implicit-GEMM collectives); the kernels around them are Topiary's, because CUTLASS's
 // give every output tile the same K count. With every tile kept it is a dense convolution,
@@ -30,7 +31,8 @@ int HopperConvTileK(SparsePass pass, int config);
 int HopperConvTileN(SparsePass pass, int config);
 
 // Whether a pass's kernel configuration takes this shape on the current device: an sm_90 GPU,
-// channels multiples of 8 (TMA's 16-byte rows), for backward data stride 1, for backward
+// channels multiples of 8 (TMA's 16-byte rows), for backward data at stride > 1 phases whose
+// problems keep the layer's dy extent (DgradPhase::pad_h_hi >= 0), for backward
 // filter input channels a multiple of the tile's N, and what CUTLASS's collectives check (TMA
 // im2col's padding, corner and offset limits among others).
 bool HopperConvTakes(SparsePass pass, int config, const ConvShape& shape, const CudaContext& ctx);

@@ -2,8 +2,9 @@
 // blocks (8x8, or --block INxOUT such as 64x128, which Hopper's kernels take), the
 // forward, backward-data and backward-filter times of cuDNN's fastest algorithm
 // (as Topiary plans it) and of the block-sparse kernels (their fastest tile configuration, as
-// the engine tunes it), and the ratio. Shapes: resnet50's 3x3 layers at 224 px (batch 256) and
-// a 1x1 one, resnet20's 64-channel layers at 32 px (batch 128). Grids are balanced as
+// the engine tunes it), and the ratio. Shapes: resnet50's 3x3 layers at 224 px (batch 256), a
+// 1x1 one and the stride-2 ones of a stage's first block, resnet20's 64-channel layers at 32 px
+// (batch 128). Grids are balanced as
 // pruning { balanced: true } leaves them (block_grid_util.h). One JSON line per case, then per
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
@@ -62,6 +63,10 @@ int Main(int argc, char** argv) {
       {"resnet50", "layer3 3x3 256->256", 14, 256, 256, 3, 1},
       {"resnet50", "layer4 3x3 512->512", 7, 512, 512, 3, 1},
       {"resnet50", "layer3 1x1 1024->256", 14, 1024, 256, 1, 1},
+      // The first block of a stage: stride 2 (backward data phase by phase on Hopper).
+      {"resnet50", "layer3 3x3 256->256 s2", 28, 256, 256, 3, 2},
+      {"resnet50", "layer4 3x3 512->512 s2", 14, 512, 512, 3, 2},
+      {"resnet50", "layer3 1x1 512->1024 s2", 28, 512, 1024, 1, 2},
   };
   const double densities[] = {1.0, 0.75, 0.5, 0.25, 0.125};
   const SparsePass passes[] = {SparsePass::kForward, SparsePass::kBackwardData,
