@@ -72,6 +72,7 @@ struct TwoGroupMainloop {
   using TiledMma =
       decltype(make_tiled_mma(GMMA::ss_op_selector<Bf16, Bf16, float, Tile, kMajorA, kMajorB>(),
                               Layout<Shape<_2, _1, _1>>{}));
+  using OneGroupType = OneGroup;
   using Type = cutlass::conv::collective::CollectiveConv<
       typename OneGroup::DispatchPolicy, Tile, Bf16, Bf16, TiledMma,
       cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<
@@ -82,10 +83,14 @@ struct TwoGroupMainloop {
 
 // One configuration of pass Op (kFprop or kDgrad): a CTA tile of BM output pixels x BN output
 // channels x BK reduction channels of one tap, computed by two consumer warpgroups that split
-// BM (one warpgroup measured at half cuDNN's speed: it cannot hide the epilogue).
-template <Operator Op, int BM, int BN, int BK>
+// BM (one warpgroup measured at half cuDNN's speed: it cannot hide the epilogue). Pingpong:
+// each warpgroup takes every other BM x BN tile of the CTA instead, so that one stores its
+// tile while the other multiplies the next: the epilogue no longer stalls the tensor cores,
+// which matters most where few K tiles are kept.
+template <Operator Op, int BM, int BN, int BK, bool kPingpongTiles = false>
 struct Config {
   static constexpr Operator kOp = Op;
+  static constexpr bool kPingpong = kPingpongTiles;
   using Problem = cutlass::conv::ConvProblemShape<Op, 2>;
   using Tile = Shape<Int<BM>, Int<BN>, Shape<Int<BK>>>;
   using Cluster = Shape<_1, _1, _1>;
@@ -94,14 +99,18 @@ struct Config {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
-      cutlass::epilogue::TmaWarpSpecializedCooperative,
+      std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                         cutlass::epilogue::TmaWarpSpecializedCooperative>,
       cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
   // The filter is K-major for forward and MN-major for backward data (its [K, R, S, C]
-  // layout read transposed).
+  // layout read transposed). The carveout leaves room for the epilogue and the pingpong
+  // warpgroups' turn barrier.
+  using Mainloops =
+      TwoGroupMainloop<Op, Tile, GMMA::Major::K,
+                       Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
+                       static_cast<int>(sizeof(typename Epilogue::SharedStorage)) + 128>;
   using Mainloop =
-      typename TwoGroupMainloop<Op, Tile, GMMA::Major::K,
-                                Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
-                                static_cast<int>(sizeof(typename Epilogue::SharedStorage))>::Type;
+      std::conditional_t<kPingpong, typename Mainloops::OneGroupType, typename Mainloops::Type>;
 };
 
 // Who a thread is in the warp-specialized CTA: warpgroup 0 produces (one warp issues the TMA
@@ -140,13 +149,21 @@ struct SparseConv {
   using Tile = typename C::Tile;
   using TiledMma = typename Mainloop::TiledMma;
   using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(typename C::Problem{}));
-  static constexpr int kMmaThreads = size(TiledMma{});  // 128 or 256
-  static constexpr int kThreads = cutlass::NumThreadsPerWarpGroup + kMmaThreads;
+  // Pingpong: the warpgroups take turns to multiply and to store. Multiplying in turn keeps
+  // each within one round of the pipeline's stages of the producer (a warpgroup waiting for
+  // stages more than a round ahead would see an earlier fill's phase and read the wrong
+  // tile); storing in turn, because they share the epilogue's shared memory and barrier.
+  using Turns = cutlass::OrderedSequenceBarrier<2, 2>;
+  static constexpr bool kPingpong = C::kPingpong;
+  // Threads that consume each pipeline stage: a tile's warpgroups (one pingpong, else two).
+  static constexpr int kMmaThreads = size(TiledMma{});
+  static constexpr int kThreads = 3 * cutlass::NumThreadsPerWarpGroup;  // producer, 2 consumers
 
   struct SharedStorage {
     struct Pipelines {
       alignas(16) typename Mainloop::PipelineStorage mainloop;
       alignas(16) typename Epilogue::PipelineStorage epi_load;
+      alignas(16) typename Turns::SharedStorage turns;
     } pipelines;
     struct Tensors : cute::aligned_struct<128, _1> {
       typename Epilogue::TensorStorage epilogue;
@@ -197,6 +214,11 @@ struct SparseConv {
     typename EpiStorePipeline::Params sp;
     sp.always_wait = true;
     EpiStorePipeline epi_store(sp);
+    const int group = roles.consumer ? roles.warp_group - 1 : 0;  // consumer warpgroup 0 or 1
+    typename Turns::Params tp;
+    tp.group_id = group;
+    tp.group_size = cutlass::NumThreadsPerWarpGroup;
+    Turns turns(ss.pipelines.turns, tp);
     __syncthreads();  // the barriers are initialized before anyone waits on them
 
     const auto problem = params.problem;
@@ -240,13 +262,20 @@ struct SparseConv {
       return;
     }
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
-    const int mma_thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
+    const int mma_thread =
+        kPingpong ? roles.group_thread : threadIdx.x - cutlass::NumThreadsPerWarpGroup;
     typename Mainloop::PipelineState state;
     typename Epilogue::LoadPipelineState epi_load_state;
     auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int turn = 0;  // the CTA's tiles so far
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
       const int k_tiles = params.k_tiles(tile % n_tiles);
+      if (kPingpong && turn % 2 != group) {  // the other warpgroup's tile: skip its stages
+        state.advance(k_tiles);
+        continue;
+      }
       Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
+      if constexpr (kPingpong) turns.wait();  // to multiply
       if (k_tiles > 0) {
         mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop,
                      params.mainloop);
@@ -255,14 +284,29 @@ struct SparseConv {
       } else {
         clear(acc);  // every block of this output tile pruned: the bias alone
       }
+      if constexpr (kPingpong) {
+        turns.arrive();
+        turns.wait();  // to store
+      }
       auto [load_next, store_next] =
           epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{},
                          coord(tile), acc, tiled_mma, mma_thread, ss.tensors.epilogue);
       epi_load_state = load_next;
       epi_store_state = store_next;
+      if constexpr (kPingpong) {
+        // Only the thread that issued a TMA store can wait for it: drain this tile's before
+        // the other warpgroup writes the epilogue's shared memory.
+        auto [load_tail, store_tail] =
+            epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+        epi_load_state = load_tail;
+        epi_store_state = store_tail;
+        turns.arrive();
+      }
     }
     // Every CTA ran a tile: the grid never exceeds the tile count (PersistentCtas).
-    epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+    if constexpr (!kPingpong) {
+      epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+    }
   }
 };
 
@@ -643,9 +687,9 @@ struct Entry {
   bool phased = false;  // backward filter: runs several phases (FilterConfig::kTwoPieces)
 };
 
-template <Operator Op, int BM, int BN, int BK>
+template <Operator Op, int BM, int BN, int BK, bool kPingpong = false>
 constexpr Entry Make(const char* name) {
-  using C = Config<Op, BM, BN, BK>;
+  using C = Config<Op, BM, BN, BK, kPingpong>;
   return {name, BM, BK, BN, Launch<C>, nullptr, Implementable<C>};
 }
 
@@ -656,22 +700,30 @@ constexpr Entry MakeFilter(const char* name) {
 }
 
 // Forward's N is output channels (64 or 128 per block), backward data's input channels (64 or
-// 128). Backward data's 64-wide tiles reach 0.74x cuDNN dense (each K step loads 40 KB for 1M
-// multiply-adds, against 48 KB for 2M at 256 x 128: L2 bandwidth, we expect); 128-channel input
-// blocks allow the 128-wide ones, at 0.89-0.96x. A 128-deep K tile (64 x 128 blocks) measured 3x
-// slower.
+// 128). Pingpong tiles win where few K tiles are kept (layer4 forward at 50% kept: 0.044 ms
+// against 0.046 cooperative; at 25% 0.027 against 0.028), cooperative ones elsewhere: the
+// dispatch measures both. 64-wide tiles multiplied turned around (channels as wgmma's M, so
+// that each instruction reads fewer shared-memory bytes per multiply-add) measured 10-25%
+// slower than 256x64x64, so 64-wide tiles stay at 0.74-0.77x cuDNN dense: each K step loads 40
+// KB for 1M multiply-adds, against 48 KB for 2M at 256 x 128 (L2 bandwidth). 128-channel input
+// blocks allow backward data the 128-wide tiles, at 0.89-0.96x. A 128-deep K tile (64 x 128
+// blocks) measured 3x slower.
 const Entry kForward[] = {
     Make<Operator::kFprop, 128, 128, 64>("wgmma 128x128x64 2wg"),
     Make<Operator::kFprop, 256, 128, 64>("wgmma 256x128x64 2wg"),
     Make<Operator::kFprop, 128, 256, 64>("wgmma 128x256x64 2wg"),
     Make<Operator::kFprop, 128, 64, 64>("wgmma 128x64x64 2wg"),
     Make<Operator::kFprop, 256, 64, 64>("wgmma 256x64x64 2wg"),
+    Make<Operator::kFprop, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
+    Make<Operator::kFprop, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
 };
 const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 128, 64, 64>("wgmma 128x64x64 2wg"),
     Make<Operator::kDgrad, 256, 64, 64>("wgmma 256x64x64 2wg"),
     Make<Operator::kDgrad, 128, 128, 64>("wgmma 128x128x64 2wg"),
     Make<Operator::kDgrad, 256, 128, 64>("wgmma 256x128x64 2wg"),
+    Make<Operator::kDgrad, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
+    Make<Operator::kDgrad, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
 };
 
 // Backward filter's M is output channels (a 128-channel block, or 64), its N input channels

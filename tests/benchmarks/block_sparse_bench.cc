@@ -8,7 +8,8 @@
 // pruning { balanced: true } leaves them (block_grid_util.h). One JSON line per case, then per
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
-//                      [--layer NAME] [--block INxOUT] [--all_configs 1]
+//                      [--layer NAME] [--block INxOUT] [--all_configs 1] [--density D]
+// --density D measures that kept fraction only (e.g. for a profiler), --layer that layer only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "kernels/conv/conv.h"
 #include "kernels/runtime/cuda_context.h"
@@ -39,7 +41,13 @@ int Main(int argc, char** argv) {
   std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
   int block_in = 8, block_out = 8;
   bool all_configs = false;  // --all_configs 1: time every configuration too
+  double only_density = 0;   // --density D: just that kept fraction
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--density") &&
+        (!absl::SimpleAtod(argv[i + 1], &only_density) || only_density <= 0 || only_density > 1)) {
+      absl::FPrintF(stderr, "--density wants a kept fraction in (0, 1]\n");
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--block") &&
@@ -94,6 +102,7 @@ int Main(int argc, char** argv) {
     double crossover[3] = {0, 0, 0};
     for (double d : densities) {
       if (s.c / block_in < 2 || s.k / block_out < 2) continue;  // one row or column: dense
+      if (only_density > 0 && d != only_density) continue;
       std::mt19937 gen(7);
       const BlockGrid grid = topiary::bench::BalancedGrid(s.c, s.k, block_in, block_out, d, gen);
       auto sparse = BlockSparseConvCuda::Create(s, grid, t, cuda);
