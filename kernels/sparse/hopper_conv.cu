@@ -81,6 +81,12 @@ struct TwoGroupMainloop {
           typename OneGroup::GmemTiledCopyB, typename OneGroup::SmemLayoutB>>;
 };
 
+// Pingpong: the consumer warpgroups take turns to multiply and to store. Multiplying in turn
+// keeps each within one round of the pipeline's stages of the producer (a warpgroup waiting for
+// stages more than a round ahead would see an earlier fill's phase and read the wrong tile);
+// storing in turn, because they share the epilogue's shared memory and barrier.
+using Turns = cutlass::OrderedSequenceBarrier<2, 2>;
+
 // One configuration of pass Op (kFprop or kDgrad): a CTA tile of BM output pixels x BN output
 // channels x BK reduction channels of one tap, computed by two consumer warpgroups that split
 // BM (one warpgroup measured at half cuDNN's speed: it cannot hide the epilogue). Pingpong:
@@ -103,12 +109,11 @@ struct Config {
                          cutlass::epilogue::TmaWarpSpecializedCooperative>,
       cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
   // The filter is K-major for forward and MN-major for backward data (its [K, R, S, C]
-  // layout read transposed). The carveout leaves room for the epilogue and the pingpong
-  // warpgroups' turn barrier.
-  using Mainloops =
-      TwoGroupMainloop<Op, Tile, GMMA::Major::K,
-                       Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
-                       static_cast<int>(sizeof(typename Epilogue::SharedStorage)) + 128>;
+  // layout read transposed). The carveout leaves room for the epilogue and the warpgroups'
+  // turns.
+  using Mainloops = TwoGroupMainloop<
+      Op, Tile, GMMA::Major::K, Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
+      static_cast<int>(sizeof(typename Epilogue::SharedStorage) + sizeof(Turns::SharedStorage))>;
   using Mainloop =
       std::conditional_t<kPingpong, typename Mainloops::OneGroupType, typename Mainloops::Type>;
 };
@@ -149,11 +154,6 @@ struct SparseConv {
   using Tile = typename C::Tile;
   using TiledMma = typename Mainloop::TiledMma;
   using ProblemMNKL = decltype(Mainloop::get_problem_shape_MNKL(typename C::Problem{}));
-  // Pingpong: the warpgroups take turns to multiply and to store. Multiplying in turn keeps
-  // each within one round of the pipeline's stages of the producer (a warpgroup waiting for
-  // stages more than a round ahead would see an earlier fill's phase and read the wrong
-  // tile); storing in turn, because they share the epilogue's shared memory and barrier.
-  using Turns = cutlass::OrderedSequenceBarrier<2, 2>;
   static constexpr bool kPingpong = C::kPingpong;
   // Threads that consume each pipeline stage: a tile's warpgroups (one pingpong, else two).
   static constexpr int kMmaThreads = size(TiledMma{});
@@ -170,6 +170,8 @@ struct SparseConv {
       typename Mainloop::TensorStorage mainloop;
     } tensors;
   };
+  // What the carveout must have left: sm_90's most shared memory per block.
+  static_assert(sizeof(SharedStorage) <= 227 * 1024, "the stages overflow shared memory");
 
   struct Params {
     ProblemMNKL problem;

@@ -28,7 +28,11 @@ struct KeptTiles {
   int n_tiles = 0;  // ceil(K / tile_n)
   int stride = 0;   // entries per output tile in `index`: the most any tile keeps (at least 1)
   std::vector<int32_t> count;  // [n_tiles]
-  std::vector<int32_t> index;  // [n_tiles][stride]: ascending K-tile numbers, then padding
+  // [n_tiles][stride]: ascending K-tile numbers, then padding. Every tap lists the same
+  // channel tiles (a block covers all taps), so count is a multiple of R * S and the first
+  // count / (R * S) * T entries are the list a filter of T taps would have (what backward
+  // data's stride phases read, dgrad_phases.h).
+  std::vector<int32_t> index;
   // Kept K tiles over all output tiles / (k_tiles * n_tiles).
   double density() const;
 };
