@@ -79,12 +79,25 @@ absl::Status BatchNormBackwardCpu(const BatchNormShape& sh, const float* x, cons
 // (y = x * scale + shift, [2][C]) in save_scale_shift (may be null without the ReLU); with
 // the ReLU the backward pass takes its mask from x and them, the same bits as y > 0, instead
 // of reading y (two passes over memory fewer). With y null the forward pass writes no output.
+//
+// With `moments`, the pass that wrote x has already reduced it (a convolution's epilogue,
+// kernels/sparse/hopper_conv.h): the training forward pass merges those slices instead of
+// reading x for its statistics, and reads x only to apply them (not at all with y null).
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape& sh, int sync_ranks = 1);
+constexpr int kBatchNormMaxMomentSlices = 512;
+struct BatchNormMoments {
+  // [3][slices][C] floats in device memory: per slice of x's rows and channel, the count,
+  // mean and M2 (sum of squared deviations from the mean) of the values as stored in x. A
+  // slice may hold count 0 (then its mean and M2 are ignored); the counts add up to sh.m.
+  const float* part = nullptr;
+  int slices = 0;  // 1 .. kBatchNormMaxMomentSlices
+};
 absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const void* x,
                                        const float* gamma, const float* beta, float* running_mean,
                                        float* running_var, float* save_mean, float* save_inv_std,
                                        float* save_scale_shift, void* y, float* workspace,
-                                       const CudaContext& ctx, BatchNormSync* sync = nullptr);
+                                       const CudaContext& ctx, BatchNormSync* sync = nullptr,
+                                       const BatchNormMoments* moments = nullptr);
 absl::Status BatchNormForwardEvalCuda(DType t, const BatchNormShape& sh, const void* x,
                                       const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var, void* y,

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "absl/strings/str_format.h"
 #include "kernels/norm_pool/batch_norm.h"
 #include "kernels/norm_pool/batch_norm_cuda.cuh"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/moments.h"
 
 namespace topiary::kernels {
 namespace {
@@ -18,17 +20,6 @@ constexpr int kTileC = 32;  // channels per block (one warp across a row: coales
 constexpr int kLanes = 8;   // row lanes per block
 
 int Tiles(const BatchNormShape& sh) { return (sh.c + kTileC - 1) / kTileC; }
-
-// Chan et al.'s merge of two (count, mean, M2) summaries into the first.
-template <typename F>
-__device__ inline void Merge(F& n, F& mean, F& m2, F nb, F meanb, F m2b) {
-  if (nb == F(0)) return;
-  const F total = n + nb;
-  const F delta = meanb - mean;
-  mean += delta * nb / total;
-  m2 += m2b + delta * delta * n * nb / total;
-  n = total;
-}
 
 // Partial summaries per (slice, channel): out[3][slices][C] = count, mean, M2. A thread sums
 // x - shift and its square (shift: the first value it sees, which keeps the sums small and
@@ -64,7 +55,7 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict_
   __syncthreads();
   if (threadIdx.y == 0 && ch < c) {
     for (int l = 1; l < kLanes; ++l) {
-      Merge(n, mean, m2, sn[l][threadIdx.x], smean[l][threadIdx.x], sm2[l][threadIdx.x]);
+      MergeMoments(n, mean, m2, sn[l][threadIdx.x], smean[l][threadIdx.x], sm2[l][threadIdx.x]);
     }
     const size_t plane = static_cast<size_t>(slices) * c;
     out[static_cast<size_t>(slice) * c + ch] = n;
@@ -110,7 +101,7 @@ __global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* 
   __syncthreads();
   for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
     if (t < stride) {
-      Merge(sn[t], smean[t], sm2[t], sn[t + stride], smean[t + stride], sm2[t + stride]);
+      MergeMoments(sn[t], smean[t], sm2[t], sn[t + stride], smean[t + stride], sm2[t + stride]);
     }
     __syncthreads();
   }
@@ -137,7 +128,7 @@ __global__ void MergeRankMomentsKernel(BatchNormShape sh, int ranks, const doubl
   double n = all[ch], mean = all[c + ch], m2 = all[2 * c + ch];
   for (int r = 1; r < ranks; ++r) {
     const double* p = all + 3 * c * r;
-    Merge(n, mean, m2, p[ch], p[c + ch], p[2 * c + ch]);
+    MergeMoments(n, mean, m2, p[ch], p[c + ch], p[2 * c + ch]);
   }
   FinishChannel(sh, ch, n, mean, m2, gamma, beta, running_mean, running_var, save_mean,
                 save_inv_std, coef);
@@ -232,7 +223,7 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
     float cn = sn[0], cmean = smean[ch], cm2 = sm2[ch];
     for (int l = 1; l < w.lanes; ++l)
-      Merge(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
+      MergeMoments(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
     out[static_cast<size_t>(blockIdx.x) * c + ch] = cn;
     out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = cmean;
     out[2 * plane + static_cast<size_t>(blockIdx.x) * c + ch] = cm2;
@@ -385,25 +376,34 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
                                        const float* gamma, const float* beta, float* running_mean,
                                        float* running_var, float* save_mean, float* save_inv_std,
                                        float* scale_shift, void* y, float* workspace,
-                                       const CudaContext& ctx, BatchNormSync* sync) {
+                                       const CudaContext& ctx, BatchNormSync* sync,
+                                       const BatchNormMoments* moments) {
   if (sh.relu && scale_shift == nullptr) {
     return absl::InvalidArgumentError("batch norm with ReLU: the backward pass needs scale_shift");
   }
-  const int slices = Slices(sh);
+  if (moments != nullptr && (moments->part == nullptr || moments->slices < 1 ||
+                             moments->slices > kBatchNormMaxMomentSlices)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch norm: %d moment slices (want 1 to %d, and their partials)",
+                        moments->slices, kBatchNormMaxMomentSlices));
+  }
+  const int slices = moments != nullptr ? moments->slices : Slices(sh);
   const Workspace w = Carve(sh, workspace);
-  float* part = w.part;
+  const float* part = moments != nullptr ? moments->part : w.part;
   float* coef = scale_shift != nullptr ? scale_shift : w.coef;
   const int64_t n = sh.m * sh.c;
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
-    if (VecReduceOk<T>(sh.c, {x})) {
-      MomentsVecKernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, part);
-    } else {
-      MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
-          sh.m, sh.c, slices, xt, part);
+    if (moments == nullptr) {
+      if (VecReduceOk<T>(sh.c, {x})) {
+        MomentsVecKernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, w.part);
+      } else {
+        MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
+            sh.m, sh.c, slices, xt, w.part);
+      }
+      TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
     }
-    TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
     FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
         sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef,
         sync ? w.mine : nullptr);

@@ -46,6 +46,7 @@ __device__ __forceinline__ bool ReluPasses(float x, float scale, float shift) {
 
 // Threads of the kernels that merge a channel's slices (one block per channel).
 constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
+static_assert(kBatchNormMaxMomentSlices <= kFinishThreads, "a thread per moment slice");
 
 // Vector forms of the per-element kernels (kernels/runtime/cuda_launch.cuh), used when C is a
 // multiple of the vector width so that a vector never straddles two rows: one 16-byte access

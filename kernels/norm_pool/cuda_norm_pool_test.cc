@@ -4,7 +4,9 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/norm_pool/batch_norm.h"
 #include "kernels/norm_pool/pooling.h"
@@ -147,6 +149,77 @@ class RankSync : public BatchNormSync {
 // Synchronized: ranks holding slices of a batch normalize as one GPU holding all of it does
 // (statistics, outputs, running statistics, input gradients; dgamma and dbeta summed over the
 // ranks), at odd sizes, both kernel forms, 2 and 3 ranks.
+// Moments another pass reduced (BatchNormMoments: slices of rows, a convolution's epilogue
+// in practice) give the statistics and output the batch norm computes from x itself. The slices
+// here are uneven and some hold count 0 for a channel with NaN in its mean and M2, which must
+// be ignored; 513 slices is one too many.
+TEST_F(CudaKernels, BatchNormTakesMomentsReducedByAnotherPass) {
+  const DType t = DType::kBf16;
+  for (auto [m, c, slices] :
+       {std::tuple<int64_t, int, int>{7, 3, 1}, {4099, 64, 5}, {600, 192, 512}}) {
+    SCOPED_TRACE(absl::StrFormat("%dx%d, %d slices", m, c, slices));
+    BatchNormShape sh{m, c};
+    sh.relu = true;
+    const auto x = Round(RandomFloats(m * c, 16, -1.0f, 3.0f), t);
+    const auto gamma = RandomFloats(c, 17, 0.5f, 1.5f), beta = RandomFloats(c, 18);
+    // Slice i takes rows [m * i^2 / slices^2, ...): uneven; its moments in double, and for
+    // every third (slice, channel) pair with the channel's rows moved to the next slice, count
+    // 0 and NaN.
+    std::vector<float> part(3 * static_cast<size_t>(slices) * c);
+    const size_t plane = static_cast<size_t>(slices) * c;
+    auto first_row = [&](int i) { return m * i / slices * i / slices; };
+    for (int ch = 0; ch < c; ++ch) {
+      double carry_n = 0, carry_s = 0, carry_q = 0;
+      for (int i = 0; i < slices; ++i) {
+        double n = carry_n, sum = carry_s, sq = carry_q;
+        for (int64_t r = first_row(i); r < first_row(i + 1); ++r) {
+          n += 1, sum += x[r * c + ch], sq += static_cast<double>(x[r * c + ch]) * x[r * c + ch];
+        }
+        const size_t at = static_cast<size_t>(i) * c + ch;
+        if ((i + ch) % 3 == 1 && i + 1 < slices) {  // empty: its rows go to the next slice
+          carry_n = n, carry_s = sum, carry_q = sq;
+          part[at] = 0.0f;
+          part[plane + at] = part[2 * plane + at] = std::nanf("");
+          continue;
+        }
+        carry_n = carry_s = carry_q = 0;
+        const double mean = n > 0 ? sum / n : 0.0;
+        part[at] = static_cast<float>(n);
+        part[plane + at] = static_cast<float>(mean);
+        part[2 * plane + at] = static_cast<float>(n > 0 ? sq - sum * mean : 0.0);
+      }
+    }
+    Dev<float> dgamma(gamma), dbeta(beta), dpart(part);
+    Dev<float> ws(BatchNormWorkspaceFloatsCuda(sh));
+    Act dx(t, x);
+    std::vector<float> stats[2][3];  // [own, given][mean, inv std, output]
+    for (int given = 0; given < 2; ++given) {
+      Dev<float> drm(std::vector<float>(c, 0.1f)), drv(std::vector<float>(c, 2.0f));
+      Dev<float> dmean(c), dinv(c), dss(2 * c);
+      Act dy(t, m * c);
+      const BatchNormMoments moments{dpart.get(), slices};
+      ASSERT_TRUE(BatchNormForwardTrainCuda(t, sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(),
+                                            drv.get(), dmean.get(), dinv.get(), dss.get(), dy.get(),
+                                            ws.get(), ctx_, nullptr, given ? &moments : nullptr)
+                      .ok());
+      Sync();
+      stats[given][0] = dmean.Host();
+      stats[given][1] = dinv.Host();
+      stats[given][2] = dy.Host();
+    }
+    EXPECT_LT(Rel(stats[1][0], stats[0][0]), 1e-5);
+    EXPECT_LT(Rel(stats[1][1], stats[0][1]), 1e-5);
+    EXPECT_LT(Rel(stats[1][2], stats[0][2]), 1e-2);  // one bf16 rounding apart at most
+    const BatchNormMoments too_many{dpart.get(), kBatchNormMaxMomentSlices + 1};
+    Dev<float> drm(c), drv(c), dmean(c), dinv(c), dss(2 * c);
+    const absl::Status bad = BatchNormForwardTrainCuda(
+        t, sh, dx.get(), dgamma.get(), dbeta.get(), drm.get(), drv.get(), dmean.get(), dinv.get(),
+        dss.get(), nullptr, ws.get(), ctx_, nullptr, &too_many);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find("moment slices"), std::string::npos) << bad;
+  }
+}
+
 TEST_F(CudaKernels, SynchronizedBatchNormMatchesOneGpuWithTheGlobalBatch) {
   for (DType t : kTypes) {
     for (auto [ranks_, m_, c_] : {std::tuple<int, int64_t, int>{2, 7, 3},

@@ -83,8 +83,12 @@ class BlockSparseConvCuda {
   // live in the plan (at most a tile per kept tile and per CTA: 5-11 MB for resnet50's layer3
   // at 50% kept).
   // Passes of one plan must not run concurrently.
+  // Forward may also write the batch norm's moments of y (Hopper's configurations, no bias:
+  // hopper_conv.h), [3][forward_moment_slices(ctx)][K] floats; forward_moment_slices is 0
+  // when the chosen forward configuration cannot.
   absl::Status Forward(const void* x, const void* w, const float* bias, void* y,
-                       const CudaContext& ctx) const;
+                       const CudaContext& ctx, float* moments = nullptr) const;
+  int forward_moment_slices(const CudaContext& ctx) const;
   absl::Status BackwardData(const void* dy, const void* w, void* dx, const CudaContext& ctx) const;
   absl::Status BackwardFilter(const void* x, const void* dy, void* dw, float* dbias,
                               const CudaContext& ctx) const;

@@ -873,9 +873,23 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
   });
 }
 
+int BlockSparseConvCuda::forward_moment_slices(const CudaContext& ctx) const {
+  if (config_[0] < kTcConfigCount) return 0;
+  const Device::Hopper& h = d_->hopper[0][config_[0] - kTcConfigCount];
+  return HopperConvMomentSlices(h.config, shape_, ctx);
+}
+
 absl::Status BlockSparseConvCuda::Forward(const void* x, const void* w, const float* bias, void* y,
-                                          const CudaContext& ctx) const {
-  return Run(SparsePass::kForward, config_[0], x, w, y, bias, nullptr, ctx);
+                                          const CudaContext& ctx, float* moments) const {
+  if (moments == nullptr) return Run(SparsePass::kForward, config_[0], x, w, y, bias, nullptr, ctx);
+  if (forward_moment_slices(ctx) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("block-sparse conv forward: %s writes no batch-norm moments",
+                        config_name(SparsePass::kForward)));
+  }
+  const Device::Hopper& h = d_->hopper[0][config_[0] - kTcConfigCount];
+  return HopperConvRun(SparsePass::kForward, h.config, shape_, h.count, h.index, h.stride, x, w,
+                       bias, y, ctx, moments);
 }
 
 absl::Status BlockSparseConvCuda::BackwardData(const void* dy, const void* w, void* dx,

@@ -3,9 +3,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "kernels/cuda_test_util.h"
+#include "kernels/runtime/moments.h"
 #include "kernels/sparse/block_sparse_conv.h"
 #include "kernels/sparse/dgrad_phases.h"
 
@@ -237,6 +240,104 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
       ASSERT_TRUE((*plan)->BackwardFilter(x.get(), g.get(), gw.get(), nullptr, ctx_).ok());
       Sync();
       EXPECT_EQ(gw.Host(), got);
+    }
+  }
+}
+
+// Hopper's forward configurations with the batch norm's moments of their output
+// (hopper_conv.h): the slices merged in double give each channel's count, mean and M2 of y,
+// on shapes whose last pixel tile is partial, whose
+// channels leave a tile partly empty (192 with 128-wide tiles), with one tile in all, and with many
+// tiles per CTA; a pruned grid too. Slots the kernel leaves empty start as NaN, and the same
+// operands give the same bits.
+TEST_F(CudaKernels, HopperForwardWritesTheBatchNormMomentsOfItsOutput) {
+  if (!Sm90()) GTEST_SKIP() << "Hopper's kernels need an sm_90 GPU";
+  const testing::BlockConvCase cases[] = {
+      {MakeConv(3, 13, 13, 64, 192, 3, 3, 1, 1), 64, 64},   // 507 pixels: a partial tile
+      {MakeConv(2, 9, 7, 128, 128, 1, 1, 2, 0), 64, 128},   // 40 pixels: one tile
+      {MakeConv(32, 28, 28, 64, 128, 3, 3, 1, 1), 64, 64},  // 392 tiles of 128 x 64
+      {MakeConv(16, 14, 14, 256, 256, 3, 3, 1, 1), 64, 128},
+      // A network's (a narrow resnet50's at 64 px), as the engine plans them: one block.
+      {MakeConv(3, 16, 16, 64, 256, 1, 1, 1, 0), 64, 256},
+      {MakeConv(3, 16, 16, 128, 128, 3, 3, 2, 1), 128, 128},
+      {MakeConv(3, 16, 16, 256, 512, 1, 1, 2, 0), 256, 512},
+      {MakeConv(3, 4, 4, 512, 128, 1, 1, 1, 0), 512, 128},
+  };
+  uint32_t seed = 4500;
+  for (const testing::BlockConvCase& c : cases) {
+    for (const GridPattern pattern : {GridPattern::kAll, GridPattern::kRandom}) {
+      const ConvShape& sh = c.shape;
+      if (pattern == GridPattern::kRandom && c.bi == sh.c && c.bo == sh.k) continue;
+      SCOPED_TRACE(absl::StrFormat("%dx%dx%dx%d k%d %dx%d s%d blocks %dx%d%s", sh.n, sh.h, sh.w,
+                                   sh.c, sh.k, sh.r, sh.s, sh.stride_h, c.bi, c.bo,
+                                   pattern == GridPattern::kAll ? "" : " random"));
+      const BlockGrid grid = testing::MakeBlockGrid(sh, c.bi, c.bo, pattern, seed++);
+      const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+      const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+      const int64_t pixels = static_cast<int64_t>(sh.n) * sh.ho() * sh.wo();
+      const DType t = DType::kBf16;
+      const std::vector<float> hx = Round(RandomFloats(nx, seed++, -1.0f, 2.0f), t);
+      const std::vector<float> hw = Round(RandomFloats(nw, seed++), t);
+      Act x(t, hx), w(t, hw), y(t, pixels * sh.k);
+      std::vector<float> want(pixels * sh.k);
+      BlockSparseConv2dForwardCpu(sh, grid, hx.data(), hw.data(), nullptr, want.data());
+      auto plan = BlockSparseConvCuda::Create(sh, grid, t, ctx_);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      int hopper = 0;
+      for (int config = 0; config < (*plan)->configs(SparsePass::kForward); ++config) {
+        ASSERT_TRUE((*plan)->set_config(SparsePass::kForward, config).ok());
+        const std::string name = (*plan)->config_name(SparsePass::kForward);
+        const int slices = (*plan)->forward_moment_slices(ctx_);
+        if (name.rfind("wgmma", 0) != 0) {
+          EXPECT_EQ(slices, 0) << name;
+          continue;
+        }
+        SCOPED_TRACE(name);
+        ++hopper;
+        ASSERT_GT(slices, 0);
+        ASSERT_LE(slices, 2 * ctx_.sm_count);
+        const size_t plane = static_cast<size_t>(slices) * sh.k;
+        Dev<float> moments(std::vector<float>(3 * plane, std::nanf("")));
+        // A bias and moments: refused (the batch norm's input has no bias).
+        Dev<float> bias(sh.k);
+        EXPECT_FALSE(
+            (*plan)->Forward(x.get(), w.get(), bias.get(), y.get(), ctx_, moments.get()).ok());
+        ASSERT_TRUE((*plan)->Forward(x.get(), w.get(), nullptr, y.get(), ctx_, moments.get()).ok());
+        Sync();
+        const std::vector<float> out = y.Host(), part = moments.Host();
+        EXPECT_LT(Rel(out, want), 1e-2);
+        ASSERT_TRUE((*plan)->Forward(x.get(), w.get(), nullptr, y.get(), ctx_, moments.get()).ok());
+        Sync();
+        const std::vector<float> again = moments.Host();
+        EXPECT_EQ(std::memcmp(part.data(), again.data(), part.size() * sizeof(float)), 0)
+            << "not deterministic";
+        double worst_mean = 0, worst_m2 = 0;
+        int64_t wrong_counts = 0;
+        // Against y's, in double.
+        for (int k = 0; k < sh.k; ++k) {
+          double sum = 0, sq = 0;
+          for (int64_t p = 0; p < pixels; ++p) sum += out[p * sh.k + k];
+          const double mean = sum / pixels;
+          for (int64_t p = 0; p < pixels; ++p)
+            sq += (out[p * sh.k + k] - mean) * (out[p * sh.k + k] - mean);
+          // The slices merged in double, skipping empty ones.
+          double n = 0, m = 0, m2 = 0;
+          for (int i = 0; i < slices; ++i) {
+            const size_t at = static_cast<size_t>(i) * sh.k + k;
+            MergeMoments<double>(n, m, m2, part[at], part[plane + at], part[2 * plane + at]);
+          }
+          wrong_counts += n != static_cast<double>(pixels);
+          const double scale = std::sqrt(sq / pixels) + 1e-3;
+          worst_mean = std::max(worst_mean, std::abs(m - mean) / scale);
+          worst_m2 = std::max(worst_m2, std::abs(m2 - sq) / (sq + 1e-3));
+        }
+        // fp32 sums against double: far below what a lost or extra row (1/40 of a standard
+        // deviation in the smallest case) or a wrong column would make.
+        EXPECT_EQ(wrong_counts, 0);
+        EXPECT_LT(worst_mean, 1e-5);
+        EXPECT_LT(worst_m2, 1e-5);
+      }
+      EXPECT_GT(hopper, 0);
     }
   }
 }

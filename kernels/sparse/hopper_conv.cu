@@ -30,6 +30,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/moments.h"
 #include "kernels/sparse/dgrad_phases.h"
 #include "kernels/sparse/hopper_conv.h"
 #include "util/status_macros.h"
@@ -111,9 +112,13 @@ struct Config {
   // The filter is K-major for forward and MN-major for backward data (its [K, R, S, C]
   // layout read transposed). The carveout leaves room for the epilogue and the warpgroups'
   // turns.
-  using Mainloops = TwoGroupMainloop<
-      Op, Tile, GMMA::Major::K, Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
-      static_cast<int>(sizeof(typename Epilogue::SharedStorage) + sizeof(Turns::SharedStorage))>;
+  // The forward pass's batch-norm moments: per warp and output channel, a sum and a sum of
+  // squares (MomentSums below).
+  static constexpr int kMomentBytes = 8 * BN * 2 * sizeof(float);
+  using Mainloops = TwoGroupMainloop<Op, Tile, GMMA::Major::K,
+                                     Op == Operator::kFprop ? GMMA::Major::K : GMMA::Major::MN,
+                                     static_cast<int>(sizeof(typename Epilogue::SharedStorage) +
+                                                      sizeof(Turns::SharedStorage) + kMomentBytes)>;
   using Mainloop =
       std::conditional_t<kPingpong, typename Mainloops::OneGroupType, typename Mainloops::Type>;
 };
@@ -158,6 +163,9 @@ struct SparseConv {
   // Threads that consume each pipeline stage: a tile's warpgroups (one pingpong, else two).
   static constexpr int kMmaThreads = size(TiledMma{});
   static constexpr int kThreads = 3 * cutlass::NumThreadsPerWarpGroup;  // producer, 2 consumers
+  static constexpr int kBM = size<0>(Tile{}), kBN = size<1>(Tile{});
+  // Warps whose sums one moment slot merges: a tile's (cooperative) or a warpgroup's.
+  static constexpr int kMomentWarps = kMmaThreads / cutlass::NumThreadsPerWarp;
 
   struct SharedStorage {
     struct Pipelines {
@@ -165,6 +173,9 @@ struct SparseConv {
       alignas(16) typename Epilogue::PipelineStorage epi_load;
       alignas(16) typename Turns::SharedStorage turns;
     } pipelines;
+    // Per consumer warp (8) and output channel of the tile: the sum and sum of squares of
+    // its rows (forward with moments).
+    float moment_sums[8][kBN][2];
     struct Tensors : cute::aligned_struct<128, _1> {
       typename Epilogue::TensorStorage epilogue;
       typename Mainloop::TensorStorage mainloop;
@@ -185,7 +196,132 @@ struct SparseConv {
     // channel tiles at every tap, in tap order.
     int list_taps, taps;
     CUTLASS_DEVICE int k_tiles(int n) const { return count[n] / list_taps * taps; }
+    // Forward: the batch-norm moments of the output (hopper_conv.h), [3][slots][channels]
+    // (count, mean, M2), or null; `pixels` rows (the GEMM's M) of `channels`.
+    float* moments = nullptr;
+    int64_t pixels = 0;
+    int channels = 0;
   };
+
+  // The moments' slot a consumer thread merges into: one per CTA, or per warpgroup with
+  // pingpong tiles (the warpgroups merge different tiles at the same time), and the thread's
+  // column within a tile (it owns every channel congruent to it modulo kBN: so it alone reads
+  // and writes them, in program order).
+  static CUTLASS_DEVICE int MomentSlot(int group) {
+    return kPingpong ? 2 * static_cast<int>(blockIdx.x) + group : static_cast<int>(blockIdx.x);
+  }
+
+  // Adds this tile's output to the slot's per-channel (count, mean, M2). Each thread sums its
+  // rows of each of its columns; the 8 lanes that share a set of columns reduce-scatter those
+  // sums by shuffles (three halvings: each lane ends with one column of every 8); the warps'
+  // sums meet in shared memory, and the owner of each column adds them in warp order and
+  // merges the tile into `run`, the slot's running summary of that column, which it loaded
+  // before the tile's mainloop. Deterministic: a CTA's tiles come in a fixed order.
+  //
+  // The sums are of y as stored: the accumulators rounded to bf16, as the epilogue rounds them
+  // (no bias, alpha 1), so that the batch norm normalizes y with y's own statistics, as it
+  // would computing them itself, up to the order of the fp32 sums. (Statistics of the fp32
+  // accumulators differ by a fraction of a bf16 step; measured in a narrow resnet50, enough
+  // to flip the rounding of a few percent of the normalized values, which a network at
+  // initialization amplifies tenfold.) Rows past the output (the last pixel tile) hold exact
+  // zeros:
+  // TMA fills the pixels past the batch with zeros, so they add nothing; only the count
+  // excludes them. REQUIRES: every consumer thread of the tile (both warpgroups, or this
+  // pingpong warpgroup) calls it.
+  template <class Acc>
+  static CUTLASS_DEVICE void AddMoments(const Params& p, const Acc& acc, int tile, int n_tiles,
+                                        int mma_thread, int group, const float (&run)[3],
+                                        float (&sums)[8][kBN][2]) {
+    // Value (c, h, j) of mode 0 of an m64nN atom's accumulators: row h * 8 + lane / 4 of the
+    // warp's 16, column 8j + 2 (lane % 4) + c.
+    static_assert(rank(Acc{}) == 3 && size<0, 0>(Acc{}) == 2 && size<0, 1>(Acc{}) == 2 &&
+                      size<2>(Acc{}) == 1 && size<0, 2>(Acc{}) * 8 == kBN,
+                  "wgmma accumulators: ((2 columns, 2 rows, BN/8), M repeats, 1) per thread");
+    constexpr int kJ = size<0, 2>(Acc{});  // column groups of 8: a chunk is 4 of them
+    static_assert(kJ % 4 == 0, "chunks of 32 columns");
+    const int lane = static_cast<int>(threadIdx.x) % cutlass::NumThreadsPerWarp;
+    const int warp = kPingpong ? group * kMomentWarps + mma_thread / cutlass::NumThreadsPerWarp
+                               : mma_thread / cutlass::NumThreadsPerWarp;
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+    CUTE_UNROLL
+    for (int chunk = 0; chunk < kJ / 4; ++chunk) {
+      // a[2i], a[2i + 1]: the sum and sum of squares of the chunk's column i (j = 4 chunk +
+      // i / 2, c = i % 2) over this thread's rows.
+      float a[16];
+      CUTE_UNROLL
+      for (int jj = 0; jj < 4; ++jj) {  // columns i = 2 jj and 2 jj + 1: one bf16 pair
+        float s0 = 0.0f, q0 = 0.0f, s1 = 0.0f, q1 = 0.0f;
+        CUTE_UNROLL
+        for (int mm = 0; mm < size<1>(acc); ++mm) {
+          CUTE_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int j = 4 * chunk + jj;
+            const float2 v = __bfloat1622float2(
+                __float22bfloat162_rn(make_float2(acc(make_coord(make_coord(0, h, j), mm, 0)),
+                                                  acc(make_coord(make_coord(1, h, j), mm, 0)))));
+            s0 += v.x;
+            q0 = fmaf(v.x, v.x, q0);
+            s1 += v.y;
+            q1 = fmaf(v.y, v.y, q1);
+          }
+        }
+        a[4 * jj] = s0;
+        a[4 * jj + 1] = q0;
+        a[4 * jj + 2] = s1;
+        a[4 * jj + 3] = q1;
+      }
+      // Halvings over lane bits 4, 3 and 2: keep the half the bit names, send the other.
+      float b[8], c[4], d[2];
+      CUTE_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const float got = __shfl_xor_sync(0xffffffffu, b4 ? a[i] : a[8 + i], 16);
+        b[i] = (b4 ? a[8 + i] : a[i]) + got;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const float got = __shfl_xor_sync(0xffffffffu, b3 ? b[i] : b[4 + i], 8);
+        c[i] = (b3 ? b[4 + i] : b[i]) + got;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const float got = __shfl_xor_sync(0xffffffffu, b2 ? c[i] : c[2 + i], 4);
+        d[i] = (b2 ? c[2 + i] : c[i]) + got;
+      }
+      // This lane's column of the chunk: i = 4 b4 + 2 b3 + b2.
+      const int i = 4 * b4 + 2 * b3 + b2;
+      const int col = 8 * (4 * chunk + i / 2) + 2 * (lane % 4) + i % 2;
+      sums[warp][col][0] = d[0];
+      sums[warp][col][1] = d[1];
+    }
+    const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * kBM;
+    const int rows = static_cast<int>(cute::min(static_cast<int64_t>(kBM), p.pixels - m0));
+    const int barrier = static_cast<int>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
+                        (kPingpong ? group : 0);
+    cutlass::arch::NamedBarrier::sync(kMmaThreads, barrier);
+    const int owner = mma_thread;
+    float s = 0.0f, q = 0.0f;
+    if (owner < kBN) {
+      const int first = kPingpong ? group * kMomentWarps : 0;
+      for (int w = first; w < first + kMomentWarps; ++w) {
+        s += sums[w][owner][0];
+        q += sums[w][owner][1];
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(kMmaThreads, barrier);  // the sums may be written again
+    const int channel = (tile % n_tiles) * kBN + owner;
+    if (owner >= kBN || channel >= p.channels || rows <= 0) return;
+    float n = run[0], mean = run[1], m2 = run[2];
+    const float nb = static_cast<float>(rows), meanb = s / nb;
+    MergeMoments(n, mean, m2, nb, meanb, fmaxf(q - s * meanb, 0.0f));
+    const int64_t plane = static_cast<int64_t>(MomentSlots(p)) * p.channels;
+    float* at = p.moments + static_cast<int64_t>(MomentSlot(group)) * p.channels + channel;
+    at[0] = n;
+    at[plane] = mean;
+    at[2 * plane] = m2;
+  }
+  static CUTLASS_DEVICE int MomentSlots(const Params&) {
+    return kPingpong ? 2 * static_cast<int>(gridDim.x) : static_cast<int>(gridDim.x);
+  }
 
   static CUTLASS_DEVICE void Run(const Params& params, char* smem) {
     using Pipeline = typename Mainloop::MainloopPipeline;
@@ -269,12 +405,27 @@ struct SparseConv {
     typename Mainloop::PipelineState state;
     typename Epilogue::LoadPipelineState epi_load_state;
     auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
+    // The moments' slot row, and the running summary of this thread's column of the tile.
+    const bool moments = params.moments != nullptr;
+    const int64_t slot_row = static_cast<int64_t>(MomentSlot(group)) * params.channels;
+    const int64_t plane = static_cast<int64_t>(MomentSlots(params)) * params.channels;
+    if (moments && mma_thread < kBN) {  // empty: count 0
+      for (int c = mma_thread; c < params.channels; c += kBN) params.moments[slot_row + c] = 0.0f;
+    }
     int turn = 0;  // the CTA's tiles so far
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
       const int k_tiles = params.k_tiles(tile % n_tiles);
       if (kPingpong && turn % 2 != group) {  // the other warpgroup's tile: skip its stages
         state.advance(k_tiles);
         continue;
+      }
+      float run[3] = {0.0f, 0.0f, 0.0f};  // loaded now, used after the mainloop
+      const int channel = (tile % n_tiles) * kBN + mma_thread;
+      if (moments && mma_thread < kBN && channel < params.channels) {
+        const float* at = params.moments + slot_row + channel;
+        run[0] = at[0];
+        run[1] = at[plane];
+        run[2] = at[2 * plane];
       }
       Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
       if constexpr (kPingpong) turns.wait();  // to multiply
@@ -289,6 +440,9 @@ struct SparseConv {
       if constexpr (kPingpong) {
         turns.arrive();
         turns.wait();  // to store
+      }
+      if (moments) {
+        AddMoments(params, acc, tile, n_tiles, mma_thread, group, run, ss.moment_sums);
       }
       auto [load_next, store_next] =
           epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{},
@@ -573,10 +727,29 @@ bool Implementable(const ConvShape& s) {
   return true;
 }
 
+// A pass's GEMM over the problem q (the layer's, or a phase's): M output pixels x N output
+// channels, and the persistent grid's CTAs.
+template <class C>
+struct Gemm {
+  int64_t pixels;
+  int channels;
+  int ctas;
+  Gemm(const ConvShape& s, const ConvShape& q, const CudaContext& ctx) {
+    constexpr bool kForward = C::kOp == Operator::kFprop;
+    pixels = static_cast<int64_t>(q.n) * (kForward ? q.ho() * q.wo() : q.h * q.w);
+    channels = kForward ? s.k : s.c;
+    constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
+    const int n_tiles = (channels + kBN - 1) / kBN;
+    ctas = PersistentCtas(((pixels + kBM - 1) / kBM) * n_tiles, n_tiles, ctx);
+  }
+  // Slots of the forward pass's moments (SparseConv::MomentSlots).
+  int moment_slots() const { return C::kPingpong ? 2 * ctas : ctas; }
+};
+
 template <class C>
 absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int* count,
                          const int* index, int stride, const void* in0, const void* w,
-                         const float* bias, void* out, const CudaContext& ctx) {
+                         const float* bias, void* out, float* moments, const CudaContext& ctx) {
   using K = SparseConv<C>;
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
@@ -585,6 +758,7 @@ absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int*
     return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
   }
   const ConvShape& q = phase != nullptr ? phase->shape : s;  // the problem the kernel runs
+  const Gemm<C> gemm(s, q, ctx);
   typename K::Params params{Mainloop::get_problem_shape_MNKL(a.problem),
                             Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr),
                             Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr),
@@ -592,14 +766,12 @@ absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int*
                             index,
                             stride,
                             s.r * s.s,
-                            q.r * q.s};
-  // The GEMM's M (output pixels of the pass) and N (its output channels).
+                            q.r * q.s,
+                            moments,
+                            gemm.pixels,
+                            gemm.channels};
   constexpr bool kForward = C::kOp == Operator::kFprop;
-  const int64_t pixels = static_cast<int64_t>(q.n) * (kForward ? q.ho() * q.wo() : q.h * q.w);
-  const int channels = kForward ? s.k : s.c;
-  constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
-  const int64_t tiles = ((pixels + kBM - 1) / kBM) * ((channels + kBN - 1) / kBN);
-  const dim3 grid(static_cast<unsigned>(PersistentCtas(tiles, (channels + kBN - 1) / kBN, ctx)));
+  const dim3 grid(static_cast<unsigned>(gemm.ctas));
   const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
   TOPIARY_RETURN_IF_ERROR(
       CudaStatus(AllowDynamicSmem<SparseConvKernel<K>>(smem), "hopper conv shared memory"));
@@ -610,10 +782,10 @@ absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int*
 
 template <class C>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
-                    const void* in0, const void* w, const float* bias, void* out,
+                    const void* in0, const void* w, const float* bias, void* out, float* moments,
                     const CudaContext& ctx) {
   if (!Phased(C::kOp, s)) {
-    return LaunchPhase<C>(s, nullptr, count, index, stride, in0, w, bias, out, ctx);
+    return LaunchPhase<C>(s, nullptr, count, index, stride, in0, w, bias, out, moments, ctx);
   }
   const std::vector<DgradPhase> phases = DgradPhases(s);
   if (std::any_of(phases.begin(), phases.end(), [](const DgradPhase& p) { return p.empty(); })) {
@@ -624,7 +796,8 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
   }
   for (const DgradPhase& p : phases) {
     if (p.empty()) continue;
-    TOPIARY_RETURN_IF_ERROR(LaunchPhase<C>(s, &p, count, index, stride, in0, w, bias, out, ctx));
+    TOPIARY_RETURN_IF_ERROR(
+        LaunchPhase<C>(s, &p, count, index, stride, in0, w, bias, out, nullptr, ctx));
   }
   return absl::OkStatus();
 }
@@ -681,7 +854,8 @@ struct Entry {
   int tile_m, tile_k, tile_n;
   // Forward and backward data.
   absl::Status (*launch)(const ConvShape&, const int*, const int*, int, const void*, const void*,
-                         const float*, void*, const CudaContext&);
+                         const float*, void*, float*, const CudaContext&);
+  int (*moment_slots)(const ConvShape&, const CudaContext&);  // forward
   // Backward filter.
   absl::Status (*launch_filter)(const ConvShape&, const HopperFilterWork&, const void*, const void*,
                                 void*, const CudaContext&);
@@ -692,13 +866,22 @@ struct Entry {
 template <Operator Op, int BM, int BN, int BK, bool kPingpong = false>
 constexpr Entry Make(const char* name) {
   using C = Config<Op, BM, BN, BK, kPingpong>;
-  return {name, BM, BK, BN, Launch<C>, nullptr, Implementable<C>};
+  return {
+      name,
+      BM,
+      BK,
+      BN,
+      Launch<C>,
+      [](const ConvShape& s, const CudaContext& ctx) { return Gemm<C>(s, s, ctx).moment_slots(); },
+      nullptr,
+      Implementable<C>};
 }
 
 template <int BM, int BN, int BK>
 constexpr Entry MakeFilter(const char* name) {
   using C = FilterConfig<BM, BN, BK>;
-  return {name, BM, BK, BN, nullptr, LaunchFilter<C>, FilterImplementable<C>, C::kTwoPieces};
+  return {name,         BM, BK, BN, nullptr, nullptr, LaunchFilter<C>, FilterImplementable<C>,
+          C::kTwoPieces};
 }
 
 // Forward's N is output channels (64 or 128 per block), backward data's input channels (64 or
@@ -763,9 +946,15 @@ bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const Cuda
          entries[config].implementable(s);
 }
 
+int HopperConvMomentSlices(int config, const ConvShape& s, const CudaContext& ctx) {
+  const auto [entries, n] = Entries(SparsePass::kForward);
+  if (config < 0 || config >= n) return 0;
+  return entries[config].moment_slots(s, ctx);
+}
+
 absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, const int* count,
                            const int* index, int stride, const void* in0, const void* in1,
-                           const float* bias, void* out, const CudaContext& ctx) {
+                           const float* bias, void* out, const CudaContext& ctx, float* moments) {
   const auto [entries, n] = Entries(pass);
   if (config < 0 || config >= n) {
     return absl::InvalidArgumentError(
@@ -774,8 +963,13 @@ absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& s, cons
   if (pass == SparsePass::kBackwardFilter) {
     return absl::InvalidArgumentError("hopper conv backward filter: use HopperFilterRun");
   }
+  if (moments != nullptr && (pass != SparsePass::kForward || bias != nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hopper conv %s: batch-norm moments are the forward pass's, without a bias",
+                        SparsePassName(pass)));
+  }
   return entries[config].launch(s, count, index, stride, in0, in1,
-                                pass == SparsePass::kForward ? bias : nullptr, out, ctx);
+                                pass == SparsePass::kForward ? bias : nullptr, out, moments, ctx);
 }
 
 int HopperFilterPhases(int config, const ConvShape& s) {

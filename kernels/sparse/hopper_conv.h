@@ -41,9 +41,17 @@ bool HopperConvTakes(SparsePass pass, int config, const ConvShape& shape, const 
 // stride]; count and index are device arrays from MakeKeptTiles(pass, shape, grid,
 // HopperConvTileK(pass, config), HopperConvTileN(pass, config)). Forward: in0 = x, in1 = w,
 // out = y (+ bias, fp32, may be null). Backward data: in0 = dy, in1 = w, out = dx, no bias.
+// Forward without a bias may also write the batch norm's moments of its output (of y as
+// stored, in bf16) for BatchNormForwardTrainCuda (batch_norm.h), which then reads y only to
+// apply them: `moments` holds [3][slices][K] floats, slices =
+// HopperConvMomentSlices(config, shape, ctx) (at most twice the SM count), each slice a (count,
+// mean, M2) summary per channel of the output tiles that one CTA (or warpgroup) ran, merged in a
+// fixed order: deterministic.
 absl::Status HopperConvRun(SparsePass pass, int config, const ConvShape& shape, const int* count,
                            const int* index, int stride, const void* in0, const void* in1,
-                           const float* bias, void* out, const CudaContext& ctx);
+                           const float* bias, void* out, const CudaContext& ctx,
+                           float* moments = nullptr);
+int HopperConvMomentSlices(int config, const ConvShape& shape, const CudaContext& ctx);
 
 // Backward filter's work in device memory: a FilterSplit (kept_tiles.h) made for the
 // configuration's tile shape and HopperFilterPhases, and room for its partial sums.
