@@ -7,8 +7,10 @@
 //                    [--sample 'GRADIENT_SAMPLING_TEXTPROTO'] [--prune ZERO_FRACTION [--block
 //                    INxOUT]]
 //                    [--inference 1] [--search_seconds S] [--profile 1 [--peak_gbps 3350]]
-//                    [--keep_flops F [--round_to 8]] [--fuse 0|1] [--report 1]
-// --fuse 0 runs every layer on its own on a GPU: no fused residual tails (A/B of the fusion).
+//                    [--keep_flops F [--round_to 8]] [--fuse 0|1] [--moments 0|1] [--report 1]
+// --fuse 0 runs every layer on its own on a GPU: no fused residual tails, no batch-norm
+// moments from convolution epilogues (A/B of the fusions); --moments 0 turns off the latter
+// alone (PlanOptions::fuse_batch_norm_moments; TOPIARY_CONV_MOMENTS=on forces it).
 // --report 1 prints the plan report (Network::PlanReport: what runs each layer) to stderr,
 // after the timed steps (block-sparse choices are measured on the first eager step).
 // --approx makes every 3x3 (not 1x1) convolution approximate with that multiplier.
@@ -95,6 +97,7 @@ struct Flags {
   bool deterministic = false;  // only cuDNN algorithms that give the same bits every run
   double search_seconds = PlanOptions{}.search_seconds;
   bool fuse = true;     // fused residual tails on a GPU (PlanOptions::fuse_residual_tails)
+  bool moments = true;  // batch-norm moments from convolutions (fuse_batch_norm_moments)
   bool report = false;  // print the plan report
 };
 
@@ -202,6 +205,7 @@ absl::Status Bench(const Flags& f, const std::string& arch) {
                                               : kernels::Precision::kFp32;
   options.deterministic = f.deterministic;
   options.fuse_residual_tails = f.fuse;
+  options.fuse_batch_norm_moments = f.fuse && f.moments;
   options.search_seconds = f.search_seconds;
   auto net = Network::Plan(model->get(), f.batch, !f.inference, options);
   if (!net.ok()) return net.status();
@@ -336,6 +340,8 @@ int main(int argc, char** argv) {
       f.search_seconds = std::stod(v);
     else if (k == "--fuse")
       f.fuse = v != "0";
+    else if (k == "--moments")
+      f.moments = v != "0";
     else if (k == "--report")
       f.report = v != "0";
     else if (k == "--deterministic")

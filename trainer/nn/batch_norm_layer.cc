@@ -4,6 +4,16 @@
 
 namespace topiary {
 
+namespace {
+
+// The moments of the input that the convolution writing it computed (LayerIo::moments), or
+// null: the batch norm reads its input for them.
+const kernels::BatchNormMoments* GivenMoments(const LayerIo& io) {
+  return io.moments != nullptr && io.moments->slices > 0 ? io.moments : nullptr;
+}
+
+}  // namespace
+
 kernels::BatchNormShape BatchNorm2d::ShapeFor(int batch) const {
   kernels::BatchNormShape s;
   s.m = static_cast<int64_t>(batch) * in_.h * in_.w;
@@ -66,7 +76,7 @@ absl::Status BatchNorm2d::Forward(const LayerIo& io, bool training) {
     return kernels::BatchNormForwardTrainCuda(
         io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
         var_->value.data(), save_mean, save_inv_std, io.scratch + 2 * in_.c, io.y,
-        static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
+        static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync, GivenMoments(io));
   }
   if (training) {
     return kernels::BatchNormForwardTrainCpu(s, io.xf(0), gamma_->value.data(), beta_->value.data(),
@@ -108,7 +118,7 @@ absl::Status BatchNorm2d::ForwardFolded(const LayerIo& io, bool training, float*
   return kernels::BatchNormForwardTrainCuda(
       io.dtype, s, io.x[0], gamma_->value.data(), beta_->value.data(), mean_->value.data(),
       var_->value.data(), io.scratch, io.scratch + in_.c, scale_shift, nullptr,
-      static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync);
+      static_cast<float*>(io.workspace), *io.cuda, io.batch_norm_sync, GivenMoments(io));
 }
 
 kernels::FoldedBatchNorm BatchNorm2d::Folded(const LayerIo& io, const float* scale_shift) const {

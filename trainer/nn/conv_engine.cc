@@ -12,6 +12,7 @@
 #include "kernels/conv/conv_onednn.h"
 #include "kernels/conv/sampled_grad.h"
 #include "kernels/sparse/block_sparse_conv.h"
+#include "trainer/nn/moments_dispatch.h"
 #include "trainer/nn/plan_cache.h"
 #include "trainer/nn/sparse_dispatch.h"
 #include "util/status_macros.h"
@@ -63,6 +64,8 @@ struct ConvState : LayerState {
   // On the CPU: oneDNN's primitives, when this build has them (else the reference kernels).
   std::unique_ptr<kernels::ConvOneDnnPlan> cpu;
   std::unique_ptr<SparseConvDispatch> sparse;
+  // A training network's convolution that one batch norm alone reads (LayerIo::moments).
+  std::unique_ptr<MomentsDispatch> moments;
   const SparseConvChoice* sparse_choice() const override {
     return sparse != nullptr && sparse->choice().dense_ms[0] >= 0 ? &sparse->choice() : nullptr;
   }
@@ -75,6 +78,7 @@ struct ConvState : LayerState {
     } else if (sparse != nullptr) {
       s += "; once block-masked, each pass times the block-sparse kernels against this";
     }
+    if (moments != nullptr) s += "; " + moments->Describe();
     return s;
   }
 };
@@ -89,6 +93,9 @@ kernels::ConvOneDnnPlan* CpuPlan(const LayerIo& io) {
 
 SparseConvDispatch* Sparse(const LayerIo& io) {
   return static_cast<const ConvState*>(io.state)->sparse.get();
+}
+MomentsDispatch* Moments(const LayerIo& io) {
+  return static_cast<const ConvState*>(io.state)->moments.get();
 }
 
 // Runs a pass with the block-sparse kernels when the layer's dispatch measured them faster
@@ -184,6 +191,17 @@ absl::StatusOr<LayerResources> PrepareExact(const ConvOperands& op, Device* devi
     state->sparse = std::make_unique<SparseConvDispatch>(
         op.layer, op.shape, kernels::ActivationType(options.precision), mode);
   }
+  // The exact engine's convolutions (block_sparse) that feed a batch norm alone: the batch
+  // norm's moments from a Hopper kernel's epilogue (bf16, without a bias).
+  if (block_sparse && options.moments_for_batch_norm &&
+      options.precision == kernels::Precision::kBf16 && op.bias == nullptr) {
+    auto moments = MomentsDispatch::Create(op.layer, op.shape, options.deterministic, device);
+    if (!moments.ok()) return Named(op.layer, moments.status());
+    state->moments = std::move(*moments);
+    if (state->moments != nullptr) {
+      r.workspace_bytes = std::max(r.workspace_bytes, MomentsDispatch::WorkspaceBytes(op.shape));
+    }
+  }
   r.state = std::move(state);
   return r;
 }
@@ -253,9 +271,15 @@ class ExactConvEngine : public ConvEngine {
     const float* bias = op.bias ? op.bias->value.data() : nullptr;
     if (io.cuda) {
       const void* w = WeightFor(*op.kernel, io.dtype);
-      return Dispatch(
-          Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias, nullptr,
-          [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); });
+      auto dense = [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); };
+      // Masked kernels keep the block-sparse dispatch (whose kernels write no moments yet).
+      if (training && io.moments != nullptr && Moments(io) != nullptr && op.kernel->mask.empty()) {
+        TOPIARY_ASSIGN_OR_RETURN(const bool ran, Moments(io)->Run(io.x[0], w, io.y, io.workspace,
+                                                                  io.moments, dense, *io.cuda));
+        return ran ? absl::OkStatus() : dense();
+      }
+      return Dispatch(Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
+                      nullptr, dense);
     }
     if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {
       return cpu->Forward(io.xf(0), op.kernel->value.data(), bias, io.yf());

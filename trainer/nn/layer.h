@@ -84,6 +84,12 @@ struct PlanOptions {
   // GPU networks run each residual block's last batch norm(s), add and ReLU as one pass each
   // way (trainer/nn/residual_tail.h). Off: every layer on its own (the reference path).
   bool fuse_residual_tails = true;
+  // bf16 GPU training networks: a convolution whose output one batch norm alone reads may
+  // write that batch norm's statistics from its epilogue, where measured faster
+  // (trainer/nn/moments_dispatch.h). Off: the batch norm always reads its input for them.
+  bool fuse_batch_norm_moments = true;
+  // Set by Network::Plan for the Prepare call of such a convolution (of a pair it fuses).
+  bool moments_for_batch_norm = false;
   // Seconds Network::Plan may spend timing convolution algorithms that the plan cache does not
   // know; once spent, the rest take cuDNN's heuristic choice untimed (and are timed by a later
   // plan, which finds them marked so in the cache).
@@ -130,6 +136,12 @@ struct LayerIo {
   // Data parallelism with device.sync_batch_norm: the ranks' statistics exchange (batch norm
   // layers only; null: each rank normalizes over its own share).
   kernels::BatchNormSync* batch_norm_sync = nullptr;
+  // A convolution and the batch norm that alone reads its output, in a training network's
+  // forward pass (PlanOptions::fuse_batch_norm_moments): the convolution may write the batch
+  // norm's moments of its output here (slices > 0: it did; the network resets it to 0 before
+  // the convolution runs), and the batch norm then merges them instead of reading its input
+  // for its statistics. Null for every other layer.
+  kernels::BatchNormMoments* moments = nullptr;
 
   // fp32 views for the CPU kernels (CPU networks are always fp32).
   const float* xf(size_t i) const { return static_cast<const float*>(x[i]); }

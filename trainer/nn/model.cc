@@ -169,6 +169,27 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
       extend(nodes[bn].inputs[0], tails_[i]->add());
     }
   }
+  // Convolution -> batch norm pairs: the convolution may write the batch norm's moments.
+  moments_of_.assign(n, -1);
+  moments_.clear();
+  if (gpu && training_ && dtype_ == kernels::DType::kBf16 && options.fuse_batch_norm_moments) {
+    std::vector<int> readers(num_values, 0), reader(num_values, -1);
+    for (int j = 0; j < n; ++j) {
+      for (int v : nodes[j].inputs) ++readers[v], reader[v] = j;
+    }
+    std::vector<std::pair<int, int>> pairs;
+    for (int j = 0; j < n; ++j) {
+      const int v = nodes[j].output;
+      if (nodes[j].layer->kind() == LayerKind::kConv2d && readers[v] == 1 &&
+          nodes[reader[v]].layer->kind() == LayerKind::kBatchNorm) {
+        pairs.emplace_back(j, reader[v]);
+      }
+    }
+    moments_.resize(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      moments_of_[pairs[i].first] = moments_of_[pairs[i].second] = static_cast<int>(i);
+    }
+  }
   // Whether node j's input k is a folded batch norm's output whose gradient buffer the tail
   // never writes (the masked gradient goes to the other input's buffer, when it has one).
   auto unused_gradient = [&](int j, int k) {
@@ -275,7 +296,15 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
       io.dy2 = out.extra_grads[0];
       out.producer_sums = true;
     }
-    TOPIARY_ASSIGN_OR_RETURN(auto res, nodes[j].layer->Prepare(batch_, dev, options));
+    const bool moments_source = moments_of_[j] >= 0 && nodes[j].layer->kind() == LayerKind::kConv2d;
+    io.moments = moments_of_[j] >= 0 ? &moments_[moments_of_[j]] : nullptr;
+    PlanOptions paired;
+    if (moments_source) {
+      paired = options;
+      paired.moments_for_batch_norm = true;
+    }
+    TOPIARY_ASSIGN_OR_RETURN(
+        auto res, nodes[j].layer->Prepare(batch_, dev, moments_source ? paired : options));
     plan_progress_.layers_done = j + 1;
     if (options.progress) {
       plan_progress_.seconds = elapsed();
@@ -365,6 +394,9 @@ absl::Status Network::Forward(bool training, int count_input_zeros) {
     }
     if (input_hook_) TOPIARY_RETURN_IF_ERROR(input_hook_(static_cast<int>(j), io_[j]));
     const int tail = tail_of_[j];
+    if (moments_of_[j] >= 0 && nodes[j].layer->kind() == LayerKind::kConv2d) {
+      moments_[moments_of_[j]] = kernels::BatchNormMoments{};  // until the convolution writes them
+    }
     if (tail < 0) {
       TOPIARY_RETURN_IF_ERROR(nodes[j].layer->Forward(io_[j], training));
     } else if (tails_[tail]->add() == static_cast<int>(j)) {
@@ -476,6 +508,14 @@ std::vector<std::string> Network::PlanReport() const {
       runs = "approximate multiplier " + conv->approximation()->multiplier;
     } else if (states_[j] != nullptr) {
       runs = states_[j]->Describe();
+    }
+    if (moments_of_[j] >= 0 && layer.kind() == LayerKind::kBatchNorm) {
+      std::string producer;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (moments_of_[i] == moments_of_[j] && i != j) producer = nodes[i].layer->name();
+      }
+      runs += absl::StrCat(runs.empty() ? "" : "; ", "training statistics from ", producer,
+                           "'s moments where its forward pass writes them");
     }
     if (runs.empty() && layer.kind() == LayerKind::kAdd) {
       runs = unfused_reason_.empty()

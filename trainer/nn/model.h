@@ -197,6 +197,11 @@ class Network {
   std::vector<int> tail_of_;
   // Why the adds of this network run unfused where they do ("" when tails may fuse).
   std::string unfused_reason_;
+  // Convolutions whose output one batch norm alone reads (PlanOptions::fuse_batch_norm_moments),
+  // a summary per pair that the convolution may fill (LayerIo::moments), and per node its
+  // pair or -1. Sized once: the layers' io point into it.
+  std::vector<kernels::BatchNormMoments> moments_;
+  std::vector<int> moments_of_;
 
   Model* model_;
   int batch_;
