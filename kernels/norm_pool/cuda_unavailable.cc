@@ -9,7 +9,8 @@ namespace topiary::kernels {
 size_t BatchNormWorkspaceFloatsCuda(const BatchNormShape&, int) { return 0; }
 absl::Status BatchNormForwardTrainCuda(DType, const BatchNormShape&, const void*, const float*,
                                        const float*, float*, float*, float*, float*, float*, void*,
-                                       float*, const CudaContext&, BatchNormSync*) {
+                                       float*, const CudaContext&, BatchNormSync*,
+                                       const BatchNormMoments*) {
   return NoCuda();
 }
 absl::Status BatchNormForwardEvalCuda(DType, const BatchNormShape&, const void*, const float*,

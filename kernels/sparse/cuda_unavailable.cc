@@ -18,9 +18,10 @@ absl::Status BlockSparseConvCuda::Run(SparsePass, int, const void*, const void*,
   return NoCuda();
 }
 absl::Status BlockSparseConvCuda::Forward(const void*, const void*, const float*, void*,
-                                          const CudaContext&) const {
+                                          const CudaContext&, float*) const {
   return NoCuda();
 }
+int BlockSparseConvCuda::forward_moment_slices(const CudaContext&) const { return 0; }
 absl::Status BlockSparseConvCuda::BackwardData(const void*, const void*, void*,
                                                const CudaContext&) const {
   return NoCuda();
