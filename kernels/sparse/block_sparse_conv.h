@@ -104,8 +104,10 @@ class BlockSparseConvCuda {
 
  private:
   BlockSparseConvCuda() = default;
+  // moments: forward on a Hopper configuration only (Forward checks).
   absl::Status Run(SparsePass pass, int config, const void* in0, const void* in1, void* out,
-                   const float* bias, float* dbias, const CudaContext& ctx) const;
+                   const float* bias, float* dbias, const CudaContext& ctx,
+                   float* moments = nullptr) const;
 
   ConvShape shape_;
   DType dtype_ = DType::kF32;

@@ -803,7 +803,7 @@ std::string BlockSparseConvCuda::config_name(SparsePass pass) const {
 
 absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* in0, const void* in1,
                                       void* out, const float* bias, float* dbias,
-                                      const CudaContext& ctx) const {
+                                      const CudaContext& ctx, float* moments) const {
   const ConvShape& s = shape_;
   const Device& d = *d_;
   if (pass == SparsePass::kBackwardFilter) {
@@ -832,7 +832,8 @@ absl::Status BlockSparseConvCuda::Run(SparsePass pass, int config, const void* i
   }
   if (config >= kTcConfigCount) {
     const Device::Hopper& h = d.hopper[static_cast<int>(pass)][config - kTcConfigCount];
-    return HopperConvRun(pass, h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx);
+    return HopperConvRun(pass, h.config, s, h.count, h.index, h.stride, in0, in1, bias, out, ctx,
+                         moments);
   }
   if (configs(pass) > 1) {
     const bool bwd = pass == SparsePass::kBackwardData;
@@ -881,15 +882,12 @@ int BlockSparseConvCuda::forward_moment_slices(const CudaContext& ctx) const {
 
 absl::Status BlockSparseConvCuda::Forward(const void* x, const void* w, const float* bias, void* y,
                                           const CudaContext& ctx, float* moments) const {
-  if (moments == nullptr) return Run(SparsePass::kForward, config_[0], x, w, y, bias, nullptr, ctx);
-  if (forward_moment_slices(ctx) == 0) {
+  if (moments != nullptr && forward_moment_slices(ctx) == 0) {
     return absl::FailedPreconditionError(
         absl::StrFormat("block-sparse conv forward: %s writes no batch-norm moments",
                         config_name(SparsePass::kForward)));
   }
-  const Device::Hopper& h = d_->hopper[0][config_[0] - kTcConfigCount];
-  return HopperConvRun(SparsePass::kForward, h.config, shape_, h.count, h.index, h.stride, x, w,
-                       bias, y, ctx, moments);
+  return Run(SparsePass::kForward, config_[0], x, w, y, bias, nullptr, ctx, moments);
 }
 
 absl::Status BlockSparseConvCuda::BackwardData(const void* dy, const void* w, void* dx,

@@ -14,7 +14,7 @@ int BlockSparseConvCuda::configs(SparsePass) const { return 0; }
 absl::Status BlockSparseConvCuda::set_config(SparsePass, int) { return NoCuda(); }
 std::string BlockSparseConvCuda::config_name(SparsePass) const { return "unavailable"; }
 absl::Status BlockSparseConvCuda::Run(SparsePass, int, const void*, const void*, void*,
-                                      const float*, float*, const CudaContext&) const {
+                                      const float*, float*, const CudaContext&, float*) const {
   return NoCuda();
 }
 absl::Status BlockSparseConvCuda::Forward(const void*, const void*, const float*, void*,

@@ -171,25 +171,22 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
   }
   // Convolution -> batch norm pairs: the convolution may write the batch norm's moments.
   moments_of_.assign(n, -1);
-  moments_.clear();
+  moments_conv_.clear();
   if (gpu && training_ && dtype_ == kernels::DType::kBf16 && options.fuse_batch_norm_moments) {
     std::vector<int> readers(num_values, 0), reader(num_values, -1);
     for (int j = 0; j < n; ++j) {
       for (int v : nodes[j].inputs) ++readers[v], reader[v] = j;
     }
-    std::vector<std::pair<int, int>> pairs;
     for (int j = 0; j < n; ++j) {
       const int v = nodes[j].output;
       if (nodes[j].layer->kind() == LayerKind::kConv2d && readers[v] == 1 &&
           nodes[reader[v]].layer->kind() == LayerKind::kBatchNorm) {
-        pairs.emplace_back(j, reader[v]);
+        moments_of_[j] = moments_of_[reader[v]] = static_cast<int>(moments_conv_.size());
+        moments_conv_.push_back(j);
       }
     }
-    moments_.resize(pairs.size());
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      moments_of_[pairs[i].first] = moments_of_[pairs[i].second] = static_cast<int>(i);
-    }
   }
+  moments_.assign(moments_conv_.size(), kernels::BatchNormMoments{});
   // Whether node j's input k is a folded batch norm's output whose gradient buffer the tail
   // never writes (the masked gradient goes to the other input's buffer, when it has one).
   auto unused_gradient = [&](int j, int k) {
@@ -296,7 +293,7 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
       io.dy2 = out.extra_grads[0];
       out.producer_sums = true;
     }
-    const bool moments_source = moments_of_[j] >= 0 && nodes[j].layer->kind() == LayerKind::kConv2d;
+    const bool moments_source = moments_of_[j] >= 0 && moments_conv_[moments_of_[j]] == j;
     io.moments = moments_of_[j] >= 0 ? &moments_[moments_of_[j]] : nullptr;
     PlanOptions paired;
     if (moments_source) {
@@ -394,7 +391,7 @@ absl::Status Network::Forward(bool training, int count_input_zeros) {
     }
     if (input_hook_) TOPIARY_RETURN_IF_ERROR(input_hook_(static_cast<int>(j), io_[j]));
     const int tail = tail_of_[j];
-    if (moments_of_[j] >= 0 && nodes[j].layer->kind() == LayerKind::kConv2d) {
+    if (moments_of_[j] >= 0 && moments_conv_[moments_of_[j]] == static_cast<int>(j)) {
       moments_[moments_of_[j]] = kernels::BatchNormMoments{};  // until the convolution writes them
     }
     if (tail < 0) {
@@ -510,11 +507,8 @@ std::vector<std::string> Network::PlanReport() const {
       runs = states_[j]->Describe();
     }
     if (moments_of_[j] >= 0 && layer.kind() == LayerKind::kBatchNorm) {
-      std::string producer;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (moments_of_[i] == moments_of_[j] && i != j) producer = nodes[i].layer->name();
-      }
-      runs += absl::StrCat(runs.empty() ? "" : "; ", "training statistics from ", producer,
+      runs += absl::StrCat(runs.empty() ? "" : "; ", "training statistics from ",
+                           nodes[moments_conv_[moments_of_[j]]].layer->name(),
                            "'s moments where its forward pass writes them");
     }
     if (runs.empty() && layer.kind() == LayerKind::kAdd) {

@@ -198,9 +198,10 @@ class Network {
   // Why the adds of this network run unfused where they do ("" when tails may fuse).
   std::string unfused_reason_;
   // Convolutions whose output one batch norm alone reads (PlanOptions::fuse_batch_norm_moments),
-  // a summary per pair that the convolution may fill (LayerIo::moments), and per node its
-  // pair or -1. Sized once: the layers' io point into it.
+  // a summary per pair that the convolution may fill (LayerIo::moments), each pair's
+  // convolution node, and per node its pair or -1. Sized once: the layers' io point into it.
   std::vector<kernels::BatchNormMoments> moments_;
+  std::vector<int> moments_conv_;
   std::vector<int> moments_of_;
 
   Model* model_;

@@ -44,13 +44,17 @@ absl::StatusOr<std::unique_ptr<MomentsDispatch>> MomentsDispatch::Create(
       shape, kernels::BlockGrid::Dense(shape.c, shape.k, shape.c, shape.k), kernels::DType::kBf16,
       ctx);
   if (!plan.ok()) return nullptr;  // a shape the block-sparse plans refuse: cuDNN's route
-  // The configuration with the most slices, for the room: the first that writes moments.
-  int slices = 0;
+  // Room for the configuration with the most slices; until measured (or forced), the first
+  // that writes moments runs.
+  int slices = 0, first = -1;
   for (int config = 0; config < (*plan)->configs(kernels::SparsePass::kForward); ++config) {
     TOPIARY_RETURN_IF_ERROR((*plan)->set_config(kernels::SparsePass::kForward, config));
-    slices = std::max(slices, (*plan)->forward_moment_slices(ctx));
+    const int n = (*plan)->forward_moment_slices(ctx);
+    if (n > 0 && first < 0) first = config;
+    slices = std::max(slices, n);
   }
-  if (slices == 0) return nullptr;  // no Hopper configuration takes the shape
+  if (first < 0) return nullptr;  // no Hopper configuration takes the shape
+  TOPIARY_RETURN_IF_ERROR((*plan)->set_config(kernels::SparsePass::kForward, first));
   std::unique_ptr<MomentsDispatch> d(new MomentsDispatch);
   d->layer_ = layer;
   d->shape_ = shape;
@@ -62,11 +66,6 @@ absl::StatusOr<std::unique_ptr<MomentsDispatch>> MomentsDispatch::Create(
   const std::vector<float> zeros(8 * static_cast<size_t>(shape.k), 0.0f);
   TOPIARY_ASSIGN_OR_RETURN(d->scratch_, Buffer<float>::Create(device, zeros.size()));
   device->CopyFromHost(d->scratch_.data(), zeros.data(), zeros.size() * sizeof(float));
-  // Until measured (or forced), the first configuration that writes moments.
-  for (int config = 0; config < d->plan_->configs(kernels::SparsePass::kForward); ++config) {
-    TOPIARY_RETURN_IF_ERROR(d->plan_->set_config(kernels::SparsePass::kForward, config));
-    if (d->plan_->forward_moment_slices(ctx) > 0) break;
-  }
   return d;
 }
 
