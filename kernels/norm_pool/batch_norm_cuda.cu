@@ -83,36 +83,23 @@ __device__ void FinishChannel(const BatchNormShape& sh, int ch, double n, double
       static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
 }
 
-// One block per channel: merges the slices (double) along a fixed binary tree (the same
-// order every run, and log2(slices) steps instead of a serial chain of divisions). Then either
-// finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2)
-// into rank_moments[3][C] for the gather.
-__global__ void FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
-                                    const float* gamma, const float* beta, float* running_mean,
-                                    float* running_var, float* save_mean, float* save_inv_std,
-                                    float* coef, double* rank_moments) {
-  const int ch = blockIdx.x;
-  const int t = threadIdx.x;
-  const size_t plane = static_cast<size_t>(slices) * sh.c;
-  __shared__ double sn[kFinishThreads], smean[kFinishThreads], sm2[kFinishThreads];
-  sn[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  smean[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  sm2[t] = t < slices ? part[2 * plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  __syncthreads();
-  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) {
-      MergeMoments(sn[t], smean[t], sm2[t], sn[t + stride], smean[t + stride], sm2[t + stride]);
-    }
-    __syncthreads();
-  }
-  if (t != 0) return;
+// Per channel (MergeGrid, MergeBlock): merges the slices (MergeSlices, in double), then either
+// finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2) into
+// rank_moments[3][C] for the gather.
+__global__ void __launch_bounds__(kMergeThreads)
+    FinishMomentsKernel(BatchNormShape sh, int slices, const float* part, const float* gamma,
+                        const float* beta, float* running_mean, float* running_var,
+                        float* save_mean, float* save_inv_std, float* coef, double* rank_moments) {
+  const int ch = blockIdx.x * kMergeC + threadIdx.x;
+  double v[3];
+  if (!MergeSlices(sh.c, slices, part, ch, FoldMoments{}, v)) return;
   if (rank_moments != nullptr) {
-    rank_moments[ch] = sn[0];
-    rank_moments[sh.c + ch] = smean[0];
-    rank_moments[2 * sh.c + ch] = sm2[0];
+    rank_moments[ch] = v[0];
+    rank_moments[sh.c + ch] = v[1];
+    rank_moments[2 * sh.c + ch] = v[2];
     return;
   }
-  FinishChannel(sh, ch, sn[0], smean[0], sm2[0], gamma, beta, running_mean, running_var, save_mean,
+  FinishChannel(sh, ch, v[0], v[1], v[2], gamma, beta, running_mean, running_var, save_mean,
                 save_inv_std, coef);
 }
 
@@ -387,7 +374,6 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
         absl::StrFormat("batch norm: %d moment slices (want 1 to %d, and their partials)",
                         moments->slices, kBatchNormMaxMomentSlices));
   }
-  const int slices = moments != nullptr ? moments->slices : Slices(sh);
   const Workspace w = Carve(sh, workspace);
   const float* part = moments != nullptr ? moments->part : w.part;
   float* coef = scale_shift != nullptr ? scale_shift : w.coef;
@@ -395,8 +381,10 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
+    int slices = moments != nullptr ? moments->slices : Slices(sh);
     if (moments == nullptr) {
       if (VecReduceOk<T>(sh.c, {x})) {
+        slices = WholeWaves<MomentsVecKernel<T>>(slices, kVecThreads, ctx.sm_count);
         MomentsVecKernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, w.part);
       } else {
         MomentsKernel<<<dim3(Tiles(sh), slices), dim3(kTileC, kLanes), 0, ctx.stream>>>(
@@ -404,7 +392,7 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
       }
       TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm moments"));
     }
-    FinishMomentsKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+    FinishMomentsKernel<<<MergeGrid(sh.c), MergeBlock(), 0, ctx.stream>>>(
         sh, slices, part, gamma, beta, running_mean, running_var, save_mean, save_inv_std, coef,
         sync ? w.mine : nullptr);
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm statistics"));
@@ -418,13 +406,15 @@ absl::Status BatchNormForwardTrainCuda(DType t, const BatchNormShape& sh, const 
     if (y == nullptr) return absl::OkStatus();
     if (VecOk<T>(sh.c, {x, y})) {
       const int64_t nv = n / kVec<T>;
-      const int blocks = BlocksFor(nv, ctx.sm_count);
+      auto apply = [&](auto tag) {
+        constexpr auto kernel = decltype(tag)::kKernel;
+        kernel<<<WaveBlocksFor<kernel>(nv, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+            nv, sh.c, xt, coef, static_cast<T*>(y));
+      };
       if (sh.relu) {
-        ScaleShiftVecKernel<true>
-            <<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, xt, coef, static_cast<T*>(y));
+        apply(KernelTag<ScaleShiftVecKernel<true, T>>{});
       } else {
-        ScaleShiftVecKernel<false>
-            <<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, xt, coef, static_cast<T*>(y));
+        apply(KernelTag<ScaleShiftVecKernel<false, T>>{});
       }
     } else {
       TOPIARY_LAUNCH_ELEMENTWISE(ScaleShiftKernel, sh.relu, n, BlocksFor(n, ctx.sm_count),
@@ -479,24 +469,28 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
     return absl::InvalidArgumentError("batch norm with ReLU: no scale_shift for the mask");
   }
   const float* ss = save_scale_shift;
-  const int slices = Slices(sh);
   const Workspace w = Carve(sh, workspace);
   float* part = w.part;
   float* coef = w.coef;
-  const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
   const int64_t n = sh.m * sh.c;
   const int blocks = BlocksFor(n, ctx.sm_count);
   return VisitDType(t, [&](auto tag) -> absl::Status {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
     const T* dyt = static_cast<const T*>(dy);
+    int slices = Slices(sh);
+    auto vec_sums = [&](auto kernel_tag) {
+      constexpr auto kernel = decltype(kernel_tag)::kKernel;
+      slices = WholeWaves<kernel>(slices, kVecThreads, ctx.sm_count);
+      kernel<<<slices, kVecThreads, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, ss, dyt, save_mean,
+                                                     save_inv_std, part);
+    };
+    const dim3 grid(Tiles(sh), slices), block(kTileC, kLanes);
     if (VecReduceOk<T>(sh.c, {x, dy})) {
       if (sh.relu) {
-        GradSumsVecKernel<true><<<slices, kVecThreads, 0, ctx.stream>>>(
-            sh.m, sh.c, slices, xt, ss, dyt, save_mean, save_inv_std, part);
+        vec_sums(KernelTag<GradSumsVecKernel<true, T>>{});
       } else {
-        GradSumsVecKernel<false><<<slices, kVecThreads, 0, ctx.stream>>>(
-            sh.m, sh.c, slices, xt, ss, dyt, save_mean, save_inv_std, part);
+        vec_sums(KernelTag<GradSumsVecKernel<false, T>>{});
       }
     } else if (sh.relu) {
       GradSumsKernel<true><<<grid, block, 0, ctx.stream>>>(sh.m, sh.c, slices, xt, ss, dyt,
@@ -506,7 +500,7 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
                                                             save_mean, save_inv_std, part);
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm gradient sums"));
-    FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+    FinishGradKernel<<<MergeGrid(sh.c), MergeBlock(), 0, ctx.stream>>>(
         sh, slices, part, gamma, save_inv_std, dgamma, dbeta, coef, sync ? w.mine : nullptr);
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("batch norm parameter gradients"));
     if (sync) {
@@ -517,14 +511,15 @@ absl::Status BatchNormBackwardCuda(DType t, const BatchNormShape& sh, const void
     }
     if (VecOk<T>(sh.c, {x, dy, dx})) {
       const int64_t nv = n / kVec<T>;
-      const int vblocks = BlocksFor(nv, ctx.sm_count);
-      T* dxt = static_cast<T*>(dx);
+      auto apply = [&](auto kernel_tag) {
+        constexpr auto kernel = decltype(kernel_tag)::kKernel;
+        kernel<<<WaveBlocksFor<kernel>(nv, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+            nv, sh.c, xt, ss, dyt, save_mean, save_inv_std, coef, static_cast<T*>(dx));
+      };
       if (sh.relu) {
-        GradApplyVecKernel<true><<<vblocks, kThreads, 0, ctx.stream>>>(
-            nv, sh.c, xt, ss, dyt, save_mean, save_inv_std, coef, dxt);
+        apply(KernelTag<GradApplyVecKernel<true, T>>{});
       } else {
-        GradApplyVecKernel<false><<<vblocks, kThreads, 0, ctx.stream>>>(
-            nv, sh.c, xt, ss, dyt, save_mean, save_inv_std, coef, dxt);
+        apply(KernelTag<GradApplyVecKernel<false, T>>{});
       }
     } else {
       TOPIARY_LAUNCH_ELEMENTWISE(GradApplyKernel, sh.relu, n, blocks, ctx.stream, sh.c, xt, ss, dyt,

@@ -10,6 +10,7 @@
 
 #include "kernels/norm_pool/batch_norm.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/moments.h"
 
 namespace topiary::kernels {
 namespace {
@@ -44,9 +45,76 @@ __device__ __forceinline__ bool ReluPasses(float x, float scale, float shift) {
   return Rounded<T>(x * scale + shift) > 0.0f;
 }
 
-// Threads of the kernels that merge a channel's slices (one block per channel).
-constexpr int kFinishThreads = kMaxSlices;  // >= the most slices Slices() returns
-static_assert(kBatchNormMaxMomentSlices <= kFinishThreads, "a thread per moment slice");
+// The kernels that merge each channel's slices ([P][slices][C] partials, P planes) take
+// kMergeC neighbouring channels per block, so that a warp reads 32 consecutive floats of a
+// slice (one coalesced access where a block per channel read one float per 32-byte sector), and
+// kMergeLanes lanes of slices: lane l folds slices l, l + kMergeLanes, ... in that order (in
+// double, loads batched ahead of the folds), then the lanes meet along a fixed binary tree in
+// shared memory. The same order on every run: the same bits.
+constexpr int kMergeC = 32;
+constexpr int kMergeLanes = 32;
+inline dim3 MergeGrid(int c) { return dim3((c + kMergeC - 1) / kMergeC); }
+constexpr int kMergeThreads = kMergeC * kMergeLanes;  // __launch_bounds__: 64 registers
+inline dim3 MergeBlock() { return dim3(kMergeC, kMergeLanes); }
+
+// The two folds: Chan's merge of (count, mean, M2) summaries (an empty one, count 0, adds
+// nothing) and plain sums.
+struct FoldMoments {
+  static constexpr int kPlanes = 3;
+  template <typename F>
+  __device__ void operator()(double (&v)[3], const F (&o)[3]) const {
+    MergeMoments(v[0], v[1], v[2], static_cast<double>(o[0]), static_cast<double>(o[1]),
+                 static_cast<double>(o[2]));
+  }
+};
+struct FoldSums {
+  static constexpr int kPlanes = 2;
+  template <typename F>
+  __device__ void operator()(double (&v)[2], const F (&o)[2]) const {
+    v[0] += o[0];
+    v[1] += o[1];
+  }
+};
+
+// Folds channel ch's slices of part (a block of MergeBlock(), blockIdx.x the channel tile) into
+// v. True in the one thread per channel that holds the result; every thread of the block must
+// call it (it synchronizes the block).
+template <typename Fold>
+__device__ bool MergeSlices(int c, int slices, const float* __restrict__ part, int ch, Fold fold,
+                            double (&v)[Fold::kPlanes]) {
+  constexpr int P = Fold::kPlanes;
+  constexpr int kBatch = 4;  // slices whose loads are in flight before they are folded
+  __shared__ double lanes[P][kMergeLanes][kMergeC];
+  const size_t plane = static_cast<size_t>(slices) * c;
+  for (int p = 0; p < P; ++p) v[p] = 0.0;
+  if (ch < c) {
+    for (int first = threadIdx.y; first < slices; first += kBatch * kMergeLanes) {
+      float b[kBatch][P];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int s = first + k * kMergeLanes;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          b[k][p] = s < slices ? part[p * plane + static_cast<size_t>(s) * c + ch] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) fold(v, b[k]);  // a zero padding adds nothing
+    }
+  }
+  for (int p = 0; p < P; ++p) lanes[p][threadIdx.y][threadIdx.x] = v[p];
+  __syncthreads();
+  for (int stride = kMergeLanes / 2; stride > 0; stride /= 2) {
+    if (threadIdx.y < stride) {
+      double o[P];
+      for (int p = 0; p < P; ++p) o[p] = lanes[p][threadIdx.y + stride][threadIdx.x];
+      fold(v, o);
+      for (int p = 0; p < P; ++p) lanes[p][threadIdx.y][threadIdx.x] = v[p];
+    }
+    __syncthreads();
+  }
+  return threadIdx.y == 0 && ch < c;
+}
 
 // Vector forms of the per-element kernels (kernels/runtime/cuda_launch.cuh), used when C is a
 // multiple of the vector width so that a vector never straddles two rows: one 16-byte access
@@ -188,28 +256,16 @@ __device__ void GradCoef(int c, int ch, double a, double b, double rows, const f
   coef[2 * c + ch] = static_cast<float>(b / rows);
 }
 
-// One block per channel: dgamma and dbeta (this rank's sums), then coef (GradCoef) or,
-// synchronized, the sums into rank_sums[2][C] for the gather. The slices are summed (double)
-// along a fixed binary tree: deterministic, and log2(slices) steps instead of a serial chain.
-__global__ void FinishGradKernel(BatchNormShape sh, int slices, const float* part,
-                                 const float* gamma, const float* inv_std, float* dgamma,
-                                 float* dbeta, float* coef, double* rank_sums) {
-  const int ch = blockIdx.x;
-  const int t = threadIdx.x;
-  const size_t plane = static_cast<size_t>(slices) * sh.c;
-  __shared__ double sa[kFinishThreads], sb[kFinishThreads];
-  sa[t] = t < slices ? part[static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  sb[t] = t < slices ? part[plane + static_cast<size_t>(t) * sh.c + ch] : 0.0;
-  __syncthreads();
-  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) {
-      sa[t] += sa[t + stride];
-      sb[t] += sb[t + stride];
-    }
-    __syncthreads();
-  }
-  if (t != 0) return;
-  const double a = sa[0], b = sb[0];
+// Per channel (MergeGrid, MergeBlock): dgamma and dbeta (this rank's sums of the slices, in
+// double), then coef (GradCoef) or, synchronized, the sums into rank_sums[2][C] for the gather.
+__global__ void __launch_bounds__(kMergeThreads)
+    FinishGradKernel(BatchNormShape sh, int slices, const float* part, const float* gamma,
+                     const float* inv_std, float* dgamma, float* dbeta, float* coef,
+                     double* rank_sums) {
+  const int ch = blockIdx.x * kMergeC + threadIdx.x;
+  double v[2];
+  if (!MergeSlices(sh.c, slices, part, ch, FoldSums{}, v)) return;
+  const double a = v[0], b = v[1];
   dbeta[ch] = static_cast<float>(a);
   dgamma[ch] = static_cast<float>(b);
   if (rank_sums != nullptr) {

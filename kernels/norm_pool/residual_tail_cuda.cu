@@ -160,19 +160,19 @@ absl::Status ResidualTailForwardCuda(DType t, const ResidualTailShape& sh, const
       return absl::InvalidArgumentError("residual tail: channels or alignment not vectorizable");
     }
     const int64_t nv = sh.m * sh.c / kVec<T>;
-    const int blocks = BlocksFor(nv, ctx.sm_count);
     const T* xa = static_cast<const T*>(a.x);
     const T* xb = static_cast<const T*>(b.x);
     T* yt = static_cast<T*>(y);
-    auto launch = [&](auto kernel) {
-      kernel<<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, xa, a.scale_shift, xb, b.scale_shift,
-                                                  yt);
+    auto launch = [&](auto kernel_tag) {
+      constexpr auto kernel = decltype(kernel_tag)::kKernel;
+      kernel<<<WaveBlocksFor<kernel>(nv, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+          nv, sh.c, xa, a.scale_shift, xb, b.scale_shift, yt);
     };
     const bool proj = !b.identity();
-    if (sh.relu && proj) launch(TailForwardKernel<true, true, T>);
-    if (sh.relu && !proj) launch(TailForwardKernel<true, false, T>);
-    if (!sh.relu && proj) launch(TailForwardKernel<false, true, T>);
-    if (!sh.relu && !proj) launch(TailForwardKernel<false, false, T>);
+    if (sh.relu && proj) launch(KernelTag<TailForwardKernel<true, true, T>>{});
+    if (sh.relu && !proj) launch(KernelTag<TailForwardKernel<true, false, T>>{});
+    if (!sh.relu && proj) launch(KernelTag<TailForwardKernel<false, true, T>>{});
+    if (!sh.relu && !proj) launch(KernelTag<TailForwardKernel<false, false, T>>{});
     return LaunchStatus("residual tail");
   });
 }
@@ -183,7 +183,7 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
                                       const CudaContext& ctx, BatchNormSync* sync) {
   if (a.identity()) return absl::InvalidArgumentError("residual tail: input a has no batch norm");
   const BatchNormShape bn = BnShape(sh);
-  const int slices = Slices(bn);
+  int slices = Slices(bn);
   const TailWorkspace w = CarveTail(bn, workspace);
   const bool proj = !b.identity();
   const int folded = proj ? 2 : 1;
@@ -193,7 +193,9 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
     if (!VecReduceOk<T>(sh.c, {y, dy, dy2, a.x, a.dx, b.x, b.dx, g})) {
       return absl::InvalidArgumentError("residual tail: channels or alignment not vectorizable");
     }
-    auto sums = [&](auto kernel) {
+    auto sums = [&](auto kernel_tag) {
+      constexpr auto kernel = decltype(kernel_tag)::kKernel;
+      slices = WholeWaves<kernel>(slices, kVecThreads, ctx.sm_count);
       kernel<<<slices, kVecThreads, 0, ctx.stream>>>(
           sh.m, sh.c, slices, static_cast<const T*>(y), static_cast<const T*>(dy),
           static_cast<const T*>(dy2), static_cast<const T*>(a.x), a.save_mean, a.save_inv_std,
@@ -204,34 +206,34 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
     const int variant = (sh.relu ? 4 : 0) + (dy2 != nullptr ? 2 : 0) + (proj ? 1 : 0);
     switch (variant) {
       case 0:
-        sums(TailGradSumsKernel<false, false, false, T>);
+        sums(KernelTag<TailGradSumsKernel<false, false, false, T>>{});
         break;
       case 1:
-        sums(TailGradSumsKernel<false, false, true, T>);
+        sums(KernelTag<TailGradSumsKernel<false, false, true, T>>{});
         break;
       case 2:
-        sums(TailGradSumsKernel<false, true, false, T>);
+        sums(KernelTag<TailGradSumsKernel<false, true, false, T>>{});
         break;
       case 3:
-        sums(TailGradSumsKernel<false, true, true, T>);
+        sums(KernelTag<TailGradSumsKernel<false, true, true, T>>{});
         break;
       case 4:
-        sums(TailGradSumsKernel<true, false, false, T>);
+        sums(KernelTag<TailGradSumsKernel<true, false, false, T>>{});
         break;
       case 5:
-        sums(TailGradSumsKernel<true, false, true, T>);
+        sums(KernelTag<TailGradSumsKernel<true, false, true, T>>{});
         break;
       case 6:
-        sums(TailGradSumsKernel<true, true, false, T>);
+        sums(KernelTag<TailGradSumsKernel<true, true, false, T>>{});
         break;
       default:
-        sums(TailGradSumsKernel<true, true, true, T>);
+        sums(KernelTag<TailGradSumsKernel<true, true, true, T>>{});
         break;
     }
     TOPIARY_RETURN_IF_ERROR(LaunchStatus("residual tail gradient sums"));
     for (int i = 0; i < folded; ++i) {
       const FoldedBatchNorm& f = *norms[i];
-      FinishGradKernel<<<sh.c, kFinishThreads, 0, ctx.stream>>>(
+      FinishGradKernel<<<MergeGrid(sh.c), MergeBlock(), 0, ctx.stream>>>(
           bn, slices, w.part[i], f.gamma, f.save_inv_std, f.dgamma, f.dbeta, w.coef[i],
           sync ? w.mine + 2 * static_cast<size_t>(sh.c) * i : nullptr);
     }
@@ -249,12 +251,13 @@ absl::Status ResidualTailBackwardCuda(DType t, const ResidualTailShape& sh, cons
       TOPIARY_RETURN_IF_ERROR(LaunchStatus("synchronized residual tail gradient sums"));
     }
     const int64_t nv = sh.m * sh.c / kVec<T>;
-    const int blocks = BlocksFor(nv, ctx.sm_count);
+    constexpr auto apply = GradApplyVecKernel<false, T>;
+    const int blocks = WaveBlocksFor<apply>(nv, ctx.sm_count);
     for (int i = 0; i < folded; ++i) {
       const FoldedBatchNorm& f = *norms[i];
-      GradApplyVecKernel<false><<<blocks, kThreads, 0, ctx.stream>>>(
-          nv, sh.c, static_cast<const T*>(f.x), nullptr, static_cast<const T*>(g), f.save_mean,
-          f.save_inv_std, w.coef[i], static_cast<T*>(f.dx));
+      apply<<<blocks, kThreads, 0, ctx.stream>>>(nv, sh.c, static_cast<const T*>(f.x), nullptr,
+                                                 static_cast<const T*>(g), f.save_mean,
+                                                 f.save_inv_std, w.coef[i], static_cast<T*>(f.dx));
     }
     return LaunchStatus("residual tail input gradients");
   });

@@ -23,6 +23,49 @@ inline int BlocksFor(int64_t n, int sm_count) {
   return static_cast<int>(std::max<int64_t>(1, std::min(needed, cap)));
 }
 
+// Blocks of `threads` threads that one multiprocessor holds at once for `Kernel` (its registers
+// and shared memory decide), asked of the runtime once per kernel: a kernel must always be
+// launched with the same block size through these helpers.
+template <auto Kernel>
+int ResidentBlocks(int threads) {
+  static std::atomic<int> resident{0};  // 0: not asked yet
+  int n = resident.load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) != cudaSuccess) {
+      cudaGetLastError();  // not sticky; a launch with a bad configuration reports it
+      n = 1;
+    }
+    n = std::max(n, 1);
+    resident.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// Blocks of kThreads for a grid-stride loop of `Kernel` over n elements: those resident at once
+// (one full wave; BlocksFor's fixed cap of 8 per multiprocessor leaves a last, partial wave
+// whenever fewer fit, with most multiprocessors idle while it runs), never more than needed.
+template <auto Kernel>
+int WaveBlocksFor(int64_t n, int sm_count) {
+  const int64_t needed = (n + kThreads - 1) / kThreads;
+  const int64_t wave =
+      static_cast<int64_t>(std::max(sm_count, 1)) * ResidentBlocks<Kernel>(kThreads);
+  return static_cast<int>(std::max<int64_t>(1, std::min(needed, wave)));
+}
+
+// A reduction's row slices (a block of `threads` each) rounded down to whole waves of resident
+// blocks, for the same reason; fewer slices than one wave stay as they are.
+template <auto Kernel>
+int WholeWaves(int slices, int threads, int sm_count) {
+  const int wave = std::max(sm_count, 1) * ResidentBlocks<Kernel>(threads);
+  return slices > wave ? slices / wave * wave : slices;
+}
+
+// A kernel as a type, for generic code that needs it as a template argument (ResidentBlocks).
+template <auto Kernel>
+struct KernelTag {
+  static constexpr auto kKernel = Kernel;
+};
+
 #define TOPIARY_GRID_STRIDE(i, n)                                                        \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
