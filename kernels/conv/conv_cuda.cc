@@ -16,6 +16,7 @@
 #include "kernels/conv/conv.h"
 #include "kernels/conv/conv_graph_cuda.h"
 #include "kernels/conv/direct_conv.h"
+#include "kernels/conv/stem_conv.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/runtime/cuda_context.h"
 #include "util/status_macros.h"
@@ -183,10 +184,23 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   return absl::InternalError("unknown convolution pass");
 }
 
-// The direct kernel of a pass; operands as GraphConvPass::Run (fp32 data; TF32 plans use
-// the tensor-core kernels where there are some).
+// The direct kernel of a pass; operands as GraphConvPass::Run: fp32 data on the direct kernels
+// (TF32 plans use their tensor-core forms where there are some), bf16 on the stem kernels.
 absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, const void* in0,
                        const void* in1, void* out, void* workspace, const CudaContext& ctx) {
+  if (ActivationType(precision) == DType::kBf16) {
+    const auto* a = static_cast<const Bf16*>(in0);
+    const auto* b = static_cast<const Bf16*>(in1);
+    auto* o = static_cast<Bf16*>(out);
+    switch (pass) {
+      case ConvPass::kForward:
+        return StemConvForwardCuda(sh, a, b, o, ctx);
+      case ConvPass::kBackwardFilter:
+        return StemConvBackwardFilterCuda(sh, a, b, o, workspace, ctx);
+      default:
+        return absl::InternalError("the stem kernels have no backward data pass");
+    }
+  }
   const auto* a = static_cast<const float*>(in0);
   const auto* b = static_cast<const float*>(in1);
   auto* o = static_cast<float*>(out);
@@ -202,13 +216,22 @@ absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, 
   return absl::InternalError("unknown convolution pass");
 }
 
-// Whether a plan may run the pass on the direct kernel: fp32 data (fp32 or TF32 plans), a
-// shape it takes, and a workspace within the limit.
+// Bytes of workspace RunDirect needs for the pass.
+size_t DirectWorkspaceBytes(const ConvShape& sh, Precision precision, ConvPass pass,
+                            const CudaContext& ctx) {
+  const int p = static_cast<int>(pass);
+  return ActivationType(precision) == DType::kBf16 ? StemConvWorkspaceBytes(sh, p, ctx.sm_count)
+                                                   : DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+}
+
+// Whether a plan may run the pass on a direct kernel: a shape the kernels of its data type take
+// (fp32 or TF32 plans: direct_conv.h; bf16: stem_conv.h), and a workspace within the limit.
 bool DirectAllowed(const ConvShape& sh, Precision precision, ConvPass pass, size_t limit,
                    const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
-  return ActivationType(precision) == DType::kF32 && DirectConvSupported(sh, p) &&
-         DirectConvWorkspaceBytes(sh, p, ctx.sm_count) <= limit;
+  const bool takes = ActivationType(precision) == DType::kBf16 ? StemConvSupported(sh, p)
+                                                               : DirectConvSupported(sh, p);
+  return takes && DirectWorkspaceBytes(sh, precision, pass, ctx) <= limit;
 }
 
 // Device memory for trying candidates, freed on scope exit.
@@ -302,7 +325,7 @@ absl::Status ChoosePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Preci
     if (!measure || !DirectAllowed(sh, precision, pass, workspace_limit, ctx) || !o.ok()) {
       return absl::OkStatus();
     }
-    const size_t bytes = DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+    const size_t bytes = DirectWorkspaceBytes(sh, precision, pass, ctx);
     Scratch ws(bytes);
     if (ws.p == nullptr) return absl::OkStatus();
     // One untimed call first: TimeCandidate's first call decides whether a candidate is
@@ -405,7 +428,7 @@ absl::Status RestorePass(ConvCudaPlan::Descriptors& d, const ConvShape& sh, Prec
           absl::StrFormat("%s %s: the direct kernel does not take it", what, PassName(pass)));
     }
     d.direct[p] = true;
-    d.direct_workspace[p] = DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+    d.direct_workspace[p] = DirectWorkspaceBytes(sh, precision, pass, ctx);
   } else if (known.graph) {
     TOPIARY_ASSIGN_OR_RETURN(
         auto c, GraphConvPass::Candidates(sh, precision, pass, workspace_limit, deterministic, 1,

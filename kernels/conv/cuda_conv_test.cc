@@ -5,6 +5,7 @@
 #include "kernels/conv/grouped_conv.h"
 #include "kernels/conv/linear.h"
 #include "kernels/conv/sampled_grad.h"
+#include "kernels/conv/stem_conv.h"
 #include "kernels/cuda_test_util.h"
 
 namespace topiary::kernels {
@@ -159,6 +160,50 @@ TEST_F(CudaKernels, DirectConvMatchesFloat64) {
 
 // A plan restored with the direct kernel on every pass (as a cached measurement would make
 // it) runs it, in fp32 and TF32, and refuses it for bf16 and shapes it does not take.
+// The bf16 stem kernels against float64 on the same bf16 operands: each output is its fp32 sum
+// rounded to bf16 once (half a bf16 step, 2^-9 of its magnitude), on awkward shapes (batch 1,
+// odd sizes, 1 to 4 channels, 1x1, stride 2 and 3, receptive fields of 2 to 256 values,
+// several channel tiles, blocks of the backward filter walking several stages and a partial
+// last one).
+TEST_F(CudaKernels, StemConvMatchesFloat64) {
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 5, 64, 3, 3, 1, 1), 0));    // C > 4
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 32, 3, 3, 1, 1), 0));    // K % 64
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 9, 9, 1, 0), 2));  // 324 values
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 64, 3, 3, 1, 1), 1));    // backward data
+  for (const ConvShape& sh :
+       {MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3), MakeConv(1, 9, 7, 1, 64, 3, 3, 1, 1),
+        MakeConv(3, 11, 13, 4, 128, 5, 5, 2, 2), MakeConv(2, 8, 8, 2, 64, 1, 1, 1, 0),
+        MakeConv(1, 17, 19, 3, 64, 8, 8, 1, 0), MakeConv(2, 40, 36, 4, 64, 8, 8, 3, 4),
+        MakeConv(5, 64, 64, 4, 128, 3, 3, 1, 1)}) {
+    SCOPED_TRACE(ShapeName(sh));
+    ASSERT_TRUE(StemConvSupported(sh, 0));
+    ASSERT_TRUE(StemConvSupported(sh, 2));
+    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
+    const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
+    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
+    const auto x = Round(RandomFloats(nx, 50), DType::kBf16);
+    const auto w = Round(RandomFloats(nw, 51), DType::kBf16);
+    const auto g = Round(RandomFloats(ny, 52), DType::kBf16);
+    const Float64Conv ref(sh, x, w, g);
+    Act dx(DType::kBf16, x), dw(DType::kBf16, w), dg(DType::kBf16, g), y(DType::kBf16, ny),
+        gw(DType::kBf16, nw), gw2(DType::kBf16, nw);
+    Dev<uint8_t> ws(StemConvWorkspaceBytes(sh, 2, ctx_.sm_count));
+    const auto* xb = static_cast<const Bf16*>(dx.get());
+    const auto* gb = static_cast<const Bf16*>(dg.get());
+    ASSERT_TRUE(StemConvForwardCuda(sh, xb, static_cast<const Bf16*>(dw.get()),
+                                    static_cast<Bf16*>(y.get()), ctx_)
+                    .ok());
+    ASSERT_TRUE(
+        StemConvBackwardFilterCuda(sh, xb, gb, static_cast<Bf16*>(gw.get()), ws.get(), ctx_).ok());
+    ASSERT_TRUE(
+        StemConvBackwardFilterCuda(sh, xb, gb, static_cast<Bf16*>(gw2.get()), ws.get(), ctx_).ok());
+    Sync();
+    EXPECT_LT(Rel(y.Host(), ref.y), 5e-3);
+    EXPECT_LT(Rel(gw.Host(), ref.dw), 5e-3);
+    EXPECT_EQ(gw.Host(), gw2.Host());  // fixed summation order: the same bits
+  }
+}
+
 TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
   ConvAlgos direct;
   for (ConvPassAlgo& a : direct.pass) a.direct = true;
@@ -189,7 +234,8 @@ TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
     EXPECT_LT(Rel(gx.Host(), ref.dx), tol);
     EXPECT_LT(Rel(gw.Host(), ref.dw), 1e-5);
   }
-  // Not for bf16, nor at stride 2 backward data: the known plan is refused and searched anew.
+  // Not for bf16 at 32 channels (the bf16 stem kernels take at most 4), nor at stride 2
+  // backward data: the known plan is refused and searched anew.
   ConvSearch search;
   search.known = &direct;
   auto bf16 = ConvCudaPlan::Create(sh, Precision::kBf16, size_t{1} << 30, false, ctx_, search);

@@ -4,6 +4,7 @@
 #include "kernels/conv/grouped_conv.h"
 #include "kernels/conv/linear.h"
 #include "kernels/conv/sampled_grad.h"
+#include "kernels/conv/stem_conv.h"
 #include "kernels/runtime/no_cuda.h"
 
 namespace topiary::kernels {
@@ -20,6 +21,16 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape&, const float*, const fl
 }
 absl::Status DirectConvBackwardFilterCuda(const ConvShape&, const float*, const float*, float*,
                                           void*, const CudaContext&) {
+  return NoCuda();
+}
+bool StemConvSupported(const ConvShape&, int) { return false; }
+size_t StemConvWorkspaceBytes(const ConvShape&, int, int) { return 0; }
+absl::Status StemConvForwardCuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,
+                                 const CudaContext&) {
+  return NoCuda();
+}
+absl::Status StemConvBackwardFilterCuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*, void*,
+                                        const CudaContext&) {
   return NoCuda();
 }
 absl::Status GroupedConvForwardCuda(DType, const GroupedConvShape&, const void*, const float*,
