@@ -174,7 +174,8 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
        {MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3), MakeConv(1, 9, 7, 1, 64, 3, 3, 1, 1),
         MakeConv(3, 11, 13, 4, 128, 5, 5, 2, 2), MakeConv(2, 8, 8, 2, 64, 1, 1, 1, 0),
         MakeConv(1, 17, 19, 3, 64, 8, 8, 1, 0), MakeConv(2, 40, 36, 4, 64, 8, 8, 3, 4),
-        MakeConv(5, 64, 64, 4, 128, 3, 3, 1, 1)}) {
+        MakeConv(5, 64, 64, 4, 128, 3, 3, 1, 1), MakeConv(2, 64, 64, 3, 64, 7, 7, 2, 3),
+        MakeConv(1, 10, 12, 1, 64, 3, 3, 1, 1)}) {
     SCOPED_TRACE(ShapeName(sh));
     ASSERT_TRUE(StemConvSupported(sh, 0));
     ASSERT_TRUE(StemConvSupported(sh, 2));

@@ -24,8 +24,8 @@ namespace topiary::kernels {
 struct CudaContext;
 
 // Whether the stem kernels take this shape for the pass (0 forward, 2 backward filter; never
-// 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 64, and a
-// receptive field of at most 256 values (R*S*C rounded up to 32).
+// 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 64, at most 32
+// values per filter row (S*C) and 256 in all (R*S*C rounded up to 32).
 bool StemConvSupported(const ConvShape& shape, int pass);
 
 // Bytes of workspace a pass needs (backward filter: the blocks' partial filters in fp32).

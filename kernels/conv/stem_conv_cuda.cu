@@ -34,7 +34,8 @@ constexpr int kFwdPixels = 128;  // output pixels per forward block: 4 warps x 3
 constexpr int kWgPixels = 64;    // output pixels per backward-filter stage
 constexpr int kBlockThreads = 128;
 constexpr int kMaxChannels = 4;
-constexpr int kMaxRow = 256;  // the longest receptive field, rounded up to 32
+constexpr int kMaxRow = 256;     // the longest receptive field, rounded up to 32
+constexpr int kMaxSegment = 32;  // the most values of one filter row (S * C)
 
 int RoundUp32(int v) { return (v + 31) / 32 * 32; }
 
@@ -80,13 +81,16 @@ __device__ __forceinline__ void LoadA(const uint16_t* p, int ld, int qr, int qc,
   a[3] = Lds32(q + 8 * ld + 8);
 }
 
-// Output pixel pix's receptive field, taps [tap_begin, tap_end) (tap = r * S + s), into
-// out[(tap * C + c) * step]: the input's bits, zeros outside the image, and zeros for every
-// tap where the pixel is not the caller's (valid false). The loads of kBatch taps are issued
-// together: the gather waits on memory, not on arithmetic (kBatch trades registers for that).
-template <int kBatch>
-__device__ void GatherTaps(const Geometry& g, const uint16_t* __restrict__ x, int64_t pix,
-                           bool valid, int tap_begin, int tap_end, uint16_t* out, int step) {
+// Output pixel pix's receptive field, filter rows [r_begin, r_end), into out[j * step], column
+// j = (r * S + s) * C + c: the input's bits, zeros outside the image, and zeros throughout
+// where the pixel is not the caller's (valid false). A filter row's S * C values are contiguous
+// in x and in the row of A, so each is a run of loads at fixed offsets from one address, and
+// the image's edges are one range of them [e_lo, e_hi) per pixel (no division per value). The
+// loads of kRows filter rows are issued before their stores: the gather waits on memory once
+// per kRows rows, not once per value.
+template <int kRows>
+__device__ void GatherRows(const Geometry& g, const uint16_t* __restrict__ x, int64_t pix,
+                           bool valid, int r_begin, int r_end, uint16_t* out, int step) {
   int n = 0, h0 = 0, w0 = 0;
   if (valid) {
     const int64_t t = pix / g.wo;
@@ -94,27 +98,30 @@ __device__ void GatherTaps(const Geometry& g, const uint16_t* __restrict__ x, in
     h0 = static_cast<int>(t % g.ho) * g.stride_h - g.pad_h;
     n = static_cast<int>(t / g.ho);
   }
-  const uint16_t* image = x + static_cast<int64_t>(n) * g.h * g.w * g.c;
-  for (int t0 = tap_begin; t0 < tap_end; t0 += kBatch) {
-    uint16_t v[kBatch][kMaxChannels];
+  const auto* image =
+      reinterpret_cast<const unsigned short*>(x) + static_cast<int64_t>(n) * g.h * g.w * g.c;
+  const int seg = g.s * g.c;
+  const int e_lo = max(0, -w0) * g.c, e_hi = min(g.s, g.w - w0) * g.c;
+  for (int r0 = r_begin; r0 < r_end; r0 += kRows) {
+    uint16_t v[kRows][kMaxSegment];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int tap = t0 + b;
-      const int h = h0 + tap / g.s, w = w0 + tap % g.s;
-      const bool in = valid && tap < tap_end && h >= 0 && h < g.h && w >= 0 && w < g.w;
-      const uint16_t* src = image + (static_cast<int64_t>(in ? h : 0) * g.w + (in ? w : 0)) * g.c;
+    for (int i = 0; i < kRows; ++i) {
+      const int h = h0 + r0 + i;
+      const bool row_in = valid && r0 + i < r_end && h >= 0 && h < g.h;
+      // The run's first value's offset (w0 may be negative: only offsets in [e_lo, e_hi) load).
+      const int64_t base = (static_cast<int64_t>(row_in ? h : 0) * g.w + w0) * g.c;
 #pragma unroll
-      for (int c = 0; c < kMaxChannels; ++c) {
-        v[b][c] =
-            in && c < g.c ? __ldg(reinterpret_cast<const unsigned short*>(src) + c) : uint16_t{0};
+      for (int e = 0; e < kMaxSegment; ++e) {
+        v[i][e] = row_in && e >= e_lo && e < e_hi ? __ldg(image + base + e) : uint16_t{0};
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      if (t0 + b >= tap_end) break;
+    for (int i = 0; i < kRows; ++i) {
+      if (r0 + i >= r_end) break;
+      uint16_t* dst = out + (r0 + i) * seg * step;
 #pragma unroll
-      for (int c = 0; c < kMaxChannels; ++c) {
-        if (c < g.c) out[((t0 + b) * g.c + c) * step] = v[b][c];
+      for (int e = 0; e < kMaxSegment; ++e) {
+        if (e < seg) dst[e * step] = v[i][e];
       }
     }
   }
@@ -140,7 +147,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t tiles = (g.pixels + kFwdPixels - 1) / kFwdPixels;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t pix0 = tile * kFwdPixels;
-    GatherTaps<16>(g, x, pix0 + t, pix0 + t < g.pixels, 0, g.r * g.s, row, 1);
+    GatherRows<2>(g, x, pix0 + t, pix0 + t < g.pixels, 0, g.r, row, 1);
     __syncthreads();
     float acc[2][8][4] = {};
     for (int kk = 0; kk < g.kr; kk += 16) {
@@ -202,9 +209,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int i = t; i < (g.kr - g.patch) * kWgPixels; i += kBlockThreads) {
     at[(g.patch + i / kWgPixels) * lda + i % kWgPixels] = 0;  // past the patch: zero throughout
   }
-  const int taps = g.r * g.s, half = (taps + 1) / 2;
+  const int half = (g.r + 1) / 2;  // the first half of the threads gathers the first filter rows
   const int px = t % kWgPixels;
-  const bool first = t < kWgPixels;  // the first half of the threads gathers the first taps
+  const bool first = t < kWgPixels;
   float acc[MT][4][4] = {};
   for (int64_t p0 = begin; p0 < end; p0 += kWgPixels) {
     // dy's loads first, in flight during the gather.
@@ -216,8 +223,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       dv[v] = p0 + r < end ? *reinterpret_cast<const uint4*>(dy + (p0 + r) * g.k + k0 + c8 * 8)
                            : make_uint4(0, 0, 0, 0);
     }
-    GatherTaps<8>(g, x, p0 + px, p0 + px < end, first ? 0 : half, first ? half : taps, at + px,
-                  lda);
+    GatherRows<1>(g, x, p0 + px, p0 + px < end, first ? 0 : half, first ? half : g.r, at + px, lda);
 #pragma unroll
     for (int v = 0; v < kVecs; ++v) {
       const int i = t + v * kBlockThreads, r = i / (kTileK / 8), c8 = i % (kTileK / 8);
@@ -341,7 +347,8 @@ const void* WgradKernel(int mt) {
 
 bool StemConvSupported(const ConvShape& shape, int pass) {
   return (pass == 0 || pass == 2) && CheckConvShape(shape).ok() && shape.c >= 1 &&
-         shape.c <= kMaxChannels && shape.k % kTileK == 0 && RoundUp32(shape.patch()) <= kMaxRow;
+         shape.c <= kMaxChannels && shape.k % kTileK == 0 && shape.s * shape.c <= kMaxSegment &&
+         RoundUp32(shape.patch()) <= kMaxRow;
 }
 
 size_t StemConvWorkspaceBytes(const ConvShape& shape, int pass, int sm_count) {
