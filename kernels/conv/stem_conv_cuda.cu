@@ -1,19 +1,19 @@
 // bf16 convolutions of images with few channels on tensor cores (see stem_conv.h).
 //
-// Forward: a block owns 128 output pixels x 64 output channels. Each of its 128 threads
-// gathers one pixel's receptive field into a row of A [128][kr] in shared memory (column
-// tap * C + c, zeros outside the image and past R*S*C) and the block copies its 64 filters into
-// B [64][kr] (a filter's KRSC values are already one contiguous row); then each warp multiplies
-// its 32 rows by the 64 filters with mma.sync.m16n8k16 (2 x 8 tiles, fp32 sums) and stores
-// bf16 pairs. Rows are kr + 8 elements apart, so that the fragment loads of 8 rows x 4 lanes
-// fall in 32 different banks.
+// Forward: a block owns 64 output channels and walks tiles of 128 output pixels (one wave of
+// resident blocks); it copies its 64 filters into B [64][kr] once (a filter's KRSC values are
+// already one contiguous row). Per tile, each of its 128 threads gathers one pixel's receptive
+// field into a row of A [128][kr] in shared memory (column (r * S + s) * C + c, zeros outside
+// the image and past R*S*C; GatherRows), then each warp multiplies its 32 rows by the 64
+// filters with mma.sync.m16n8k16 (2 x 8 tiles, fp32 sums) and stores bf16 pairs. Rows are
+// kr + 8 elements apart, so that the fragment loads of 8 rows x 4 lanes fall in 32 banks.
 //
 // Backward filter: dw^T [kr][K] = im2col^T dy, summed over the output pixels. A block owns 64
-// output channels and a fixed range of pixels, walked 64 at a time: its threads gather the
-// pixels' receptive fields transposed (A^T [kr][64], a pixel per thread, so that neighbouring
-// threads write neighbouring halves) and copy dy [64 pixels][64 channels] in 16-byte vectors;
-// four warps (2 x 2) multiply with mma.sync, reading dy's fragments transposed with
-// ldmatrix.trans. The blocks' fp32 sums go to the workspace, and a second kernel adds them per
+// output channels and a fixed range of pixels (one wave of resident blocks), walked 64 at a time:
+// its threads gather the pixels' receptive fields transposed (A^T [kr][64], a pixel per thread, so
+// that neighbouring threads write neighbouring halves) and copy dy [64 pixels][64 channels] in
+// 16-byte vectors; four warps (2 x 2) multiply with mma.sync, reading dy's fragments transposed
+// with ldmatrix.trans. The blocks' fp32 sums go to the workspace, and a second kernel adds them per
 // weight in block order: the same bits on every run.
 #include <cuda_bf16.h>
 

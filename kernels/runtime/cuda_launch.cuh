@@ -24,8 +24,8 @@ inline int BlocksFor(int64_t n, int sm_count) {
 }
 
 // Blocks of `threads` threads that one multiprocessor holds at once for `Kernel` (its registers
-// and shared memory decide), asked of the runtime once per kernel: a kernel must always be
-// launched with the same block size through these helpers.
+// and shared memory decide), asked of the runtime once per kernel (a process's GPUs are one
+// model): a kernel must always be launched with the same block size through these helpers.
 template <auto Kernel>
 int ResidentBlocks(int threads) {
   static std::atomic<int> resident{0};  // 0: not asked yet
