@@ -293,15 +293,10 @@ absl::Status Network::Allocate(const PlanOptions& caller_options) {
       io.dy2 = out.extra_grads[0];
       out.producer_sums = true;
     }
-    const bool moments_source = moments_of_[j] >= 0 && moments_conv_[moments_of_[j]] == j;
     io.moments = moments_of_[j] >= 0 ? &moments_[moments_of_[j]] : nullptr;
-    PlanOptions paired;
-    if (moments_source) {
-      paired = options;
-      paired.moments_for_batch_norm = true;
-    }
-    TOPIARY_ASSIGN_OR_RETURN(
-        auto res, nodes[j].layer->Prepare(batch_, dev, moments_source ? paired : options));
+    PlanOptions layer_options = options;
+    layer_options.moments_for_batch_norm = WritesMoments(j);
+    TOPIARY_ASSIGN_OR_RETURN(auto res, nodes[j].layer->Prepare(batch_, dev, layer_options));
     plan_progress_.layers_done = j + 1;
     if (options.progress) {
       plan_progress_.seconds = elapsed();
@@ -391,7 +386,7 @@ absl::Status Network::Forward(bool training, int count_input_zeros) {
     }
     if (input_hook_) TOPIARY_RETURN_IF_ERROR(input_hook_(static_cast<int>(j), io_[j]));
     const int tail = tail_of_[j];
-    if (moments_of_[j] >= 0 && moments_conv_[moments_of_[j]] == static_cast<int>(j)) {
+    if (WritesMoments(static_cast<int>(j))) {
       moments_[moments_of_[j]] = kernels::BatchNormMoments{};  // until the convolution writes them
     }
     if (tail < 0) {

@@ -203,6 +203,10 @@ class Network {
   std::vector<kernels::BatchNormMoments> moments_;
   std::vector<int> moments_conv_;
   std::vector<int> moments_of_;
+  // Whether node j is the convolution of such a pair (it may write the moments).
+  bool WritesMoments(int j) const {
+    return moments_of_[j] >= 0 && moments_conv_[moments_of_[j]] == j;
+  }
 
   Model* model_;
   int batch_;
