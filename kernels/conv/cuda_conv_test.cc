@@ -169,6 +169,8 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 5, 64, 3, 3, 1, 1), 0));    // C > 4
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 32, 3, 3, 1, 1), 0));    // K % 64
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 9, 9, 1, 0), 2));  // 324 values
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 9, 8, 1, 0), 0));  // 36 halves
+  EXPECT_TRUE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 8, 8, 1, 0), 0));   // 32 halves
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 64, 3, 3, 1, 1), 1));    // backward data
   for (const ConvShape& sh :
        {MakeConv(2, 33, 33, 3, 64, 7, 7, 2, 3), MakeConv(1, 9, 7, 1, 64, 3, 3, 1, 1),

@@ -4,9 +4,12 @@
 // percent of the tensor cores' rate: on an H200 at batch 256, 1.5 ms forward and 0.9 ms
 // backward filter, plus 0.17 ms of padding each, about 7% of resnet50's training step.
 //
-// These kernels gather each output pixel's receptive field (its R*S*C input values, C <= 4,
-// zeros outside the image) into shared memory as one row of the im2col matrix, zero-padded to a
-// multiple of 32, and multiply it with the filters by mma.sync (bf16 operands, fp32 sums).
+// The forward kernel stages, per 16 output pixels of one output row, the input window they read
+// (R input rows, coalesced loads, zeros outside the image) and reads the tensor cores' A
+// fragments straight from it: pixel p's values of a filter row start at p * stride * C, so no
+// im2col matrix is built. The backward filter kernel gathers each output pixel's receptive
+// field (R*S*C values, zero-padded to a multiple of 32) into shared memory as one column of the
+// transposed im2col matrix. Both multiply by mma.sync (bf16 operands, fp32 sums).
 // Forward and backward filter only: nothing needs the image's gradient, and layers with more
 // channels belong to cuDNN and the Hopper kernels. ConvCudaPlan times them beside cuDNN's
 // candidates in bf16 plans, pass by pass, as it times the direct fp32 kernels (direct_conv.h).
@@ -25,7 +28,9 @@ struct CudaContext;
 
 // Whether the stem kernels take this shape for the pass (0 forward, 2 backward filter; never
 // 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 64, at most 32
-// values per filter row (S*C) and 256 in all (R*S*C rounded up to 32).
+// values per filter row (S*C); forward, at most 32 filter rows' runs of 8 values
+// (R * ceil(S*C / 8)) and 96 KB of shared memory; backward filter, at most 256 values in all
+// (R*S*C rounded up to 32).
 bool StemConvSupported(const ConvShape& shape, int pass);
 
 // Bytes of workspace a pass needs (backward filter: the blocks' partial filters in fp32).

@@ -1,12 +1,10 @@
 // bf16 convolutions of images with few channels on tensor cores (see stem_conv.h).
 //
-// Forward: a block owns 64 output channels and walks tiles of 128 output pixels (one wave of
-// resident blocks); it copies its 64 filters into B [64][kr] once (a filter's KRSC values are
-// already one contiguous row). Per tile, each of its 128 threads gathers one pixel's receptive
-// field into a row of A [128][kr] in shared memory (column (r * S + s) * C + c, zeros outside
-// the image and past R*S*C; GatherRows), then each warp multiplies its 32 rows by the 64
-// filters with mma.sync.m16n8k16 (2 x 8 tiles, fp32 sums) and stores bf16 pairs. Rows are
-// kr + 8 elements apart, so that the fragment loads of 8 rows x 4 lanes fall in 32 banks.
+// Forward: a block owns 64 output channels, with the filters in shared memory once; each of its
+// warps walks units of two tiles of 16 output pixels of one output row (persistent, one wave of
+// resident blocks), stages the tiles' input windows in its own area of shared memory and reads
+// the A fragments straight from them (StemForwardKernel says how), multiplying with
+// mma.sync.m16n8k16 (fp32 sums) and storing bf16 rows through the same area in 16-byte vectors.
 //
 // Backward filter: dw^T [kr][K] = im2col^T dy, summed over the output pixels. A block owns 64
 // output channels and a fixed range of pixels (one wave of resident blocks), walked 64 at a time:
@@ -19,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "kernels/conv/stem_conv.h"
@@ -30,9 +29,12 @@ namespace topiary::kernels {
 namespace {
 
 constexpr int kTileK = 64;       // output channels per block
-constexpr int kFwdPixels = 128;  // output pixels per forward block: 4 warps x 32
-constexpr int kWgPixels = 64;    // output pixels per backward-filter stage
+constexpr int kTilePixels = 16;  // output pixels of a forward tile: one m16 tile of one row
+constexpr int kWarpTiles = 2;    // forward tiles a warp multiplies together
+constexpr int kFwdWarps = 4;
+constexpr int kWgPixels = 64;  // output pixels per backward-filter stage
 constexpr int kBlockThreads = 128;
+constexpr int kMaxFwdSmem = 96 * 1024;  // at least two forward blocks per multiprocessor
 constexpr int kMaxChannels = 4;
 constexpr int kMaxRow = 256;     // the longest receptive field, rounded up to 32
 constexpr int kMaxSegment = 32;  // the most values of one filter row (S * C)
@@ -42,6 +44,7 @@ int RoundUp32(int v) { return (v + 31) / 32 * 32; }
 struct Geometry {
   int h, w, c, k, r, s, stride_h, stride_w, pad_h, pad_w, ho, wo;
   int64_t pixels;  // N * Ho * Wo
+  int64_t rows;    // N * Ho
   int patch;       // R * S * C
   int kr;          // patch rounded up to 32: the reduction (forward) or the rows (backward)
 };
@@ -51,7 +54,8 @@ Geometry MakeGeometry(const ConvShape& s) {
   g.h = s.h, g.w = s.w, g.c = s.c, g.k = s.k, g.r = s.r, g.s = s.s;
   g.stride_h = s.stride_h, g.stride_w = s.stride_w, g.pad_h = s.pad_h, g.pad_w = s.pad_w;
   g.ho = s.ho(), g.wo = s.wo();
-  g.pixels = static_cast<int64_t>(s.n) * g.ho * g.wo;
+  g.rows = static_cast<int64_t>(s.n) * g.ho;
+  g.pixels = g.rows * g.wo;
   g.patch = s.patch();
   g.kr = RoundUp32(g.patch);
   return g;
@@ -127,58 +131,243 @@ __device__ void GatherRows(const Geometry& g, const uint16_t* __restrict__ x, in
   }
 }
 
-__global__ void __launch_bounds__(kBlockThreads)
-    StemForwardKernel(Geometry g, const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
-                      __nv_bfloat16* __restrict__ y) {
-  extern __shared__ __align__(16) uint16_t smem[];
-  const int ld = g.kr + 8;
-  uint16_t* a = smem;                    // [kFwdPixels][ld]: the pixels' receptive fields
-  uint16_t* b = smem + kFwdPixels * ld;  // [kTileK][ld]: the filters
-  const int t = threadIdx.x;
-  const int k0 = blockIdx.y * kTileK;
-  // The block's filters and the columns past the patch, once for all its tiles.
-  for (int i = t; i < kTileK * g.kr; i += kBlockThreads) {
-    const int n = i / g.kr, j = i - n * g.kr;
-    b[n * ld + j] = j < g.patch ? w[static_cast<int64_t>(k0 + n) * g.patch + j] : uint16_t{0};
+// The forward pass's layout. K (the reduction) is a sequence of halves, 8 values each: filter
+// row r's S*C values are its halves r * hr .. r * hr + hr - 1 (hr = ceil(S*C / 8), the last one
+// zero-padded), so that half h reads values (h % hr) * 8 .. + 7 of filter row h / hr, and the
+// halves are padded to an even count (whole k16 steps; the padding half is zero in B).
+struct Halves {
+  int hr;     // halves per filter row
+  int count;  // R * hr rounded up to even
+  int sc;     // stride_w * C: the values between neighbouring pixels' fields in a window row
+  int lr;     // elements of a window row: a tile's 16 fields of one filter row, all halves
+  int ldb;    // elements between filters in shared memory
+};
+
+Halves MakeHalves(const ConvShape& s) {
+  Halves v;
+  v.hr = (s.s * s.c + 7) / 8;
+  v.count = (s.r * v.hr + 1) / 2 * 2;
+  v.sc = s.stride_w * s.c;
+  v.lr = ((kTilePixels - 1) * v.sc + v.hr * 8 + 1) / 2 * 2;
+  v.ldb = v.count * 8 + 8;  // 16 bytes more than whole k16 steps: ldmatrix's rows in distinct banks
+  return v;
+}
+
+// Forward tiles: 16 output pixels of one output row each.
+__host__ __device__ inline int64_t FwdTiles(const Geometry& g) {
+  return g.rows * ((g.wo + kTilePixels - 1) / kTilePixels);
+}
+
+// Elements of one warp's window area: its tiles' windows, or the output staging
+// [kWarpTiles * 16 pixels][kTileK + 8] that reuses it after the multiply (rounded to 8: every
+// area starts 16-byte aligned).
+__host__ __device__ int WarpArea(const Geometry& g, const Halves& v) {
+  const int windows = kWarpTiles * g.r * v.lr;
+  const int out = kWarpTiles * kTilePixels * (kTileK + 8);
+  return ((windows > out ? windows : out) + 7) / 8 * 8;
+}
+
+// Two neighbouring bf16 values from shared memory as one register (the first in the low half);
+// kEven: p is 4-byte aligned.
+template <bool kEven>
+__device__ __forceinline__ uint32_t Pair(const uint16_t* p) {
+  if constexpr (kEven) {
+    return Lds32(p);
+  } else {
+    return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 16;
   }
-  uint16_t* row = a + t * ld;
-  for (int j = g.patch; j < g.kr; ++j) row[j] = 0;
-  const int warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
-  const int64_t tiles = (g.pixels + kFwdPixels - 1) / kFwdPixels;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t pix0 = tile * kFwdPixels;
-    GatherRows<2>(g, x, pix0 + t, pix0 + t < g.pixels, 0, g.r, row, 1);
-    __syncthreads();
-    float acc[2][8][4] = {};
-    for (int kk = 0; kk < g.kr; kk += 16) {
-      uint32_t af[2][4];
+}
+
+// Four 8x8 bf16 matrices from shared memory: lanes 8i..8i+7 give matrix i's rows.
+__device__ __forceinline__ void LdMatrixX4(const uint16_t* row, uint32_t (&r)[4]) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+// Where a forward tile (16 output pixels of one output row) lies. Tiles are counted in 32 bits
+// (StemConvSupported): one division by a 32-bit divisor is a few instructions, a 64-bit one
+// dozens, and every unit locates two tiles.
+struct FwdTile {
+  int64_t first;           // its first output pixel (n, ho, wo0) in NHW order
+  int n, ho, wo0, pixels;  // pixels: how many of the 16 are in the row (0: past the end)
+};
+
+__device__ FwdTile LocateTile(const Geometry& g, unsigned tile, unsigned tiles) {
+  FwdTile f{0, 0, 0, 0, 0};
+  if (tile >= tiles) return f;
+  const unsigned per_row = (g.wo + kTilePixels - 1) / kTilePixels;
+  const unsigned row = tile / per_row;
+  f.wo0 = static_cast<int>(tile - row * per_row) * kTilePixels;
+  f.ho = static_cast<int>(row % static_cast<unsigned>(g.ho));
+  f.n = static_cast<int>(row / static_cast<unsigned>(g.ho));
+  f.first = static_cast<int64_t>(row) * g.wo + f.wo0;
+  f.pixels = min(kTilePixels, g.wo - f.wo0);
+  return f;
+}
+
+// The warp's tiles' windows: row r of a tile's window holds input row ho * stride - pad + r
+// from element column (wo0 * stride - pad) * C on, lr values (zeros outside the image), so that
+// pixel p's field of that filter row starts at p * sc. A lane takes the pairs of values at
+// word i = lane and lane + 32 of kStageRows rows of every tile (coalesced loads, one 4-byte
+// store each) and issues all their loads before it stores them: the warp waits on memory once
+// per kStageRows rows. The columns' image edges are tested once for all rows.
+constexpr int kStageRows = 4;
+
+__device__ void StageWindows(const Geometry& g, const Halves& v, const uint16_t* __restrict__ x,
+                             const FwdTile (&tile)[kWarpTiles], uint16_t* area, int lane) {
+  const int row_values = g.w * g.c;
+  const int lw = v.lr / 2, words = g.r * lw;  // 4-byte words of a window row and a window
+  auto* out = reinterpret_cast<uint32_t*>(area);
+  for (int i0 = 0; i0 < lw; i0 += 64) {
+    bool lo_ok[kWarpTiles][2], hi_ok[kWarpTiles][2];
+    int e[kWarpTiles][2];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        LoadA(a + (warp * 32 + mt * 16) * ld + kk, ld, qr, qc, af[mt]);
-      }
+    for (int t = 0; t < kWarpTiles; ++t) {
+      const int col0 = (tile[t].wo0 * g.stride_w - g.pad_w) * g.c;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const uint16_t* q = b + (nt * 8 + qr) * ld + kk + qc;
-        const uint32_t b0 = Lds32(q), b1 = Lds32(q + 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) Mma(acc[mt][nt], af[mt], b0, b1);
+      for (int sl = 0; sl < 2; ++sl) {
+        const int i = i0 + lane + 32 * sl;
+        e[t][sl] = col0 + 2 * i;
+        lo_ok[t][sl] = i < lw && e[t][sl] >= 0 && e[t][sl] < row_values;
+        hi_ok[t][sl] = i < lw && e[t][sl] + 1 >= 0 && e[t][sl] + 1 < row_values;
       }
     }
-    __syncthreads();  // every warp has read the tile before the next gather overwrites it
+    for (int r0 = 0; r0 < g.r; r0 += kStageRows) {
+      uint32_t val[kStageRows][kWarpTiles][2];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+      for (int rr = 0; rr < kStageRows; ++rr) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t p = pix0 + warp * 32 + mt * 16 + half * 8 + qr;
-        if (p >= g.pixels) continue;
-        __nv_bfloat16* out = y + p * g.k + k0 + qc;
+        for (int t = 0; t < kWarpTiles; ++t) {
+          const int h = tile[t].ho * g.stride_h - g.pad_h + r0 + rr;
+          const bool in = r0 + rr < g.r && tile[t].pixels > 0 && h >= 0 && h < g.h;
+          // 32-bit offsets (StemConvSupported: the image has fewer than 2^31 values), so that a
+          // load's address is one multiply-add from x.
+          const int row = (tile[t].n * g.h + (in ? h : 0)) * row_values;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          *reinterpret_cast<__nv_bfloat162*>(out + nt * 8) =
-              __floats2bfloat162_rn(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+          for (int sl = 0; sl < 2; ++sl) {
+            const uint16_t* p = x + (row + e[t][sl]);
+            const uint32_t lo = in && lo_ok[t][sl] ? __ldg(p) : 0u;
+            const uint32_t hi = in && hi_ok[t][sl] ? __ldg(p + 1) : 0u;
+            val[rr][t][sl] = lo | hi << 16;
+          }
+        }
+      }
+#pragma unroll
+      for (int rr = 0; rr < kStageRows; ++rr) {
+        if (r0 + rr >= g.r) break;
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+          const int i = i0 + lane + 32 * sl;
+          if (i >= lw) continue;
+#pragma unroll
+          for (int t = 0; t < kWarpTiles; ++t) out[t * words + (r0 + rr) * lw + i] = val[rr][t][sl];
         }
       }
     }
+  }
+}
+
+// Forward: each warp walks units of kWarpTiles tiles (16 output pixels of one output row each)
+// for the block's 64 output channels. It stages the tiles' windows (StageWindows) in its own
+// area of shared memory and reads the A fragments straight from them: pixel p's values of half h
+// are window row h / hr at p * sc + (h % hr) * 8, no im2col. The filters are in shared memory
+// once per block, in the halves' order, read with ldmatrix. The fp32 sums go out through the
+// same area as bf16 rows of 64 channels, in 16-byte stores. kEven: sc is even, so every pair a
+// fragment register takes is 4-byte aligned.
+template <bool kEven>
+__global__ void __launch_bounds__(kBlockThreads, 4)
+    StemForwardKernel(Geometry g, Halves v, const uint16_t* __restrict__ x,
+                      const uint16_t* __restrict__ w, __nv_bfloat16* __restrict__ y) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* b = smem;  // [kTileK][ldb]: the filters, by halves
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
+  uint16_t* area = smem + kTileK * v.ldb + warp * WarpArea(g, v);
+  const int k0 = blockIdx.y * kTileK;
+  const int seg = g.s * g.c;
+  for (int i = t; i < kTileK * v.count * 8; i += kBlockThreads) {
+    const int n = i / (v.count * 8), k = i - n * v.count * 8, h = k / 8;
+    const int r = h / v.hr, j = (h - r * v.hr) * 8 + k % 8;
+    b[n * v.ldb + k] =
+        r < g.r && j < seg ? w[static_cast<int64_t>(k0 + n) * g.patch + r * seg + j] : uint16_t{0};
+  }
+  __syncthreads();
+  const unsigned tiles = static_cast<unsigned>(FwdTiles(g));
+  const unsigned units = (tiles + kWarpTiles - 1) / kWarpTiles;
+  const int halves = g.r * v.hr;
+  const int lane_at = qc + qr * v.sc;  // the lane's pixel and value pair in a half
+  // The lane's row of ldmatrix's four matrices (LdMatrixX4's order) in the first k16 step.
+  const uint16_t* b_lane = b + ((lane / 16) * 8 + lane % 8) * v.ldb + ((lane / 8) % 2) * 8;
+  for (unsigned unit = blockIdx.x * kFwdWarps + warp; unit < units; unit += gridDim.x * kFwdWarps) {
+    FwdTile tile[kWarpTiles];
+#pragma unroll
+    for (int i = 0; i < kWarpTiles; ++i) tile[i] = LocateTile(g, unit * kWarpTiles + i, tiles);
+    StageWindows(g, v, x, tile, area, lane);
+    __syncwarp();
+    float acc[kWarpTiles][8][4] = {};
+    // The window offset of the next half (its filter row's, plus 8 per earlier run of the row)
+    // and its run within the row, advanced half by half: no division in the loop.
+    int off = 0, run = 0;
+    auto next_half = [&] {
+      const int at = off;
+      if (++run == v.hr) {
+        run = 0;
+        off += v.lr - (v.hr - 1) * 8;
+      } else {
+        off += 8;
+      }
+      return at;
+    };
+    for (int step = 0; step < v.count / 2; ++step) {
+      uint32_t bf[8][2];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        // Matrices 0, 1: filters 16q..16q+7, the step's two halves; 2, 3: filters 16q+8..16q+15.
+        uint32_t m[4];
+        LdMatrixX4(b_lane + q * 16 * v.ldb + step * 16, m);
+        bf[2 * q][0] = m[0], bf[2 * q][1] = m[1], bf[2 * q + 1][0] = m[2], bf[2 * q + 1][1] = m[3];
+      }
+      // The step's two halves; a padding half (zero filters) reads the first row, not past the
+      // window.
+      const int at0 = next_half() + lane_at;
+      const int at1 = (2 * step + 1 < halves ? next_half() : 0) + lane_at;
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+        const uint16_t* win = area + i * g.r * v.lr;
+        const uint32_t a[4] = {Pair<kEven>(win + at0), Pair<kEven>(win + at0 + 8 * v.sc),
+                               Pair<kEven>(win + at1), Pair<kEven>(win + at1 + 8 * v.sc)};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) Mma(acc[i][nt], a, bf[nt][0], bf[nt][1]);
+      }
+    }
+    __syncwarp();  // every lane has read the windows before the sums overwrite them
+    constexpr int ldo = (kTileK + 8) / 2;  // words per staged pixel: 16 + 128 bytes
+    auto* out = reinterpret_cast<uint32_t*>(area);
+#pragma unroll
+    for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int p = i * kTilePixels + half * 8 + qr;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const __nv_bfloat162 o =
+              __floats2bfloat162_rn(acc[i][nt][2 * half], acc[i][nt][2 * half + 1]);
+          out[p * ldo + nt * 4 + qc / 2] = *reinterpret_cast<const uint32_t*>(&o);
+        }
+      }
+    }
+    __syncwarp();
+    // 8 lanes per pixel, 16 bytes each: a warp stores four pixels' 64 channels at a time.
+#pragma unroll
+    for (int it = 0; it < kWarpTiles * kTilePixels / 4; ++it) {
+      const int i = it * 4 / kTilePixels, q = it * 4 % kTilePixels + lane / 8, p = i * 16 + q;
+      if (q < tile[i].pixels) {
+        *reinterpret_cast<uint4*>(y + (tile[i].first + q) * g.k + k0 + (lane % 8) * 8) =
+            *reinterpret_cast<const uint4*>(out + p * ldo + (lane % 8) * 4);
+      }
+    }
+    __syncwarp();  // the stores have read the area before the next unit's windows
   }
 }
 
@@ -287,24 +476,13 @@ __global__ void __launch_bounds__(1024)
   dw[e] = __float2bfloat16_rn(total);
 }
 
-size_t ForwardSmem(const Geometry& g) {
-  return static_cast<size_t>(kFwdPixels + kTileK) * (g.kr + 8) * sizeof(uint16_t);
+size_t ForwardSmem(const Geometry& g, const Halves& v) {
+  return (static_cast<size_t>(kTileK) * v.ldb + static_cast<size_t>(kFwdWarps) * WarpArea(g, v)) *
+         sizeof(uint16_t);
 }
 size_t WgradSmem(const Geometry& g) {
   return (static_cast<size_t>(g.kr) * (kWgPixels + 8) + kWgPixels * (kTileK + 8)) *
          sizeof(uint16_t);
-}
-
-// Blocks of `kernel` with `smem` bytes of shared memory that one multiprocessor holds at once
-// (asked each time: the shared memory varies with the shape).
-int Resident(const void* kernel, size_t smem) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kBlockThreads, smem) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    n = 1;
-  }
-  return std::max(n, 1);
 }
 
 // Blocks along the pixels for `per_wave` resident blocks over the channel tiles: one wave
@@ -325,7 +503,8 @@ struct WgradSplit {
 };
 WgradSplit SplitPixels(const Geometry& g, int sm_count) {
   const int64_t stages = (g.pixels + kWgPixels - 1) / kWgPixels;
-  const int64_t want = OneWave(g, stages, sm_count, Resident(WgradKernel(g.kr / 32), WgradSmem(g)));
+  const int64_t want = OneWave(
+      g, stages, sm_count, ResidentBlocksOf(WgradKernel(g.kr / 32), kBlockThreads, WgradSmem(g)));
   const int64_t per_block = (stages + want - 1) / want * kWgPixels;
   return {static_cast<int>((g.pixels + per_block - 1) / per_block), per_block};
 }
@@ -346,9 +525,19 @@ const void* WgradKernel(int mt) {
 }  // namespace
 
 bool StemConvSupported(const ConvShape& shape, int pass) {
-  return (pass == 0 || pass == 2) && CheckConvShape(shape).ok() && shape.c >= 1 &&
-         shape.c <= kMaxChannels && shape.k % kTileK == 0 && shape.s * shape.c <= kMaxSegment &&
-         RoundUp32(shape.patch()) <= kMaxRow;
+  if (!CheckConvShape(shape).ok() || shape.c < 1 || shape.c > kMaxChannels ||
+      shape.k % kTileK != 0 || shape.s * shape.c > kMaxSegment) {
+    return false;
+  }
+  if (pass == 0) {
+    const Halves v = MakeHalves(shape);
+    const Geometry g = MakeGeometry(shape);
+    constexpr int64_t kMax32 = std::numeric_limits<int>::max();
+    return v.count * 8 <= kMaxRow && ForwardSmem(g, v) <= kMaxFwdSmem &&
+           FwdTiles(g) + kWarpTiles * kFwdWarps <= kMax32 &&
+           static_cast<int64_t>(shape.n) * shape.h * shape.w * shape.c < kMax32;
+  }
+  return pass == 2 && RoundUp32(shape.patch()) <= kMaxRow;
 }
 
 size_t StemConvWorkspaceBytes(const ConvShape& shape, int pass, int sm_count) {
@@ -362,16 +551,27 @@ absl::Status StemConvForwardCuda(const ConvShape& shape, const Bf16* x, const Bf
   if (!StemConvSupported(shape, 0)) {
     return absl::InvalidArgumentError("stem conv forward: shape not supported");
   }
+  if (!Aligned16(y)) return absl::InvalidArgumentError("stem conv forward: y not 16-byte aligned");
   const Geometry g = MakeGeometry(shape);
-  const int smem = static_cast<int>(ForwardSmem(g));
-  AllowDynamicSmem<StemForwardKernel>(smem);
-  const int64_t tiles = (g.pixels + kFwdPixels - 1) / kFwdPixels;
-  const int64_t blocks = OneWave(g, tiles, ctx.sm_count,
-                                 Resident(reinterpret_cast<const void*>(StemForwardKernel), smem));
-  StemForwardKernel<<<dim3(static_cast<unsigned>(blocks), g.k / kTileK), kBlockThreads, smem,
-                      ctx.stream>>>(g, reinterpret_cast<const uint16_t*>(x),
-                                    reinterpret_cast<const uint16_t*>(w),
-                                    reinterpret_cast<__nv_bfloat16*>(y));
+  const Halves v = MakeHalves(shape);
+  const int smem = static_cast<int>(ForwardSmem(g, v));
+  const int64_t tiles = FwdTiles(g);
+  const int64_t blocks_needed = (tiles + kWarpTiles * kFwdWarps - 1) / (kWarpTiles * kFwdWarps);
+  auto launch = [&](auto kernel_tag) {
+    constexpr auto kernel = decltype(kernel_tag)::kKernel;
+    AllowDynamicSmem<kernel>(smem);
+    const int64_t blocks =
+        OneWave(g, blocks_needed, ctx.sm_count,
+                ResidentBlocksOf(reinterpret_cast<const void*>(kernel), kBlockThreads, smem));
+    kernel<<<dim3(static_cast<unsigned>(blocks), g.k / kTileK), kBlockThreads, smem, ctx.stream>>>(
+        g, v, reinterpret_cast<const uint16_t*>(x), reinterpret_cast<const uint16_t*>(w),
+        reinterpret_cast<__nv_bfloat16*>(y));
+  };
+  if (v.sc % 2 == 0) {
+    launch(KernelTag<StemForwardKernel<true>>{});
+  } else {
+    launch(KernelTag<StemForwardKernel<false>>{});
+  }
   return LaunchStatus("stem conv forward");
 }
 
@@ -390,10 +590,10 @@ absl::Status StemConvBackwardFilterCuda(const ConvShape& shape, const Bf16* x, c
   auto* part = static_cast<float*>(workspace);
   const void* kernel = WgradKernel(g.kr / 32);
   const int smem = static_cast<int>(WgradSmem(g));
-  // Under the default 48 KB; set anyway, as AllowDynamicSmem would, should the rows grow.
-  TOPIARY_RETURN_IF_ERROR(
-      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                 "stem conv backward filter"));
+  // At most 256 rows of 72 values and 64 x 72 more: under the 48 KB a launch may take
+  // without raising the kernel's limit.
+  static_assert((kMaxRow * (kWgPixels + 8) + kWgPixels * (kTileK + 8)) * sizeof(uint16_t) <=
+                48 * 1024);
   Geometry arg = g;
   int64_t per_block = split.per_block;
   void* args[] = {&arg, &xs, &dys, &per_block, &part};

@@ -83,16 +83,17 @@ __device__ void FinishChannel(const BatchNormShape& sh, int ch, double n, double
       static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
 }
 
-// Per channel (MergeGrid, MergeBlock): merges the slices (MergeSlices, in double), then either
-// finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2) into
-// rank_moments[3][C] for the gather.
+// Per channel (MergeGrid, MergeBlock): merges the slices (MergeSliceMoments, in double), then
+// either finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2)
+// into rank_moments[3][C] for the gather.
 __global__ void __launch_bounds__(kMergeThreads)
     FinishMomentsKernel(BatchNormShape sh, int slices, const float* part, const float* gamma,
                         const float* beta, float* running_mean, float* running_var,
                         float* save_mean, float* save_inv_std, float* coef, double* rank_moments) {
   const int ch = blockIdx.x * kMergeC + threadIdx.x;
   double v[3];
-  if (!MergeSlices(sh.c, slices, part, ch, FoldMoments{}, v)) return;
+  MergeSliceMoments(sh.c, slices, part, ch, v);
+  if (threadIdx.y != 0 || ch >= sh.c) return;
   if (rank_moments != nullptr) {
     rank_moments[ch] = v[0];
     rank_moments[sh.c + ch] = v[1];

@@ -48,50 +48,33 @@ __device__ __forceinline__ bool ReluPasses(float x, float scale, float shift) {
 // The kernels that merge each channel's slices ([P][slices][C] partials, P planes) take
 // kMergeC neighbouring channels per block, so that a warp reads 32 consecutive floats of a
 // slice (one coalesced access where a block per channel read one float per 32-byte sector), and
-// kMergeLanes lanes of slices: lane l folds slices l, l + kMergeLanes, ... in that order (in
-// double, loads batched ahead of the folds), then the lanes meet along a fixed binary tree in
-// shared memory. The same order on every run: the same bits.
+// kMergeLanes lanes of slices: lane l adds the terms of slices l, l + kMergeLanes, ... in that
+// order (in double, kMergeBatch slices' loads in flight before they are added), then the lanes
+// meet along a fixed binary tree in shared memory. The same order on every run: the same bits.
+// Every merge is one sum (MergeSliceMoments: no division per slice, where Chan's pairwise
+// merge of (count, mean, M2) takes two).
 constexpr int kMergeC = 32;
 constexpr int kMergeLanes = 32;
+constexpr int kMergeBatch = 8;
 inline dim3 MergeGrid(int c) { return dim3((c + kMergeC - 1) / kMergeC); }
 constexpr int kMergeThreads = kMergeC * kMergeLanes;  // __launch_bounds__: 64 registers
 inline dim3 MergeBlock() { return dim3(kMergeC, kMergeLanes); }
 
-// The two folds: Chan's merge of (count, mean, M2) summaries (an empty one, count 0, adds
-// nothing) and plain sums.
-struct FoldMoments {
-  static constexpr int kPlanes = 3;
-  template <typename F>
-  __device__ void operator()(double (&v)[3], const F (&o)[3]) const {
-    MergeMoments(v[0], v[1], v[2], static_cast<double>(o[0]), static_cast<double>(o[1]),
-                 static_cast<double>(o[2]));
-  }
-};
-struct FoldSums {
-  static constexpr int kPlanes = 2;
-  template <typename F>
-  __device__ void operator()(double (&v)[2], const F (&o)[2]) const {
-    v[0] += o[0];
-    v[1] += o[1];
-  }
-};
-
-// Folds channel ch's slices of part (a block of MergeBlock(), blockIdx.x the channel tile) into
-// v. True in the one thread per channel that holds the result; every thread of the block must
-// call it (it synchronizes the block).
-template <typename Fold>
-__device__ bool MergeSlices(int c, int slices, const float* __restrict__ part, int ch, Fold fold,
-                            double (&v)[Fold::kPlanes]) {
-  constexpr int P = Fold::kPlanes;
-  constexpr int kBatch = 4;  // slices whose loads are in flight before they are folded
-  __shared__ double lanes[P][kMergeLanes][kMergeC];
+// Sums term(slice's P partials) over channel ch's slices of part into v (a block of
+// MergeBlock(), blockIdx.x the channel tile; the partials of a slice past the end count as
+// zeros and are not added). Every thread of the block calls it (it synchronizes the block), and
+// every thread of channel ch gets the sums.
+template <int P, int Q, typename Term>
+__device__ void SumSlices(int c, int slices, const float* __restrict__ part, int ch, Term term,
+                          double (&v)[Q]) {
+  __shared__ double lanes[Q][kMergeLanes][kMergeC];
   const size_t plane = static_cast<size_t>(slices) * c;
-  for (int p = 0; p < P; ++p) v[p] = 0.0;
+  for (int q = 0; q < Q; ++q) v[q] = 0.0;
   if (ch < c) {
-    for (int first = threadIdx.y; first < slices; first += kBatch * kMergeLanes) {
-      float b[kBatch][P];
+    for (int first = threadIdx.y; first < slices; first += kMergeBatch * kMergeLanes) {
+      float b[kMergeBatch][P];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
+      for (int k = 0; k < kMergeBatch; ++k) {
         const int s = first + k * kMergeLanes;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
@@ -99,21 +82,64 @@ __device__ bool MergeSlices(int c, int slices, const float* __restrict__ part, i
         }
       }
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) fold(v, b[k]);  // a zero padding adds nothing
+      for (int k = 0; k < kMergeBatch; ++k) {
+        if (first + k * kMergeLanes < slices) term(b[k], v);
+      }
     }
   }
-  for (int p = 0; p < P; ++p) lanes[p][threadIdx.y][threadIdx.x] = v[p];
+  for (int q = 0; q < Q; ++q) lanes[q][threadIdx.y][threadIdx.x] = v[q];
   __syncthreads();
   for (int stride = kMergeLanes / 2; stride > 0; stride /= 2) {
     if (threadIdx.y < stride) {
-      double o[P];
-      for (int p = 0; p < P; ++p) o[p] = lanes[p][threadIdx.y + stride][threadIdx.x];
-      fold(v, o);
-      for (int p = 0; p < P; ++p) lanes[p][threadIdx.y][threadIdx.x] = v[p];
+      for (int q = 0; q < Q; ++q) {
+        lanes[q][threadIdx.y][threadIdx.x] += lanes[q][threadIdx.y + stride][threadIdx.x];
+      }
     }
     __syncthreads();
   }
-  return threadIdx.y == 0 && ch < c;
+  for (int q = 0; q < Q; ++q) v[q] = lanes[q][0][threadIdx.x];
+  __syncthreads();  // the next call's lanes overwrite these
+}
+
+// Channel ch's (count, mean, M2) from its slices' (count, mean, M2) partials, in one ordered
+// sum with no division per slice: around a shift K (slice 0's mean where it has rows, which is
+// within a few standard deviations of the channel's), with d_i = mean_i - K, the sums
+// N = sum n_i, S = sum n_i d_i and Q = sum M2_i + n_i d_i^2 give mean = K + S / N and
+// M2 = Q - S^2 / N, the exact decomposition of the sum of squares (S / N is small beside
+// the spread, so nothing cancels). Empty slices add nothing, whatever their mean and M2 hold
+// (an epilogue may leave NaN there).
+__device__ inline void MergeSliceMoments(int c, int slices, const float* part, int ch,
+                                         double (&v)[3]) {
+  const size_t plane = static_cast<size_t>(slices) * c;
+  const bool first_rows = ch < c && part[ch] > 0.0f;
+  const double shift = first_rows ? part[plane + ch] : 0.0;
+  double s[3];
+  SumSlices<3>(
+      c, slices, part, ch,
+      [shift](const float(&b)[3], double(&t)[3]) {
+        if (b[0] == 0.0f) return;
+        const double d = b[1] - shift, nd = b[0] * d;
+        t[0] += b[0];
+        t[1] += nd;
+        t[2] += b[2] + nd * d;
+      },
+      s);
+  const double md = s[0] > 0.0 ? s[1] / s[0] : 0.0;
+  v[0] = s[0];
+  v[1] = shift + md;
+  v[2] = fmax(s[2] - s[1] * md, 0.0);
+}
+
+// Channel ch's two sums (of g and g * xhat) over its slices.
+__device__ inline void MergeSliceSums(int c, int slices, const float* part, int ch,
+                                      double (&v)[2]) {
+  SumSlices<2>(
+      c, slices, part, ch,
+      [](const float(&b)[2], double(&s)[2]) {
+        s[0] += b[0];
+        s[1] += b[1];
+      },
+      v);
 }
 
 // Vector forms of the per-element kernels (kernels/runtime/cuda_launch.cuh), used when C is a
@@ -264,7 +290,8 @@ __global__ void __launch_bounds__(kMergeThreads)
                      double* rank_sums) {
   const int ch = blockIdx.x * kMergeC + threadIdx.x;
   double v[2];
-  if (!MergeSlices(sh.c, slices, part, ch, FoldSums{}, v)) return;
+  MergeSliceSums(sh.c, slices, part, ch, v);
+  if (threadIdx.y != 0 || ch >= sh.c) return;
   const double a = v[0], b = v[1];
   dbeta[ch] = static_cast<float>(a);
   dgamma[ch] = static_cast<float>(b);

@@ -23,6 +23,17 @@ inline int BlocksFor(int64_t n, int sm_count) {
   return static_cast<int>(std::max<int64_t>(1, std::min(needed, cap)));
 }
 
+// Blocks of `kernel` with `threads` threads and `smem` bytes of dynamic shared memory that one
+// multiprocessor holds at once; at least 1 (a failed query leaves the launch to report).
+inline int ResidentBlocksOf(const void* kernel, int threads, size_t smem) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; a launch with a bad configuration reports it
+    n = 1;
+  }
+  return std::max(n, 1);
+}
+
 // Blocks of `threads` threads that one multiprocessor holds at once for `Kernel` (its registers
 // and shared memory decide), asked of the runtime once per kernel (a process's GPUs are one
 // model): a kernel must always be launched with the same block size through these helpers.
@@ -31,11 +42,7 @@ int ResidentBlocks(int threads) {
   static std::atomic<int> resident{0};  // 0: not asked yet
   int n = resident.load(std::memory_order_relaxed);
   if (n == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, 0) != cudaSuccess) {
-      cudaGetLastError();  // not sticky; a launch with a bad configuration reports it
-      n = 1;
-    }
-    n = std::max(n, 1);
+    n = ResidentBlocksOf(reinterpret_cast<const void*>(Kernel), threads, 0);
     resident.store(n, std::memory_order_relaxed);
   }
   return n;
