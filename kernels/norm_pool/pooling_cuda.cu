@@ -1,4 +1,9 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
 #include <cfloat>
+#include <climits>
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/norm_pool/pooling.h"
@@ -112,43 +117,106 @@ __device__ inline void LoadBytes(const uint8_t* p, uint8_t (&b)[V]) {
   memcpy(b, &w, V);
 }
 
+// The max-pool forward kernel's threads: each keeps one column j of a row of `cols` vectors (the
+// grid has a multiple of `cols` threads, RowWalkThreads) and walks the rows of every image, a
+// fixed step apart, tracking (image, row) without a division per step; the column's indices
+// and window bounds are worked out once per thread. (The backward kernel walked this way too
+// moved 20% more DRAM bytes, neighbouring input rows no longer read together, and ran 0.81-0.86
+// ms against 0.70 on an H200: it keeps its flat index.)
+struct RowWalk {
+  int j, n, row;         // the column; the current image and row in it
+  int step_n, step_row;  // the step, as whole images and rows
+  int rows;              // rows per image
+  __device__ RowWalk(int64_t threads, int cols, int rows_per_image) : rows(rows_per_image) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t first = t < threads ? t / cols : INT64_MAX / 2;  // past every image if idle
+    const int64_t step = threads / cols;
+    j = static_cast<int>(t % cols);
+    n = first / rows < INT_MAX ? static_cast<int>(first / rows) : INT_MAX;  // idle: loops never
+    row = static_cast<int>(first % rows);
+    step_n = static_cast<int>(step / rows);
+    step_row = static_cast<int>(step % rows);
+  }
+  __device__ void Next() {
+    n += step_n;
+    row += step_row;
+    if (row >= rows) row -= rows, ++n;
+  }
+};
+
+// Threads for a RowWalk over rows of `cols` vectors: a wave of resident blocks, rounded down
+// to whole rows (at least one row).
+template <auto Kernel>
+int64_t RowWalkThreads(int cols, int sm_count) {
+  const int64_t wave =
+      static_cast<int64_t>(std::max(sm_count, 1)) * ResidentBlocks<Kernel>(kThreads) * kThreads;
+  return std::max<int64_t>(1, wave / cols) * cols;
+}
+
+// One window position of the bf16 max: the 8 values v (4 bf16 pairs) against the running
+// maxima acc; where v is greater (an ordered comparison: NaN never wins, as in the float
+// form), acc takes v and the channel's argmax byte takes pos (pos4: pos in every byte).
+__device__ __forceinline__ void MaxStep(const uint4& v, uint4& acc, uint2& best, uint32_t pos4) {
+  uint32_t* a = &acc.x;
+  const uint32_t* x = &v.x;
+  uint32_t m[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    m[k] = __hgt2_mask(*reinterpret_cast<const __nv_bfloat162*>(&x[k]),
+                       *reinterpret_cast<const __nv_bfloat162*>(&a[k]));
+    a[k] = (x[k] & m[k]) | (a[k] & ~m[k]);
+  }
+  // A byte per channel from the pairs' 16-bit masks: bytes 0 and 2 of each.
+  const uint32_t b0 = __byte_perm(m[0], m[1], 0x6420), b1 = __byte_perm(m[2], m[3], 0x6420);
+  best.x = (pos4 & b0) | (best.x & ~b0);
+  best.y = (pos4 & b1) | (best.y & ~b1);
+}
+
 template <typename T>
-__global__ void MaxPoolForwardVecKernel(PoolShape sh, const T* __restrict__ x, T* __restrict__ y,
-                                        uint8_t* __restrict__ argmax) {
+__global__ void MaxPoolForwardVecKernel(PoolShape sh, int64_t threads, const T* __restrict__ x,
+                                        T* __restrict__ y, uint8_t* __restrict__ argmax) {
   constexpr int V = kVec<T>;
-  const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
-  const unsigned total = sh.n * ho * wo * cv;
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const unsigned cb = (i % cv) * V;
-    unsigned rest = i / cv;
-    const int ow = rest % wo;
-    rest /= wo;
-    const int oh = rest % ho;
-    const unsigned n = rest / ho;
-    int h0, h1, w0, w1;
-    Window(sh, oh, ow, &h0, &h1, &w0, &w1);
-    const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
-    float acc[V], v[V];
-    uint8_t best[V];
+  const int cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
+  RowWalk at(threads, wo * cv, ho);
+  const int ow = at.j / cv, cb = (at.j - ow * cv) * V;
+  const int ws = ow * sh.stride_w - sh.pad_w;
+  const int w0 = max(ws, 0), w1 = min(ws + sh.s, sh.w);
+  for (; at.n < sh.n; at.Next()) {
+    const int hs = at.row * sh.stride_h - sh.pad_h;
+    const int h0 = max(hs, 0), h1 = min(hs + sh.r, sh.h);
+    const T* img = x + (static_cast<int64_t>(at.n) * sh.h * sh.w) * sh.c + cb;
+    const int64_t o = ((static_cast<int64_t>(at.n) * ho + at.row) * wo + ow) * sh.c + cb;
+    const auto first = static_cast<uint8_t>((h0 - hs) * sh.s + (w0 - ws));
+    if constexpr (std::is_same_v<T, Bf16>) {
+      uint4 acc = make_uint4(0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u);  // -inf
+      uint2 best = make_uint2(first * 0x01010101u, first * 0x01010101u);
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          const uint4 v =
+              *reinterpret_cast<const uint4*>(img + (static_cast<int64_t>(ih) * sh.w + iw) * sh.c);
+          MaxStep(v, acc, best, ((ih - hs) * sh.s + (iw - ws)) * 0x01010101u);
+        }
+      }
+      *reinterpret_cast<uint4*>(y + o) = acc;
+      if (argmax != nullptr) *reinterpret_cast<uint2*>(argmax + o) = best;
+    } else {
+      float acc[V], v[V];
+      uint8_t best[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      acc[k] = -FLT_MAX;
-      best[k] = static_cast<uint8_t>((h0 - hs) * sh.s + (w0 - ws));
-    }
-    for (int ih = h0; ih < h1; ++ih)
-      for (int iw = w0; iw < w1; ++iw) {
-        LdVec(x + ((static_cast<size_t>(n) * sh.h + ih) * sh.w + iw) * sh.c + cb, v);
-        const auto pos = static_cast<uint8_t>((ih - hs) * sh.s + (iw - ws));
+      for (int k = 0; k < V; ++k) acc[k] = -FLT_MAX, best[k] = first;
+      for (int ih = h0; ih < h1; ++ih) {
+        for (int iw = w0; iw < w1; ++iw) {
+          LdVec(img + (static_cast<int64_t>(ih) * sh.w + iw) * sh.c, v);
+          const auto pos = static_cast<uint8_t>((ih - hs) * sh.s + (iw - ws));
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          if (v[k] > acc[k]) {
-            acc[k] = v[k];
-            best[k] = pos;
+          for (int k = 0; k < V; ++k) {
+            if (v[k] > acc[k]) acc[k] = v[k], best[k] = pos;
           }
         }
       }
-    StVec(y + static_cast<size_t>(i) * V, acc);
-    if (argmax != nullptr) StoreBytes(argmax + static_cast<size_t>(i) * V, best);
+      StVec(y + o, acc);
+      if (argmax != nullptr) StoreBytes(argmax + o, best);
+    }
   }
 }
 
@@ -235,9 +303,10 @@ absl::Status MaxPoolForwardCuda(DType t, const PoolShape& sh, const void* x, voi
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     if (MaxPoolVecOk<T>(sh, x, y, argmax)) {
-      MaxPoolForwardVecKernel<T>
-          <<<BlocksFor(OutCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-              sh, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+      constexpr auto kernel = MaxPoolForwardVecKernel<T>;
+      const int64_t threads = RowWalkThreads<kernel>(sh.wo() * (sh.c / kVec<T>), ctx.sm_count);
+      kernel<<<static_cast<int>((threads + kThreads - 1) / kThreads), kThreads, 0, ctx.stream>>>(
+          sh, threads, static_cast<const T*>(x), static_cast<T*>(y), argmax);
       return;
     }
     PoolForwardKernel<true><<<BlocksFor(OutCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(
