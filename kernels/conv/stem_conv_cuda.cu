@@ -46,7 +46,7 @@ struct Geometry {
   int64_t pixels;  // N * Ho * Wo
   int64_t rows;    // N * Ho
   int patch;       // R * S * C
-  int kr;          // patch rounded up to 32: the reduction (forward) or the rows (backward)
+  int kr;          // patch rounded up to 32: the backward filter's rows of im2col^T
 };
 
 Geometry MakeGeometry(const ConvShape& s) {
