@@ -24,6 +24,7 @@
 #include "kernels/conv/direct_conv.h"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/warp_mma.cuh"
 #include "util/status_macros.h"
 
 namespace topiary::kernels {
@@ -236,15 +237,6 @@ __global__ void __launch_bounds__(256)
 // to TF32 (round to nearest, as cuDNN's TF32) once, when staged; the filter chunk is stored
 // [tap][c][k] with rows of KT + 8 floats, so that the four channel rows a B fragment reads
 // fall in different banks.
-
-__device__ __forceinline__ void MmaTf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 constexpr int kWarpPixels = 32;  // two m16 tiles per warp
 

@@ -7,9 +7,10 @@
 // The forward kernel stages, per 16 output pixels of one output row, the input window they read
 // (R input rows, coalesced loads, zeros outside the image) and reads the tensor cores' A
 // fragments straight from it: pixel p's values of a filter row start at p * stride * C, so no
-// im2col matrix is built. The backward filter kernel gathers each output pixel's receptive
-// field (R*S*C values, zero-padded to a multiple of 32) into shared memory as one column of the
-// transposed im2col matrix. Both multiply by mma.sync (bf16 operands, fp32 sums).
+// im2col matrix is built. The backward filter kernel, whose reduction runs over pixels, stages
+// the windows with each 4-byte word pairing one value of pixels p and p + 8, so that the same
+// no-gather reading works with the pixels as the tensor cores' k pairs. Both multiply by
+// mma.sync (bf16 operands, fp32 sums).
 // Forward and backward filter only: nothing needs the image's gradient, and layers with more
 // channels belong to cuDNN and the Hopper kernels. ConvCudaPlan times them beside cuDNN's
 // candidates in bf16 plans, pass by pass, as it times the direct fp32 kernels (direct_conv.h).
@@ -28,9 +29,8 @@ struct CudaContext;
 
 // Whether the stem kernels take this shape for the pass (0 forward, 2 backward filter; never
 // 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 64, at most 32
-// values per filter row (S*C); forward, at most 32 filter rows' runs of 8 values
-// (R * ceil(S*C / 8)) and 96 KB of shared memory; backward filter, at most 256 values in all
-// (R*S*C rounded up to 32).
+// values per filter row (S*C), at most 32 filter rows' runs of 8 values (R * ceil(S*C / 8)),
+// at most 96 KB of shared memory, and tiles and image offsets that fit 32 bits.
 bool StemConvSupported(const ConvShape& shape, int pass);
 
 // Bytes of workspace a pass needs (backward filter: the blocks' partial filters in fp32).

@@ -6,13 +6,16 @@
 // the A fragments straight from them (StemForwardKernel says how), multiplying with
 // mma.sync.m16n8k16 (fp32 sums) and storing bf16 rows through the same area in 16-byte vectors.
 //
-// Backward filter: dw^T [kr][K] = im2col^T dy, summed over the output pixels. A block owns 64
-// output channels and a fixed range of pixels (one wave of resident blocks), walked 64 at a time:
-// its threads gather the pixels' receptive fields transposed (A^T [kr][64], a pixel per thread, so
-// that neighbouring threads write neighbouring halves) and copy dy [64 pixels][64 channels] in
-// 16-byte vectors; four warps (2 x 2) multiply with mma.sync, reading dy's fragments transposed
-// with ldmatrix.trans. The blocks' fp32 sums go to the workspace, and a second kernel adds them per
-// weight in block order: the same bits on every run.
+// Backward filter: dw^T = A^T dy summed over the output pixels, with A's row for a pixel its
+// receptive field by the forward's runs of 8 values per filter row. The reduction runs over
+// pixels, which the tensor cores take in pairs; pairing pixels p and p + 8 of a tile (the sum's
+// order is free), each A^T fragment register is one 4-byte word of a "paired window" whose
+// word e holds value e of the window row for both pixels, staged as the forward stages its
+// windows. dy's fragments come by ldmatrix.trans in the same pixel order (StemBackwardFilter-
+// Kernel). A block of 8 warps (4 x 2 over runs and channels) owns 64 output channels and a
+// fixed range of tiles (one wave of resident blocks), eight tiles per stage. The blocks' fp32
+// sums go to the workspace, and a second kernel adds them per weight in block order: the same
+// bits on every run.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "kernels/conv/stem_conv.h"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/warp_mma.cuh"
 #include "util/status_macros.h"
 
 namespace topiary::kernels {
@@ -32,21 +36,19 @@ constexpr int kTileK = 64;       // output channels per block
 constexpr int kTilePixels = 16;  // output pixels of a forward tile: one m16 tile of one row
 constexpr int kWarpTiles = 2;    // forward tiles a warp multiplies together
 constexpr int kFwdWarps = 4;
-constexpr int kWgPixels = 64;  // output pixels per backward-filter stage
+constexpr int kWgThreads = 256;  // backward filter: 8 warps, 4 x 2 over runs and channels
+constexpr int kWgTiles = 8;      // backward-filter tiles per stage: one staged per warp
 constexpr int kBlockThreads = 128;
-constexpr int kMaxFwdSmem = 96 * 1024;  // at least two forward blocks per multiprocessor
+constexpr int kMaxSmem = 96 * 1024;  // at least two blocks per multiprocessor
 constexpr int kMaxChannels = 4;
-constexpr int kMaxRow = 256;     // the longest receptive field, rounded up to 32
+constexpr int kMaxRow = 256;     // the most values of a receptive field in runs of 8
 constexpr int kMaxSegment = 32;  // the most values of one filter row (S * C)
-
-int RoundUp32(int v) { return (v + 31) / 32 * 32; }
 
 struct Geometry {
   int h, w, c, k, r, s, stride_h, stride_w, pad_h, pad_w, ho, wo;
   int64_t pixels;  // N * Ho * Wo
   int64_t rows;    // N * Ho
   int patch;       // R * S * C
-  int kr;          // patch rounded up to 32: the backward filter's rows of im2col^T
 };
 
 Geometry MakeGeometry(const ConvShape& s) {
@@ -57,78 +59,11 @@ Geometry MakeGeometry(const ConvShape& s) {
   g.rows = static_cast<int64_t>(s.n) * g.ho;
   g.pixels = g.rows * g.wo;
   g.patch = s.patch();
-  g.kr = RoundUp32(g.patch);
   return g;
 }
 
 __device__ __forceinline__ uint32_t Lds32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// d += a b on one m16n8k16 tile: bf16 operands in the PTX fragment layouts, fp32 sums.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The A fragment of the 16 x 16 tile at `p` (its row 0, column 0) of a row-major bf16 matrix
-// with rows `ld` elements apart; qr and qc are the lane's row and column pair in the tile.
-__device__ __forceinline__ void LoadA(const uint16_t* p, int ld, int qr, int qc, uint32_t (&a)[4]) {
-  const uint16_t* q = p + qr * ld + qc;
-  a[0] = Lds32(q);
-  a[1] = Lds32(q + 8 * ld);
-  a[2] = Lds32(q + 8);
-  a[3] = Lds32(q + 8 * ld + 8);
-}
-
-// Output pixel pix's receptive field, filter rows [r_begin, r_end), into out[j * step], column
-// j = (r * S + s) * C + c: the input's bits, zeros outside the image, and zeros throughout
-// where the pixel is not the caller's (valid false). A filter row's S * C values are contiguous
-// in x and in the row of A, so each is a run of loads at fixed offsets from one address, and
-// the image's edges are one range of them [e_lo, e_hi) per pixel (no division per value). The
-// loads of kRows filter rows are issued before their stores: the gather waits on memory once
-// per kRows rows, not once per value.
-template <int kRows>
-__device__ void GatherRows(const Geometry& g, const uint16_t* __restrict__ x, int64_t pix,
-                           bool valid, int r_begin, int r_end, uint16_t* out, int step) {
-  int n = 0, h0 = 0, w0 = 0;
-  if (valid) {
-    const int64_t t = pix / g.wo;
-    w0 = static_cast<int>(pix - t * g.wo) * g.stride_w - g.pad_w;
-    h0 = static_cast<int>(t % g.ho) * g.stride_h - g.pad_h;
-    n = static_cast<int>(t / g.ho);
-  }
-  const auto* image =
-      reinterpret_cast<const unsigned short*>(x) + static_cast<int64_t>(n) * g.h * g.w * g.c;
-  const int seg = g.s * g.c;
-  const int e_lo = max(0, -w0) * g.c, e_hi = min(g.s, g.w - w0) * g.c;
-  for (int r0 = r_begin; r0 < r_end; r0 += kRows) {
-    uint16_t v[kRows][kMaxSegment];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int h = h0 + r0 + i;
-      const bool row_in = valid && r0 + i < r_end && h >= 0 && h < g.h;
-      // The run's first value's offset (w0 may be negative: only offsets in [e_lo, e_hi) load).
-      const int64_t base = (static_cast<int64_t>(row_in ? h : 0) * g.w + w0) * g.c;
-#pragma unroll
-      for (int e = 0; e < kMaxSegment; ++e) {
-        v[i][e] = row_in && e >= e_lo && e < e_hi ? __ldg(image + base + e) : uint16_t{0};
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      if (r0 + i >= r_end) break;
-      uint16_t* dst = out + (r0 + i) * seg * step;
-#pragma unroll
-      for (int e = 0; e < kMaxSegment; ++e) {
-        if (e < seg) dst[e * step] = v[i][e];
-      }
-    }
-  }
 }
 
 // The forward pass's layout. K (the reduction) is a sequence of halves, 8 values each: filter
@@ -178,14 +113,6 @@ __device__ __forceinline__ uint32_t Pair(const uint16_t* p) {
   }
 }
 
-// Four 8x8 bf16 matrices from shared memory: lanes 8i..8i+7 give matrix i's rows.
-__device__ __forceinline__ void LdMatrixX4(const uint16_t* row, uint32_t (&r)[4]) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
-}
-
 // Where a forward tile (16 output pixels of one output row) lies. Tiles are counted in 32 bits
 // (StemConvSupported): one division by a 32-bit divisor is a few instructions, a 64-bit one
 // dozens, and every unit locates two tiles.
@@ -207,49 +134,61 @@ __device__ FwdTile LocateTile(const Geometry& g, unsigned tile, unsigned tiles) 
   return f;
 }
 
-// The warp's tiles' windows: row r of a tile's window holds input row ho * stride - pad + r
-// from element column (wo0 * stride - pad) * C on, lr values (zeros outside the image), so that
-// pixel p's field of that filter row starts at p * sc. A lane takes the pairs of values at
-// word i = lane and lane + 32 of kStageRows rows of every tile (coalesced loads, one 4-byte
-// store each) and issues all their loads before it stores them: the warp waits on memory once
-// per kStageRows rows. The columns' image edges are tested once for all rows.
+// Which two values of a tile's window row a staged 4-byte word holds: word i pairs values
+// step * i and step * i + dist, for i < words. The forward pairs neighbours (step 2, dist 1:
+// the plain window, lr / 2 words); the backward filter pairs the same place in the fields of
+// pixels p and p + 8 (step 1, dist 8 * sc), its reduction's pixel pairs.
+struct WordPairs {
+  int step, dist, words;
+};
+
+// A warp's tiles' window rows: row r of a tile's window holds input row ho * stride - pad + r
+// from element column (wo0 * stride - pad) * C on, lr values (zeros outside the image and past
+// the tile's last pixel's field, so that a partial tile's missing pixels read zeros), so that
+// pixel p's field of that filter row starts at p * sc; staged as the words `pairs` says. A lane
+// takes words i = lane, lane + 32, ... (kSlots of them) of kStageRows rows of every tile
+// (coalesced loads) and issues all their loads before it stores them, store(tile, row, i,
+// word): the warp waits on memory once per kStageRows rows. The columns' edges are tested once
+// for all rows.
 constexpr int kStageRows = 4;
 
-__device__ void StageWindows(const Geometry& g, const Halves& v, const uint16_t* __restrict__ x,
-                             const FwdTile (&tile)[kWarpTiles], uint16_t* area, int lane) {
+template <int kTiles, int kSlots, typename Store>
+__device__ void StageWindows(const Geometry& g, const Halves& v, const WordPairs& pairs,
+                             const uint16_t* __restrict__ x, const FwdTile (&tile)[kTiles],
+                             int lane, Store store) {
   const int row_values = g.w * g.c;
-  const int lw = v.lr / 2, words = g.r * lw;  // 4-byte words of a window row and a window
-  auto* out = reinterpret_cast<uint32_t*>(area);
-  for (int i0 = 0; i0 < lw; i0 += 64) {
-    bool lo_ok[kWarpTiles][2], hi_ok[kWarpTiles][2];
-    int e[kWarpTiles][2];
+  for (int i0 = 0; i0 < pairs.words; i0 += 32 * kSlots) {
+    bool lo_ok[kTiles][kSlots], hi_ok[kTiles][kSlots];
+    int e[kTiles][kSlots];
 #pragma unroll
-    for (int t = 0; t < kWarpTiles; ++t) {
+    for (int t = 0; t < kTiles; ++t) {
       const int col0 = (tile[t].wo0 * g.stride_w - g.pad_w) * g.c;
+      const int fields = (tile[t].pixels - 1) * v.sc + g.s * g.c;  // values the pixels read
 #pragma unroll
-      for (int sl = 0; sl < 2; ++sl) {
-        const int i = i0 + lane + 32 * sl;
-        e[t][sl] = col0 + 2 * i;
-        lo_ok[t][sl] = i < lw && e[t][sl] >= 0 && e[t][sl] < row_values;
-        hi_ok[t][sl] = i < lw && e[t][sl] + 1 >= 0 && e[t][sl] + 1 < row_values;
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const int i = i0 + lane + 32 * sl, lo = pairs.step * i, hi = lo + pairs.dist;
+        e[t][sl] = col0 + lo;
+        const bool word = i < pairs.words;
+        lo_ok[t][sl] = word && lo < fields && col0 + lo >= 0 && col0 + lo < row_values;
+        hi_ok[t][sl] = word && hi < fields && col0 + hi >= 0 && col0 + hi < row_values;
       }
     }
     for (int r0 = 0; r0 < g.r; r0 += kStageRows) {
-      uint32_t val[kStageRows][kWarpTiles][2];
+      uint32_t val[kStageRows][kTiles][kSlots];
 #pragma unroll
       for (int rr = 0; rr < kStageRows; ++rr) {
 #pragma unroll
-        for (int t = 0; t < kWarpTiles; ++t) {
+        for (int t = 0; t < kTiles; ++t) {
           const int h = tile[t].ho * g.stride_h - g.pad_h + r0 + rr;
           const bool in = r0 + rr < g.r && tile[t].pixels > 0 && h >= 0 && h < g.h;
           // 32-bit offsets (StemConvSupported: the image has fewer than 2^31 values), so that a
           // load's address is one multiply-add from x.
           const int row = (tile[t].n * g.h + (in ? h : 0)) * row_values;
 #pragma unroll
-          for (int sl = 0; sl < 2; ++sl) {
+          for (int sl = 0; sl < kSlots; ++sl) {
             const uint16_t* p = x + (row + e[t][sl]);
             const uint32_t lo = in && lo_ok[t][sl] ? __ldg(p) : 0u;
-            const uint32_t hi = in && hi_ok[t][sl] ? __ldg(p + 1) : 0u;
+            const uint32_t hi = in && hi_ok[t][sl] ? __ldg(p + pairs.dist) : 0u;
             val[rr][t][sl] = lo | hi << 16;
           }
         }
@@ -258,11 +197,11 @@ __device__ void StageWindows(const Geometry& g, const Halves& v, const uint16_t*
       for (int rr = 0; rr < kStageRows; ++rr) {
         if (r0 + rr >= g.r) break;
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
+        for (int sl = 0; sl < kSlots; ++sl) {
           const int i = i0 + lane + 32 * sl;
-          if (i >= lw) continue;
+          if (i >= pairs.words) continue;
 #pragma unroll
-          for (int t = 0; t < kWarpTiles; ++t) out[t * words + (r0 + rr) * lw + i] = val[rr][t][sl];
+          for (int t = 0; t < kTiles; ++t) store(t, r0 + rr, i, val[rr][t][sl]);
         }
       }
     }
@@ -303,7 +242,11 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
     FwdTile tile[kWarpTiles];
 #pragma unroll
     for (int i = 0; i < kWarpTiles; ++i) tile[i] = LocateTile(g, unit * kWarpTiles + i, tiles);
-    StageWindows(g, v, x, tile, area, lane);
+    const int words = g.r * v.lr / 2;  // of a tile's window
+    StageWindows<kWarpTiles, 2>(
+        g, v, {2, 1, v.lr / 2}, x, tile, lane, [&](int t, int r, int i, uint32_t pair) {
+          reinterpret_cast<uint32_t*>(area)[t * words + r * (v.lr / 2) + i] = pair;
+        });
     __syncwarp();
     float acc[kWarpTiles][8][4] = {};
     // The window offset of the next half (its filter row's, plus 8 per earlier run of the row)
@@ -325,7 +268,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
       for (int q = 0; q < 4; ++q) {
         // Matrices 0, 1: filters 16q..16q+7, the step's two halves; 2, 3: filters 16q+8..16q+15.
         uint32_t m[4];
-        LdMatrixX4(b_lane + q * 16 * v.ldb + step * 16, m);
+        LdMatrixX4(m, b_lane + q * 16 * v.ldb + step * 16);
         bf[2 * q][0] = m[0], bf[2 * q][1] = m[1], bf[2 * q + 1][0] = m[2], bf[2 * q + 1][1] = m[3];
       }
       // The step's two halves; a padding half (zero filters) reads the first row, not past the
@@ -338,7 +281,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
         const uint32_t a[4] = {Pair<kEven>(win + at0), Pair<kEven>(win + at0 + 8 * v.sc),
                                Pair<kEven>(win + at1), Pair<kEven>(win + at1 + 8 * v.sc)};
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) Mma(acc[i][nt], a, bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < 8; ++nt) MmaBf16(acc[i][nt], a, bf[nt][0], bf[nt][1]);
       }
     }
     __syncwarp();  // every lane has read the windows before the sums overwrite them
@@ -371,70 +314,103 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
   }
 }
 
-// Four 8x8 bf16 matrices from shared memory, transposed: lanes 8i..8i+7 give matrix i's rows.
-__device__ __forceinline__ void LdMatrixX4Trans(const uint16_t* row, uint32_t (&r)[4]) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
+// The backward filter's shared memory: the stage's dy rows [kWgTiles * 16][kTileK + 8] and
+// each tile's paired window [R][words] (4-byte words, WordPairs{1, 8 * sc, words}: word e of
+// row r holds value e of pixels 0-7's window row and value e of pixels 8-15's, words =
+// 7 * sc + 8 * hr, all that pixels 0-7's runs read).
+struct WgradLayout {
+  int words;  // of a paired window row
+  int tile;   // 4-byte words of a tile's paired window
+};
+
+WgradLayout MakeWgradLayout(const Geometry& g, const Halves& v) {
+  const int words = 7 * v.sc + 8 * v.hr;
+  return {words, (g.r * words + 3) / 4 * 4};
 }
 
-// MT: 16-row tiles of dw^T per warp (two warps share the kr = 32 MT rows).
+// The backward filter: dw^T [runs * 8][64 channels] += A^T dy over the block's tiles, A's rows
+// the pixels' fields by runs of 8 values (the forward's halves, here "runs": run u is values
+// (u % hr) * 8 .. + 7 of filter row u / hr). The reduction runs over a tile's 16 pixels, which
+// the tensor cores take in pairs of neighbouring k; the order of a sum's terms is free, so k
+// pair j is pixels j and j + 8 (k = 2j + b is pixel j + 8b), and each register of A^T's
+// fragment, (run value m, pixels j and j + 8), is one word of the paired window: word
+// j * sc + m of the run's filter row. dy's rows are stored in the same order, and its B
+// fragments read with ldmatrix.trans. So nothing is gathered: per stage each warp stages one
+// tile's paired window and issues cp.async copies of its dy rows, then the warps multiply.
+// The m16 tiles of dw^T pair runs 2i and 2i + 1; warp (wm, wn) takes MT of them for 32
+// channels. A run's values past its filter row's S*C (the next pixel's, or zeros) make rows
+// of dw^T that are not written; a missing pixel's field reads zeros and its dy row is zero.
 template <int MT>
-__global__ void __launch_bounds__(kBlockThreads)
-    StemBackwardFilterKernel(Geometry g, const uint16_t* __restrict__ x,
-                             const uint16_t* __restrict__ dy, int64_t per_block,
+__global__ void __launch_bounds__(kWgThreads, 2)
+    StemBackwardFilterKernel(Geometry g, Halves v, WgradLayout lay, const uint16_t* __restrict__ x,
+                             const uint16_t* __restrict__ dy, unsigned per_block,
                              float* __restrict__ part) {
   extern __shared__ __align__(16) uint16_t smem[];
-  constexpr int lda = kWgPixels + 8;  // 36 words: 8 rows x 4 lanes in 32 banks
-  constexpr int ldd = kTileK + 8;     // 144 bytes: ldmatrix's 8 rows in distinct banks
-  uint16_t* at = smem;                // [kr][lda]: im2col^T of the stage's pixels
-  uint16_t* d = smem + g.kr * lda;    // [kWgPixels][ldd]: their output gradients
+  constexpr int ldd = kTileK + 8;  // 144 bytes: ldmatrix's 8 rows in distinct banks
+  uint16_t* d = smem;              // [kWgTiles * 16 pixels][ldd]: the stage's output gradients
+  auto* windows = reinterpret_cast<uint32_t*>(d + kWgTiles * kTilePixels * ldd);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
   const int wm = warp / 2, wn = warp % 2;
   const int k0 = blockIdx.y * kTileK;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * per_block;
-  const int64_t end = begin + per_block < g.pixels ? begin + per_block : g.pixels;
-  for (int i = t; i < (g.kr - g.patch) * kWgPixels; i += kBlockThreads) {
-    at[(g.patch + i / kWgPixels) * lda + i % kWgPixels] = 0;  // past the patch: zero throughout
+  const unsigned tiles = static_cast<unsigned>(FwdTiles(g));
+  const unsigned begin = blockIdx.x * per_block;
+  const unsigned end = begin + per_block < tiles ? begin + per_block : tiles;
+  const int runs = g.r * v.hr, seg = g.s * g.c;
+  // Per m-tile the byte offsets in a paired window of the lane's four fragment words: its two
+  // runs' row qr, pixel pairs qc / 2 and qc / 2 + 4. A padding run (past the last, also the
+  // m-tiles past the last of a warp with fewer: it multiplies all MT, no branch) reads run 0,
+  // and its rows are not written.
+  int a_at[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int u = 2 * (wm * MT + mt) + h;
+      const int word = (u < runs ? u / v.hr * lay.words + u % v.hr * 8 : 0) + qr + qc / 2 * v.sc;
+      a_at[mt][h] = 4 * word;
+      a_at[mt][h + 2] = 4 * (word + 4 * v.sc);
+    }
   }
-  const int half = (g.r + 1) / 2;  // the first half of the threads gathers the first filter rows
-  const int px = t % kWgPixels;
-  const bool first = t < kWgPixels;
+  uint32_t* mine = windows + warp * lay.tile;  // the paired window this warp stages
   float acc[MT][4][4] = {};
-  for (int64_t p0 = begin; p0 < end; p0 += kWgPixels) {
-    // dy's loads first, in flight during the gather.
-    constexpr int kVecs = kWgPixels * (kTileK / 8) / kBlockThreads;
-    uint4 dv[kVecs];
+  for (unsigned t0 = begin; t0 < end; t0 += kWgTiles) {
+    // The warp's tile: its dy rows go to shared memory asynchronously (lane: pixel lane / 8 +
+    // 4i, channels (lane % 8) * 8 .. + 7; zeros for a missing pixel), in flight during the
+    // staging. Pixel q is stored as row k = 2 * (q % 8) + q / 8, in the reduction's order, so
+    // that ldmatrix's 8 rows are neighbours (pixels p and p + 8 rows apart would share banks).
+    const FwdTile own[1] = {LocateTile(g, t0 + warp, end)};
 #pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const int i = t + v * kBlockThreads, r = i / (kTileK / 8), c8 = i % (kTileK / 8);
-      dv[v] = p0 + r < end ? *reinterpret_cast<const uint4*>(dy + (p0 + r) * g.k + k0 + c8 * 8)
-                           : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kTilePixels / 4; ++i) {
+      const int q = lane / 8 + 4 * i;
+      const bool in = q < own[0].pixels;
+      CpAsync16(d + (warp * kTilePixels + 2 * (q % 8) + q / 8) * ldd + (lane % 8) * 8,
+                in ? dy + (own[0].first + q) * g.k + k0 + (lane % 8) * 8 : dy, in);
     }
-    GatherRows<1>(g, x, p0 + px, p0 + px < end, first ? 0 : half, first ? half : g.r, at + px, lda);
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const int i = t + v * kBlockThreads, r = i / (kTileK / 8), c8 = i % (kTileK / 8);
-      *reinterpret_cast<uint4*>(d + r * ldd + c8 * 8) = dv[v];
-    }
+    CpAsyncCommit();
+    StageWindows<1, 3>(g, v, {1, 8 * v.sc, lay.words}, x, own, lane,
+                       [&](int, int r, int i, uint32_t word) { mine[r * lay.words + i] = word; });
+    CpAsyncWait<0>();
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kWgPixels; kk += 16) {
+#pragma unroll 1
+    for (int j = 0; j < kWgTiles; ++j) {
       uint32_t bf[4][2];
 #pragma unroll
       for (int nt = 0; nt < 4; nt += 2) {
-        // Matrices 0, 1: pixels kk..kk+7 and kk+8..kk+15 of n-tile nt; 2, 3: of n-tile nt + 1.
+        // Matrices 0, 1: k rows 0-7 and 8-15 of n-tile nt; 2, 3: of n-tile nt + 1.
         uint32_t r[4];
-        LdMatrixX4Trans(d + (kk + lane % 16) * ldd + wn * 32 + nt * 8 + (lane / 16) * 8, r);
+        LdMatrixX4Trans(
+            r, d + (j * kTilePixels + lane % 16) * ldd + wn * 32 + nt * 8 + (lane / 16) * 8);
         bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
       }
+      // The tile's window, the same for the whole warp: a base plus each lane's offsets.
+      const char* w = reinterpret_cast<const char*>(windows + j * lay.tile);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t af[4];
-        LoadA(at + (wm * MT * 16 + mt * 16) * lda + kk, lda, qr, qc, af);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) Mma(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
+        for (int f = 0; f < 4; ++f) af[f] = *reinterpret_cast<const uint32_t*>(w + a_at[mt][f]);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) MmaBf16(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
       }
     }
     __syncthreads();
@@ -444,13 +420,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int j = wm * MT * 16 + mt * 16 + h * 8 + qr;
-      if (j >= g.patch) continue;
+      const int u = 2 * (wm * MT + mt) + h, j = u % v.hr * 8 + qr;
+      if (u >= runs || j >= seg) continue;
+      const int e = u / v.hr * seg + j;  // the weight's place in a filter: (r * S + s) * C + c
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int k = k0 + wn * 32 + nt * 8 + qc;
-        out[static_cast<int64_t>(k) * g.patch + j] = acc[mt][nt][2 * h];
-        out[static_cast<int64_t>(k + 1) * g.patch + j] = acc[mt][nt][2 * h + 1];
+        out[static_cast<int64_t>(k) * g.patch + e] = acc[mt][nt][2 * h];
+        out[static_cast<int64_t>(k + 1) * g.patch + e] = acc[mt][nt][2 * h + 1];
       }
     }
   }
@@ -480,9 +457,9 @@ size_t ForwardSmem(const Geometry& g, const Halves& v) {
   return (static_cast<size_t>(kTileK) * v.ldb + static_cast<size_t>(kFwdWarps) * WarpArea(g, v)) *
          sizeof(uint16_t);
 }
-size_t WgradSmem(const Geometry& g) {
-  return (static_cast<size_t>(g.kr) * (kWgPixels + 8) + kWgPixels * (kTileK + 8)) *
-         sizeof(uint16_t);
+size_t WgradSmem(const Geometry& g, const Halves& v) {
+  return static_cast<size_t>(kWgTiles) * (kTilePixels * (kTileK + 8) * sizeof(uint16_t) +
+                                          MakeWgradLayout(g, v).tile * sizeof(uint32_t));
 }
 
 // Blocks along the pixels for `per_wave` resident blocks over the channel tiles: one wave
@@ -493,33 +470,43 @@ int64_t OneWave(const Geometry& g, int64_t units, int sm_count, int resident) {
   return std::min(units, wave);
 }
 
-const void* WgradKernel(int mt);
-
-// The backward filter's blocks along the pixels and the pixels each walks, in whole 64-pixel
-// stages: one wave of resident blocks.
-struct WgradSplit {
-  int blocks;
-  int64_t per_block;
+// A backward filter kernel and the call that lets it take more than 48 KB of shared memory
+// (made before its occupancy is asked, so that the split is the same at plan time and launch).
+struct WgradKernel {
+  const void* kernel;
+  cudaError_t (*allow)(int bytes);
 };
-WgradSplit SplitPixels(const Geometry& g, int sm_count) {
-  const int64_t stages = (g.pixels + kWgPixels - 1) / kWgPixels;
-  const int64_t want = OneWave(
-      g, stages, sm_count, ResidentBlocksOf(WgradKernel(g.kr / 32), kBlockThreads, WgradSmem(g)));
-  const int64_t per_block = (stages + want - 1) / want * kWgPixels;
-  return {static_cast<int>((g.pixels + per_block - 1) / per_block), per_block};
+
+// The kernel for the m16 tiles of dw^T per warp: a quarter of them (MT 1 to 4).
+WgradKernel WgradKernelFor(const Halves& v) {
+  static const WgradKernel kernels[] = {{reinterpret_cast<const void*>(StemBackwardFilterKernel<1>),
+                                         &AllowDynamicSmem<StemBackwardFilterKernel<1>>},
+                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<2>),
+                                         &AllowDynamicSmem<StemBackwardFilterKernel<2>>},
+                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<3>),
+                                         &AllowDynamicSmem<StemBackwardFilterKernel<3>>},
+                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<4>),
+                                         &AllowDynamicSmem<StemBackwardFilterKernel<4>>}};
+  const int mtiles = v.count / 2;
+  return kernels[std::clamp((mtiles + 3) / 4, 1, 4) - 1];
 }
 
-// The backward filter kernel for rows of 32 mt values (mt 1 to 8).
-const void* WgradKernel(int mt) {
-  static const void* const kernels[] = {reinterpret_cast<const void*>(StemBackwardFilterKernel<1>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<2>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<3>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<4>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<5>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<6>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<7>),
-                                        reinterpret_cast<const void*>(StemBackwardFilterKernel<8>)};
-  return kernels[std::clamp(mt, 1, 8) - 1];
+// The backward filter's blocks along the tiles and the tiles each walks, in whole stages: one
+// wave of resident blocks.
+struct WgradSplit {
+  int blocks;
+  unsigned per_block;
+};
+WgradSplit SplitTiles(const Geometry& g, const Halves& v, int sm_count) {
+  const int64_t tiles = FwdTiles(g);
+  const int64_t stages = (tiles + kWgTiles - 1) / kWgTiles;
+  const WgradKernel k = WgradKernelFor(v);
+  const int smem = static_cast<int>(WgradSmem(g, v));
+  const int resident =
+      k.allow(smem) == cudaSuccess ? ResidentBlocksOf(k.kernel, kWgThreads, smem) : 1;
+  const int64_t want = OneWave(g, stages, sm_count, resident);
+  const int64_t per_block = (stages + want - 1) / want * kWgTiles;
+  return {static_cast<int>((tiles + per_block - 1) / per_block), static_cast<unsigned>(per_block)};
 }
 
 }  // namespace
@@ -529,21 +516,23 @@ bool StemConvSupported(const ConvShape& shape, int pass) {
       shape.k % kTileK != 0 || shape.s * shape.c > kMaxSegment) {
     return false;
   }
-  if (pass == 0) {
-    const Halves v = MakeHalves(shape);
-    const Geometry g = MakeGeometry(shape);
-    constexpr int64_t kMax32 = std::numeric_limits<int>::max();
-    return v.count * 8 <= kMaxRow && ForwardSmem(g, v) <= kMaxFwdSmem &&
-           FwdTiles(g) + kWarpTiles * kFwdWarps <= kMax32 &&
-           static_cast<int64_t>(shape.n) * shape.h * shape.w * shape.c < kMax32;
-  }
-  return pass == 2 && RoundUp32(shape.patch()) <= kMaxRow;
+  if (pass != 0 && pass != 2) return false;
+  // Both passes walk the forward's tiles and stage their windows: tiles and image offsets in
+  // 32 bits, at most 32 runs of 8 values.
+  const Halves v = MakeHalves(shape);
+  const Geometry g = MakeGeometry(shape);
+  constexpr int64_t kMax32 = std::numeric_limits<int>::max();
+  const size_t smem = pass == 0 ? ForwardSmem(g, v) : WgradSmem(g, v);
+  return v.count * 8 <= kMaxRow && smem <= kMaxSmem &&
+         FwdTiles(g) + kWarpTiles * kFwdWarps <= kMax32 &&
+         static_cast<int64_t>(shape.n) * shape.h * shape.w * shape.c < kMax32;
 }
 
 size_t StemConvWorkspaceBytes(const ConvShape& shape, int pass, int sm_count) {
   if (pass != 2 || !StemConvSupported(shape, pass)) return 0;
   const Geometry g = MakeGeometry(shape);
-  return static_cast<size_t>(SplitPixels(g, sm_count).blocks) * g.k * g.patch * sizeof(float);
+  return static_cast<size_t>(SplitTiles(g, MakeHalves(shape), sm_count).blocks) * g.k * g.patch *
+         sizeof(float);
 }
 
 absl::Status StemConvForwardCuda(const ConvShape& shape, const Bf16* x, const Bf16* w, Bf16* y,
@@ -583,22 +572,19 @@ absl::Status StemConvBackwardFilterCuda(const ConvShape& shape, const Bf16* x, c
   if (reinterpret_cast<uintptr_t>(dy) % 16 != 0) {
     return absl::InvalidArgumentError("stem conv backward filter: dy not 16-byte aligned");
   }
-  const Geometry g = MakeGeometry(shape);
-  const WgradSplit split = SplitPixels(g, ctx.sm_count);
+  Geometry g = MakeGeometry(shape);
+  Halves v = MakeHalves(shape);
+  WgradLayout lay = MakeWgradLayout(g, v);
+  const WgradSplit split = SplitTiles(g, v, ctx.sm_count);  // allows the kernel's shared memory
   const auto* xs = reinterpret_cast<const uint16_t*>(x);
   const auto* dys = reinterpret_cast<const uint16_t*>(dy);
   auto* part = static_cast<float*>(workspace);
-  const void* kernel = WgradKernel(g.kr / 32);
-  const int smem = static_cast<int>(WgradSmem(g));
-  // At most 256 rows of 72 values and 64 x 72 more: under the 48 KB a launch may take
-  // without raising the kernel's limit.
-  static_assert((kMaxRow * (kWgPixels + 8) + kWgPixels * (kTileK + 8)) * sizeof(uint16_t) <=
-                48 * 1024);
-  Geometry arg = g;
-  int64_t per_block = split.per_block;
-  void* args[] = {&arg, &xs, &dys, &per_block, &part};
+  const void* kernel = WgradKernelFor(v).kernel;
+  const int smem = static_cast<int>(WgradSmem(g, v));
+  unsigned per_block = split.per_block;
+  void* args[] = {&g, &v, &lay, &xs, &dys, &per_block, &part};
   TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaLaunchKernel(kernel, dim3(split.blocks, g.k / kTileK),
-                                                      dim3(kBlockThreads), args, smem, ctx.stream),
+                                                      dim3(kWgThreads), args, smem, ctx.stream),
                                      "stem conv backward filter"));
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("stem conv backward filter"));
   const int64_t count = static_cast<int64_t>(g.k) * g.patch;

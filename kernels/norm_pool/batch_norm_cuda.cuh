@@ -62,8 +62,9 @@ inline dim3 MergeBlock() { return dim3(kMergeC, kMergeLanes); }
 
 // Sums term(slice's P partials) over channel ch's slices of part into v (a block of
 // MergeBlock(), blockIdx.x the channel tile; the partials of a slice past the end count as
-// zeros and are not added). Every thread of the block calls it (it synchronizes the block), and
-// every thread of channel ch gets the sums.
+// zeros and are not added). Every thread of the block calls it once (it synchronizes the block);
+// the sums go to the first lane's thread of channel ch (threadIdx.y == 0), the only one that
+// writes them.
 template <int P, int Q, typename Term>
 __device__ void SumSlices(int c, int slices, const float* __restrict__ part, int ch, Term term,
                           double (&v)[Q]) {
@@ -97,8 +98,9 @@ __device__ void SumSlices(int c, int slices, const float* __restrict__ part, int
     }
     __syncthreads();
   }
-  for (int q = 0; q < Q; ++q) v[q] = lanes[q][0][threadIdx.x];
-  __syncthreads();  // the next call's lanes overwrite these
+  if (threadIdx.y == 0) {
+    for (int q = 0; q < Q; ++q) v[q] = lanes[q][0][threadIdx.x];
+  }
 }
 
 // Channel ch's (count, mean, M2) from its slices' (count, mean, M2) partials, in one ordered

@@ -572,12 +572,14 @@ TEST_F(CudaKernels, PoolingMatchesCpu) {
     SCOPED_TRACE(Name(t));
     // C = 64, 16, 8 and 12 take the 16-byte vector kernels (12: fp32 only), the others the
     // scalar ones; odd sizes, stride 1 and 2, padding, batch 1. The vector kernels' threads
-    // walk rows a grid apart: 300 images of 24 output rows take several steps of the walk.
-    for (const PoolShape& sh :
-         {MakePool(2, 4, 4, 3, 2, 2, 0), MakePool(3, 7, 5, 2, 3, 2, 1),
-          MakePool(2, 28, 28, 6, 2, 2, 0), MakePool(1, 9, 9, 64, 3, 2, 1),
-          MakePool(2, 13, 11, 16, 3, 2, 1), MakePool(1, 6, 6, 8, 3, 1, 1),
-          MakePool(3, 10, 10, 12, 2, 2, 0), MakePool(300, 48, 47, 8, 3, 2, 1)}) {
+    // walk rows a grid apart: 300 images of 24 output rows take several steps of the walk. The
+    // backward's threads own 2x2 input pixels at stride 2: odd sizes cut the last blocks, and
+    // 8 x 9 unpadded leaves a row and a column no window covers.
+    for (const PoolShape& sh : {MakePool(2, 4, 4, 3, 2, 2, 0), MakePool(3, 7, 5, 2, 3, 2, 1),
+                                MakePool(2, 28, 28, 6, 2, 2, 0), MakePool(1, 9, 9, 64, 3, 2, 1),
+                                MakePool(2, 13, 11, 16, 3, 2, 1), MakePool(1, 6, 6, 8, 3, 1, 1),
+                                MakePool(3, 10, 10, 12, 2, 2, 0), MakePool(300, 48, 47, 8, 3, 2, 1),
+                                MakePool(2, 8, 9, 16, 3, 2, 0)}) {
       const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
       const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.c;
       auto x = Round(RandomFloats(nx, 10), t), g = Round(RandomFloats(ny, 11), t);

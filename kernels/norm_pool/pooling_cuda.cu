@@ -13,14 +13,21 @@
 namespace topiary::kernels {
 namespace {
 
+// Output index o's window along one axis: it starts at *start (unclipped) and covers [*lo, *hi)
+// of the image's `size` rows or columns.
+__device__ inline void Span(int o, int stride, int pad, int k, int size, int* start, int* lo,
+                            int* hi) {
+  *start = o * stride - pad;
+  *lo = max(*start, 0);
+  *hi = min(*start + k, size);
+}
+
 // Output pixel (oh, ow)'s window, clipped to the image.
 __device__ inline void Window(const PoolShape& sh, int oh, int ow, int* h0, int* h1, int* w0,
                               int* w1) {
-  const int hs = oh * sh.stride_h - sh.pad_h, ws = ow * sh.stride_w - sh.pad_w;
-  *h0 = max(hs, 0);
-  *h1 = min(hs + sh.r, sh.h);
-  *w0 = max(ws, 0);
-  *w1 = min(ws + sh.s, sh.w);
+  int hs, ws;
+  Span(oh, sh.stride_h, sh.pad_h, sh.r, sh.h, &hs, h0, h1);
+  Span(ow, sh.stride_w, sh.pad_w, sh.s, sh.w, &ws, w0, w1);
 }
 
 // Output windows that contain input row ih: oh in [oh0, oh1].
@@ -179,11 +186,11 @@ __global__ void MaxPoolForwardVecKernel(PoolShape sh, int64_t threads, const T* 
   const int cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
   RowWalk at(threads, wo * cv, ho);
   const int ow = at.j / cv, cb = (at.j - ow * cv) * V;
-  const int ws = ow * sh.stride_w - sh.pad_w;
-  const int w0 = max(ws, 0), w1 = min(ws + sh.s, sh.w);
+  int ws, w0, w1;
+  Span(ow, sh.stride_w, sh.pad_w, sh.s, sh.w, &ws, &w0, &w1);
   for (; at.n < sh.n; at.Next()) {
-    const int hs = at.row * sh.stride_h - sh.pad_h;
-    const int h0 = max(hs, 0), h1 = min(hs + sh.r, sh.h);
+    int hs, h0, h1;
+    Span(at.row, sh.stride_h, sh.pad_h, sh.r, sh.h, &hs, &h0, &h1);
     const T* img = x + (static_cast<int64_t>(at.n) * sh.h * sh.w) * sh.c + cb;
     const int64_t o = ((static_cast<int64_t>(at.n) * ho + at.row) * wo + ow) * sh.c + cb;
     const auto first = static_cast<uint8_t>((h0 - hs) * sh.s + (w0 - ws));
@@ -220,43 +227,65 @@ __global__ void MaxPoolForwardVecKernel(PoolShape sh, int64_t threads, const T* 
   }
 }
 
-template <typename T>
+// The backward kernel's threads each own a kS x kS block of input pixels (kS = 2 where both
+// strides are 2, else 1) for one channel vector, and read every window that covers the block
+// once: its argmax bytes and its gradient, routed to the block's pixels. 3x3 windows of stride
+// 2 are read 4 times per 4 pixels instead of 9 (per pixel the loads, index math and byte
+// unpacking were most of the kernel's instructions). Each pixel adds its windows in the scalar
+// kernel's order (oh, then ow, ascending): the sums are the same.
+template <int kS, typename T>
 __global__ void MaxPoolBackwardVecKernel(PoolShape sh, const uint8_t* __restrict__ argmax,
                                          const T* __restrict__ dy, T* __restrict__ dx) {
   constexpr int V = kVec<T>;
   const unsigned cv = sh.c / V, ho = sh.ho(), wo = sh.wo();
-  const unsigned total = sh.n * sh.h * sh.w * cv;
+  const unsigned bw = (sh.w + kS - 1) / kS, bh = (sh.h + kS - 1) / kS;
+  const unsigned total = sh.n * bh * bw * cv;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const unsigned cb = (i % cv) * V;
     unsigned rest = i / cv;
-    const int iw = rest % sh.w;
-    rest /= sh.w;
-    const int ih = rest % sh.h;
-    const unsigned n = rest / sh.h;
-    int oh0, oh1, ow0, ow1;
-    Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
-    Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
-    float g[V], d[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) g[k] = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh)
+    const int iw0 = rest % bw * kS;
+    rest /= bw;
+    const int ih0 = rest % bh * kS;
+    const unsigned n = rest / bh;
+    int oh0, oh1, ow0, ow1, unused;
+    Covering(ih0, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &unused);
+    Covering(ih0 + kS - 1, sh.pad_h, sh.r, sh.stride_h, ho, &unused, &oh1);
+    Covering(iw0, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &unused);
+    Covering(iw0 + kS - 1, sh.pad_w, sh.s, sh.stride_w, wo, &unused, &ow1);
+    float g[kS][kS][V] = {};
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      const int hs = oh * sh.stride_h - sh.pad_h;
       for (int ow = ow0; ow <= ow1; ++ow) {
+        const int ws = ow * sh.stride_w - sh.pad_w;
         const size_t o = ((static_cast<size_t>(n) * ho + oh) * wo + ow) * sh.c + cb;
-        const int pos =
-            (ih - (oh * sh.stride_h - sh.pad_h)) * sh.s + (iw - (ow * sh.stride_w - sh.pad_w));
         uint8_t a[V];
+        float d[V];
         LoadBytes(argmax + o, a);
-        bool any = false;
-#pragma unroll
-        for (int k = 0; k < V; ++k) any |= a[k] == pos;
-        if (!any) continue;  // most windows route elsewhere: skip their gradient
         LdVec(dy + o, d);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          if (a[k] == pos) g[k] += d[k];  // as the scalar kernel: the same sums, same zeros
+        for (int py = 0; py < kS; ++py) {
+#pragma unroll
+          for (int px = 0; px < kS; ++px) {
+            const int r = ih0 + py - hs, s = iw0 + px - ws;
+            if (r < 0 || r >= sh.r || s < 0 || s >= sh.s) continue;  // not in this window
+            const int pos = r * sh.s + s;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+              if (a[k] == pos) g[py][px][k] += d[k];  // as the scalar kernel: the same sums
+            }
+          }
         }
       }
-    StVec(dx + static_cast<size_t>(i) * V, g);
+    }
+#pragma unroll
+    for (int py = 0; py < kS; ++py) {
+#pragma unroll
+      for (int px = 0; px < kS; ++px) {
+        if (ih0 + py < sh.h && iw0 + px < sh.w)
+          StVec(dx + ((static_cast<size_t>(n) * sh.h + ih0 + py) * sh.w + iw0 + px) * sh.c + cb,
+                g[py][px]);
+      }
+    }
   }
 }
 
@@ -320,9 +349,16 @@ absl::Status MaxPoolBackwardCuda(DType t, const PoolShape& sh, const uint8_t* ar
   VisitDType(t, [&](auto tag) {
     using T = decltype(tag);
     if (MaxPoolVecOk<T>(sh, dy, dx, argmax)) {
-      MaxPoolBackwardVecKernel<T>
-          <<<BlocksFor(InCount(sh) / kVec<T>, ctx.sm_count), kThreads, 0, ctx.stream>>>(
-              sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+      const int64_t vectors = InCount(sh) / kVec<T>;
+      if (sh.stride_h == 2 && sh.stride_w == 2) {
+        MaxPoolBackwardVecKernel<2, T>
+            <<<BlocksFor(vectors / 4 + 1, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+                sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+      } else {
+        MaxPoolBackwardVecKernel<1, T>
+            <<<BlocksFor(vectors, ctx.sm_count), kThreads, 0, ctx.stream>>>(
+                sh, argmax, static_cast<const T*>(dy), static_cast<T*>(dx));
+      }
       return;
     }
     PoolBackwardKernel<true><<<BlocksFor(InCount(sh), ctx.sm_count), kThreads, 0, ctx.stream>>>(

@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/warp_mma.cuh"
 #include "kernels/sparse/block_sparse_conv.h"
 #include "kernels/sparse/hopper_conv.h"
 #include "kernels/sparse/kept_tiles.h"
@@ -34,43 +35,6 @@ namespace topiary::kernels {
 namespace {
 
 constexpr int kCB = 8;  // 8-channel blocks per chunk (64 channels per pipeline stage)
-
-// ---------------------------------------------------------------------------------------
-// PTX wrappers.
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-// acc += A (16x8, row) * B (8x8, col), bf16 in, fp32 accumulate: one kept 8x8 block's
-// product for 16 pixels.
-__device__ __forceinline__ void Mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(b0));
-}
 
 // ---------------------------------------------------------------------------------------
 // Tensor-core kernel.
@@ -299,7 +263,8 @@ __global__ void __launch_bounds__(32 * WM * WN)
         for (int j = 0; j < NJ; ++j) {
           if (!((jbits[j] >> blk) & 1u)) continue;
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) Mma(acc[mt][j], a[mt][blk][0], a[mt][blk][1], b[j][e]);
+          for (int mt = 0; mt < MT; ++mt)
+            MmaBf16K8(acc[mt][j], a[mt][blk][0], a[mt][blk][1], b[j][e]);
         }
       }
     }
