@@ -184,22 +184,32 @@ absl::Status RunLegacy(const ConvCudaPlan::Descriptors& d, ConvPass pass, const 
   return absl::InternalError("unknown convolution pass");
 }
 
+// Whether a bf16 plan's direct kernel for the pass is a stem kernel (images of at most 4
+// channels; stem_conv.h) rather than the direct kernels' bf16 form (16 or more channels).
+bool Bf16Stem(const ConvShape& sh, ConvPass pass) {
+  return StemConvSupported(sh, static_cast<int>(pass));
+}
+
 // The direct kernel of a pass; operands as GraphConvPass::Run: fp32 data on the direct kernels
-// (TF32 plans use their tensor-core forms where there are some), bf16 on the stem kernels.
+// (TF32 plans use their tensor-core forms where there are some), bf16 on the stem kernels or
+// the direct kernels' bf16 forms (forward and backward data).
 absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, const void* in0,
                        const void* in1, void* out, void* workspace, const CudaContext& ctx) {
   if (ActivationType(precision) == DType::kBf16) {
     const auto* a = static_cast<const Bf16*>(in0);
     const auto* b = static_cast<const Bf16*>(in1);
     auto* o = static_cast<Bf16*>(out);
+    const bool stem = Bf16Stem(sh, pass);
     switch (pass) {
       case ConvPass::kForward:
-        return StemConvForwardCuda(sh, a, b, o, ctx);
+        return stem ? StemConvForwardCuda(sh, a, b, o, ctx)
+                    : DirectConvForwardBf16Cuda(sh, a, b, o, ctx);
+      case ConvPass::kBackwardData:
+        return DirectConvBackwardDataBf16Cuda(sh, a, b, o, workspace, ctx);
       case ConvPass::kBackwardFilter:
         return StemConvBackwardFilterCuda(sh, a, b, o, workspace, ctx);
-      default:
-        return absl::InternalError("the stem kernels have no backward data pass");
     }
+    return absl::InternalError("unknown convolution pass");
   }
   const auto* a = static_cast<const float*>(in0);
   const auto* b = static_cast<const float*>(in1);
@@ -220,17 +230,21 @@ absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, 
 size_t DirectWorkspaceBytes(const ConvShape& sh, Precision precision, ConvPass pass,
                             const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
-  return ActivationType(precision) == DType::kBf16 ? StemConvWorkspaceBytes(sh, p, ctx.sm_count)
-                                                   : DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
+  return ActivationType(precision) == DType::kBf16 && Bf16Stem(sh, pass)
+             ? StemConvWorkspaceBytes(sh, p, ctx.sm_count)
+             : DirectConvWorkspaceBytes(sh, p, ctx.sm_count);
 }
 
 // Whether a plan may run the pass on a direct kernel: a shape the kernels of its data type take
-// (fp32 or TF32 plans: direct_conv.h; bf16: stem_conv.h), and a workspace within the limit.
+// (fp32 or TF32 plans: direct_conv.h; bf16: stem_conv.h, or direct_conv.h's bf16 forward and
+// backward data), and a workspace within the limit.
 bool DirectAllowed(const ConvShape& sh, Precision precision, ConvPass pass, size_t limit,
                    const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
-  const bool takes = ActivationType(precision) == DType::kBf16 ? StemConvSupported(sh, p)
-                                                               : DirectConvSupported(sh, p);
+  const bool takes =
+      ActivationType(precision) == DType::kBf16
+          ? Bf16Stem(sh, pass) || (pass != ConvPass::kBackwardFilter && DirectConvSupported(sh, p))
+          : DirectConvSupported(sh, p);
   return takes && DirectWorkspaceBytes(sh, precision, pass, ctx) <= limit;
 }
 

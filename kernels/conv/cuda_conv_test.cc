@@ -91,9 +91,35 @@ struct Float64Conv {
   }
 };
 
-// The direct fp32 kernels against float64 on random operands: batch 1, odd and non-square
-// maps, stride 2, 1x1, no padding, every output-channel tile (8-64) and input-channel split,
-// the largest channel counts taken; and the passes they refuse.
+// Random bf16 operands of a convolution (x, w and dy, rounded to bf16) and its passes in
+// float64 on them.
+struct Bf16Case {
+  size_t nx, nw, ny;
+  std::vector<float> x, w, g;
+  Float64Conv ref;
+  Bf16Case(const ConvShape& sh, uint32_t seed)
+      : nx(static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c),
+        nw(static_cast<size_t>(sh.k) * sh.patch()),
+        ny(static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k),
+        x(Round(RandomFloats(nx, seed), DType::kBf16)),
+        w(Round(RandomFloats(nw, seed + 1), DType::kBf16)),
+        g(Round(RandomFloats(ny, seed + 2), DType::kBf16)),
+        ref(sh, x, w, g) {}
+};
+
+// The direct kernels' test shapes: batch 1, odd and non-square maps, stride 2, 1x1, no
+// padding, every output-channel tile (8-64) and input-channel split, the largest channel
+// counts taken.
+std::vector<ConvShape> DirectShapes() {
+  return {MakeConv(1, 7, 5, 16, 8, 3, 3, 1, 1),      MakeConv(2, 9, 9, 32, 24, 3, 3, 2, 1),
+          MakeConv(3, 6, 7, 16, 16, 1, 1, 1, 0),     MakeConv(2, 11, 13, 48, 40, 1, 1, 2, 0),
+          MakeConv(4, 32, 32, 16, 16, 3, 3, 1, 1),   MakeConv(3, 8, 8, 64, 64, 3, 3, 1, 1),
+          MakeConv(2, 16, 16, 128, 128, 3, 3, 1, 1), MakeConv(1, 5, 6, 16, 32, 3, 3, 1, 0),
+          MakeConv(2, 17, 15, 32, 64, 3, 3, 2, 1)};
+}
+
+// The direct fp32 kernels against float64 on random operands (DirectShapes), and the passes
+// they refuse.
 TEST_F(CudaKernels, DirectConvMatchesFloat64) {
   EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 8, 16, 3, 3, 1, 1), 0));    // C % 16
   EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 16, 12, 3, 3, 1, 1), 0));   // K % 8
@@ -101,12 +127,7 @@ TEST_F(CudaKernels, DirectConvMatchesFloat64) {
   EXPECT_FALSE(DirectConvSupported(MakeConv(2, 8, 8, 16, 16, 5, 5, 1, 2), 0));   // 5x5
   EXPECT_FALSE(DirectConvSupported(MakeConv(2, 9, 9, 16, 16, 3, 3, 2, 1), 1));   // stride 2
   EXPECT_FALSE(DirectConvSupported(MakeConv(2, 9, 9, 16, 8, 3, 3, 1, 1), 1));    // K % 16
-  for (const ConvShape& sh :
-       {MakeConv(1, 7, 5, 16, 8, 3, 3, 1, 1), MakeConv(2, 9, 9, 32, 24, 3, 3, 2, 1),
-        MakeConv(3, 6, 7, 16, 16, 1, 1, 1, 0), MakeConv(2, 11, 13, 48, 40, 1, 1, 2, 0),
-        MakeConv(4, 32, 32, 16, 16, 3, 3, 1, 1), MakeConv(3, 8, 8, 64, 64, 3, 3, 1, 1),
-        MakeConv(2, 16, 16, 128, 128, 3, 3, 1, 1), MakeConv(1, 5, 6, 16, 32, 3, 3, 1, 0),
-        MakeConv(2, 17, 15, 32, 64, 3, 3, 2, 1)}) {
+  for (const ConvShape& sh : DirectShapes()) {
     SCOPED_TRACE(ShapeName(sh));
     const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
     const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
@@ -158,8 +179,35 @@ TEST_F(CudaKernels, DirectConvMatchesFloat64) {
   }
 }
 
-// A plan restored with the direct kernel on every pass (as a cached measurement would make
-// it) runs it, in fp32 and TF32, and refuses it for bf16 and shapes it does not take.
+// The direct kernels' bf16 forms (forward and backward data on mma.sync m16n8k16) against
+// float64 on the same bf16 operands: each output is its fp32 sum rounded to bf16 once (half a
+// bf16 step, 2^-9 of its magnitude), on DirectShapes.
+TEST_F(CudaKernels, DirectConvBf16MatchesFloat64) {
+  for (const ConvShape& sh : DirectShapes()) {
+    SCOPED_TRACE(ShapeName(sh));
+    const Bf16Case c(sh, 60);
+    const Float64Conv& ref = c.ref;
+    Act dx(DType::kBf16, c.x), dw(DType::kBf16, c.w), dg(DType::kBf16, c.g), y(DType::kBf16, c.ny),
+        gx(DType::kBf16, c.nx);
+    Dev<uint8_t> ws(DirectConvWorkspaceBytes(sh, 1, ctx_.sm_count));
+    const auto* wb = static_cast<const Bf16*>(dw.get());
+    ASSERT_TRUE(DirectConvForwardBf16Cuda(sh, static_cast<const Bf16*>(dx.get()), wb,
+                                          static_cast<Bf16*>(y.get()), ctx_)
+                    .ok());
+    const bool data = DirectConvSupported(sh, 1);
+    if (data) {
+      ASSERT_TRUE(DirectConvBackwardDataBf16Cuda(sh, static_cast<const Bf16*>(dg.get()), wb,
+                                                 static_cast<Bf16*>(gx.get()), ws.get(), ctx_)
+                      .ok());
+    }
+    Sync();
+    EXPECT_LT(Rel(y.Host(), ref.y), 5e-3);
+    if (data) {
+      EXPECT_LT(Rel(gx.Host(), ref.dx), 5e-3);
+    }
+  }
+}
+
 // The bf16 stem kernels against float64 on the same bf16 operands: each output is its fp32 sum
 // rounded to bf16 once (half a bf16 step, 2^-9 of its magnitude), on awkward shapes (batch 1,
 // odd sizes, 1 to 4 channels, 1x1, stride 2 and 3, receptive fields of 2 to 256 values,
@@ -183,15 +231,10 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
     SCOPED_TRACE(ShapeName(sh));
     ASSERT_TRUE(StemConvSupported(sh, 0));
     ASSERT_TRUE(StemConvSupported(sh, 2));
-    const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
-    const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
-    const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;
-    const auto x = Round(RandomFloats(nx, 50), DType::kBf16);
-    const auto w = Round(RandomFloats(nw, 51), DType::kBf16);
-    const auto g = Round(RandomFloats(ny, 52), DType::kBf16);
-    const Float64Conv ref(sh, x, w, g);
-    Act dx(DType::kBf16, x), dw(DType::kBf16, w), dg(DType::kBf16, g), y(DType::kBf16, ny),
-        gw(DType::kBf16, nw), gw2(DType::kBf16, nw);
+    const Bf16Case c(sh, 50);
+    const Float64Conv& ref = c.ref;
+    Act dx(DType::kBf16, c.x), dw(DType::kBf16, c.w), dg(DType::kBf16, c.g), y(DType::kBf16, c.ny),
+        gw(DType::kBf16, c.nw), gw2(DType::kBf16, c.nw);
     Dev<uint8_t> ws(StemConvWorkspaceBytes(sh, 2, ctx_.sm_count));
     const auto* xb = static_cast<const Bf16*>(dx.get());
     const auto* gb = static_cast<const Bf16*>(dg.get());
@@ -209,6 +252,9 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
   }
 }
 
+// A plan restored with the direct kernel on every pass (as a cached measurement would make
+// it) runs it, in fp32 and TF32, and is refused where a pass has no direct kernel for the
+// shape (bf16's backward filter at 32 channels, backward data at stride 2).
 TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
   ConvAlgos direct;
   for (ConvPassAlgo& a : direct.pass) a.direct = true;
@@ -239,14 +285,29 @@ TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
     EXPECT_LT(Rel(gx.Host(), ref.dx), tol);
     EXPECT_LT(Rel(gw.Host(), ref.dw), 1e-5);
   }
-  // Not for bf16 at 32 channels (the bf16 stem kernels take at most 4), nor at stride 2
-  // backward data: the known plan is refused and searched anew.
+  // Not for bf16's backward filter at 32 channels (the bf16 stem kernels take at most 4
+  // channels, the direct kernels' bf16 forms forward and backward data only), nor at stride 2
+  // backward data: the known plan is refused and searched anew. What the bf16 search chose
+  // (the direct kernels or cuDNN, by measurement) runs and matches.
   ConvSearch search;
   search.known = &direct;
   auto bf16 = ConvCudaPlan::Create(sh, Precision::kBf16, size_t{1} << 30, false, ctx_, search);
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   EXPECT_NE((*bf16)->source(), ConvPlanSource::kKnown);
-  for (int pass = 0; pass < 3; ++pass) EXPECT_FALSE((*bf16)->algos().pass[pass].direct);
+  EXPECT_FALSE((*bf16)->algos().pass[2].direct);
+  {
+    const auto xb = Round(x, DType::kBf16), wb = Round(w, DType::kBf16),
+               gb = Round(g, DType::kBf16);
+    const Float64Conv rb(sh, xb, wb, gb);
+    Act dx(DType::kBf16, xb), dw(DType::kBf16, wb), dg(DType::kBf16, gb), y(DType::kBf16, ny),
+        gx(DType::kBf16, nx);
+    Dev<uint8_t> ws((*bf16)->workspace_bytes());
+    ASSERT_TRUE((*bf16)->Forward(dx.get(), dw.get(), nullptr, y.get(), ws.get(), ctx_).ok());
+    ASSERT_TRUE((*bf16)->BackwardData(dg.get(), dw.get(), gx.get(), ws.get(), ctx_).ok());
+    Sync();
+    EXPECT_LT(Rel(y.Host(), rb.y), 5e-3);
+    EXPECT_LT(Rel(gx.Host(), rb.dx), 5e-3);
+  }
   auto strided = ConvCudaPlan::Create(MakeConv(2, 9, 9, 32, 16, 3, 3, 2, 1), Precision::kFp32,
                                       size_t{1} << 30, false, ctx_, search);
   ASSERT_TRUE(strided.ok()) << strided.status();

@@ -23,6 +23,14 @@ absl::Status DirectConvBackwardFilterCuda(const ConvShape&, const float*, const 
                                           void*, const CudaContext&) {
   return NoCuda();
 }
+absl::Status DirectConvForwardBf16Cuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,
+                                       const CudaContext&) {
+  return NoCuda();
+}
+absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,
+                                            void*, const CudaContext&) {
+  return NoCuda();
+}
 bool StemConvSupported(const ConvShape&, int) { return false; }
 size_t StemConvWorkspaceBytes(const ConvShape&, int, int) { return 0; }
 absl::Status StemConvForwardCuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,

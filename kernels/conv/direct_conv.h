@@ -2,10 +2,11 @@
 // C and K of 16-64 at 8x8-32x32 pixels). cuDNN runs these shapes at a small fraction of the
 // GPU's FMA rate whatever the math mode; a tiled direct kernel keeps each block's input window
 // and filter chunk in shared memory and gives every thread a 4-pixel x 8-channel register tile
-// (fp32 FMAs), or every warp 32 pixels x the block's output channels on tensor cores (TF32).
-// ConvCudaPlan times them beside cuDNN's algorithms and keeps whichever is faster, pass by
-// pass: the fp32 kernels in fp32 plans, the TF32 ones (forward and backward data; backward
-// filter stays fp32, which TF32 allows) in TF32 plans.
+// (fp32 FMAs), or every warp 32 pixels x the block's output channels on tensor cores (TF32,
+// and bf16 for bf16 activations). ConvCudaPlan times them beside cuDNN's algorithms and keeps
+// whichever is faster, pass by pass: the fp32 kernels in fp32 plans, the TF32 ones (forward
+// and backward data; backward filter stays fp32, which TF32 allows) in TF32 plans, the bf16
+// ones (forward and backward data; cuDNN keeps the backward filter) in bf16 plans.
 #ifndef TOPIARY_KERNELS_CONV_DIRECT_CONV_H_
 #define TOPIARY_KERNELS_CONV_DIRECT_CONV_H_
 
@@ -13,13 +14,14 @@
 
 #include "absl/status/status.h"
 #include "kernels/conv/conv.h"
+#include "kernels/runtime/dtype.h"
 
 namespace topiary::kernels {
 
 struct CudaContext;
 
 // Whether the direct kernels take this shape for the pass (0 forward, 1 backward data,
-// 2 backward filter): fp32 NHWC, the reduced channels a multiple of 16 and the produced ones
+// 2 backward filter): NHWC, the reduced channels a multiple of 16 and the produced ones
 // a multiple of 8, both at most 128; backward data only at stride 1 with pad < R and S.
 bool DirectConvSupported(const ConvShape& shape, int pass);
 
@@ -44,6 +46,15 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& shape, const float* dy,
 // every run. REQUIRES: DirectConvSupported(shape, 2); workspace as above.
 absl::Status DirectConvBackwardFilterCuda(const ConvShape& shape, const float* x, const float* dy,
                                           float* dw, void* workspace, const CudaContext& ctx);
+
+// bf16 forward and backward data, for the shapes DirectConvSupported takes in passes 0 and 1:
+// mma.sync m16n8k16 on the bf16 operands, fp32 sums, each output rounded to bf16 once (as
+// cuDNN's bf16 convolutions). Backward data's workspace: DirectConvWorkspaceBytes(shape, 1,
+// ...) bytes (the filter transposed and flipped; fp32-sized, half of it used).
+absl::Status DirectConvForwardBf16Cuda(const ConvShape& shape, const Bf16* x, const Bf16* w,
+                                       Bf16* y, const CudaContext& ctx);
+absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape& shape, const Bf16* dy, const Bf16* w,
+                                            Bf16* dx, void* workspace, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

@@ -16,6 +16,8 @@
 // channels of one tap each) and replicated teams split the tile's pixels. The blocks' partial
 // filters go to the workspace and one more kernel adds them in a fixed order: the same bits
 // on every run.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -240,19 +242,79 @@ __global__ void __launch_bounds__(256)
 
 constexpr int kWarpPixels = 32;  // two m16 tiles per warp
 
-struct Tf32Tile {
+// The tensor-core kernels' tile: the tile's pixels in warps of 32, teams as TeamSplit says.
+struct MmaTile {
   FwdTile t;
   int warps = 1;  // per team: ceil(tile pixels / 32)
 };
 
-Tf32Tile ChooseTf32Tile(const ConvShape& s, int kt) {
-  Tf32Tile m;
+MmaTile ChooseMmaTile(const ConvShape& s, int kt) {
+  MmaTile m;
   m.t = ChooseTile(s);
   const int pixels = m.t.th * m.t.tw;
   m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
   m.t.ksplit = TeamSplit(s, m.warps * 32,
                          m.t.rows_in * m.t.cols_in * kPixStride + s.r * s.s * kChunk * (kt + 8));
   return m;
+}
+
+// Where a tensor-core kernel's thread works: its block's output tile (pixel rows from p0,
+// columns from q0, of image n, output channels from k0) and window origin (h0, w0), its team
+// (teams split the input channels), its warp (32 of the tile's pixels: rows g and g + 8 of two
+// m16 tiles) and its lane's fragment row g and column group tq.
+struct MmaWarp {
+  int ho, wo, tile, p0, q0, n, k0, h0, w0, team_threads, rep, lt, warp, g, tq;
+  __device__ MmaWarp(const ConvShape& s, const FwdTile& t, int kt)
+      : ho(s.ho()), wo(s.wo()), tile(t.th * t.tw) {
+    const int tiles_w = (wo + t.tw - 1) / t.tw;
+    p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
+    n = blockIdx.y, k0 = blockIdx.z * kt;
+    h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    team_threads = blockDim.x / t.ksplit;
+    rep = threadIdx.x / team_threads, lt = threadIdx.x % team_threads;
+    warp = lt / 32, g = lt % 32 / 4, tq = lt % 4;
+  }
+  // The tile pixel of row g + 8h of m-tile mt.
+  __device__ int Pixel(int mt, int h) const { return warp * kWarpPixels + mt * 16 + h * 8 + g; }
+  // Its staged window offset, with `stride` values per staged pixel; a pixel past the tile
+  // reads pixel 0 (and is not stored).
+  __device__ int Staged(const ConvShape& s, const FwdTile& t, int mt, int h, int stride) const {
+    int pix = Pixel(mt, h);
+    if (pix >= tile) pix = 0;
+    return ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * stride;
+  }
+};
+
+__device__ __forceinline__ void StorePair(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void StorePair(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+
+// The warp's sums, acc[m-tile][n-tile][the fragment's 4], to y (teams first add theirs into
+// team 0's, GatherTeams; smem is free by then): lane (g, tq) holds channels 2tq and 2tq + 1 of
+// n-tile nt for its rows g (c0, c1) and g + 8 (c2, c3).
+template <int kN, typename T>
+__device__ void StoreWarpSums(const ConvShape& s, const FwdTile& t, const MmaWarp& m,
+                              float (&acc)[2][kN][4], float* smem, T* __restrict__ y) {
+  if (t.ksplit > 1 &&
+      !GatherTeams<2 * kN * 4>(&acc[0][0][0], t.ksplit, m.rep, m.lt, m.team_threads, smem)) {
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int pix = m.Pixel(mt, h);
+      const int p = m.p0 + pix / t.tw, q = m.q0 + pix % t.tw;
+      if (pix >= m.tile || p >= m.ho || q >= m.wo) continue;
+      T* out = y + ((static_cast<int64_t>(m.n) * m.ho + p) * m.wo + q) * s.k + m.k0 + 2 * m.tq;
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        StorePair(out + nt * 8, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+    }
 }
 
 template <int KT>
@@ -265,41 +327,28 @@ __global__ void __launch_bounds__(256)
   const int filter_chunk = taps * kChunk * kRow;
   float* in_all = reinterpret_cast<float*>(smem);
   float* w_all = in_all + t.ksplit * window;
-  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
-  const int tiles_w = (wo + t.tw - 1) / t.tw;
-  const int p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
-  const int n = blockIdx.y, k0 = blockIdx.z * KT;
-  const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
-  const int team_threads = blockDim.x / t.ksplit;
-  const int rep = threadIdx.x / team_threads, lt = threadIdx.x % team_threads;
-  const int warp = lt / 32, lane = lt % 32, g = lane / 4, tq = lane % 4;
-  const float* in_s = in_all + rep * window;
-  const float* w_s = w_all + rep * filter_chunk;
-  // The staged offsets of the pixels of rows g and g + 8 of the warp's two m-tiles; pixels
-  // past the tile read pixel 0 and are not stored.
+  const MmaWarp m(s, t, KT);
+  const int g = m.g, tq = m.tq;
+  const float* in_s = in_all + m.rep * window;
+  const float* w_s = w_all + m.rep * filter_chunk;
   int base[2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int pix = warp * kWarpPixels + mt * 16 + h * 8 + g;
-      if (pix >= tile) pix = 0;
-      base[mt][h] =
-          ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * kPixStride;
-    }
+    for (int h = 0; h < 2; ++h) base[mt][h] = m.Staged(s, t, mt, h, kPixStride);
   float acc[2][kN][4] = {};
-  const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+  const float* xn = x + static_cast<int64_t>(m.n) * s.h * s.w * s.c;
   const int w_vecs = KT * taps * (kChunk / 4);
   for (int c_round = 0; c_round < s.c; c_round += kChunk * t.ksplit) {
     __syncthreads();
-    StageWindow<true>(s, t, xn, h0, w0, c_round, t.ksplit, in_all);
+    StageWindow<true>(s, t, xn, m.h0, m.w0, c_round, t.ksplit, in_all);
     for (int i = threadIdx.x; i < w_vecs * t.ksplit; i += blockDim.x) {
       const int chunk = i / w_vecs, rest = i % w_vecs;
       const int v = rest % (kChunk / 4), rest2 = rest / (kChunk / 4);
       const int tap = rest2 % taps, kl = rest2 / taps;
-      const float4 val =
-          *reinterpret_cast<const float4*>(w + (static_cast<int64_t>(k0 + kl) * taps + tap) * s.c +
-                                           c_round + chunk * kChunk + v * 4);
+      const float4 val = *reinterpret_cast<const float4*>(
+          w + (static_cast<int64_t>(m.k0 + kl) * taps + tap) * s.c + c_round + chunk * kChunk +
+          v * 4);
       float* dst = w_all + chunk * filter_chunk + (tap * kChunk + v * 4) * kRow + kl;
 #pragma unroll
       for (int e = 0; e < 4; ++e) dst[e * kRow] = RoundTf32(Lane(val, e));
@@ -330,29 +379,113 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  if (t.ksplit > 1 && !GatherTeams<2 * kN * 4>(&acc[0][0][0], t.ksplit, rep, lt, team_threads,
-                                               reinterpret_cast<float*>(smem))) {
-    return;
+  StoreWarpSums<kN>(s, t, m, acc, reinterpret_cast<float*>(smem), y);
+}
+
+// ---- bf16 tensor-core forward (mma.sync m16n8k16) ----
+// bf16 plans' forward and backward data: the TF32 kernel's blocks, teams and warps (32 pixels x
+// the block's KT output channels each), with bf16 operands in shared memory. A 16-channel chunk
+// of one tap is exactly one k16 step: a warp's A fragment is its pixels' 16 channels of the
+// tap, 4-byte pairs of neighbouring channels, and B's the tap's filter rows. The window is
+// [pixel][24] (48-byte rows: a warp's 8 neighbouring pixels x 4 pairs fall in 32 distinct
+// banks) and the filter chunk [tap][KT][24]. Sums in fp32, rounded to bf16 once.
+constexpr int kPixStrideBf16 = kChunk + 8;  // bf16 values per staged pixel or filter row
+
+// Stages `chunks` 16-channel chunks from channel c0 of the bf16 window at (h0, w0) of image xn:
+// [chunk][pixel][kPixStrideBf16], zeros in the padding.
+__device__ void StageWindowBf16(const ConvShape& s, const FwdTile& t,
+                                const uint16_t* __restrict__ xn, int h0, int w0, int c0, int chunks,
+                                uint16_t* dst) {
+  const int in_vecs = t.rows_in * t.cols_in * 2;  // two 16-byte vectors per pixel
+  const int window = t.rows_in * t.cols_in * kPixStrideBf16;
+  for (int i = threadIdx.x; i < in_vecs * chunks; i += blockDim.x) {
+    const int chunk = i / in_vecs, rest = i % in_vecs;
+    const int v = rest % 2, pos = rest / 2;
+    const int h = h0 + pos / t.cols_in, col = w0 + pos % t.cols_in;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (h >= 0 && h < s.h && col >= 0 && col < s.w) {
+      val = *reinterpret_cast<const uint4*>(xn + (static_cast<int64_t>(h) * s.w + col) * s.c + c0 +
+                                            chunk * kChunk + v * 8);
+    }
+    *reinterpret_cast<uint4*>(dst + chunk * window + pos * kPixStrideBf16 + v * 8) = val;
   }
+}
+
+MmaTile ChooseBf16Tile(const ConvShape& s, int kt) {
+  MmaTile m;
+  m.t = ChooseTile(s);
+  const int pixels = m.t.th * m.t.tw;
+  m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
+  // Replica sizes in 4-byte units: bf16 values count half.
+  m.t.ksplit =
+      TeamSplit(s, m.warps * 32,
+                (m.t.rows_in * m.t.cols_in * kPixStrideBf16 + s.r * s.s * kt * kPixStrideBf16) / 2);
+  return m;
+}
+
+template <int KT>
+__global__ void __launch_bounds__(256)
+    ForwardBf16Kernel(ConvShape s, FwdTile t, const uint16_t* __restrict__ x,
+                      const uint16_t* __restrict__ w, __nv_bfloat16* __restrict__ y) {
+  constexpr int kN = KT / 8;
+  extern __shared__ float4 smem[];
+  const int window = t.rows_in * t.cols_in * kPixStrideBf16, taps = s.r * s.s;
+  const int filter_chunk = taps * KT * kPixStrideBf16;
+  auto* in_all = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* w_all = in_all + t.ksplit * window;
+  const MmaWarp m(s, t, KT);
+  const uint16_t* in_s = in_all + m.rep * window;
+  const uint16_t* w_s = w_all + m.rep * filter_chunk + m.g * kPixStrideBf16 + 2 * m.tq;
+  // The staged offsets of the lane's channel pair in its four pixels.
+  int base[2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int pix = warp * kWarpPixels + mt * 16 + h * 8 + g;
-      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
-      if (pix >= tile || p >= ho || q >= wo) continue;
-      float* out = y + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + 2 * tq;
+    for (int h = 0; h < 2; ++h) base[mt][h] = m.Staged(s, t, mt, h, kPixStrideBf16) + 2 * m.tq;
+  float acc[2][kN][4] = {};
+  const uint16_t* xn = x + static_cast<int64_t>(m.n) * s.h * s.w * s.c;
+  const int w_vecs = KT * taps * 2;
+  for (int c_round = 0; c_round < s.c; c_round += kChunk * t.ksplit) {
+    __syncthreads();
+    StageWindowBf16(s, t, xn, m.h0, m.w0, c_round, t.ksplit, in_all);
+    for (int i = threadIdx.x; i < w_vecs * t.ksplit; i += blockDim.x) {
+      const int chunk = i / w_vecs, rest = i % w_vecs;
+      const int v = rest % 2, row = rest / 2;  // row = kl * taps + tap, w's own order
+      const int kl = row / taps, tap = row % taps;
+      *reinterpret_cast<uint4*>(w_all + chunk * filter_chunk + (tap * KT + kl) * kPixStrideBf16 +
+                                v * 8) =
+          *reinterpret_cast<const uint4*>(w + (static_cast<int64_t>(m.k0) * taps + row) * s.c +
+                                          c_round + chunk * kChunk + v * 8);
+    }
+    __syncthreads();
+    for (int r = 0; r < s.r; ++r) {
+      for (int q = 0; q < s.s; ++q) {
+        const int off = (r * t.cols_in + q) * kPixStrideBf16;
+        const uint16_t* wt = w_s + (r * s.s + q) * KT * kPixStrideBf16;
+        uint32_t a[2][4];
 #pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-        *reinterpret_cast<float2*>(out + nt * 8) =
-            make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        for (int mt = 0; mt < 2; ++mt) {
+          a[mt][0] = Lds32(in_s + base[mt][0] + off);
+          a[mt][1] = Lds32(in_s + base[mt][1] + off);
+          a[mt][2] = Lds32(in_s + base[mt][0] + off + 8);
+          a[mt][3] = Lds32(in_s + base[mt][1] + off + 8);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kN; ++nt) {
+          const uint32_t b0 = Lds32(wt + nt * 8 * kPixStrideBf16);
+          const uint32_t b1 = Lds32(wt + nt * 8 * kPixStrideBf16 + 8);
+          MmaBf16(acc[0][nt], a[0], b0, b1);
+          MmaBf16(acc[1][nt], a[1], b0, b1);
+        }
       }
     }
+  }
+  StoreWarpSums<kN>(s, t, m, acc, reinterpret_cast<float*>(smem), y);
 }
 
-// wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter.
-__global__ void TransposeFlipKernel(ConvShape s, const float* __restrict__ w,
-                                    float* __restrict__ wt) {
+// wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter (fp32 or bf16 bits).
+template <typename T>
+__global__ void TransposeFlipKernel(ConvShape s, const T* __restrict__ w, T* __restrict__ wt) {
   TOPIARY_GRID_STRIDE(i, static_cast<int64_t>(s.k) * s.r * s.s * s.c) {
     const int k = static_cast<int>(i % s.k);
     const int64_t rest = i / s.k;
@@ -486,7 +619,7 @@ absl::Status LaunchForward(const ConvShape& s, const float* x, const float* w, f
 template <int KT>
 absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* w, float* y,
                                const CudaContext& ctx) {
-  const Tf32Tile m = ChooseTf32Tile(s, KT);
+  const MmaTile m = ChooseMmaTile(s, KT);
   const FwdTile& t = m.t;
   const int team = m.warps * 32;
   const int smem =
@@ -497,6 +630,21 @@ absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* 
   const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
   ForwardTf32Kernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
   return LaunchStatus("direct conv forward (tf32)");
+}
+
+template <int KT>
+absl::Status LaunchForwardBf16(const ConvShape& s, const uint16_t* x, const uint16_t* w,
+                               __nv_bfloat16* y, const CudaContext& ctx) {
+  const MmaTile m = ChooseBf16Tile(s, KT);
+  const FwdTile& t = m.t;
+  const int team = m.warps * 32;
+  const int smem =
+      std::max(t.ksplit * (t.rows_in * t.cols_in + s.r * s.s * KT) * kPixStrideBf16 * 2,
+               (t.ksplit - 1) * team * 2 * KT * 4);
+  AllowDynamicSmem<ForwardBf16Kernel<KT>>(smem);
+  const dim3 grid(((s.ho() + t.th - 1) / t.th) * ((s.wo() + t.tw - 1) / t.tw), s.n, s.k / KT);
+  ForwardBf16Kernel<KT><<<grid, team * t.ksplit, smem, ctx.stream>>>(s, t, x, w, y);
+  return LaunchStatus("direct conv forward (bf16)");
 }
 
 // f(std::integral_constant<int, KT>()) for the output-channel tile ChooseKt(k): the kernels
@@ -521,6 +669,23 @@ absl::Status Forward(const ConvShape& s, const float* x, const float* w, float* 
     constexpr int KT = decltype(kt)::value;
     return tf32 ? LaunchForwardTf32<KT>(s, x, w, y, ctx) : LaunchForward<KT>(s, x, w, y, ctx);
   });
+}
+
+absl::Status ForwardBf16(const ConvShape& s, const Bf16* x, const Bf16* w, Bf16* y,
+                         const CudaContext& ctx) {
+  return WithKt(s.k, [&](auto kt) {
+    return LaunchForwardBf16<decltype(kt)::value>(s, reinterpret_cast<const uint16_t*>(x),
+                                                  reinterpret_cast<const uint16_t*>(w),
+                                                  reinterpret_cast<__nv_bfloat16*>(y), ctx);
+  });
+}
+
+// Backward data's filter, transposed and flipped into the workspace.
+template <typename T>
+absl::Status TransposeFlip(const ConvShape& s, const T* w, T* wt, const CudaContext& ctx) {
+  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
+  TransposeFlipKernel<T><<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(s, w, wt);
+  return LaunchStatus("direct conv filter transpose");
 }
 
 template <int KT>
@@ -592,10 +757,22 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& s, const float* dy, con
                                         const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckPointers({dy, w, dx, workspace}, "backward data"));
   float* wt = static_cast<float*>(workspace);
-  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
-  TransposeFlipKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(s, w, wt);
-  TOPIARY_RETURN_IF_ERROR(LaunchStatus("direct conv filter transpose"));
+  TOPIARY_RETURN_IF_ERROR(TransposeFlip(s, w, wt, ctx));
   return Forward(BackwardDataAsForward(s), dy, wt, dx, tf32, ctx);
+}
+
+absl::Status DirectConvForwardBf16Cuda(const ConvShape& s, const Bf16* x, const Bf16* w, Bf16* y,
+                                       const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({x, w, y}, "forward"));
+  return ForwardBf16(s, x, w, y, ctx);
+}
+
+absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape& s, const Bf16* dy, const Bf16* w,
+                                            Bf16* dx, void* workspace, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({dy, w, dx, workspace}, "backward data"));
+  auto* wt = static_cast<Bf16*>(workspace);
+  TOPIARY_RETURN_IF_ERROR(TransposeFlip(s, w, wt, ctx));
+  return ForwardBf16(BackwardDataAsForward(s), dy, wt, dx, ctx);
 }
 
 absl::Status DirectConvBackwardFilterCuda(const ConvShape& s, const float* x, const float* dy,

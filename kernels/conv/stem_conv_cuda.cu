@@ -62,10 +62,6 @@ Geometry MakeGeometry(const ConvShape& s) {
   return g;
 }
 
-__device__ __forceinline__ uint32_t Lds32(const uint16_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
 // The forward pass's layout. K (the reduction) is a sequence of halves, 8 values each: filter
 // row r's S*C values are its halves r * hr .. r * hr + hr - 1 (hr = ceil(S*C / 8), the last one
 // zero-padded), so that half h reads values (h % hr) * 8 .. + 7 of filter row h / hr, and the

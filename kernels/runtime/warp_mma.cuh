@@ -8,6 +8,11 @@
 
 namespace topiary::kernels {
 
+// 4 bytes of shared memory (p 4-byte aligned) as one register: a fragment's bf16 pair.
+__device__ __forceinline__ uint32_t Lds32(const uint16_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
 // 16 bytes from global to shared memory without passing through registers; valid false
 // fills them with zeros and reads nothing.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
