@@ -192,7 +192,7 @@ bool Bf16Stem(const ConvShape& sh, ConvPass pass) {
 
 // The direct kernel of a pass; operands as GraphConvPass::Run: fp32 data on the direct kernels
 // (TF32 plans use their tensor-core forms where there are some), bf16 on the stem kernels or
-// the direct kernels' bf16 forms (forward and backward data).
+// the direct kernels' bf16 forms.
 absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, const void* in0,
                        const void* in1, void* out, void* workspace, const CudaContext& ctx) {
   if (ActivationType(precision) == DType::kBf16) {
@@ -207,7 +207,8 @@ absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, 
       case ConvPass::kBackwardData:
         return DirectConvBackwardDataBf16Cuda(sh, a, b, o, workspace, ctx);
       case ConvPass::kBackwardFilter:
-        return StemConvBackwardFilterCuda(sh, a, b, o, workspace, ctx);
+        return stem ? StemConvBackwardFilterCuda(sh, a, b, o, workspace, ctx)
+                    : DirectConvBackwardFilterBf16Cuda(sh, a, b, o, workspace, ctx);
     }
     return absl::InternalError("unknown convolution pass");
   }
@@ -236,15 +237,14 @@ size_t DirectWorkspaceBytes(const ConvShape& sh, Precision precision, ConvPass p
 }
 
 // Whether a plan may run the pass on a direct kernel: a shape the kernels of its data type take
-// (fp32 or TF32 plans: direct_conv.h; bf16: stem_conv.h, or direct_conv.h's bf16 forward and
-// backward data), and a workspace within the limit.
+// (fp32 or TF32 plans: direct_conv.h; bf16: stem_conv.h, or direct_conv.h's bf16 forms), and
+// a workspace within the limit.
 bool DirectAllowed(const ConvShape& sh, Precision precision, ConvPass pass, size_t limit,
                    const CudaContext& ctx) {
   const int p = static_cast<int>(pass);
-  const bool takes =
-      ActivationType(precision) == DType::kBf16
-          ? Bf16Stem(sh, pass) || (pass != ConvPass::kBackwardFilter && DirectConvSupported(sh, p))
-          : DirectConvSupported(sh, p);
+  const bool takes = ActivationType(precision) == DType::kBf16
+                         ? Bf16Stem(sh, pass) || DirectConvBf16Supported(sh, p)
+                         : DirectConvSupported(sh, p);
   return takes && DirectWorkspaceBytes(sh, precision, pass, ctx) <= limit;
 }
 

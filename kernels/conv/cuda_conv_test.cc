@@ -188,16 +188,24 @@ TEST_F(CudaKernels, DirectConvBf16MatchesFloat64) {
     const Bf16Case c(sh, 60);
     const Float64Conv& ref = c.ref;
     Act dx(DType::kBf16, c.x), dw(DType::kBf16, c.w), dg(DType::kBf16, c.g), y(DType::kBf16, c.ny),
-        gx(DType::kBf16, c.nx);
-    Dev<uint8_t> ws(DirectConvWorkspaceBytes(sh, 1, ctx_.sm_count));
+        gx(DType::kBf16, c.nx), gw(DType::kBf16, c.nw), gw2(DType::kBf16, c.nw);
+    Dev<uint8_t> ws(std::max(DirectConvWorkspaceBytes(sh, 1, ctx_.sm_count),
+                             DirectConvWorkspaceBytes(sh, 2, ctx_.sm_count)));
+    ASSERT_TRUE(DirectConvBf16Supported(sh, 0));
+    ASSERT_TRUE(DirectConvBf16Supported(sh, 2));  // 3x3 and 1x1 filters
+    const auto* xb = static_cast<const Bf16*>(dx.get());
     const auto* wb = static_cast<const Bf16*>(dw.get());
-    ASSERT_TRUE(DirectConvForwardBf16Cuda(sh, static_cast<const Bf16*>(dx.get()), wb,
-                                          static_cast<Bf16*>(y.get()), ctx_)
-                    .ok());
-    const bool data = DirectConvSupported(sh, 1);
+    const auto* gb = static_cast<const Bf16*>(dg.get());
+    ASSERT_TRUE(DirectConvForwardBf16Cuda(sh, xb, wb, static_cast<Bf16*>(y.get()), ctx_).ok());
+    const bool data = DirectConvBf16Supported(sh, 1);
     if (data) {
-      ASSERT_TRUE(DirectConvBackwardDataBf16Cuda(sh, static_cast<const Bf16*>(dg.get()), wb,
-                                                 static_cast<Bf16*>(gx.get()), ws.get(), ctx_)
+      ASSERT_TRUE(
+          DirectConvBackwardDataBf16Cuda(sh, gb, wb, static_cast<Bf16*>(gx.get()), ws.get(), ctx_)
+              .ok());
+    }
+    for (const Act* out : {&gw, &gw2}) {
+      ASSERT_TRUE(DirectConvBackwardFilterBf16Cuda(sh, xb, gb, static_cast<Bf16*>(out->get()),
+                                                   ws.get(), ctx_)
                       .ok());
     }
     Sync();
@@ -205,7 +213,12 @@ TEST_F(CudaKernels, DirectConvBf16MatchesFloat64) {
     if (data) {
       EXPECT_LT(Rel(gx.Host(), ref.dx), 5e-3);
     }
+    EXPECT_LT(Rel(gw.Host(), ref.dw), 5e-3);
+    EXPECT_EQ(gw.Host(), gw2.Host());  // fixed summation order: the same bits
   }
+  // Backward filter takes 3x3 and 1x1 filters only (its taps are its accumulators).
+  EXPECT_TRUE(DirectConvSupported(MakeConv(2, 8, 8, 16, 16, 3, 1, 1, 0), 2));
+  EXPECT_FALSE(DirectConvBf16Supported(MakeConv(2, 8, 8, 16, 16, 3, 1, 1, 0), 2));
 }
 
 // The bf16 stem kernels against float64 on the same bf16 operands: each output is its fp32 sum
@@ -253,8 +266,8 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
 }
 
 // A plan restored with the direct kernel on every pass (as a cached measurement would make
-// it) runs it, in fp32 and TF32, and is refused where a pass has no direct kernel for the
-// shape (bf16's backward filter at 32 channels, backward data at stride 2).
+// it) runs it, in fp32, TF32 and bf16, and is refused where a pass has no direct kernel for
+// the shape (backward data at stride 2).
 TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
   ConvAlgos direct;
   for (ConvPassAlgo& a : direct.pass) a.direct = true;
@@ -285,28 +298,30 @@ TEST_F(CudaKernels, PlansRunTheDirectKernelsTheyChose) {
     EXPECT_LT(Rel(gx.Host(), ref.dx), tol);
     EXPECT_LT(Rel(gw.Host(), ref.dw), 1e-5);
   }
-  // Not for bf16's backward filter at 32 channels (the bf16 stem kernels take at most 4
-  // channels, the direct kernels' bf16 forms forward and backward data only), nor at stride 2
-  // backward data: the known plan is refused and searched anew. What the bf16 search chose
-  // (the direct kernels or cuDNN, by measurement) runs and matches.
+  // bf16 at 32 channels: the direct kernels' bf16 forms take all three passes, so the known
+  // plan is kept and runs within bf16 rounding. At stride 2 backward data has no direct kernel:
+  // the known plan is refused and searched anew.
   ConvSearch search;
   search.known = &direct;
   auto bf16 = ConvCudaPlan::Create(sh, Precision::kBf16, size_t{1} << 30, false, ctx_, search);
   ASSERT_TRUE(bf16.ok()) << bf16.status();
-  EXPECT_NE((*bf16)->source(), ConvPlanSource::kKnown);
-  EXPECT_FALSE((*bf16)->algos().pass[2].direct);
+  EXPECT_EQ((*bf16)->source(), ConvPlanSource::kKnown);
+  for (int pass = 0; pass < 3; ++pass) EXPECT_TRUE((*bf16)->algos().pass[pass].direct);
   {
     const auto xb = Round(x, DType::kBf16), wb = Round(w, DType::kBf16),
                gb = Round(g, DType::kBf16);
     const Float64Conv rb(sh, xb, wb, gb);
     Act dx(DType::kBf16, xb), dw(DType::kBf16, wb), dg(DType::kBf16, gb), y(DType::kBf16, ny),
-        gx(DType::kBf16, nx);
+        gx(DType::kBf16, nx), gw(DType::kBf16, nw);
     Dev<uint8_t> ws((*bf16)->workspace_bytes());
     ASSERT_TRUE((*bf16)->Forward(dx.get(), dw.get(), nullptr, y.get(), ws.get(), ctx_).ok());
     ASSERT_TRUE((*bf16)->BackwardData(dg.get(), dw.get(), gx.get(), ws.get(), ctx_).ok());
+    ASSERT_TRUE(
+        (*bf16)->BackwardFilter(dx.get(), dg.get(), gw.get(), nullptr, ws.get(), ctx_).ok());
     Sync();
     EXPECT_LT(Rel(y.Host(), rb.y), 5e-3);
     EXPECT_LT(Rel(gx.Host(), rb.dx), 5e-3);
+    EXPECT_LT(Rel(gw.Host(), rb.dw), 5e-3);
   }
   auto strided = ConvCudaPlan::Create(MakeConv(2, 9, 9, 32, 16, 3, 3, 2, 1), Precision::kFp32,
                                       size_t{1} << 30, false, ctx_, search);

@@ -23,6 +23,11 @@ absl::Status DirectConvBackwardFilterCuda(const ConvShape&, const float*, const 
                                           void*, const CudaContext&) {
   return NoCuda();
 }
+bool DirectConvBf16Supported(const ConvShape&, int) { return false; }
+absl::Status DirectConvBackwardFilterBf16Cuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,
+                                              void*, const CudaContext&) {
+  return NoCuda();
+}
 absl::Status DirectConvForwardBf16Cuda(const ConvShape&, const Bf16*, const Bf16*, Bf16*,
                                        const CudaContext&) {
   return NoCuda();

@@ -47,14 +47,19 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& shape, const float* dy,
 absl::Status DirectConvBackwardFilterCuda(const ConvShape& shape, const float* x, const float* dy,
                                           float* dw, void* workspace, const CudaContext& ctx);
 
-// bf16 forward and backward data, for the shapes DirectConvSupported takes in passes 0 and 1:
-// mma.sync m16n8k16 on the bf16 operands, fp32 sums, each output rounded to bf16 once (as
-// cuDNN's bf16 convolutions). Backward data's workspace: DirectConvWorkspaceBytes(shape, 1,
-// ...) bytes (the filter transposed and flipped; fp32-sized, half of it used).
+// The bf16 forms, for the shapes DirectConvBf16Supported takes (DirectConvSupported's, and
+// for backward filter 3x3 or 1x1 filters): mma.sync m16n8k16 on the bf16 operands, fp32 sums,
+// each output rounded to bf16 once (as cuDNN's bf16 convolutions). Workspace as the fp32
+// kernels': DirectConvWorkspaceBytes(shape, pass, ...) bytes (backward data: the filter
+// transposed and flipped, half of it used; backward filter: the blocks' fp32 partial filters,
+// added in a fixed order).
+bool DirectConvBf16Supported(const ConvShape& shape, int pass);
 absl::Status DirectConvForwardBf16Cuda(const ConvShape& shape, const Bf16* x, const Bf16* w,
                                        Bf16* y, const CudaContext& ctx);
 absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape& shape, const Bf16* dy, const Bf16* w,
                                             Bf16* dx, void* workspace, const CudaContext& ctx);
+absl::Status DirectConvBackwardFilterBf16Cuda(const ConvShape& shape, const Bf16* x, const Bf16* dy,
+                                              Bf16* dw, void* workspace, const CudaContext& ctx);
 
 }  // namespace topiary::kernels
 

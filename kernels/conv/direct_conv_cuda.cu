@@ -483,6 +483,105 @@ __global__ void __launch_bounds__(256)
   StoreWarpSums<kN>(s, t, m, acc, reinterpret_cast<float*>(smem), y);
 }
 
+// ---- bf16 tensor-core backward filter (mma.sync m16n8k16) ----
+// dw[k][tap][c] = sum over pixels of dy[p][k] x[p's tap position][c]: per tap a product whose
+// reduction runs over output pixels, 16 at a time. A block owns KT output channels x one
+// 16-channel chunk x all kTaps taps (3x3 or 1x1) and walks a fixed set of output tiles (as the
+// fp32 kernel), staging each tile's bf16 input window ([pixel][24], StageWindowBf16) and its
+// dy rows ([pixel][KT + 8]). Both operands come from ldmatrix.trans with one row address per
+// lane: A = dy^T (rows: 16 pixels of k-step, 16 output channels of the warp's m-tile), B = the
+// tap's input rows of the same pixels (16 channels), so the strided and padded positions need
+// no gather. Warps split the m-tiles and the k-steps; at the end they add their sums in warp
+// order (GatherTeams), and the blocks' partial filters are added in split order: the same
+// bits on every run.
+constexpr int kBwfWarps = 4;
+// m16 tiles of KT output channels (KT 8: one, its rows 8-15 unused); the warps of one m-tile
+// split the k-steps.
+__host__ __device__ constexpr int BwfMTiles(int kt) { return kt >= 16 ? kt / 16 : 1; }
+
+template <int KT, int kTaps>
+__global__ void __launch_bounds__(kBwfWarps * 32)
+    BackwardFilterBf16Kernel(ConvShape s, FwdTile t, const uint16_t* __restrict__ x,
+                             const uint16_t* __restrict__ dy, float* __restrict__ partial) {
+  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  constexpr int kLdd = KT + 8;  // dy row: 16 bytes more than its channels
+  extern __shared__ float4 smem[];
+  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
+  const int window = t.rows_in * t.cols_in * kPixStrideBf16;
+  auto* in_s = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* dy_s = in_s + window;  // [tile pixels rounded up to 16][kLdd]
+  const int tile16 = (tile + 15) / 16 * 16;
+  const int k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int mt = warp % kMt, step0 = warp / kMt;
+  const int tiles_w = (wo + t.tw - 1) / t.tw, tiles_h = (ho + t.th - 1) / t.th;
+  const int tiles = s.n * tiles_h * tiles_w;
+  // The lane's ldmatrix rows: dy's pixel lane % 8 + 8 * (lane / 16) at channel offset
+  // 8 * (lane / 8 % 2) of the m-tile; the input's pixel lane % 8 + 8 * (lane / 8 % 2) at channel
+  // 8 * (lane / 16).
+  const int a_pix = lane % 8 + 8 * (lane / 16), a_k = mt * 16 + 8 * (lane / 8 % 2);
+  const int b_pix = lane % 8 + 8 * (lane / 8 % 2), b_c = 8 * (lane / 16);
+  float acc[kTaps][2][4] = {};
+  for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
+    const int n = ti / (tiles_h * tiles_w), rest = ti % (tiles_h * tiles_w);
+    const int p0 = rest / tiles_w * t.th, q0 = rest % tiles_w * t.tw;
+    const uint16_t* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+    __syncthreads();
+    StageWindowBf16(s, t, xn, p0 * s.stride_h - s.pad_h, q0 * s.stride_w - s.pad_w, c0, 1, in_s);
+    for (int i = threadIdx.x; i < tile16 * (KT / 8); i += blockDim.x) {
+      const int pix = i / (KT / 8), kv = i % (KT / 8) * 8;
+      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (pix < tile && p < ho && q < wo) {
+        val = *reinterpret_cast<const uint4*>(
+            dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kv);
+      }
+      *reinterpret_cast<uint4*>(dy_s + pix * kLdd + kv) = val;
+    }
+    __syncthreads();
+    for (int st = step0; st < tile16 / 16; st += kSteps) {
+      uint32_t a[4];
+      LdMatrixX4Trans(a, dy_s + (st * 16 + a_pix) * kLdd + (KT >= 16 ? a_k : 0));
+      // The lane's B pixel: its staged position at tap (0, 0); pixels past the tile read
+      // pixel 0 (their dy rows are zero).
+      int pix = st * 16 + b_pix;
+      if (pix >= tile) pix = 0;
+      const uint16_t* b_at =
+          in_s +
+          ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * kPixStrideBf16 +
+          b_c;
+#pragma unroll
+      for (int tap = 0; tap < kTaps; ++tap) {
+        const int off = ((tap / s.s) * t.cols_in + tap % s.s) * kPixStrideBf16;
+        uint32_t b[4];
+        LdMatrixX4Trans(b, b_at + off);
+        MmaBf16(acc[tap][0], a, b[0], b[1]);
+        MmaBf16(acc[tap][1], a, b[2], b[3]);
+      }
+    }
+  }
+  // Warps of the same m-tile add their sums in warp order (the staged tile is free by then);
+  // then one per m-tile writes partial[split][k][tap][c].
+  float* red = reinterpret_cast<float*>(smem);
+  if (!GatherTeams<kTaps * 8>(&acc[0][0][0], kSteps, step0, mt * 32 + lane, kMt * 32, red)) return;
+  float* out = partial + blockIdx.x * (static_cast<int64_t>(s.k) * kTaps * s.c);
+#pragma unroll
+  for (int tap = 0; tap < kTaps; ++tap) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = k0 + mt * 16 + g + 8 * h;
+        if (k >= k0 + KT) continue;  // KT 8: rows 8-15 of the m-tile are not this block's
+        const int c = c0 + nt * 8 + 2 * tq;
+        float* o = out + (static_cast<int64_t>(k) * kTaps + tap) * s.c + c;
+        o[0] = acc[tap][nt][2 * h];
+        o[1] = acc[tap][nt][2 * h + 1];
+      }
+    }
+  }
+}
+
 // wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter (fp32 or bf16 bits).
 template <typename T>
 __global__ void TransposeFlipKernel(ConvShape s, const T* __restrict__ w, T* __restrict__ wt) {
@@ -566,13 +665,14 @@ __global__ void __launch_bounds__(288)
   }
 }
 
-// dw[i] = sum over splits of partial[split][i], in split order.
+// dw[i] = sum over splits of partial[split][i], in split order (stored as T: fp32 or bf16).
+template <typename T>
 __global__ void SumSplitsKernel(int64_t filter, int splits, const float* __restrict__ partial,
-                                float* __restrict__ dw) {
+                                T* __restrict__ dw) {
   TOPIARY_GRID_STRIDE(i, filter) {
     float sum = 0;
     for (int sp = 0; sp < splits; ++sp) sum += partial[sp * filter + i];
-    dw[i] = sum;
+    St(dw + i, sum);
   }
 }
 
@@ -704,11 +804,46 @@ absl::Status LaunchBackwardFilter(const ConvShape& s, const float* x, const floa
   return LaunchStatus("direct conv backward filter");
 }
 
+template <int KT, int kTaps>
+absl::Status LaunchBackwardFilterBf16(const ConvShape& s, const Bf16* x, const Bf16* dy,
+                                      float* partial, int splits, const CudaContext& ctx) {
+  const FwdTile t = ChooseTile(s);
+  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  const int tile16 = (t.th * t.tw + 15) / 16 * 16;
+  const int stage = (t.rows_in * t.cols_in * kPixStrideBf16 + tile16 * (KT + 8)) * 2;
+  const int smem = std::max(stage, (kSteps - 1) * kTaps * 8 * kMt * 32 * 4);
+  constexpr auto kernel = BackwardFilterBf16Kernel<KT, kTaps>;
+  AllowDynamicSmem<kernel>(smem);
+  const dim3 grid(splits, s.k / KT, s.c / kChunk);
+  kernel<<<grid, kBwfWarps * 32, smem, ctx.stream>>>(
+      s, t, reinterpret_cast<const uint16_t*>(x), reinterpret_cast<const uint16_t*>(dy), partial);
+  return LaunchStatus("direct conv backward filter (bf16)");
+}
+
 absl::Status BackwardFilter(const ConvShape& s, const float* x, const float* dy, float* partial,
                             int splits, const CudaContext& ctx) {
   return WithKt(s.k, [&](auto kt) {
     return LaunchBackwardFilter<decltype(kt)::value>(s, x, dy, partial, splits, ctx);
   });
+}
+
+absl::Status BackwardFilterBf16(const ConvShape& s, const Bf16* x, const Bf16* dy, float* partial,
+                                int splits, const CudaContext& ctx) {
+  return WithKt(s.k, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    return s.r * s.s == 1 ? LaunchBackwardFilterBf16<KT, 1>(s, x, dy, partial, splits, ctx)
+                          : LaunchBackwardFilterBf16<KT, 9>(s, x, dy, partial, splits, ctx);
+  });
+}
+
+// dw = the blocks' partial filters added in split order (SumSplitsKernel), fp32 or bf16.
+template <typename T>
+absl::Status SumSplits(const ConvShape& s, const float* partial, int splits, T* dw,
+                       const CudaContext& ctx) {
+  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
+  SumSplitsKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(filter, splits,
+                                                                                partial, dw);
+  return LaunchStatus("direct conv backward filter sum");
 }
 
 absl::Status CheckPointers(std::initializer_list<const void*> ptrs, const char* pass) {
@@ -761,15 +896,30 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& s, const float* dy, con
   return Forward(BackwardDataAsForward(s), dy, wt, dx, tf32, ctx);
 }
 
+bool DirectConvBf16Supported(const ConvShape& s, int pass) {
+  // Backward filter: the taps are the kernel's accumulators (3x3 or 1x1).
+  return DirectConvSupported(s, pass) && (pass != 2 || s.r * s.s == 1 || s.r * s.s == 9);
+}
+
+namespace {
+absl::Status CheckBf16Shape(const ConvShape& s, int pass, const char* what) {
+  if (DirectConvBf16Supported(s, pass)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("direct conv %s (bf16): shape not supported", what));
+}
+}  // namespace
+
 absl::Status DirectConvForwardBf16Cuda(const ConvShape& s, const Bf16* x, const Bf16* w, Bf16* y,
                                        const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckPointers({x, w, y}, "forward"));
+  TOPIARY_RETURN_IF_ERROR(CheckBf16Shape(s, 0, "forward"));
   return ForwardBf16(s, x, w, y, ctx);
 }
 
 absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape& s, const Bf16* dy, const Bf16* w,
                                             Bf16* dx, void* workspace, const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckPointers({dy, w, dx, workspace}, "backward data"));
+  TOPIARY_RETURN_IF_ERROR(CheckBf16Shape(s, 1, "backward data"));
   auto* wt = static_cast<Bf16*>(workspace);
   TOPIARY_RETURN_IF_ERROR(TransposeFlip(s, w, wt, ctx));
   return ForwardBf16(BackwardDataAsForward(s), dy, wt, dx, ctx);
@@ -781,10 +931,17 @@ absl::Status DirectConvBackwardFilterCuda(const ConvShape& s, const float* x, co
   float* partial = static_cast<float*>(workspace);
   const int splits = Splits(s, ctx.sm_count);
   TOPIARY_RETURN_IF_ERROR(BackwardFilter(s, x, dy, partial, splits, ctx));
-  const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
-  SumSplitsKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(filter, splits,
-                                                                                partial, dw);
-  return LaunchStatus("direct conv backward filter sum");
+  return SumSplits(s, partial, splits, dw, ctx);
+}
+
+absl::Status DirectConvBackwardFilterBf16Cuda(const ConvShape& s, const Bf16* x, const Bf16* dy,
+                                              Bf16* dw, void* workspace, const CudaContext& ctx) {
+  TOPIARY_RETURN_IF_ERROR(CheckPointers({x, dy, dw, workspace}, "backward filter"));
+  TOPIARY_RETURN_IF_ERROR(CheckBf16Shape(s, 2, "backward filter"));
+  float* partial = static_cast<float*>(workspace);
+  const int splits = Splits(s, ctx.sm_count);
+  TOPIARY_RETURN_IF_ERROR(BackwardFilterBf16(s, x, dy, partial, splits, ctx));
+  return SumSplits(s, partial, splits, dw, ctx);
 }
 
 }  // namespace topiary::kernels
