@@ -94,6 +94,12 @@ __device__ __forceinline__ float RoundTf32(float f) {
   return __uint_as_float(r);
 }
 
+// A tile pixel's staged window offset, with `stride` values per staged pixel.
+__device__ __forceinline__ int StagedPixel(const ConvShape& s, const FwdTile& t, int pix,
+                                           int stride) {
+  return ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * stride;
+}
+
 // Stages `chunks` consecutive 16-channel chunks, from channel c0, of the input window whose
 // top-left pixel is (h0, w0) of image xn: [chunk][pixel][kPixStride], zeros in the padding,
 // each value rounded to TF32 when kTf32.
@@ -183,8 +189,7 @@ __global__ void __launch_bounds__(256)
   int base[kPx];
 #pragma unroll
   for (int j = 0; j < kPx; ++j) {
-    const int pix = pg + j * groups, row = pix / t.tw, col = pix % t.tw;
-    base[j] = (row * s.stride_h * t.cols_in + col * s.stride_w) * kPixStride;
+    base[j] = StagedPixel(s, t, pg + j * groups, kPixStride);
   }
   float acc[kPx][8] = {};
   const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
@@ -248,13 +253,14 @@ struct MmaTile {
   int warps = 1;  // per team: ceil(tile pixels / 32)
 };
 
-MmaTile ChooseMmaTile(const ConvShape& s, int kt) {
+// replica_floats(t): the 4-byte words of one team's staged window and filter chunk.
+template <typename Replica>
+MmaTile ChooseMmaTile(const ConvShape& s, Replica replica_floats) {
   MmaTile m;
   m.t = ChooseTile(s);
   const int pixels = m.t.th * m.t.tw;
   m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
-  m.t.ksplit = TeamSplit(s, m.warps * 32,
-                         m.t.rows_in * m.t.cols_in * kPixStride + s.r * s.s * kChunk * (kt + 8));
+  m.t.ksplit = TeamSplit(s, m.warps * 32, replica_floats(m.t));
   return m;
 }
 
@@ -279,9 +285,8 @@ struct MmaWarp {
   // Its staged window offset, with `stride` values per staged pixel; a pixel past the tile
   // reads pixel 0 (and is not stored).
   __device__ int Staged(const ConvShape& s, const FwdTile& t, int mt, int h, int stride) const {
-    int pix = Pixel(mt, h);
-    if (pix >= tile) pix = 0;
-    return ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * stride;
+    const int pix = Pixel(mt, h);
+    return StagedPixel(s, t, pix < tile ? pix : 0, stride);
   }
 };
 
@@ -411,18 +416,6 @@ __device__ void StageWindowBf16(const ConvShape& s, const FwdTile& t,
   }
 }
 
-MmaTile ChooseBf16Tile(const ConvShape& s, int kt) {
-  MmaTile m;
-  m.t = ChooseTile(s);
-  const int pixels = m.t.th * m.t.tw;
-  m.warps = (pixels + kWarpPixels - 1) / kWarpPixels;
-  // Replica sizes in 4-byte units: bf16 values count half.
-  m.t.ksplit =
-      TeamSplit(s, m.warps * 32,
-                (m.t.rows_in * m.t.cols_in * kPixStrideBf16 + s.r * s.s * kt * kPixStrideBf16) / 2);
-  return m;
-}
-
 template <int KT>
 __global__ void __launch_bounds__(256)
     ForwardBf16Kernel(ConvShape s, FwdTile t, const uint16_t* __restrict__ x,
@@ -544,12 +537,8 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
       LdMatrixX4Trans(a, dy_s + (st * 16 + a_pix) * kLdd + (KT >= 16 ? a_k : 0));
       // The lane's B pixel: its staged position at tap (0, 0); pixels past the tile read
       // pixel 0 (their dy rows are zero).
-      int pix = st * 16 + b_pix;
-      if (pix >= tile) pix = 0;
-      const uint16_t* b_at =
-          in_s +
-          ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * kPixStrideBf16 +
-          b_c;
+      const int pix = st * 16 + b_pix;
+      const uint16_t* b_at = in_s + StagedPixel(s, t, pix < tile ? pix : 0, kPixStrideBf16) + b_c;
 #pragma unroll
       for (int tap = 0; tap < kTaps; ++tap) {
         const int off = ((tap / s.s) * t.cols_in + tap % s.s) * kPixStrideBf16;
@@ -637,9 +626,8 @@ __global__ void __launch_bounds__(288)
     }
     __syncthreads();
     for (int pix = rep; pix < tile; pix += replicas) {
-      const int row = pix / t.tw, col = pix % t.tw;
-      const float4 xv = *reinterpret_cast<const float4*>(
-          in_s + (row * s.stride_h * t.cols_in + col * s.stride_w) * kPixStride + tap_off);
+      const float4 xv =
+          *reinterpret_cast<const float4*>(in_s + StagedPixel(s, t, pix, kPixStride) + tap_off);
       const float* g = dy_s + (pix * 2 * kGroups + kg) * 4;
       const float4 lo = *reinterpret_cast<const float4*>(g);
       const float4 hi = *reinterpret_cast<const float4*>(g + 4 * kGroups);
@@ -719,7 +707,9 @@ absl::Status LaunchForward(const ConvShape& s, const float* x, const float* w, f
 template <int KT>
 absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* w, float* y,
                                const CudaContext& ctx) {
-  const MmaTile m = ChooseMmaTile(s, KT);
+  const MmaTile m = ChooseMmaTile(s, [&](const FwdTile& t) {
+    return t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * (KT + 8);
+  });
   const FwdTile& t = m.t;
   const int team = m.warps * 32;
   const int smem =
@@ -735,7 +725,9 @@ absl::Status LaunchForwardTf32(const ConvShape& s, const float* x, const float* 
 template <int KT>
 absl::Status LaunchForwardBf16(const ConvShape& s, const uint16_t* x, const uint16_t* w,
                                __nv_bfloat16* y, const CudaContext& ctx) {
-  const MmaTile m = ChooseBf16Tile(s, KT);
+  const MmaTile m = ChooseMmaTile(s, [&](const FwdTile& t) {  // bf16 values count half
+    return (t.rows_in * t.cols_in + s.r * s.s * KT) * kPixStrideBf16 / 2;
+  });
   const FwdTile& t = m.t;
   const int team = m.warps * 32;
   const int smem =

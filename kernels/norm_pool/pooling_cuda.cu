@@ -30,13 +30,13 @@ __device__ inline void Window(const PoolShape& sh, int oh, int ow, int* h0, int*
   Span(ow, sh.stride_w, sh.pad_w, sh.s, sh.w, &ws, w0, w1);
 }
 
-// Output windows that contain input row ih: oh in [oh0, oh1].
-__device__ inline void Covering(int i, int pad, int k, int stride, int out, int* o0, int* o1) {
+// Output windows that contain any of input rows [i0, i1]: oh in [o0, o1].
+__device__ inline void Covering(int i0, int i1, int pad, int k, int stride, int out, int* o0,
+                                int* o1) {
   // oh*stride - pad <= i < oh*stride - pad + k
-  const int hi = (i + pad) / stride;
-  const int lo_num = i + pad - k + 1;
+  const int lo_num = i0 + pad - k + 1;
   *o0 = lo_num <= 0 ? 0 : (lo_num + stride - 1) / stride;
-  *o1 = min(hi, out - 1);
+  *o1 = min((i1 + pad) / stride, out - 1);
 }
 
 // Max pooling also records, when argmax is not null, where in its window each maximum was
@@ -88,8 +88,8 @@ __global__ void PoolBackwardKernel(PoolShape sh, const uint8_t* __restrict__ arg
     const int ih = static_cast<int>(rest % sh.h);
     const int n = static_cast<int>(rest / sh.h);
     int oh0, oh1, ow0, ow1;
-    Covering(ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
-    Covering(iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
+    Covering(ih, ih, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
+    Covering(iw, iw, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
     const int64_t out_base = static_cast<int64_t>(n) * ho * wo;
     float g = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh)
@@ -247,11 +247,9 @@ __global__ void MaxPoolBackwardVecKernel(PoolShape sh, const uint8_t* __restrict
     rest /= bw;
     const int ih0 = rest % bh * kS;
     const unsigned n = rest / bh;
-    int oh0, oh1, ow0, ow1, unused;
-    Covering(ih0, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &unused);
-    Covering(ih0 + kS - 1, sh.pad_h, sh.r, sh.stride_h, ho, &unused, &oh1);
-    Covering(iw0, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &unused);
-    Covering(iw0 + kS - 1, sh.pad_w, sh.s, sh.stride_w, wo, &unused, &ow1);
+    int oh0, oh1, ow0, ow1;
+    Covering(ih0, ih0 + kS - 1, sh.pad_h, sh.r, sh.stride_h, ho, &oh0, &oh1);
+    Covering(iw0, iw0 + kS - 1, sh.pad_w, sh.s, sh.stride_w, wo, &ow0, &ow1);
     float g[kS][kS][V] = {};
     for (int oh = oh0; oh <= oh1; ++oh) {
       const int hs = oh * sh.stride_h - sh.pad_h;
