@@ -224,11 +224,11 @@ TEST_F(CudaKernels, DirectConvBf16MatchesFloat64) {
 // The bf16 stem kernels against float64 on the same bf16 operands: each output is its fp32 sum
 // rounded to bf16 once (half a bf16 step, 2^-9 of its magnitude), on awkward shapes (batch 1,
 // odd sizes, 1 to 4 channels, 1x1, stride 2 and 3, receptive fields of 2 to 256 values,
-// several channel tiles, blocks of the backward filter walking several stages and a partial
-// last one).
+// several channel tiles of 64 or 16 channels, blocks of the backward filter walking several stages
+// and a partial last one).
 TEST_F(CudaKernels, StemConvMatchesFloat64) {
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 5, 64, 3, 3, 1, 1), 0));    // C > 4
-  EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 32, 3, 3, 1, 1), 0));    // K % 64
+  EXPECT_FALSE(StemConvSupported(MakeConv(2, 9, 9, 3, 24, 3, 3, 1, 1), 0));    // K % 16
   EXPECT_FALSE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 9, 9, 1, 0), 2));  // S*C = 36
   for (int pass : {0, 2}) {
     EXPECT_FALSE(StemConvSupported(MakeConv(2, 20, 20, 4, 64, 9, 8, 1, 0), pass));  // 36 runs
@@ -240,7 +240,10 @@ TEST_F(CudaKernels, StemConvMatchesFloat64) {
         MakeConv(3, 11, 13, 4, 128, 5, 5, 2, 2), MakeConv(2, 8, 8, 2, 64, 1, 1, 1, 0),
         MakeConv(1, 17, 19, 3, 64, 8, 8, 1, 0), MakeConv(2, 40, 36, 4, 64, 8, 8, 3, 4),
         MakeConv(5, 64, 64, 4, 128, 3, 3, 1, 1), MakeConv(2, 64, 64, 3, 64, 7, 7, 2, 3),
-        MakeConv(1, 10, 12, 1, 64, 3, 3, 1, 1)}) {
+        MakeConv(1, 10, 12, 1, 64, 3, 3, 1, 1),
+        // 16 channels per block (K not a multiple of 64): resnet20's stem, stride 2, 1x1.
+        MakeConv(3, 32, 32, 3, 16, 3, 3, 1, 1), MakeConv(2, 15, 17, 3, 48, 3, 3, 2, 1),
+        MakeConv(1, 7, 9, 2, 32, 1, 1, 1, 0), MakeConv(2, 33, 33, 3, 16, 7, 7, 2, 3)}) {
     SCOPED_TRACE(ShapeName(sh));
     ASSERT_TRUE(StemConvSupported(sh, 0));
     ASSERT_TRUE(StemConvSupported(sh, 2));

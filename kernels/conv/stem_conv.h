@@ -28,7 +28,8 @@ namespace topiary::kernels {
 struct CudaContext;
 
 // Whether the stem kernels take this shape for the pass (0 forward, 2 backward filter; never
-// 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 64, at most 32
+// 1): NHWC bf16 with at most 4 input channels, output channels a multiple of 16 (blocks of 64
+// channels where K allows, else of 16: resnet20's 3 -> 16 stem), at most 32
 // values per filter row (S*C), at most 32 filter rows' runs of 8 values (R * ceil(S*C / 8)),
 // at most 96 KB of shared memory, and tiles and image offsets that fit 32 bits.
 bool StemConvSupported(const ConvShape& shape, int pass);

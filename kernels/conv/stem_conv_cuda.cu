@@ -32,7 +32,8 @@
 namespace topiary::kernels {
 namespace {
 
-constexpr int kTileK = 64;       // output channels per block
+// Output channels per block: 64 where K allows (resnet50's stem), else 16 (resnet20's, K = 16).
+constexpr int kWideK = 64, kNarrowK = 16;
 constexpr int kTilePixels = 16;  // output pixels of a forward tile: one m16 tile of one row
 constexpr int kWarpTiles = 2;    // forward tiles a warp multiplies together
 constexpr int kFwdWarps = 4;
@@ -44,11 +45,14 @@ constexpr int kMaxChannels = 4;
 constexpr int kMaxRow = 256;     // the most values of a receptive field in runs of 8
 constexpr int kMaxSegment = 32;  // the most values of one filter row (S * C)
 
+int ChannelTile(int k) { return k % kWideK == 0 ? kWideK : kNarrowK; }
+
 struct Geometry {
   int h, w, c, k, r, s, stride_h, stride_w, pad_h, pad_w, ho, wo;
   int64_t pixels;  // N * Ho * Wo
   int64_t rows;    // N * Ho
   int patch;       // R * S * C
+  int tile_k;      // output channels per block (ChannelTile)
 };
 
 Geometry MakeGeometry(const ConvShape& s) {
@@ -59,6 +63,7 @@ Geometry MakeGeometry(const ConvShape& s) {
   g.rows = static_cast<int64_t>(s.n) * g.ho;
   g.pixels = g.rows * g.wo;
   g.patch = s.patch();
+  g.tile_k = ChannelTile(s.k);
   return g;
 }
 
@@ -90,11 +95,12 @@ __host__ __device__ inline int64_t FwdTiles(const Geometry& g) {
 }
 
 // Elements of one warp's window area: its tiles' windows, or the output staging
-// [kWarpTiles * 16 pixels][kTileK + 8] that reuses it after the multiply (rounded to 8: every
+// [kWarpTiles * 16 pixels][kK + 8] that reuses it after the multiply (rounded to 8: every
 // area starts 16-byte aligned).
+template <int kK>
 __host__ __device__ int WarpArea(const Geometry& g, const Halves& v) {
   const int windows = kWarpTiles * g.r * v.lr;
-  const int out = kWarpTiles * kTilePixels * (kTileK + 8);
+  const int out = kWarpTiles * kTilePixels * (kK + 8);
   return ((windows > out ? windows : out) + 7) / 8 * 8;
 }
 
@@ -205,23 +211,24 @@ __device__ void StageWindows(const Geometry& g, const Halves& v, const WordPairs
 }
 
 // Forward: each warp walks units of kWarpTiles tiles (16 output pixels of one output row each)
-// for the block's 64 output channels. It stages the tiles' windows (StageWindows) in its own
+// for the block's kK output channels. It stages the tiles' windows (StageWindows) in its own
 // area of shared memory and reads the A fragments straight from them: pixel p's values of half h
 // are window row h / hr at p * sc + (h % hr) * 8, no im2col. The filters are in shared memory
 // once per block, in the halves' order, read with ldmatrix. The fp32 sums go out through the
-// same area as bf16 rows of 64 channels, in 16-byte stores. kEven: sc is even, so every pair a
+// same area as bf16 rows of kK channels, in 16-byte stores. kEven: sc is even, so every pair a
 // fragment register takes is 4-byte aligned.
-template <bool kEven>
+template <int kK, bool kEven>
 __global__ void __launch_bounds__(kBlockThreads, 4)
     StemForwardKernel(Geometry g, Halves v, const uint16_t* __restrict__ x,
                       const uint16_t* __restrict__ w, __nv_bfloat16* __restrict__ y) {
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* b = smem;  // [kTileK][ldb]: the filters, by halves
+  constexpr int kNt = kK / 8;  // n8 tiles of the block's channels
+  uint16_t* b = smem;          // [kK][ldb]: the filters, by halves
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
-  uint16_t* area = smem + kTileK * v.ldb + warp * WarpArea(g, v);
-  const int k0 = blockIdx.y * kTileK;
+  uint16_t* area = smem + kK * v.ldb + warp * WarpArea<kK>(g, v);
+  const int k0 = blockIdx.y * kK;
   const int seg = g.s * g.c;
-  for (int i = t; i < kTileK * v.count * 8; i += kBlockThreads) {
+  for (int i = t; i < kK * v.count * 8; i += kBlockThreads) {
     const int n = i / (v.count * 8), k = i - n * v.count * 8, h = k / 8;
     const int r = h / v.hr, j = (h - r * v.hr) * 8 + k % 8;
     b[n * v.ldb + k] =
@@ -244,7 +251,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
           reinterpret_cast<uint32_t*>(area)[t * words + r * (v.lr / 2) + i] = pair;
         });
     __syncwarp();
-    float acc[kWarpTiles][8][4] = {};
+    float acc[kWarpTiles][kNt][4] = {};
     // The window offset of the next half (its filter row's, plus 8 per earlier run of the row)
     // and its run within the row, advanced half by half: no division in the loop.
     int off = 0, run = 0;
@@ -259,9 +266,9 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
       return at;
     };
     for (int step = 0; step < v.count / 2; ++step) {
-      uint32_t bf[8][2];
+      uint32_t bf[kNt][2];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < kK / 16; ++q) {
         // Matrices 0, 1: filters 16q..16q+7, the step's two halves; 2, 3: filters 16q+8..16q+15.
         uint32_t m[4];
         LdMatrixX4(m, b_lane + q * 16 * v.ldb + step * 16);
@@ -277,11 +284,11 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
         const uint32_t a[4] = {Pair<kEven>(win + at0), Pair<kEven>(win + at0 + 8 * v.sc),
                                Pair<kEven>(win + at1), Pair<kEven>(win + at1 + 8 * v.sc)};
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) MmaBf16(acc[i][nt], a, bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < kNt; ++nt) MmaBf16(acc[i][nt], a, bf[nt][0], bf[nt][1]);
       }
     }
     __syncwarp();  // every lane has read the windows before the sums overwrite them
-    constexpr int ldo = (kTileK + 8) / 2;  // words per staged pixel: 16 + 128 bytes
+    constexpr int ldo = (kK + 8) / 2;  // words per staged pixel: 16 bytes more than its channels
     auto* out = reinterpret_cast<uint32_t*>(area);
 #pragma unroll
     for (int i = 0; i < kWarpTiles; ++i) {
@@ -289,7 +296,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
       for (int half = 0; half < 2; ++half) {
         const int p = i * kTilePixels + half * 8 + qr;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < kNt; ++nt) {
           const __nv_bfloat162 o =
               __floats2bfloat162_rn(acc[i][nt][2 * half], acc[i][nt][2 * half + 1]);
           out[p * ldo + nt * 4 + qc / 2] = *reinterpret_cast<const uint32_t*>(&o);
@@ -297,20 +304,22 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
       }
     }
     __syncwarp();
-    // 8 lanes per pixel, 16 bytes each: a warp stores four pixels' 64 channels at a time.
+    // kK / 8 lanes per pixel, 16 bytes each: a warp stores 256 / kK pixels at a time.
+    constexpr int kLanes = kK / 8, kPixels = 32 / kLanes;
 #pragma unroll
-    for (int it = 0; it < kWarpTiles * kTilePixels / 4; ++it) {
-      const int i = it * 4 / kTilePixels, q = it * 4 % kTilePixels + lane / 8, p = i * 16 + q;
+    for (int it = 0; it < kWarpTiles * kTilePixels / kPixels; ++it) {
+      const int i = it * kPixels / kTilePixels, q = it * kPixels % kTilePixels + lane / kLanes;
+      const int p = i * kTilePixels + q, c = lane % kLanes;
       if (q < tile[i].pixels) {
-        *reinterpret_cast<uint4*>(y + (tile[i].first + q) * g.k + k0 + (lane % 8) * 8) =
-            *reinterpret_cast<const uint4*>(out + p * ldo + (lane % 8) * 4);
+        *reinterpret_cast<uint4*>(y + (tile[i].first + q) * g.k + k0 + c * 8) =
+            *reinterpret_cast<const uint4*>(out + p * ldo + c * 4);
       }
     }
     __syncwarp();  // the stores have read the area before the next unit's windows
   }
 }
 
-// The backward filter's shared memory: the stage's dy rows [kWgTiles * 16][kTileK + 8] and
+// The backward filter's shared memory: the stage's dy rows [kWgTiles * 16][kK + 8] and
 // each tile's paired window [R][words] (4-byte words, WordPairs{1, 8 * sc, words}: word e of
 // row r holds value e of pixels 0-7's window row and value e of pixels 8-15's, words =
 // 7 * sc + 8 * hr, all that pixels 0-7's runs read).
@@ -324,7 +333,7 @@ WgradLayout MakeWgradLayout(const Geometry& g, const Halves& v) {
   return {words, (g.r * words + 3) / 4 * 4};
 }
 
-// The backward filter: dw^T [runs * 8][64 channels] += A^T dy over the block's tiles, A's rows
+// The backward filter: dw^T [runs * 8][kK channels] += A^T dy over the block's tiles, A's rows
 // the pixels' fields by runs of 8 values (the forward's halves, here "runs": run u is values
 // (u % hr) * 8 .. + 7 of filter row u / hr). The reduction runs over a tile's 16 pixels, which
 // the tensor cores take in pairs of neighbouring k; the order of a sum's terms is free, so k
@@ -333,21 +342,22 @@ WgradLayout MakeWgradLayout(const Geometry& g, const Halves& v) {
 // j * sc + m of the run's filter row. dy's rows are stored in the same order, and its B
 // fragments read with ldmatrix.trans. So nothing is gathered: per stage each warp stages one
 // tile's paired window and issues cp.async copies of its dy rows, then the warps multiply.
-// The m16 tiles of dw^T pair runs 2i and 2i + 1; warp (wm, wn) takes MT of them for 32
+// The m16 tiles of dw^T pair runs 2i and 2i + 1; warp (wm, wn) takes MT of them for kK / 2
 // channels. A run's values past its filter row's S*C (the next pixel's, or zeros) make rows
 // of dw^T that are not written; a missing pixel's field reads zeros and its dy row is zero.
-template <int MT>
+template <int kK, int MT>
 __global__ void __launch_bounds__(kWgThreads, 2)
     StemBackwardFilterKernel(Geometry g, Halves v, WgradLayout lay, const uint16_t* __restrict__ x,
                              const uint16_t* __restrict__ dy, unsigned per_block,
                              float* __restrict__ part) {
   extern __shared__ __align__(16) uint16_t smem[];
-  constexpr int ldd = kTileK + 8;  // 144 bytes: ldmatrix's 8 rows in distinct banks
-  uint16_t* d = smem;              // [kWgTiles * 16 pixels][ldd]: the stage's output gradients
+  constexpr int ldd = kK + 8;  // 16 bytes more than the channels: ldmatrix's rows in distinct banks
+  constexpr int kNt = kK / 16;  // n8 tiles of a warp's channels
+  uint16_t* d = smem;           // [kWgTiles * 16 pixels][ldd]: the stage's output gradients
   auto* windows = reinterpret_cast<uint32_t*>(d + kWgTiles * kTilePixels * ldd);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
   const int wm = warp / 2, wn = warp % 2;
-  const int k0 = blockIdx.y * kTileK;
+  const int k0 = blockIdx.y * kK;
   const unsigned tiles = static_cast<unsigned>(FwdTiles(g));
   const unsigned begin = blockIdx.x * per_block;
   const unsigned end = begin + per_block < tiles ? begin + per_block : tiles;
@@ -368,19 +378,21 @@ __global__ void __launch_bounds__(kWgThreads, 2)
     }
   }
   uint32_t* mine = windows + warp * lay.tile;  // the paired window this warp stages
-  float acc[MT][4][4] = {};
+  float acc[MT][kNt][4] = {};
+  constexpr int kLanes = kK / 8, kPixels = 32 / kLanes;  // per pixel's row; per copy
   for (unsigned t0 = begin; t0 < end; t0 += kWgTiles) {
-    // The warp's tile: its dy rows go to shared memory asynchronously (lane: pixel lane / 8 +
-    // 4i, channels (lane % 8) * 8 .. + 7; zeros for a missing pixel), in flight during the
-    // staging. Pixel q is stored as row k = 2 * (q % 8) + q / 8, in the reduction's order, so
-    // that ldmatrix's 8 rows are neighbours (pixels p and p + 8 rows apart would share banks).
+    // The warp's tile: its dy rows go to shared memory asynchronously (lane: pixel lane /
+    // kLanes + kPixels * i, channels (lane % kLanes) * 8 .. + 7; zeros for a missing pixel), in
+    // flight during the staging. Pixel q is stored as row k = 2 * (q % 8) + q / 8, in the
+    // reduction's order, so that ldmatrix's 8 rows are neighbours (pixels p and p + 8 rows
+    // apart would share banks).
     const FwdTile own[1] = {LocateTile(g, t0 + warp, end)};
 #pragma unroll
-    for (int i = 0; i < kTilePixels / 4; ++i) {
-      const int q = lane / 8 + 4 * i;
+    for (int i = 0; i < kTilePixels / kPixels; ++i) {
+      const int q = lane / kLanes + kPixels * i, c = (lane % kLanes) * 8;
       const bool in = q < own[0].pixels;
-      CpAsync16(d + (warp * kTilePixels + 2 * (q % 8) + q / 8) * ldd + (lane % 8) * 8,
-                in ? dy + (own[0].first + q) * g.k + k0 + (lane % 8) * 8 : dy, in);
+      CpAsync16(d + (warp * kTilePixels + 2 * (q % 8) + q / 8) * ldd + c,
+                in ? dy + (own[0].first + q) * g.k + k0 + c : dy, in);
     }
     CpAsyncCommit();
     StageWindows<1, 3>(g, v, {1, 8 * v.sc, lay.words}, x, own, lane,
@@ -389,14 +401,19 @@ __global__ void __launch_bounds__(kWgThreads, 2)
     __syncthreads();
 #pragma unroll 1
     for (int j = 0; j < kWgTiles; ++j) {
-      uint32_t bf[4][2];
+      uint32_t bf[kNt][2];
+      const uint16_t* d_lane = d + (j * kTilePixels + lane % 16) * ldd + wn * (kK / 2);
+      if constexpr (kNt == 1) {
+        // Matrices 0, 1: k rows 0-7 and 8-15 of the warp's one n-tile.
+        LdMatrixX2Trans(bf[0], d_lane);
+      } else {
 #pragma unroll
-      for (int nt = 0; nt < 4; nt += 2) {
-        // Matrices 0, 1: k rows 0-7 and 8-15 of n-tile nt; 2, 3: of n-tile nt + 1.
-        uint32_t r[4];
-        LdMatrixX4Trans(
-            r, d + (j * kTilePixels + lane % 16) * ldd + wn * 32 + nt * 8 + (lane / 16) * 8);
-        bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
+        for (int nt = 0; nt < kNt; nt += 2) {
+          // Matrices 0, 1: k rows 0-7 and 8-15 of n-tile nt; 2, 3: of n-tile nt + 1.
+          uint32_t r[4];
+          LdMatrixX4Trans(r, d_lane + nt * 8 + (lane / 16) * 8);
+          bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
+        }
       }
       // The tile's window, the same for the whole warp: a base plus each lane's offsets.
       const char* w = reinterpret_cast<const char*>(windows + j * lay.tile);
@@ -406,7 +423,7 @@ __global__ void __launch_bounds__(kWgThreads, 2)
 #pragma unroll
         for (int f = 0; f < 4; ++f) af[f] = *reinterpret_cast<const uint32_t*>(w + a_at[mt][f]);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) MmaBf16(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < kNt; ++nt) MmaBf16(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
       }
     }
     __syncthreads();
@@ -420,8 +437,8 @@ __global__ void __launch_bounds__(kWgThreads, 2)
       if (u >= runs || j >= seg) continue;
       const int e = u / v.hr * seg + j;  // the weight's place in a filter: (r * S + s) * C + c
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int k = k0 + wn * 32 + nt * 8 + qc;
+      for (int nt = 0; nt < kNt; ++nt) {
+        const int k = k0 + wn * (kK / 2) + nt * 8 + qc;
         out[static_cast<int64_t>(k) * g.patch + e] = acc[mt][nt][2 * h];
         out[static_cast<int64_t>(k + 1) * g.patch + e] = acc[mt][nt][2 * h + 1];
       }
@@ -450,11 +467,12 @@ __global__ void __launch_bounds__(1024)
 }
 
 size_t ForwardSmem(const Geometry& g, const Halves& v) {
-  return (static_cast<size_t>(kTileK) * v.ldb + static_cast<size_t>(kFwdWarps) * WarpArea(g, v)) *
+  const int area = g.tile_k == kWideK ? WarpArea<kWideK>(g, v) : WarpArea<kNarrowK>(g, v);
+  return (static_cast<size_t>(g.tile_k) * v.ldb + static_cast<size_t>(kFwdWarps) * area) *
          sizeof(uint16_t);
 }
 size_t WgradSmem(const Geometry& g, const Halves& v) {
-  return static_cast<size_t>(kWgTiles) * (kTilePixels * (kTileK + 8) * sizeof(uint16_t) +
+  return static_cast<size_t>(kWgTiles) * (kTilePixels * (g.tile_k + 8) * sizeof(uint16_t) +
                                           MakeWgradLayout(g, v).tile * sizeof(uint32_t));
 }
 
@@ -462,7 +480,7 @@ size_t WgradSmem(const Geometry& g, const Halves& v) {
 // (the kernels walk their share of the pixels), never more than there is work for.
 int64_t OneWave(const Geometry& g, int64_t units, int sm_count, int resident) {
   const int64_t wave =
-      std::max<int64_t>(1, int64_t{std::max(sm_count, 1)} * resident / (g.k / kTileK));
+      std::max<int64_t>(1, int64_t{std::max(sm_count, 1)} * resident / (g.k / g.tile_k));
   return std::min(units, wave);
 }
 
@@ -473,18 +491,21 @@ struct WgradKernel {
   cudaError_t (*allow)(int bytes);
 };
 
-// The kernel for the m16 tiles of dw^T per warp: a quarter of them (MT 1 to 4).
-WgradKernel WgradKernelFor(const Halves& v) {
-  static const WgradKernel kernels[] = {{reinterpret_cast<const void*>(StemBackwardFilterKernel<1>),
-                                         &AllowDynamicSmem<StemBackwardFilterKernel<1>>},
-                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<2>),
-                                         &AllowDynamicSmem<StemBackwardFilterKernel<2>>},
-                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<3>),
-                                         &AllowDynamicSmem<StemBackwardFilterKernel<3>>},
-                                        {reinterpret_cast<const void*>(StemBackwardFilterKernel<4>),
-                                         &AllowDynamicSmem<StemBackwardFilterKernel<4>>}};
+template <int kK, int MT>
+WgradKernel WgradOf() {
+  return {reinterpret_cast<const void*>(StemBackwardFilterKernel<kK, MT>),
+          &AllowDynamicSmem<StemBackwardFilterKernel<kK, MT>>};
+}
+
+// The kernel for the block's channels and the m16 tiles of dw^T per warp: a quarter of them
+// (MT 1 to 4).
+WgradKernel WgradKernelFor(const Geometry& g, const Halves& v) {
+  static const WgradKernel kernels[2][4] = {
+      {WgradOf<kNarrowK, 1>(), WgradOf<kNarrowK, 2>(), WgradOf<kNarrowK, 3>(),
+       WgradOf<kNarrowK, 4>()},
+      {WgradOf<kWideK, 1>(), WgradOf<kWideK, 2>(), WgradOf<kWideK, 3>(), WgradOf<kWideK, 4>()}};
   const int mtiles = v.count / 2;
-  return kernels[std::clamp((mtiles + 3) / 4, 1, 4) - 1];
+  return kernels[g.tile_k == kWideK][std::clamp((mtiles + 3) / 4, 1, 4) - 1];
 }
 
 // The backward filter's blocks along the tiles and the tiles each walks, in whole stages: one
@@ -496,7 +517,7 @@ struct WgradSplit {
 WgradSplit SplitTiles(const Geometry& g, const Halves& v, int sm_count) {
   const int64_t tiles = FwdTiles(g);
   const int64_t stages = (tiles + kWgTiles - 1) / kWgTiles;
-  const WgradKernel k = WgradKernelFor(v);
+  const WgradKernel k = WgradKernelFor(g, v);
   const int smem = static_cast<int>(WgradSmem(g, v));
   const int resident =
       k.allow(smem) == cudaSuccess ? ResidentBlocksOf(k.kernel, kWgThreads, smem) : 1;
@@ -509,7 +530,7 @@ WgradSplit SplitTiles(const Geometry& g, const Halves& v, int sm_count) {
 
 bool StemConvSupported(const ConvShape& shape, int pass) {
   if (!CheckConvShape(shape).ok() || shape.c < 1 || shape.c > kMaxChannels ||
-      shape.k % kTileK != 0 || shape.s * shape.c > kMaxSegment) {
+      shape.k % kNarrowK != 0 || shape.s * shape.c > kMaxSegment) {
     return false;
   }
   if (pass != 0 && pass != 2) return false;
@@ -548,14 +569,18 @@ absl::Status StemConvForwardCuda(const ConvShape& shape, const Bf16* x, const Bf
     const int64_t blocks =
         OneWave(g, blocks_needed, ctx.sm_count,
                 ResidentBlocksOf(reinterpret_cast<const void*>(kernel), kBlockThreads, smem));
-    kernel<<<dim3(static_cast<unsigned>(blocks), g.k / kTileK), kBlockThreads, smem, ctx.stream>>>(
-        g, v, reinterpret_cast<const uint16_t*>(x), reinterpret_cast<const uint16_t*>(w),
-        reinterpret_cast<__nv_bfloat16*>(y));
+    kernel<<<dim3(static_cast<unsigned>(blocks), g.k / g.tile_k), kBlockThreads, smem,
+             ctx.stream>>>(g, v, reinterpret_cast<const uint16_t*>(x),
+                           reinterpret_cast<const uint16_t*>(w),
+                           reinterpret_cast<__nv_bfloat16*>(y));
   };
-  if (v.sc % 2 == 0) {
-    launch(KernelTag<StemForwardKernel<true>>{});
+  const bool even = v.sc % 2 == 0;
+  if (g.tile_k == kWideK) {
+    even ? launch(KernelTag<StemForwardKernel<kWideK, true>>{})
+         : launch(KernelTag<StemForwardKernel<kWideK, false>>{});
   } else {
-    launch(KernelTag<StemForwardKernel<false>>{});
+    even ? launch(KernelTag<StemForwardKernel<kNarrowK, true>>{})
+         : launch(KernelTag<StemForwardKernel<kNarrowK, false>>{});
   }
   return LaunchStatus("stem conv forward");
 }
@@ -575,11 +600,11 @@ absl::Status StemConvBackwardFilterCuda(const ConvShape& shape, const Bf16* x, c
   const auto* xs = reinterpret_cast<const uint16_t*>(x);
   const auto* dys = reinterpret_cast<const uint16_t*>(dy);
   auto* part = static_cast<float*>(workspace);
-  const void* kernel = WgradKernelFor(v).kernel;
+  const void* kernel = WgradKernelFor(g, v).kernel;
   const int smem = static_cast<int>(WgradSmem(g, v));
   unsigned per_block = split.per_block;
   void* args[] = {&g, &v, &lay, &xs, &dys, &per_block, &part};
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaLaunchKernel(kernel, dim3(split.blocks, g.k / kTileK),
+  TOPIARY_RETURN_IF_ERROR(CudaStatus(cudaLaunchKernel(kernel, dim3(split.blocks, g.k / g.tile_k),
                                                       dim3(kWgThreads), args, smem, ctx.stream),
                                      "stem conv backward filter"));
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("stem conv backward filter"));

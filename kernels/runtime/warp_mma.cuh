@@ -46,6 +46,15 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(s));
 }
 
+// Two transposed matrices (lanes 0-15 give their rows; the others' addresses are ignored but
+// must be valid shared addresses): register i as LdMatrixX4Trans's.
+__device__ __forceinline__ void LdMatrixX2Trans(uint32_t (&r)[2], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(s));
+}
+
 // d += a b on one m16n8k16 tile: bf16 operands in the PTX fragment layouts, fp32 sums.
 __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1) {
