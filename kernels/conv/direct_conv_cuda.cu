@@ -282,18 +282,19 @@ struct MmaWarp {
   }
   // The tile pixel of row g + 8h of m-tile mt.
   __device__ int Pixel(int mt, int h) const { return warp * kWarpPixels + mt * 16 + h * 8 + g; }
-  // Its staged window offset, with `stride` values per staged pixel; a pixel past the tile
-  // reads pixel 0 (and is not stored).
+  // Its staged window offset, with `stride` values per staged pixel.
   __device__ int Staged(const ConvShape& s, const FwdTile& t, int mt, int h, int stride) const {
-    const int pix = Pixel(mt, h);
-    return StagedPixel(s, t, pix < tile ? pix : 0, stride);
+    return StagedInTile(s, t, Pixel(mt, h), stride);
   }
-  // The staged window offset (`stride` values per staged pixel) of the pixel whose row the
-  // lane gives ldmatrix for m-tile mt: lane l gives row l % 8 of matrix l / 8, pixel
-  // l % 8 + 8 * (l / 8 % 2) of the m-tile (matrices 0 and 2: rows g; 1 and 3: rows g + 8). A
-  // pixel past the tile reads pixel 0 (and is not stored).
+  // The staged offset of the pixel whose row the lane gives ldmatrix for m-tile mt: lane l
+  // gives row l % 8 of matrix l / 8, pixel l % 8 + 8 * (l / 8 % 2) of the m-tile (matrices 0
+  // and 2: rows g; 1 and 3: rows g + 8).
   __device__ int LdmatrixRow(const ConvShape& s, const FwdTile& t, int mt, int stride) const {
-    const int lane = lt % 32, pix = warp * kWarpPixels + mt * 16 + lane % 8 + 8 * (lane / 8 % 2);
+    const int lane = lt % 32;
+    return StagedInTile(s, t, warp * kWarpPixels + mt * 16 + lane % 8 + 8 * (lane / 8 % 2), stride);
+  }
+  // A pixel past the tile reads pixel 0 (and is not stored).
+  __device__ int StagedInTile(const ConvShape& s, const FwdTile& t, int pix, int stride) const {
     return StagedPixel(s, t, pix < tile ? pix : 0, stride);
   }
 };

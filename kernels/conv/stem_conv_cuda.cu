@@ -95,12 +95,11 @@ __host__ __device__ inline int64_t FwdTiles(const Geometry& g) {
 }
 
 // Elements of one warp's window area: its tiles' windows, or the output staging
-// [kWarpTiles * 16 pixels][kK + 8] that reuses it after the multiply (rounded to 8: every
+// [kWarpTiles * 16 pixels][tile_k + 8] that reuses it after the multiply (rounded to 8: every
 // area starts 16-byte aligned).
-template <int kK>
 __host__ __device__ int WarpArea(const Geometry& g, const Halves& v) {
   const int windows = kWarpTiles * g.r * v.lr;
-  const int out = kWarpTiles * kTilePixels * (kK + 8);
+  const int out = kWarpTiles * kTilePixels * (g.tile_k + 8);
   return ((windows > out ? windows : out) + 7) / 8 * 8;
 }
 
@@ -225,7 +224,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
   constexpr int kNt = kK / 8;  // n8 tiles of the block's channels
   uint16_t* b = smem;          // [kK][ldb]: the filters, by halves
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, qr = lane / 4, qc = (lane % 4) * 2;
-  uint16_t* area = smem + kK * v.ldb + warp * WarpArea<kK>(g, v);
+  uint16_t* area = smem + kK * v.ldb + warp * WarpArea(g, v);
   const int k0 = blockIdx.y * kK;
   const int seg = g.s * g.c;
   for (int i = t; i < kK * v.count * 8; i += kBlockThreads) {
@@ -467,8 +466,7 @@ __global__ void __launch_bounds__(1024)
 }
 
 size_t ForwardSmem(const Geometry& g, const Halves& v) {
-  const int area = g.tile_k == kWideK ? WarpArea<kWideK>(g, v) : WarpArea<kNarrowK>(g, v);
-  return (static_cast<size_t>(g.tile_k) * v.ldb + static_cast<size_t>(kFwdWarps) * area) *
+  return (static_cast<size_t>(g.tile_k) * v.ldb + static_cast<size_t>(kFwdWarps) * WarpArea(g, v)) *
          sizeof(uint16_t);
 }
 size_t WgradSmem(const Geometry& g, const Halves& v) {
