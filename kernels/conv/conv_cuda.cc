@@ -222,7 +222,7 @@ absl::Status RunDirect(const ConvShape& sh, Precision precision, ConvPass pass, 
     case ConvPass::kBackwardData:
       return DirectConvBackwardDataCuda(sh, a, b, o, workspace, tf32, ctx);
     case ConvPass::kBackwardFilter:
-      return DirectConvBackwardFilterCuda(sh, a, b, o, workspace, ctx);
+      return DirectConvBackwardFilterCuda(sh, a, b, o, workspace, tf32, ctx);
   }
   return absl::InternalError("unknown convolution pass");
 }

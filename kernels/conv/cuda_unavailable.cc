@@ -20,7 +20,7 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape&, const float*, const fl
   return NoCuda();
 }
 absl::Status DirectConvBackwardFilterCuda(const ConvShape&, const float*, const float*, float*,
-                                          void*, const CudaContext&) {
+                                          void*, bool, const CudaContext&) {
   return NoCuda();
 }
 bool DirectConvBf16Supported(const ConvShape&, int) { return false; }

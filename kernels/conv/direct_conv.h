@@ -4,9 +4,9 @@
 // and filter chunk in shared memory and gives every thread a 4-pixel x 8-channel register tile
 // (fp32 FMAs), or every warp 32 pixels x the block's output channels on tensor cores (TF32,
 // and bf16 for bf16 activations). ConvCudaPlan times them beside cuDNN's algorithms and keeps
-// whichever is faster, pass by pass: the fp32 kernels in fp32 plans, the TF32 ones (forward
-// and backward data; backward filter stays fp32, which TF32 allows) in TF32 plans, the bf16
-// ones (forward and backward data; cuDNN keeps the backward filter) in bf16 plans.
+// whichever is faster, pass by pass: the fp32 kernels in fp32 plans, the TF32 ones in TF32
+// plans (a backward filter that is neither 3x3 nor 1x1 stays fp32, which TF32 allows), the
+// bf16 ones in bf16 plans.
 #ifndef TOPIARY_KERNELS_CONV_DIRECT_CONV_H_
 #define TOPIARY_KERNELS_CONV_DIRECT_CONV_H_
 
@@ -43,9 +43,12 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& shape, const float* dy,
 
 // As Conv2dBackwardFilterCpu without the bias: each block sums a fixed range of pixels, and
 // the blocks' partial sums are added in a fixed order, so the result is the same bits on
-// every run. REQUIRES: DirectConvSupported(shape, 2); workspace as above.
+// every run. With tf32, 3x3 and 1x1 filters run on tensor cores (operands rounded to TF32,
+// fp32 sums; other filters keep fp32 FMAs). REQUIRES: DirectConvSupported(shape, 2);
+// workspace as above.
 absl::Status DirectConvBackwardFilterCuda(const ConvShape& shape, const float* x, const float* dy,
-                                          float* dw, void* workspace, const CudaContext& ctx);
+                                          float* dw, void* workspace, bool tf32,
+                                          const CudaContext& ctx);
 
 // The bf16 forms, for the shapes DirectConvBf16Supported takes (DirectConvSupported's, and
 // for backward filter 3x3 or 1x1 filters): mma.sync m16n8k16 on the bf16 operands, fp32 sums,

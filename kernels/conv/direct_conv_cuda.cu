@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/conv/direct_conv.h"
+#include "kernels/conv/split_sums.cuh"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
 #include "kernels/runtime/warp_mma.cuh"
@@ -489,6 +490,24 @@ __global__ void __launch_bounds__(256)
   StoreWarpSums<kN>(s, t, m, acc, reinterpret_cast<float*>(smem), y);
 }
 
+// The output tiles a backward filter block walks (blockIdx.x, blockIdx.x + gridDim.x, ...):
+// tile ti's image and top-left output pixel.
+struct TileWalk {
+  int tiles_w, per_image, tiles, th, tw;
+  __device__ TileWalk(const ConvShape& s, const FwdTile& t) : th(t.th), tw(t.tw) {
+    tiles_w = (s.wo() + t.tw - 1) / t.tw;
+    per_image = (s.ho() + t.th - 1) / t.th * tiles_w;
+    tiles = s.n * per_image;
+  }
+  struct Tile {
+    int n, p0, q0;
+  };
+  __device__ Tile At(int ti) const {
+    const int rest = ti % per_image;
+    return {ti / per_image, rest / tiles_w * th, rest % tiles_w * tw};
+  }
+};
+
 // ---- bf16 tensor-core backward filter (mma.sync m16n8k16) ----
 // dw[k][tap][c] = sum over pixels of dy[p][k] x[p's tap position][c]: per tap a product whose
 // reduction runs over output pixels, 16 at a time. A block owns KT output channels x one
@@ -498,12 +517,43 @@ __global__ void __launch_bounds__(256)
 // lane: A = dy^T (rows: 16 pixels of k-step, 16 output channels of the warp's m-tile), B = the
 // tap's input rows of the same pixels (16 channels), so the strided and padded positions need
 // no gather. Warps split the m-tiles and the k-steps; at the end they add their sums in warp
-// order (GatherTeams), and the blocks' partial filters are added in split order: the same
+// order (GatherTeams), and the blocks' partial filters are added in a fixed order: the same
 // bits on every run.
 constexpr int kBwfWarps = 4;
 // m16 tiles of KT output channels (KT 8: one, its rows 8-15 unused); the warps of one m-tile
 // split the k-steps.
 __host__ __device__ constexpr int BwfMTiles(int kt) { return kt >= 16 ? kt / 16 : 1; }
+
+// The end of a tensor-core backward filter block (acc[tap][n-tile][fragment], blockIdx as
+// BackwardFilterBf16Kernel's, 4 warps): warps of the same m-tile add their sums in warp order
+// (red: the staged tile, free once every warp is past its last tile), then one warp per
+// m-tile writes partial[split][k][tap][c].
+template <int KT, int kTaps>
+__device__ void StoreBwfPartial(const ConvShape& s, float (&acc)[kTaps][2][4], float* red,
+                                float* __restrict__ partial) {
+  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int mt = warp % kMt, k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
+  if (!GatherTeams<kTaps * 8>(&acc[0][0][0], kSteps, warp / kMt, mt * 32 + lane, kMt * 32, red)) {
+    return;
+  }
+  float* out = partial + blockIdx.x * (static_cast<int64_t>(s.k) * kTaps * s.c);
+#pragma unroll
+  for (int tap = 0; tap < kTaps; ++tap) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = k0 + mt * 16 + g + 8 * h;
+        if (k >= k0 + KT) continue;  // KT 8: rows 8-15 of the m-tile are not this block's
+        const int c = c0 + nt * 8 + 2 * tq;
+        float* o = out + (static_cast<int64_t>(k) * kTaps + tap) * s.c + c;
+        o[0] = acc[tap][nt][2 * h];
+        o[1] = acc[tap][nt][2 * h + 1];
+      }
+    }
+  }
+}
 
 template <int KT, int kTaps>
 __global__ void __launch_bounds__(kBwfWarps * 32)
@@ -518,19 +568,17 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
   uint16_t* dy_s = in_s + window;  // [tile pixels rounded up to 16][kLdd]
   const int tile16 = (tile + 15) / 16 * 16;
   const int k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mt = warp % kMt, step0 = warp / kMt;
-  const int tiles_w = (wo + t.tw - 1) / t.tw, tiles_h = (ho + t.th - 1) / t.th;
-  const int tiles = s.n * tiles_h * tiles_w;
+  const TileWalk walk(s, t);
   // The lane's ldmatrix rows: dy's pixel lane % 8 + 8 * (lane / 16) at channel offset
   // 8 * (lane / 8 % 2) of the m-tile; the input's pixel lane % 8 + 8 * (lane / 8 % 2) at channel
   // 8 * (lane / 16).
   const int a_pix = lane % 8 + 8 * (lane / 16), a_k = mt * 16 + 8 * (lane / 8 % 2);
   const int b_pix = lane % 8 + 8 * (lane / 8 % 2), b_c = 8 * (lane / 16);
   float acc[kTaps][2][4] = {};
-  for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
-    const int n = ti / (tiles_h * tiles_w), rest = ti % (tiles_h * tiles_w);
-    const int p0 = rest / tiles_w * t.th, q0 = rest % tiles_w * t.tw;
+  for (int ti = blockIdx.x; ti < walk.tiles; ti += gridDim.x) {
+    const auto [n, p0, q0] = walk.At(ti);
     const uint16_t* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
     __syncthreads();
     StageWindowBf16(s, t, xn, p0 * s.stride_h - s.pad_h, q0 * s.stride_w - s.pad_w, c0, 1, in_s);
@@ -562,26 +610,86 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
       }
     }
   }
-  // Warps of the same m-tile add their sums in warp order (the staged tile is free by then);
-  // then one per m-tile writes partial[split][k][tap][c].
-  float* red = reinterpret_cast<float*>(smem);
-  if (!GatherTeams<kTaps * 8>(&acc[0][0][0], kSteps, step0, mt * 32 + lane, kMt * 32, red)) return;
-  float* out = partial + blockIdx.x * (static_cast<int64_t>(s.k) * kTaps * s.c);
+  StoreBwfPartial<KT, kTaps>(s, acc, reinterpret_cast<float*>(smem), partial);
+}
+
+// ---- TF32 tensor-core backward filter (mma.sync m16n8k8) ----
+// BackwardFilterBf16Kernel's blocks, warps, tile walk and sums, on fp32 operands rounded to
+// TF32 once, when staged: the window as the TF32 forward's ([pixel][20 floats]) and dy as
+// [pixel][ldd]. A k-step is 8 pixels. ldmatrix cannot transpose 4-byte values, so each lane
+// reads its fragments' values itself: A = dy^T (output channels g and g + 8 of the warp's
+// m-tile, at the lane's two pixels of the step), B = the tap's input rows (channel g of each
+// n-tile, the same two pixels). Which two of the step's 8 pixels are a lane's k-columns tq and
+// tq + 4 is free (the product sums over all 8) and is chosen so that the four column groups
+// of a warp read distinct banks: at stride 1, pixels 2tq and 2tq + 1 (staged rows 40 floats
+// apart, dy rows 2 ldd), at stride 2 pixels tq and tq + 4 (staged rows 40 apart, dy rows ldd);
+// DyRowFloats picks ldd to match.
+__host__ __device__ constexpr bool Tf32PixelPairs(int stride_w) { return stride_w == 1; }
+
+// dy's staged row in floats: at least KT + 4 (16-byte rows, no two column groups' reads in
+// one bank: ldd = 4 or 12 mod 16 when a lane's pixels are pairs, 8 or 24 mod 32 otherwise).
+__host__ __device__ constexpr int DyRowFloats(int kt, bool pairs) {
+  int ldd = kt + 4;
+  while (pairs ? ldd % 16 != 4 && ldd % 16 != 12 : ldd % 32 != 8 && ldd % 32 != 24) ldd += 4;
+  return ldd;
+}
+
+template <int KT, int kTaps>
+__global__ void __launch_bounds__(kBwfWarps * 32)
+    BackwardFilterTf32Kernel(ConvShape s, FwdTile t, const float* __restrict__ x,
+                             const float* __restrict__ dy, float* __restrict__ partial) {
+  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  const bool pairs = Tf32PixelPairs(s.stride_w);
+  const int ldd = DyRowFloats(KT, pairs);
+  extern __shared__ float4 smem[];
+  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw, tile8 = (tile + 7) / 8 * 8;
+  float* in_s = reinterpret_cast<float*>(smem);
+  float* dy_s = in_s + t.rows_in * t.cols_in * kPixStride;  // [tile8][ldd]
+  const int k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int mt = warp % kMt, step0 = warp / kMt;
+  const int j0 = pairs ? 2 * tq : tq, j1 = pairs ? 2 * tq + 1 : tq + 4;  // the lane's pixels
+  const TileWalk walk(s, t);
+  float acc[kTaps][2][4] = {};
+  for (int ti = blockIdx.x; ti < walk.tiles; ti += gridDim.x) {
+    const auto [n, p0, q0] = walk.At(ti);
+    const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
+    __syncthreads();
+    StageWindow<true>(s, t, xn, p0 * s.stride_h - s.pad_h, q0 * s.stride_w - s.pad_w, c0, 1, in_s);
+    for (int i = threadIdx.x; i < tile8 * (KT / 4); i += blockDim.x) {
+      const int pix = i / (KT / 4), kv = i % (KT / 4) * 4;
+      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (pix < tile && p < ho && q < wo) {
+        val = *reinterpret_cast<const float4*>(
+            dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kv);
+        val = make_float4(RoundTf32(val.x), RoundTf32(val.y), RoundTf32(val.z), RoundTf32(val.w));
+      }
+      *reinterpret_cast<float4*>(dy_s + pix * ldd + kv) = val;
+    }
+    __syncthreads();
+    for (int st = step0; st < tile8 / 8; st += kSteps) {
+      const int pa = st * 8 + j0, pb = st * 8 + j1;
+      const float* da = dy_s + pa * ldd + mt * 16 + g;
+      const float* db = dy_s + pb * ldd + mt * 16 + g;
+      // KT 8: the m-tile's rows 8-15 are zeros (their sums are not stored).
+      const uint32_t a[4] = {__float_as_uint(da[0]), KT >= 16 ? __float_as_uint(da[8]) : 0u,
+                             __float_as_uint(db[0]), KT >= 16 ? __float_as_uint(db[8]) : 0u};
+      // Pixels past the tile read pixel 0 (their dy rows are zero).
+      const float* xa = in_s + StagedPixel(s, t, pa < tile ? pa : 0, kPixStride) + g;
+      const float* xb = in_s + StagedPixel(s, t, pb < tile ? pb : 0, kPixStride) + g;
 #pragma unroll
-  for (int tap = 0; tap < kTaps; ++tap) {
+      for (int tap = 0; tap < kTaps; ++tap) {
+        const int off = ((tap / s.s) * t.cols_in + tap % s.s) * kPixStride;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int k = k0 + mt * 16 + g + 8 * h;
-        if (k >= k0 + KT) continue;  // KT 8: rows 8-15 of the m-tile are not this block's
-        const int c = c0 + nt * 8 + 2 * tq;
-        float* o = out + (static_cast<int64_t>(k) * kTaps + tap) * s.c + c;
-        o[0] = acc[tap][nt][2 * h];
-        o[1] = acc[tap][nt][2 * h + 1];
+        for (int nt = 0; nt < 2; ++nt) {
+          MmaTf32(acc[tap][nt], a, __float_as_uint(xa[off + nt * 8]),
+                  __float_as_uint(xb[off + nt * 8]));
+        }
       }
     }
   }
+  StoreBwfPartial<KT, kTaps>(s, acc, reinterpret_cast<float*>(smem), partial);
 }
 
 // wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter (fp32 or bf16 bits).
@@ -617,12 +725,10 @@ __global__ void __launch_bounds__(288)
   const int rep = threadIdx.x / team, lt = threadIdx.x % team;
   const int kg = lt % kGroups, c4 = lt / kGroups % (kChunk / 4), tap = lt / kGroups / (kChunk / 4);
   const int tap_off = ((tap / s.s) * t.cols_in + tap % s.s) * kPixStride + c4 * 4;
-  const int tiles_w = (wo + t.tw - 1) / t.tw, tiles_h = (ho + t.th - 1) / t.th;
-  const int tiles = s.n * tiles_h * tiles_w;
+  const TileWalk walk(s, t);
   float acc[4][8] = {};
-  for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
-    const int n = ti / (tiles_h * tiles_w), rest = ti % (tiles_h * tiles_w);
-    const int p0 = rest / tiles_w * t.th, q0 = rest % tiles_w * t.tw;
+  for (int ti = blockIdx.x; ti < walk.tiles; ti += gridDim.x) {
+    const auto [n, p0, q0] = walk.At(ti);
     const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
     const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
     __syncthreads();
@@ -667,17 +773,6 @@ __global__ void __launch_bounds__(288)
       const int k = k0 + kg * 8 + i;
       out[(static_cast<int64_t>(k) * taps + tap) * s.c + c0 + c4 * 4 + e] = acc[e][i];
     }
-  }
-}
-
-// dw[i] = sum over splits of partial[split][i], in split order (stored as T: fp32 or bf16).
-template <typename T>
-__global__ void SumSplitsKernel(int64_t filter, int splits, const float* __restrict__ partial,
-                                T* __restrict__ dw) {
-  TOPIARY_GRID_STRIDE(i, filter) {
-    float sum = 0;
-    for (int sp = 0; sp < splits; ++sp) sum += partial[sp * filter + i];
-    St(dw + i, sum);
   }
 }
 
@@ -813,14 +908,21 @@ absl::Status LaunchBackwardFilter(const ConvShape& s, const float* x, const floa
   return LaunchStatus("direct conv backward filter");
 }
 
+// A tensor-core backward filter's shared memory: its staged tile (`stage` bytes) or, at the
+// end, the warps' sums (StoreBwfPartial), whichever is larger.
+template <int KT, int kTaps>
+int BwfSmemBytes(int stage) {
+  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  return std::max(stage, (kSteps - 1) * kTaps * 8 * kMt * 32 * 4);
+}
+
 template <int KT, int kTaps>
 absl::Status LaunchBackwardFilterBf16(const ConvShape& s, const Bf16* x, const Bf16* dy,
                                       float* partial, int splits, const CudaContext& ctx) {
   const FwdTile t = ChooseTile(s);
-  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
   const int tile16 = (t.th * t.tw + 15) / 16 * 16;
-  const int stage = (t.rows_in * t.cols_in * kPixStrideBf16 + tile16 * (KT + 8)) * 2;
-  const int smem = std::max(stage, (kSteps - 1) * kTaps * 8 * kMt * 32 * 4);
+  const int smem =
+      BwfSmemBytes<KT, kTaps>((t.rows_in * t.cols_in * kPixStrideBf16 + tile16 * (KT + 8)) * 2);
   constexpr auto kernel = BackwardFilterBf16Kernel<KT, kTaps>;
   AllowDynamicSmem<kernel>(smem);
   const dim3 grid(splits, s.k / KT, s.c / kChunk);
@@ -829,10 +931,35 @@ absl::Status LaunchBackwardFilterBf16(const ConvShape& s, const Bf16* x, const B
   return LaunchStatus("direct conv backward filter (bf16)");
 }
 
+template <int KT, int kTaps>
+absl::Status LaunchBackwardFilterTf32(const ConvShape& s, const float* x, const float* dy,
+                                      float* partial, int splits, const CudaContext& ctx) {
+  const FwdTile t = ChooseTile(s);
+  const int tile8 = (t.th * t.tw + 7) / 8 * 8;
+  const int smem = BwfSmemBytes<KT, kTaps>(
+      (t.rows_in * t.cols_in * kPixStride + tile8 * DyRowFloats(KT, Tf32PixelPairs(s.stride_w))) *
+      4);
+  constexpr auto kernel = BackwardFilterTf32Kernel<KT, kTaps>;
+  AllowDynamicSmem<kernel>(smem);
+  const dim3 grid(splits, s.k / KT, s.c / kChunk);
+  kernel<<<grid, kBwfWarps * 32, smem, ctx.stream>>>(s, t, x, dy, partial);
+  return LaunchStatus("direct conv backward filter (tf32)");
+}
+
+// The taps the tensor-core backward filters hold as accumulators: 3x3 and 1x1 filters.
+bool TensorCoreFilterTaps(const ConvShape& s) { return s.r * s.s == 9 || s.r * s.s == 1; }
+
+// TF32 on tensor cores where the filter is 3x3 or 1x1; else (and without tf32) fp32 FMAs,
+// which a TF32 plan may run too.
 absl::Status BackwardFilter(const ConvShape& s, const float* x, const float* dy, float* partial,
-                            int splits, const CudaContext& ctx) {
+                            int splits, bool tf32, const CudaContext& ctx) {
   return WithKt(s.k, [&](auto kt) {
-    return LaunchBackwardFilter<decltype(kt)::value>(s, x, dy, partial, splits, ctx);
+    constexpr int KT = decltype(kt)::value;
+    if (!tf32 || !TensorCoreFilterTaps(s)) {
+      return LaunchBackwardFilter<KT>(s, x, dy, partial, splits, ctx);
+    }
+    return s.r * s.s == 1 ? LaunchBackwardFilterTf32<KT, 1>(s, x, dy, partial, splits, ctx)
+                          : LaunchBackwardFilterTf32<KT, 9>(s, x, dy, partial, splits, ctx);
   });
 }
 
@@ -845,13 +972,13 @@ absl::Status BackwardFilterBf16(const ConvShape& s, const Bf16* x, const Bf16* d
   });
 }
 
-// dw = the blocks' partial filters added in split order (SumSplitsKernel), fp32 or bf16.
+// dw = the blocks' partial filters added in a fixed order (SumPartsKernel), fp32 or bf16.
 template <typename T>
 absl::Status SumSplits(const ConvShape& s, const float* partial, int splits, T* dw,
                        const CudaContext& ctx) {
   const int64_t filter = static_cast<int64_t>(s.k) * s.r * s.s * s.c;
-  SumSplitsKernel<<<BlocksFor(filter, ctx.sm_count), kThreads, 0, ctx.stream>>>(filter, splits,
-                                                                                partial, dw);
+  SumPartsKernel<<<SumPartsBlocks(filter), kSumPartsThreads, 0, ctx.stream>>>(splits, filter,
+                                                                              partial, dw);
   return LaunchStatus("direct conv backward filter sum");
 }
 
@@ -907,7 +1034,7 @@ absl::Status DirectConvBackwardDataCuda(const ConvShape& s, const float* dy, con
 
 bool DirectConvBf16Supported(const ConvShape& s, int pass) {
   // Backward filter: the taps are the kernel's accumulators (3x3 or 1x1).
-  return DirectConvSupported(s, pass) && (pass != 2 || s.r * s.s == 1 || s.r * s.s == 9);
+  return DirectConvSupported(s, pass) && (pass != 2 || TensorCoreFilterTaps(s));
 }
 
 namespace {
@@ -935,11 +1062,12 @@ absl::Status DirectConvBackwardDataBf16Cuda(const ConvShape& s, const Bf16* dy, 
 }
 
 absl::Status DirectConvBackwardFilterCuda(const ConvShape& s, const float* x, const float* dy,
-                                          float* dw, void* workspace, const CudaContext& ctx) {
+                                          float* dw, void* workspace, bool tf32,
+                                          const CudaContext& ctx) {
   TOPIARY_RETURN_IF_ERROR(CheckPointers({x, dy, dw, workspace}, "backward filter"));
   float* partial = static_cast<float*>(workspace);
   const int splits = Splits(s, ctx.sm_count);
-  TOPIARY_RETURN_IF_ERROR(BackwardFilter(s, x, dy, partial, splits, ctx));
+  TOPIARY_RETURN_IF_ERROR(BackwardFilter(s, x, dy, partial, splits, tf32, ctx));
   return SumSplits(s, partial, splits, dw, ctx);
 }
 

@@ -23,6 +23,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "kernels/conv/split_sums.cuh"
 #include "kernels/conv/stem_conv.h"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
@@ -445,26 +446,6 @@ __global__ void __launch_bounds__(kWgThreads, 2)
   }
 }
 
-// dw[e] = the blocks' part[b][e] added in block order (32 weights x 32 lanes of blocks per
-// block: coalesced reads; each lane adds every 32nd block, then the lanes in order).
-__global__ void __launch_bounds__(1024)
-    SumPartsKernel(int blocks, int64_t count, const float* __restrict__ part,
-                   __nv_bfloat16* __restrict__ dw) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float s = 0.0f;
-  if (e < count) {
-#pragma unroll 4
-    for (int b = threadIdx.y; b < blocks; b += 32) s += part[b * count + e];
-  }
-  __shared__ float lanes[32][33];
-  lanes[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y != 0 || e >= count) return;
-  float total = 0.0f;
-  for (int l = 0; l < 32; ++l) total += lanes[l][threadIdx.x];
-  dw[e] = __float2bfloat16_rn(total);
-}
-
 size_t ForwardSmem(const Geometry& g, const Halves& v) {
   return (static_cast<size_t>(g.tile_k) * v.ldb + static_cast<size_t>(kFwdWarps) * WarpArea(g, v)) *
          sizeof(uint16_t);
@@ -607,8 +588,8 @@ absl::Status StemConvBackwardFilterCuda(const ConvShape& shape, const Bf16* x, c
                                      "stem conv backward filter"));
   TOPIARY_RETURN_IF_ERROR(LaunchStatus("stem conv backward filter"));
   const int64_t count = static_cast<int64_t>(g.k) * g.patch;
-  SumPartsKernel<<<static_cast<unsigned>((count + 31) / 32), dim3(32, 32), 0, ctx.stream>>>(
-      split.blocks, count, part, reinterpret_cast<__nv_bfloat16*>(dw));
+  SumPartsKernel<<<SumPartsBlocks(count), kSumPartsThreads, 0, ctx.stream>>>(split.blocks, count,
+                                                                             part, dw);
   return LaunchStatus("stem conv backward filter sums");
 }
 

@@ -67,8 +67,8 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
     cudaFree(ws32);
   }
 
-  double direct_ms[3] = {-1, -1, -1}, diff[3] = {-1, -1, -1}, tf32_ms[2] = {-1, -1},
-         tf32_diff[2] = {-1, -1};
+  double direct_ms[3] = {-1, -1, -1}, diff[3] = {-1, -1, -1}, tf32_ms[3] = {-1, -1, -1},
+         tf32_diff[3] = {-1, -1, -1};
   size_t ws_bytes = 0;
   for (int p = 0; p < 3; ++p)
     ws_bytes = std::max(ws_bytes, DirectConvWorkspaceBytes(s, p, cuda.sm_count));
@@ -90,19 +90,25 @@ void Layer(const ConvLayer& l, int batch, int iters, const CudaContext& cuda) {
     tf32_diff[1] = RelDiff(dx2, dx, nx);
   }
   if (DirectConvSupported(s, 2)) {
-    direct_ms[2] = TimeMs(cuda, iters,
-                          [&] { CHECK_OK(DirectConvBackwardFilterCuda(s, x, dy, dw2, ws, cuda)); });
+    direct_ms[2] = TimeMs(cuda, iters, [&] {
+      CHECK_OK(DirectConvBackwardFilterCuda(s, x, dy, dw2, ws, false, cuda));
+    });
     diff[2] = RelDiff(dw2, dw, nw);
+    tf32_ms[2] = TimeMs(cuda, iters, [&] {
+      CHECK_OK(DirectConvBackwardFilterCuda(s, x, dy, dw2, ws, true, cuda));
+    });
+    tf32_diff[2] = RelDiff(dw2, dw, nw);
   }
   const double gflop = 2.0 * ny * s.r * s.s * s.c / 1e9;
   absl::PrintF(
       "{\"layer\":\"%s.%s\",\"batch\":%d,\"c\":%d,\"k\":%d,\"r\":%d,\"stride\":%d,\"hw\":%d,"
       "\"gflop\":%.3f,\"fp32_ms\":[%.4f,%.4f,%.4f],\"tf32_ms\":[%.4f,%.4f,%.4f],"
       "\"direct_ms\":[%.4f,%.4f,%.4f],\"direct_rel_diff\":[%.2e,%.2e,%.2e],"
-      "\"direct_tf32_ms\":[%.4f,%.4f],\"direct_tf32_rel_diff\":[%.2e,%.2e]}\n",
+      "\"direct_tf32_ms\":[%.4f,%.4f,%.4f],\"direct_tf32_rel_diff\":[%.2e,%.2e,%.2e]}\n",
       l.model, l.name, batch, s.c, s.k, s.r, s.stride_h, s.h, gflop, cudnn_ms[0][0], cudnn_ms[0][1],
       cudnn_ms[0][2], cudnn_ms[1][0], cudnn_ms[1][1], cudnn_ms[1][2], direct_ms[0], direct_ms[1],
-      direct_ms[2], diff[0], diff[1], diff[2], tf32_ms[0], tf32_ms[1], tf32_diff[0], tf32_diff[1]);
+      direct_ms[2], diff[0], diff[1], diff[2], tf32_ms[0], tf32_ms[1], tf32_ms[2], tf32_diff[0],
+      tf32_diff[1], tf32_diff[2]);
   std::fflush(stdout);
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(dy),
                   static_cast<void*>(y), static_cast<void*>(dx), static_cast<void*>(dw),

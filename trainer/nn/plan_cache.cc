@@ -21,8 +21,9 @@ namespace topiary {
 namespace {
 
 // The candidates a plan times are part of what a measurement depends on: v2 plans also time
-// the direct kernels' bf16 forms in bf16 plans, which a v1 plan never measured.
-constexpr char kVersion[] = "v2";
+// the direct kernels' bf16 forms in bf16 plans, which a v1 plan never measured; v3 plans the
+// TF32 backward filter in TF32 plans.
+constexpr char kVersion[] = "v3";
 constexpr size_t kMaxLineBytes = 1024;
 constexpr size_t kMaxNotes = 8;
 

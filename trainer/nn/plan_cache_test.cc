@@ -68,7 +68,7 @@ void ExpectSame(const ConvAlgos& a, const ConvAlgos& b) {
 TEST(PlanCacheTest, KeyNamesEverythingAMeasurementDependsOn) {
   const std::string key = SampleKey();
   for (const char* part :
-       {"v2|", "H100", "sm_90", "driver 13000", "cudnn 91900", "128,32,32,16", "k32", "r3",
+       {"v3|", "H100", "sm_90", "driver 13000", "cudnn 91900", "128,32,32,16", "k32", "r3",
         "stride 2,2", "pad 1,1", "bf16", "ws 1073741824", "det 0"}) {
     EXPECT_NE(key.find(part), std::string::npos) << part << " in " << key;
   }
@@ -97,7 +97,7 @@ TEST(PlanCacheTest, DamagedLinesAreRefusedNamingTheProblem) {
       {key, "fields"},
       {absl::StrCat(key, "\t", good, "\t", good), "fields"},
       {absl::StrCat(key, "\t", good, "\t", good, "\t", good, "\t", good), "fields"},
-      {absl::StrCat("v1|x\t", good, "\t", good, "\t", good), "v2|"},  // a v1 plan
+      {absl::StrCat("v2|x\t", good, "\t", good, "\t", good), "v3|"},  // a v2 plan
       {absl::StrCat(key, "\tG -1 0.5\t", good, "\t", good), "engine"},
       {absl::StrCat(key, "\tG 99999999999 0.5\t", good, "\t", good), "engine"},
       {absl::StrCat(key, "\tG x 0.5\t", good, "\t", good), "engine"},
@@ -158,7 +158,7 @@ TEST(PlanCacheTest, DamagedLinesAreSkippedAndTheRestIsUsed) {
   const std::string path = TempDir() + "/conv_plans.tsv";
   Write(path, absl::StrCat("garbage\n", std::string(3000, '\xff'), "\n",
                            ConvPlanCache::FormatLine(SampleKey(), Sample()), "\n",
-                           "v2|x\tG 1 1\tG 1 1\n", std::string("\0\0\0", 3), "\n"));
+                           "v3|x\tG 1 1\tG 1 1\n", std::string("\0\0\0", 3), "\n"));
   ConvPlanCache cache;
   cache.AddFile(path);
   EXPECT_EQ(cache.size(), 1u);
