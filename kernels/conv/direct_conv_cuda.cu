@@ -523,15 +523,22 @@ constexpr int kBwfWarps = 4;
 // m16 tiles of KT output channels (KT 8: one, its rows 8-15 unused); the warps of one m-tile
 // split the k-steps.
 __host__ __device__ constexpr int BwfMTiles(int kt) { return kt >= 16 ? kt / 16 : 1; }
+// The TF32 kernel's warps: 4 per m-tile, at most 8. Its k-steps are half the bf16 kernel's,
+// and with 4 warps resnet20's 32- and 64-channel layers had one or two warps per m-tile;
+// 8 warps there took them 12-20% less time, while 8 on 16 channels (or in the bf16 kernel)
+// were slower (docs/PERFORMANCE.md, step 14).
+__host__ __device__ constexpr int Tf32BwfWarps(int kt) {
+  return 4 * BwfMTiles(kt) < 8 ? 4 * BwfMTiles(kt) : 8;
+}
 
 // The end of a tensor-core backward filter block (acc[tap][n-tile][fragment], blockIdx as
-// BackwardFilterBf16Kernel's, 4 warps): warps of the same m-tile add their sums in warp order
-// (red: the staged tile, free once every warp is past its last tile), then one warp per
+// BackwardFilterBf16Kernel's, kWarps warps): warps of the same m-tile add their sums in warp
+// order (red: the staged tile, free once every warp is past its last tile), then one warp per
 // m-tile writes partial[split][k][tap][c].
-template <int KT, int kTaps>
+template <int KT, int kTaps, int kWarps>
 __device__ void StoreBwfPartial(const ConvShape& s, float (&acc)[kTaps][2][4], float* red,
                                 float* __restrict__ partial) {
-  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  constexpr int kMt = BwfMTiles(KT), kSteps = kWarps / kMt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int mt = warp % kMt, k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
   if (!GatherTeams<kTaps * 8>(&acc[0][0][0], kSteps, warp / kMt, mt * 32 + lane, kMt * 32, red)) {
@@ -610,14 +617,14 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
       }
     }
   }
-  StoreBwfPartial<KT, kTaps>(s, acc, reinterpret_cast<float*>(smem), partial);
+  StoreBwfPartial<KT, kTaps, kBwfWarps>(s, acc, reinterpret_cast<float*>(smem), partial);
 }
 
 // ---- TF32 tensor-core backward filter (mma.sync m16n8k8) ----
-// BackwardFilterBf16Kernel's blocks, warps, tile walk and sums, on fp32 operands rounded to
-// TF32 once, when staged: the window as the TF32 forward's ([pixel][20 floats]) and dy as
-// [pixel][ldd]. A k-step is 8 pixels. ldmatrix cannot transpose 4-byte values, so each lane
-// reads its fragments' values itself: A = dy^T (output channels g and g + 8 of the warp's
+// BackwardFilterBf16Kernel's blocks, tile walk and sums (with Tf32BwfWarps warps), on fp32
+// operands rounded to TF32 once, when staged: the window as the TF32 forward's ([pixel][20 floats])
+// and dy as [pixel][ldd]. A k-step is 8 pixels. ldmatrix cannot transpose 4-byte values, so each
+// lane reads its fragments' values itself: A = dy^T (output channels g and g + 8 of the warp's
 // m-tile, at the lane's two pixels of the step), B = the tap's input rows (channel g of each
 // n-tile, the same two pixels). Which two of the step's 8 pixels are a lane's k-columns tq and
 // tq + 4 is free (the product sums over all 8) and is chosen so that the four column groups
@@ -635,10 +642,10 @@ __host__ __device__ constexpr int DyRowFloats(int kt, bool pairs) {
 }
 
 template <int KT, int kTaps>
-__global__ void __launch_bounds__(kBwfWarps * 32)
+__global__ void __launch_bounds__(Tf32BwfWarps(KT) * 32)
     BackwardFilterTf32Kernel(ConvShape s, FwdTile t, const float* __restrict__ x,
                              const float* __restrict__ dy, float* __restrict__ partial) {
-  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  constexpr int kMt = BwfMTiles(KT), kSteps = Tf32BwfWarps(KT) / kMt;
   const bool pairs = Tf32PixelPairs(s.stride_w);
   const int ldd = DyRowFloats(KT, pairs);
   extern __shared__ float4 smem[];
@@ -689,7 +696,7 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
       }
     }
   }
-  StoreBwfPartial<KT, kTaps>(s, acc, reinterpret_cast<float*>(smem), partial);
+  StoreBwfPartial<KT, kTaps, Tf32BwfWarps(KT)>(s, acc, reinterpret_cast<float*>(smem), partial);
 }
 
 // wt[C, R, S, K] = w[K, R-1-r, S-1-s, C]: backward data's filter (fp32 or bf16 bits).
@@ -909,10 +916,10 @@ absl::Status LaunchBackwardFilter(const ConvShape& s, const float* x, const floa
 }
 
 // A tensor-core backward filter's shared memory: its staged tile (`stage` bytes) or, at the
-// end, the warps' sums (StoreBwfPartial), whichever is larger.
-template <int KT, int kTaps>
+// end, the kWarps warps' sums (StoreBwfPartial), whichever is larger.
+template <int KT, int kTaps, int kWarps>
 int BwfSmemBytes(int stage) {
-  constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
+  constexpr int kMt = BwfMTiles(KT), kSteps = kWarps / kMt;
   return std::max(stage, (kSteps - 1) * kTaps * 8 * kMt * 32 * 4);
 }
 
@@ -921,8 +928,8 @@ absl::Status LaunchBackwardFilterBf16(const ConvShape& s, const Bf16* x, const B
                                       float* partial, int splits, const CudaContext& ctx) {
   const FwdTile t = ChooseTile(s);
   const int tile16 = (t.th * t.tw + 15) / 16 * 16;
-  const int smem =
-      BwfSmemBytes<KT, kTaps>((t.rows_in * t.cols_in * kPixStrideBf16 + tile16 * (KT + 8)) * 2);
+  const int smem = BwfSmemBytes<KT, kTaps, kBwfWarps>(
+      (t.rows_in * t.cols_in * kPixStrideBf16 + tile16 * (KT + 8)) * 2);
   constexpr auto kernel = BackwardFilterBf16Kernel<KT, kTaps>;
   AllowDynamicSmem<kernel>(smem);
   const dim3 grid(splits, s.k / KT, s.c / kChunk);
@@ -936,13 +943,14 @@ absl::Status LaunchBackwardFilterTf32(const ConvShape& s, const float* x, const 
                                       float* partial, int splits, const CudaContext& ctx) {
   const FwdTile t = ChooseTile(s);
   const int tile8 = (t.th * t.tw + 7) / 8 * 8;
-  const int smem = BwfSmemBytes<KT, kTaps>(
+  constexpr int kWarps = Tf32BwfWarps(KT);
+  const int smem = BwfSmemBytes<KT, kTaps, kWarps>(
       (t.rows_in * t.cols_in * kPixStride + tile8 * DyRowFloats(KT, Tf32PixelPairs(s.stride_w))) *
       4);
   constexpr auto kernel = BackwardFilterTf32Kernel<KT, kTaps>;
   AllowDynamicSmem<kernel>(smem);
   const dim3 grid(splits, s.k / KT, s.c / kChunk);
-  kernel<<<grid, kBwfWarps * 32, smem, ctx.stream>>>(s, t, x, dy, partial);
+  kernel<<<grid, kWarps * 32, smem, ctx.stream>>>(s, t, x, dy, partial);
   return LaunchStatus("direct conv backward filter (tf32)");
 }
 
