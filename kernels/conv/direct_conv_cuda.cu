@@ -508,6 +508,32 @@ struct TileWalk {
   }
 };
 
+// Stages a backward filter tile's output gradients: `rows` pixels (the tile's, then zero rows
+// up to a whole k-step) x output channels [k0, k0 + KT) of image n, as [pixel][ld] in 16-byte
+// vectors; zeros past the tile and the map. T: bf16 bits as they are, or floats rounded to
+// TF32.
+template <int KT, typename T>
+__device__ __forceinline__ void StageDyRows(const ConvShape& s, const FwdTile& t,
+                                            const T* __restrict__ dy, int n, int p0, int q0, int k0,
+                                            int rows, int ld, T* dst) {
+  constexpr int kV = 16 / sizeof(T), kVecs = KT / kV;
+  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
+  for (int i = threadIdx.x; i < rows * kVecs; i += blockDim.x) {
+    const int pix = i / kVecs, kv = i % kVecs * kV;
+    const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (pix < tile && p < ho && q < wo) {
+      val = *reinterpret_cast<const uint4*>(
+          dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kv);
+      if constexpr (std::is_same_v<T, float>) {
+        const auto tf32 = [](uint32_t w) { return __float_as_uint(RoundTf32(__uint_as_float(w))); };
+        val = make_uint4(tf32(val.x), tf32(val.y), tf32(val.z), tf32(val.w));
+      }
+    }
+    *reinterpret_cast<uint4*>(dst + pix * ld + kv) = val;
+  }
+}
+
 // ---- bf16 tensor-core backward filter (mma.sync m16n8k16) ----
 // dw[k][tap][c] = sum over pixels of dy[p][k] x[p's tap position][c]: per tap a product whose
 // reduction runs over output pixels, 16 at a time. A block owns KT output channels x one
@@ -569,7 +595,7 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
   constexpr int kMt = BwfMTiles(KT), kSteps = kBwfWarps / kMt;
   constexpr int kLdd = KT + 8;  // dy row: 16 bytes more than its channels
   extern __shared__ float4 smem[];
-  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
+  const int tile = t.th * t.tw;
   const int window = t.rows_in * t.cols_in * kPixStrideBf16;
   auto* in_s = reinterpret_cast<uint16_t*>(smem);
   uint16_t* dy_s = in_s + window;  // [tile pixels rounded up to 16][kLdd]
@@ -589,16 +615,7 @@ __global__ void __launch_bounds__(kBwfWarps * 32)
     const uint16_t* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
     __syncthreads();
     StageWindowBf16(s, t, xn, p0 * s.stride_h - s.pad_h, q0 * s.stride_w - s.pad_w, c0, 1, in_s);
-    for (int i = threadIdx.x; i < tile16 * (KT / 8); i += blockDim.x) {
-      const int pix = i / (KT / 8), kv = i % (KT / 8) * 8;
-      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (pix < tile && p < ho && q < wo) {
-        val = *reinterpret_cast<const uint4*>(
-            dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kv);
-      }
-      *reinterpret_cast<uint4*>(dy_s + pix * kLdd + kv) = val;
-    }
+    StageDyRows<KT>(s, t, dy, n, p0, q0, k0, tile16, kLdd, dy_s);
     __syncthreads();
     for (int st = step0; st < tile16 / 16; st += kSteps) {
       uint32_t a[4];
@@ -649,7 +666,7 @@ __global__ void __launch_bounds__(Tf32BwfWarps(KT) * 32)
   const bool pairs = Tf32PixelPairs(s.stride_w);
   const int ldd = DyRowFloats(KT, pairs);
   extern __shared__ float4 smem[];
-  const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw, tile8 = (tile + 7) / 8 * 8;
+  const int tile = t.th * t.tw, tile8 = (tile + 7) / 8 * 8;
   float* in_s = reinterpret_cast<float*>(smem);
   float* dy_s = in_s + t.rows_in * t.cols_in * kPixStride;  // [tile8][ldd]
   const int k0 = blockIdx.y * KT, c0 = blockIdx.z * kChunk;
@@ -663,17 +680,7 @@ __global__ void __launch_bounds__(Tf32BwfWarps(KT) * 32)
     const float* xn = x + static_cast<int64_t>(n) * s.h * s.w * s.c;
     __syncthreads();
     StageWindow<true>(s, t, xn, p0 * s.stride_h - s.pad_h, q0 * s.stride_w - s.pad_w, c0, 1, in_s);
-    for (int i = threadIdx.x; i < tile8 * (KT / 4); i += blockDim.x) {
-      const int pix = i / (KT / 4), kv = i % (KT / 4) * 4;
-      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
-      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (pix < tile && p < ho && q < wo) {
-        val = *reinterpret_cast<const float4*>(
-            dy + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kv);
-        val = make_float4(RoundTf32(val.x), RoundTf32(val.y), RoundTf32(val.z), RoundTf32(val.w));
-      }
-      *reinterpret_cast<float4*>(dy_s + pix * ldd + kv) = val;
-    }
+    StageDyRows<KT>(s, t, dy, n, p0, q0, k0, tile8, ldd, dy_s);
     __syncthreads();
     for (int st = step0; st < tile8 / 8; st += kSteps) {
       const int pa = st * 8 + j0, pb = st * 8 + j1;
