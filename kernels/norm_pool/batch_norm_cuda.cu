@@ -64,44 +64,57 @@ __global__ void MomentsKernel(int64_t m, int c, int slices, const T* __restrict_
   }
 }
 
+// A channel's parameters and running statistics, read before the slices are merged so that
+// their loads wait alongside the merge's rather than after it.
+struct ChannelParams {
+  float gamma, beta, running_mean, running_var;
+};
+__device__ ChannelParams LoadParams(int ch, const float* gamma, const float* beta,
+                                    const float* running_mean, const float* running_var) {
+  return {gamma[ch], beta[ch], running_mean[ch], running_var[ch]};
+}
+
 // The channel's statistics from the (count, mean, M2) of the whole (global) batch: the saved
 // mean and inverse std, the normalization's scale and shift (coef[0..C) and coef[C..2C)), and
-// the running statistics.
+// the running statistics. One thread's chain of double operations ends every batch norm's
+// statistics, so it takes a reciprocal square root rather than a square root and a division.
 __device__ void FinishChannel(const BatchNormShape& sh, int ch, double n, double mean, double m2,
-                              const float* gamma, const float* beta, float* running_mean,
-                              float* running_var, float* save_mean, float* save_inv_std,
-                              float* coef) {
-  const double var = m2 / n;
-  const double inv_std = 1.0 / sqrt(var + sh.eps);
+                              const ChannelParams& p, float* running_mean, float* running_var,
+                              float* save_mean, float* save_inv_std, float* coef) {
+  const double inv_std = rsqrt(m2 / n + sh.eps);
+  const double scale = p.gamma * inv_std;
   save_mean[ch] = static_cast<float>(mean);
   save_inv_std[ch] = static_cast<float>(inv_std);
-  coef[ch] = static_cast<float>(gamma[ch] * inv_std);
-  coef[sh.c + ch] = static_cast<float>(beta[ch] - mean * gamma[ch] * inv_std);
+  coef[ch] = static_cast<float>(scale);
+  coef[sh.c + ch] = static_cast<float>(p.beta - mean * scale);
   const double unbiased = m2 / (n - 1.0);
-  running_mean[ch] = (1.0f - sh.momentum) * running_mean[ch] + sh.momentum * save_mean[ch];
+  running_mean[ch] = (1.0f - sh.momentum) * p.running_mean + sh.momentum * static_cast<float>(mean);
   running_var[ch] =
-      static_cast<float>((1.0 - sh.momentum) * running_var[ch] + sh.momentum * unbiased);
+      static_cast<float>((1.0 - sh.momentum) * p.running_var + sh.momentum * unbiased);
 }
 
 // Per channel (MergeGrid, MergeBlock): merges the slices (MergeSliceMoments, in double), then
 // either finishes the channel (FinishChannel) or, synchronized, writes the rank's (count, mean, M2)
 // into rank_moments[3][C] for the gather.
-__global__ void __launch_bounds__(kMergeThreads)
-    FinishMomentsKernel(BatchNormShape sh, int slices, const float* part, const float* gamma,
-                        const float* beta, float* running_mean, float* running_var,
-                        float* save_mean, float* save_inv_std, float* coef, double* rank_moments) {
+TOPIARY_MERGE_KERNEL FinishMomentsKernel(BatchNormShape sh, int slices, const float* part,
+                                         const float* gamma, const float* beta, float* running_mean,
+                                         float* running_var, float* save_mean, float* save_inv_std,
+                                         float* coef, double* rank_moments) {
   const int ch = blockIdx.x * kMergeC + threadIdx.x;
+  const bool holds = HoldsMerge(sh.c, ch);
+  ChannelParams p{};
+  if (holds && rank_moments == nullptr) p = LoadParams(ch, gamma, beta, running_mean, running_var);
   double v[3];
   MergeSliceMoments(sh.c, slices, part, ch, v);
-  if (threadIdx.y != 0 || ch >= sh.c) return;
+  if (!holds) return;
   if (rank_moments != nullptr) {
     rank_moments[ch] = v[0];
     rank_moments[sh.c + ch] = v[1];
     rank_moments[2 * sh.c + ch] = v[2];
     return;
   }
-  FinishChannel(sh, ch, v[0], v[1], v[2], gamma, beta, running_mean, running_var, save_mean,
-                save_inv_std, coef);
+  FinishChannel(sh, ch, v[0], v[1], v[2], p, running_mean, running_var, save_mean, save_inv_std,
+                coef);
 }
 
 // Synchronized: a thread per channel merges the ranks' gathered (count, mean, M2)
@@ -118,8 +131,8 @@ __global__ void MergeRankMomentsKernel(BatchNormShape sh, int ranks, const doubl
     const double* p = all + 3 * c * r;
     MergeMoments(n, mean, m2, p[ch], p[c + ch], p[2 * c + ch]);
   }
-  FinishChannel(sh, ch, n, mean, m2, gamma, beta, running_mean, running_var, save_mean,
-                save_inv_std, coef);
+  FinishChannel(sh, ch, n, mean, m2, LoadParams(ch, gamma, beta, running_mean, running_var),
+                running_mean, running_var, save_mean, save_inv_std, coef);
 }
 
 template <bool kRelu, typename Index, typename T>
@@ -172,18 +185,20 @@ __global__ void ScaleShiftVecKernel(int64_t nv, int c, const T* __restrict__ x,
   }
 }
 
+// The vector form of MomentsKernel. Every lane of a block sums x - shift and its square with
+// one shift per channel for the whole slice (its first row), so the lanes' sums add: the block
+// merges them with additions only. (A shift per lane needed Chan's merge, a division per lane,
+// one after another: at 16 channels, 64 lanes and about 2 us per block.)
 template <typename T>
 __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restrict__ x,
                                  float* __restrict__ out) {
   constexpr int V = kVec<T>;
   const VecRows w(m, c, slices, V);
-  float n = 0.0f, mean[V], m2[V];
-  for (int v = 0; v < V; ++v) mean[v] = m2[v] = 0.0f;
+  float s[V], sq[V];
+  for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
   if (w.active() && w.begin + w.lane < w.end) {
-    float shift[V], s[V], sq[V], d[V];
-    LdVec(x + (w.begin + w.lane) * c + w.g * V, shift);
-    for (int v = 0; v < V; ++v) s[v] = sq[v] = 0.0f;
-    int count = 0;
+    float shift[V], d[V];
+    LdVec(x + w.begin * c + w.g * V, shift);
 #pragma unroll 4
     for (int64_t r = w.begin + w.lane; r < w.end; r += w.lanes) {
       LdVec(x + r * c + w.g * V, d);
@@ -192,29 +207,29 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
         s[v] += d[v];
         sq[v] += d[v] * d[v];
       }
-      ++count;
-    }
-    n = static_cast<float>(count);
-    for (int v = 0; v < V; ++v) {
-      const float md = s[v] / n;
-      mean[v] = shift[v] + md;
-      m2[v] = fmaxf(sq[v] - s[v] * md, 0.0f);
     }
   }
-  // Per lane and channel: count, mean, M2 (lanes * c <= kVecThreads * V entries each).
-  __shared__ float sn[kVecThreads], smean[kVecThreads * V], sm2[kVecThreads * V];
-  if (w.active() && w.g == 0) sn[w.lane] = n;
-  StoreLane(w, c, mean, smean);
-  StoreLane(w, c, m2, sm2);
+  // Per lane and channel: the two sums (lanes * c <= kVecThreads * V entries each).
+  __shared__ float ss[kVecThreads * V], ssq[kVecThreads * V];
+  StoreLane(w, c, s, ss);
+  StoreLane(w, c, sq, ssq);
   __syncthreads();
   const size_t plane = static_cast<size_t>(slices) * c;
+  const float n = static_cast<float>(w.end - w.begin);
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-    float cn = sn[0], cmean = smean[ch], cm2 = sm2[ch];
-    for (int l = 1; l < w.lanes; ++l)
-      MergeMoments(cn, cmean, cm2, sn[l], smean[l * c + ch], sm2[l * c + ch]);
-    out[static_cast<size_t>(blockIdx.x) * c + ch] = cn;
-    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = cmean;
-    out[2 * plane + static_cast<size_t>(blockIdx.x) * c + ch] = cm2;
+    float sum = 0.0f, sum_sq = 0.0f, mean = 0.0f, m2 = 0.0f;
+    for (int l = 0; l < w.lanes; ++l) {
+      sum += ss[l * c + ch];
+      sum_sq += ssq[l * c + ch];
+    }
+    if (n > 0.0f) {
+      const float md = sum / n;
+      mean = Ld(x + w.begin * c + ch) + md;
+      m2 = fmaxf(sum_sq - sum * md, 0.0f);
+    }
+    out[static_cast<size_t>(blockIdx.x) * c + ch] = n;
+    out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = mean;
+    out[2 * plane + static_cast<size_t>(blockIdx.x) * c + ch] = m2;
   }
 }
 
