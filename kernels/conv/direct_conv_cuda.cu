@@ -27,6 +27,7 @@
 #include "kernels/conv/split_sums.cuh"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/fast_divmod.h"
 #include "kernels/runtime/warp_mma.cuh"
 #include "util/status_macros.h"
 
@@ -44,6 +45,9 @@ struct FwdTile {
   int th = 0, tw = 0;            // output rows and columns per block
   int rows_in = 0, cols_in = 0;  // the staged input window
   int ksplit = 1;                // thread teams per block, each reducing its own channel chunks
+  // Divisions by the tile's fixed numbers as multiplies (fast_divmod.h): by tw, by cols_in, by
+  // the window's pixels, by the tiles across the map, by the filter's taps.
+  FastDivmod tw_div, cols_div, window_div, tiles_w_div, taps_div;
 };
 
 // Thread teams per block: doubled while the block stays within 256 threads, the teams share
@@ -69,6 +73,11 @@ FwdTile ChooseTile(const ConvShape& s, int kt = 0) {
   t.th = std::min(kTilePixels / t.tw, s.ho());
   t.rows_in = (t.th - 1) * s.stride_h + s.r;
   t.cols_in = (t.tw - 1) * s.stride_w + s.s;
+  t.tw_div = FastDivmod(t.tw);
+  t.cols_div = FastDivmod(t.cols_in);
+  t.window_div = FastDivmod(t.rows_in * t.cols_in);
+  t.tiles_w_div = FastDivmod((wo + t.tw - 1) / t.tw);
+  t.taps_div = FastDivmod(s.r * s.s);
   if (kt > 0) {
     const int team = t.th * t.tw / kPx * (kt / 8);
     t.ksplit = TeamSplit(s, team, t.rows_in * t.cols_in * kPixStride + s.r * s.s * kChunk * kt);
@@ -98,7 +107,9 @@ __device__ __forceinline__ float RoundTf32(float f) {
 // A tile pixel's staged window offset, with `stride` values per staged pixel.
 __device__ __forceinline__ int StagedPixel(const ConvShape& s, const FwdTile& t, int pix,
                                            int stride) {
-  return ((pix / t.tw) * s.stride_h * t.cols_in + (pix % t.tw) * s.stride_w) * stride;
+  int row;
+  const int col = t.tw_div.Mod(pix, &row);
+  return (row * s.stride_h * t.cols_in + col * s.stride_w) * stride;
 }
 
 // Stages `chunks` consecutive 16-channel chunks, from channel c0, of the input window whose
@@ -107,15 +118,17 @@ __device__ __forceinline__ int StagedPixel(const ConvShape& s, const FwdTile& t,
 template <bool kTf32>
 __device__ void StageWindow(const ConvShape& s, const FwdTile& t, const float* __restrict__ xn,
                             int h0, int w0, int c0, int chunks, float* dst) {
-  const int in_vecs = t.rows_in * t.cols_in * (kChunk / 4);
-  const int window = t.rows_in * t.cols_in * kPixStride;
-  for (int i = threadIdx.x; i < in_vecs * chunks; i += blockDim.x) {
-    const int chunk = i / in_vecs, rest = i % in_vecs;
-    const int v = rest % (kChunk / 4), pos = rest / (kChunk / 4);
-    const int h = h0 + pos / t.cols_in, col = w0 + pos % t.cols_in;
+  constexpr int kVecs = kChunk / 4;  // 16-byte vectors per staged pixel
+  const int pixels = t.rows_in * t.cols_in, window = pixels * kPixStride;
+  for (int i = threadIdx.x; i < pixels * kVecs * chunks; i += blockDim.x) {
+    const int v = i % kVecs;
+    int chunk, row;
+    const int pos = t.window_div.Mod(i / kVecs, &chunk);
+    const int col = t.cols_div.Mod(pos, &row);
+    const int h = h0 + row, wc = w0 + col;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (h >= 0 && h < s.h && col >= 0 && col < s.w) {
-      val = *reinterpret_cast<const float4*>(xn + (static_cast<int64_t>(h) * s.w + col) * s.c + c0 +
+    if (h >= 0 && h < s.h && wc >= 0 && wc < s.w) {
+      val = *reinterpret_cast<const float4*>(xn + (static_cast<int64_t>(h) * s.w + wc) * s.c + c0 +
                                              chunk * kChunk + v * 4);
     }
     if (kTf32) {
@@ -178,8 +191,8 @@ __global__ void __launch_bounds__(256)
   float* in_all = reinterpret_cast<float*>(smem);
   float* w_all = in_all + t.ksplit * window;
   const int ho = s.ho(), wo = s.wo();
-  const int tiles_w = (wo + t.tw - 1) / t.tw;
-  const int p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
+  int tile_row;
+  const int q0 = t.tiles_w_div.Mod(blockIdx.x, &tile_row) * t.tw, p0 = tile_row * t.th;
   const int n = blockIdx.y, k0 = blockIdx.z * KT;
   const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
   const int groups = t.th * t.tw / kPx, team = groups * kGroups;
@@ -231,7 +244,9 @@ __global__ void __launch_bounds__(256)
   }
 #pragma unroll
   for (int j = 0; j < kPx; ++j) {
-    const int pix = pg + j * groups, p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+    const int pix = pg + j * groups;
+    int row;
+    const int q = q0 + t.tw_div.Mod(pix, &row), p = p0 + row;
     if (p >= ho || q >= wo) continue;
     float* out = y + ((static_cast<int64_t>(n) * ho + p) * wo + q) * s.k + k0 + kg * 8;
     *reinterpret_cast<float4*>(out) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
@@ -273,8 +288,8 @@ struct MmaWarp {
   int ho, wo, tile, p0, q0, n, k0, h0, w0, team_threads, rep, lt, warp, g, tq;
   __device__ MmaWarp(const ConvShape& s, const FwdTile& t, int kt)
       : ho(s.ho()), wo(s.wo()), tile(t.th * t.tw) {
-    const int tiles_w = (wo + t.tw - 1) / t.tw;
-    p0 = (blockIdx.x / tiles_w) * t.th, q0 = (blockIdx.x % tiles_w) * t.tw;
+    int tile_row;
+    q0 = t.tiles_w_div.Mod(blockIdx.x, &tile_row) * t.tw, p0 = tile_row * t.th;
     n = blockIdx.y, k0 = blockIdx.z * kt;
     h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
     team_threads = blockDim.x / t.ksplit;
@@ -322,7 +337,8 @@ __device__ void StoreWarpSums(const ConvShape& s, const FwdTile& t, const MmaWar
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int pix = m.Pixel(mt, h);
-      const int p = m.p0 + pix / t.tw, q = m.q0 + pix % t.tw;
+      int row;
+      const int q = m.q0 + t.tw_div.Mod(pix, &row), p = m.p0 + row;
       if (pix >= m.tile || p >= m.ho || q >= m.wo) continue;
       T* out = y + ((static_cast<int64_t>(m.n) * m.ho + p) * m.wo + q) * s.k + m.k0 + 2 * m.tq;
 #pragma unroll
@@ -360,9 +376,11 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
     StageWindow<true>(s, t, xn, m.h0, m.w0, c_round, t.ksplit, in_all);
     for (int i = threadIdx.x; i < w_vecs * t.ksplit; i += blockDim.x) {
-      const int chunk = i / w_vecs, rest = i % w_vecs;
-      const int v = rest % (kChunk / 4), rest2 = rest / (kChunk / 4);
-      const int tap = rest2 % taps, kl = rest2 / taps;
+      // i = ((chunk * KT + kl) * taps + tap) * 4 + v.
+      const int v = i % (kChunk / 4);
+      int rest;
+      const int tap = t.taps_div.Mod(i / (kChunk / 4), &rest);
+      const int kl = rest % KT, chunk = rest / KT;
       const float4 val = *reinterpret_cast<const float4*>(
           w + (static_cast<int64_t>(m.k0 + kl) * taps + tap) * s.c + c_round + chunk * kChunk +
           v * 4);
@@ -413,15 +431,16 @@ constexpr int kPixStrideBf16 = kChunk + 8;  // bf16 values per staged pixel or f
 __device__ void StageWindowBf16(const ConvShape& s, const FwdTile& t,
                                 const uint16_t* __restrict__ xn, int h0, int w0, int c0, int chunks,
                                 uint16_t* dst) {
-  const int in_vecs = t.rows_in * t.cols_in * 2;  // two 16-byte vectors per pixel
-  const int window = t.rows_in * t.cols_in * kPixStrideBf16;
-  for (int i = threadIdx.x; i < in_vecs * chunks; i += blockDim.x) {
-    const int chunk = i / in_vecs, rest = i % in_vecs;
-    const int v = rest % 2, pos = rest / 2;
-    const int h = h0 + pos / t.cols_in, col = w0 + pos % t.cols_in;
+  const int pixels = t.rows_in * t.cols_in, window = pixels * kPixStrideBf16;
+  for (int i = threadIdx.x; i < pixels * 2 * chunks; i += blockDim.x) {  // two 16-byte vectors
+    const int v = i % 2;                                                 // per pixel
+    int chunk, row;
+    const int pos = t.window_div.Mod(i / 2, &chunk);
+    const int col = t.cols_div.Mod(pos, &row);
+    const int h = h0 + row, wc = w0 + col;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (h >= 0 && h < s.h && col >= 0 && col < s.w) {
-      val = *reinterpret_cast<const uint4*>(xn + (static_cast<int64_t>(h) * s.w + col) * s.c + c0 +
+    if (h >= 0 && h < s.h && wc >= 0 && wc < s.w) {
+      val = *reinterpret_cast<const uint4*>(xn + (static_cast<int64_t>(h) * s.w + wc) * s.c + c0 +
                                             chunk * kChunk + v * 8);
     }
     *reinterpret_cast<uint4*>(dst + chunk * window + pos * kPixStrideBf16 + v * 8) = val;
@@ -458,9 +477,11 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
     StageWindowBf16(s, t, xn, m.h0, m.w0, c_round, t.ksplit, in_all);
     for (int i = threadIdx.x; i < w_vecs * t.ksplit; i += blockDim.x) {
-      const int chunk = i / w_vecs, rest = i % w_vecs;
-      const int v = rest % 2, row = rest / 2;  // row = kl * taps + tap, w's own order
-      const int kl = row / taps, tap = row % taps;
+      // i = ((chunk * KT + kl) * taps + tap) * 2 + v: w's own order.
+      const int v = i % 2;
+      int rest;
+      const int tap = t.taps_div.Mod(i / 2, &rest);
+      const int kl = rest % KT, chunk = rest / KT, row = kl * taps + tap;
       *reinterpret_cast<uint4*>(w_all + chunk * filter_chunk + (tap * KT + kl) * kPixStrideBf16 +
                                 v * 8) =
           *reinterpret_cast<const uint4*>(w + (static_cast<int64_t>(m.k0) * taps + row) * s.c +
@@ -520,7 +541,8 @@ __device__ __forceinline__ void StageDyRows(const ConvShape& s, const FwdTile& t
   const int ho = s.ho(), wo = s.wo(), tile = t.th * t.tw;
   for (int i = threadIdx.x; i < rows * kVecs; i += blockDim.x) {
     const int pix = i / kVecs, kv = i % kVecs * kV;
-    const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+    int row;
+    const int q = q0 + t.tw_div.Mod(pix, &row), p = p0 + row;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (pix < tile && p < ho && q < wo) {
       val = *reinterpret_cast<const uint4*>(
@@ -725,7 +747,8 @@ __global__ void TransposeFlipKernel(ConvShape s, const T* __restrict__ w, T* __r
 // channels x 4 input channels of one tap each, and `replicas` teams split the tile's pixels
 // and add their sums in team order at the end.
 template <int KT>
-__global__ void __launch_bounds__(288)
+// Three blocks per SM: with fewer registers than ptxas picks unbounded (95), none spilled.
+__global__ void __launch_bounds__(288, 3)
     BackwardFilterKernel(ConvShape s, FwdTile t, int replicas, const float* __restrict__ x,
                          const float* __restrict__ dy, float* __restrict__ partial) {
   constexpr int kGroups = KT / 8;
@@ -749,7 +772,8 @@ __global__ void __launch_bounds__(288)
     StageWindow<false>(s, t, xn, h0, w0, c0, 1, in_s);
     for (int i = threadIdx.x; i < tile * (KT / 4); i += blockDim.x) {
       const int kl = i % (KT / 4) * 4, pix = i / (KT / 4);
-      const int p = p0 + pix / t.tw, q = q0 + pix % t.tw;
+      int row;
+      const int q = q0 + t.tw_div.Mod(pix, &row), p = p0 + row;
       float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
       if (p < ho && q < wo) {
         val = *reinterpret_cast<const float4*>(
