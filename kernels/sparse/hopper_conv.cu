@@ -30,6 +30,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/fast_divmod.h"
 #include "kernels/runtime/moments.h"
 #include "kernels/sparse/dgrad_phases.h"
 #include "kernels/sparse/hopper_conv.h"
@@ -780,6 +781,54 @@ absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int*
                                : "hopper block-sparse conv backward data");
 }
 
+// The phases of backward data without taps (dx = 0 there), for ZeroPhasesKernel.
+struct EmptyPhases {
+  static constexpr int kMax = 16;  // strides up to 4 x 4; beyond, the whole dx is cleared
+  int count = 0;
+  int ph[kMax], pw[kMax];
+};
+
+// Writes zeros over the dx pixels of the empty phases, and only there (a 1x1 filter at stride 2
+// reaches the even rows and columns only: three quarters of dx are zeros, the last quarter the
+// phase kernel's to write; clearing all of dx first wrote that quarter twice). Block (x, y):
+// pixel row x % rows of image x / rows of phase y; its threads walk the row's 16-byte vectors.
+__global__ void ZeroPhasesKernel(ConvShape s, EmptyPhases e, FastDivmod vecs_per_pixel,
+                                 uint4* __restrict__ dx) {
+  const int ph = e.ph[blockIdx.y], pw = e.pw[blockIdx.y];
+  const int rows = (s.h - ph + s.stride_h - 1) / s.stride_h;
+  const int cols = (s.w - pw + s.stride_w - 1) / s.stride_w;
+  const int n = blockIdx.x / rows, h = ph + blockIdx.x % rows * s.stride_h;
+  if (n >= s.n) return;
+  uint4* row = dx + (static_cast<int64_t>(n) * s.h + h) * s.w * vecs_per_pixel.divisor();
+  for (int j = threadIdx.x; j < cols * vecs_per_pixel.divisor(); j += blockDim.x) {
+    int col;
+    const int v = vecs_per_pixel.Mod(j, &col);
+    row[static_cast<int64_t>(pw + col * s.stride_w) * vecs_per_pixel.divisor() + v] =
+        make_uint4(0, 0, 0, 0);
+  }
+}
+
+absl::Status ZeroEmptyPhases(const ConvShape& s, const std::vector<DgradPhase>& phases, void* dx,
+                             const CudaContext& ctx) {
+  EmptyPhases e;
+  int max_rows = 0;
+  for (const DgradPhase& p : phases) {
+    if (!p.empty()) continue;
+    if (e.count == EmptyPhases::kMax) {
+      const size_t bytes = static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(cutlass::bfloat16_t);
+      return CudaStatus(cudaMemsetAsync(dx, 0, bytes, ctx.stream), "hopper conv backward data");
+    }
+    e.ph[e.count] = p.ph, e.pw[e.count] = p.pw, ++e.count;
+    max_rows = std::max(max_rows, (s.h - p.ph + s.stride_h - 1) / s.stride_h);
+  }
+  if (e.count == 0) return absl::OkStatus();
+  // TMA's 16-byte rows: C is a multiple of 8 bf16 values (HopperConvTakes).
+  const dim3 grid(static_cast<unsigned>(s.n * max_rows), static_cast<unsigned>(e.count));
+  ZeroPhasesKernel<<<grid, kThreads, 0, ctx.stream>>>(s, e, FastDivmod(s.c / 8),
+                                                      static_cast<uint4*>(dx));
+  return LaunchStatus("hopper conv backward data (the phases without taps)");
+}
+
 template <class C>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
                     const void* in0, const void* w, const float* bias, void* out, float* moments,
@@ -788,12 +837,7 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
     return LaunchPhase<C>(s, nullptr, count, index, stride, in0, w, bias, out, moments, ctx);
   }
   const std::vector<DgradPhase> phases = DgradPhases(s);
-  if (std::any_of(phases.begin(), phases.end(), [](const DgradPhase& p) { return p.empty(); })) {
-    // Phases without taps have dx = 0 (a 1x1 filter at stride 2 reaches the even rows only).
-    const size_t bytes = static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(cutlass::bfloat16_t);
-    TOPIARY_RETURN_IF_ERROR(
-        CudaStatus(cudaMemsetAsync(out, 0, bytes, ctx.stream), "hopper conv backward data"));
-  }
+  TOPIARY_RETURN_IF_ERROR(ZeroEmptyPhases(s, phases, out, ctx));
   for (const DgradPhase& p : phases) {
     if (p.empty()) continue;
     TOPIARY_RETURN_IF_ERROR(
