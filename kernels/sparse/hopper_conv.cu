@@ -813,13 +813,17 @@ absl::Status ZeroEmptyPhases(const ConvShape& s, const std::vector<DgradPhase>& 
   EmptyPhases e;
   int max_rows = 0;
   for (const DgradPhase& p : phases) {
-    if (!p.empty()) continue;
+    // A phase with no taps has dx = 0 on its pixels; one with no pixels (a map of fewer rows or
+    // columns than the stride) has nothing to write.
+    const int rows = (s.h - p.ph + s.stride_h - 1) / s.stride_h;
+    const int cols = (s.w - p.pw + s.stride_w - 1) / s.stride_w;
+    if (!p.empty() || rows <= 0 || cols <= 0) continue;
     if (e.count == EmptyPhases::kMax) {
       const size_t bytes = static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(cutlass::bfloat16_t);
       return CudaStatus(cudaMemsetAsync(dx, 0, bytes, ctx.stream), "hopper conv backward data");
     }
     e.ph[e.count] = p.ph, e.pw[e.count] = p.pw, ++e.count;
-    max_rows = std::max(max_rows, (s.h - p.ph + s.stride_h - 1) / s.stride_h);
+    max_rows = std::max(max_rows, rows);
   }
   if (e.count == 0) return absl::OkStatus();
   // TMA's 16-byte rows: C is a multiple of 8 bf16 values (HopperConvTakes).
