@@ -217,11 +217,8 @@ __global__ void MomentsVecKernel(int64_t m, int c, int slices, const T* __restri
   const size_t plane = static_cast<size_t>(slices) * c;
   const float n = static_cast<float>(w.end - w.begin);
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-    float sum = 0.0f, sum_sq = 0.0f, mean = 0.0f, m2 = 0.0f;
-    for (int l = 0; l < w.lanes; ++l) {
-      sum += ss[l * c + ch];
-      sum_sq += ssq[l * c + ch];
-    }
+    float sum, sum_sq, mean = 0.0f, m2 = 0.0f;
+    SumLanes(w, c, ch, ss, ssq, &sum, &sum_sq);
     if (n > 0.0f) {
       const float md = sum / n;
       mean = Ld(x + w.begin * c + ch) + md;

@@ -298,17 +298,24 @@ __device__ void StoreLane(const VecRows& w, int c, const float (&v)[V], float* l
   for (int k = 0; k < V; ++k) lanes_by_c[w.lane * c + w.g * V + k] = v[k];
 }
 
-// A block's per-lane sums (two [lanes][C] arrays in shared memory) added in lane order into
-// the slice's row of out[2][slices][C].
+// Channel ch's two per-lane sums (two [lanes][C] arrays in shared memory) added in lane order.
+__device__ inline void SumLanes(const VecRows& w, int c, int ch, const float* s0, const float* s1,
+                                float* t0, float* t1) {
+  *t0 = *t1 = 0.0f;
+  for (int l = 0; l < w.lanes; ++l) {
+    *t0 += s0[l * c + ch];
+    *t1 += s1[l * c + ch];
+  }
+}
+
+// A block's per-lane sums added in lane order (SumLanes) into the slice's row of
+// out[2][slices][C].
 __device__ void WriteSliceSums(const VecRows& w, int c, int slices, const float* s0,
                                const float* s1, float* out) {
   const size_t plane = static_cast<size_t>(slices) * c;
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-    float t0 = 0.0f, t1 = 0.0f;
-    for (int l = 0; l < w.lanes; ++l) {
-      t0 += s0[l * c + ch];
-      t1 += s1[l * c + ch];
-    }
+    float t0, t1;
+    SumLanes(w, c, ch, s0, s1, &t0, &t1);
     out[static_cast<size_t>(blockIdx.x) * c + ch] = t0;
     out[plane + static_cast<size_t>(blockIdx.x) * c + ch] = t1;
   }

@@ -785,7 +785,8 @@ absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int*
 struct EmptyPhases {
   static constexpr int kMax = 16;  // strides up to 4 x 4; beyond, the whole dx is cleared
   int count = 0;
-  int ph[kMax], pw[kMax];
+  int ph[kMax], pw[kMax];      // the phase's first dx row and column
+  int rows[kMax], cols[kMax];  // its dx rows and columns (DgradPhase::shape's h and w)
 };
 
 // Writes zeros over the dx pixels of the empty phases, and only there (a 1x1 filter at stride 2
@@ -795,8 +796,7 @@ struct EmptyPhases {
 __global__ void ZeroPhasesKernel(ConvShape s, EmptyPhases e, FastDivmod vecs_per_pixel,
                                  uint4* __restrict__ dx) {
   const int ph = e.ph[blockIdx.y], pw = e.pw[blockIdx.y];
-  const int rows = (s.h - ph + s.stride_h - 1) / s.stride_h;
-  const int cols = (s.w - pw + s.stride_w - 1) / s.stride_w;
+  const int rows = e.rows[blockIdx.y], cols = e.cols[blockIdx.y];
   const int n = blockIdx.x / rows, h = ph + blockIdx.x % rows * s.stride_h;
   if (n >= s.n) return;
   uint4* row = dx + (static_cast<int64_t>(n) * s.h + h) * s.w * vecs_per_pixel.divisor();
@@ -815,14 +815,15 @@ absl::Status ZeroEmptyPhases(const ConvShape& s, const std::vector<DgradPhase>& 
   for (const DgradPhase& p : phases) {
     // A phase with no taps has dx = 0 on its pixels; one with no pixels (a map of fewer rows or
     // columns than the stride) has nothing to write.
-    const int rows = (s.h - p.ph + s.stride_h - 1) / s.stride_h;
-    const int cols = (s.w - p.pw + s.stride_w - 1) / s.stride_w;
-    if (!p.empty() || rows <= 0 || cols <= 0) continue;
+    const int rows = p.shape.h, cols = p.shape.w;
+    if (!p.empty() || rows == 0 || cols == 0) continue;
     if (e.count == EmptyPhases::kMax) {
       const size_t bytes = static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(cutlass::bfloat16_t);
       return CudaStatus(cudaMemsetAsync(dx, 0, bytes, ctx.stream), "hopper conv backward data");
     }
-    e.ph[e.count] = p.ph, e.pw[e.count] = p.pw, ++e.count;
+    e.ph[e.count] = p.ph, e.pw[e.count] = p.pw;
+    e.rows[e.count] = rows, e.cols[e.count] = cols;
+    ++e.count;
     max_rows = std::max(max_rows, rows);
   }
   if (e.count == 0) return absl::OkStatus();
