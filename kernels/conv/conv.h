@@ -38,6 +38,11 @@ struct ConvShape {
 // OK when every size is positive and the output is at least 1x1; otherwise names the problem.
 absl::Status CheckConvShape(const ConvShape& shape);
 
+// Backward data at stride 1 (padding at most the filter's side less 1) as a forward
+// convolution: dx = conv(dy, w') with w'[c, r, s, k] = w[k, R-1-r, S-1-s, c] and padding
+// R-1-pad. This is that convolution's shape: input dy (Ho x Wo x K), output H x W x C.
+ConvShape TransposedConvShape(const ConvShape& shape);
+
 // Whether TOPIARY_CONV_LOG is set: convolution planning and dispatch then print what they
 // measured and chose to stderr.
 bool ConvLogEnabled();

@@ -43,20 +43,6 @@ bool UsesTransposedBackward(const ConvShape& sh) {
          sh.pad_w <= sh.s - 1;
 }
 
-ConvShape TransposedShape(const ConvShape& sh) {
-  ConvShape t;
-  t.n = sh.n;
-  t.h = sh.ho();
-  t.w = sh.wo();
-  t.c = sh.k;
-  t.k = sh.c;
-  t.r = sh.r;
-  t.s = sh.s;
-  t.pad_h = sh.r - 1 - sh.pad_h;
-  t.pad_w = sh.s - 1 - sh.pad_w;
-  return t;
-}
-
 // Floats for the transposed filter, rounded up so what follows stays 64-byte aligned.
 size_t TransposedFilterFloats(const ConvShape& sh) {
   return (static_cast<size_t>(sh.k) * sh.patch() + 15) / 16 * 16;
@@ -147,6 +133,20 @@ void Col2ImAdd(const ConvShape& sh, const float* cols, int n0, int count, float*
 
 }  // namespace
 
+ConvShape TransposedConvShape(const ConvShape& sh) {
+  ConvShape t;
+  t.n = sh.n;
+  t.h = sh.ho();
+  t.w = sh.wo();
+  t.c = sh.k;
+  t.k = sh.c;
+  t.r = sh.r;
+  t.s = sh.s;
+  t.pad_h = sh.r - 1 - sh.pad_h;
+  t.pad_w = sh.s - 1 - sh.pad_w;
+  return t;
+}
+
 absl::Status CheckConvShape(const ConvShape& sh) {
   if (sh.n <= 0 || sh.h <= 0 || sh.w <= 0 || sh.c <= 0) {
     return absl::InvalidArgumentError(
@@ -172,7 +172,7 @@ bool ConvLogEnabled() { return std::getenv("TOPIARY_CONV_LOG") != nullptr; }
 size_t ConvWorkspaceFloatsCpu(const ConvShape& sh) {
   const size_t direct = static_cast<size_t>(CpuThreads()) * Scratch(sh).total();
   if (!UsesTransposedBackward(sh)) return direct;
-  const ConvShape t = TransposedShape(sh);
+  const ConvShape t = TransposedConvShape(sh);
   const size_t transposed =
       TransposedFilterFloats(sh) + static_cast<size_t>(CpuThreads()) * Scratch(t).total();
   return std::max(direct, transposed);
@@ -217,7 +217,7 @@ void Conv2dBackwardDataCpu(const ConvShape& sh, const float* dy, const float* w,
                 w[((static_cast<size_t>(k) * sh.r + (sh.r - 1 - r)) * sh.s + (sh.s - 1 - s)) *
                       sh.c +
                   c];
-    Conv2dForwardCpu(TransposedShape(sh), dy, wt, nullptr, dx,
+    Conv2dForwardCpu(TransposedConvShape(sh), dy, wt, nullptr, dx,
                      workspace + TransposedFilterFloats(sh));
     return;
   }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cute/tensor.hpp>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -33,7 +34,9 @@
 #include "kernels/runtime/fast_divmod.h"
 #include "kernels/runtime/moments.h"
 #include "kernels/sparse/dgrad_phases.h"
+#include "kernels/sparse/halo_conv.h"
 #include "kernels/sparse/hopper_conv.h"
+#include "kernels/sparse/persistent_ctas.h"
 #include "util/status_macros.h"
 
 namespace topiary::kernels {
@@ -153,7 +156,10 @@ CUTLASS_DEVICE typename Mainloop::MainloopPipeline::Params MainloopPipelineParam
 // producer warpgroup needs few registers; the consumers hold the accumulators.
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
-template <class C>
+// kPhased: the launch runs the phases of backward data at stride > 1 (Params::phases); else
+// one problem, whose operands' views and epilogue are set up once per CTA (per tile they
+// cost the forward 30% at layer4: measured).
+template <class C, bool kPhased = false>
 struct SparseConv {
   using Mainloop = typename C::Mainloop;
   using Epilogue = typename C::Epilogue;
@@ -185,18 +191,42 @@ struct SparseConv {
   // What the carveout must have left: sm_90's most shared memory per block.
   static_assert(sizeof(SharedStorage) <= 227 * 1024, "the stages overflow shared memory");
 
-  struct Params {
+  // One problem of the launch: the layer's, or one phase of backward data at stride > 1
+  // (dgrad_phases.h), whose filter and dx are strided views of the layer's. Its output tiles
+  // are the launch's tiles [tile_begin, tile_begin + its tiles).
+  struct Phase {
     ProblemMNKL problem;
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
+    int taps;  // the filter taps of its problem
+    int tile_begin;
+  };
+  // A launch runs up to a 2 x 2 stride's phases: one persistent grid over all their tiles, so
+  // that the small phases share one tail instead of each leaving the GPU idle at its end.
+  static constexpr int kMaxPhases = kPhased ? 4 : 1;
+
+  struct Params {
+    Phase phases[kMaxPhases];
+    int phase_count;
+    int tiles;         // over all phases
     const int* count;  // kept K tiles per output-channel tile
     const int* index;  // their numbers, `stride` per output-channel tile
     int stride;
-    // The lists are made for list_taps filter taps (the layer's); a phase of backward data at
-    // stride > 1 (dgrad_phases.h) reads the first `taps` of them: the lists name the same
-    // channel tiles at every tap, in tap order.
-    int list_taps, taps;
-    CUTLASS_DEVICE int k_tiles(int n) const { return count[n] / list_taps * taps; }
+    // The lists are made for list_taps filter taps (the layer's); a phase reads the first
+    // `taps` of them: the lists name the same channel tiles at every tap, in tap order.
+    int list_taps;
+    CUTLASS_DEVICE int k_tiles(int n, int taps) const { return count[n] / list_taps * taps; }
+    // The phase of a launch tile: the last whose first tile is at most it.
+    CUTLASS_DEVICE int phase_of(int tile) const {
+      int p = 0;
+      while (p + 1 < phase_count && phases[p + 1].tile_begin <= tile) ++p;
+      return p;
+    }
+    // Whether the phases' tiles interleave: pixel tile by pixel tile, each phase's channel
+    // tiles in turn (phases of equal extent). Then the CTAs at work read one stretch of dy at a
+    // time, as one phase's would, not one per phase: measured 5-20% faster at 50% and 25% kept
+    // than phase after phase (docs/PERFORMANCE.md).
+    bool interleaved = false;
     // Forward: the batch-norm moments of the output (hopper_conv.h), [3][slots][channels]
     // (count, mean, M2), or null; `pixels` rows (the GEMM's M) of `channels`.
     float* moments = nullptr;
@@ -332,12 +362,16 @@ struct SparseConv {
     const Roles roles;
     const bool producer = roles.producer, consumer = roles.consumer;
     if (roles.warp == 0 && cute::elect_one_sync()) {
-      Mainloop::prefetch_tma_descriptors(params.mainloop);
-      Epilogue::prefetch_tma_descriptors(params.epilogue);
+      for (int p = 0; p < params.phase_count; ++p) {
+        Mainloop::prefetch_tma_descriptors(params.phases[p].mainloop);
+        Epilogue::prefetch_tma_descriptors(params.phases[p].epilogue);
+      }
     }
+    // The tiles' shapes, and so the bytes a stage brings, are the same in every phase.
+    const Phase& first = params.phases[0];
     Pipeline pipeline(
         ss.pipelines.mainloop,
-        MainloopPipelineParams<Mainloop>(roles, kMmaThreads, params.mainloop.tma_transaction_bytes),
+        MainloopPipelineParams<Mainloop>(roles, kMmaThreads, first.mainloop.tma_transaction_bytes),
         typename C::Cluster{});
 
     typename EpiLoadPipeline::Params ep;
@@ -347,7 +381,7 @@ struct SparseConv {
     ep.producer_arv_count = cutlass::NumThreadsPerWarp;
     ep.consumer_arv_count = kMmaThreads;
     if constexpr (Epilogue::RequiresTransactionBytes) {
-      ep.transaction_bytes = params.epilogue.tma_transaction_bytes;
+      ep.transaction_bytes = first.epilogue.tma_transaction_bytes;
     }
     EpiLoadPipeline epi_load(ss.pipelines.epi_load, ep);
     typename EpiStorePipeline::Params sp;
@@ -360,20 +394,51 @@ struct SparseConv {
     Turns turns(ss.pipelines.turns, tp);
     __syncthreads();  // the barriers are initialized before anyone waits on them
 
-    const auto problem = params.problem;
     Mainloop mainloop;
-    Epilogue epilogue(params.epilogue, ss.tensors.epilogue);
-    auto load_inputs = mainloop.load_init(problem, params.mainloop);
-    Tensor gA = get<0>(load_inputs);  // (BM, BK, m tiles, (channel tiles, S, R))
-    Tensor gB = get<1>(load_inputs);  // (BN, BK, n tiles, (channel tiles, S, R))
-    const int n_tiles = size(shape<2>(gB));
-    const int tiles = size(shape<2>(gA)) * n_tiles;
-    // Output tiles, output-channel tiles fastest (neighbouring CTAs share activations in L2),
-    // each CTA taking every gridDim.x-th: a persistent grid, so that the producer loads the
-    // next tile's operands while the consumers store this one's.
-    auto coord = [&](int tile) {
-      return make_coord(idx2crd(tile / n_tiles, shape<2>(gA)),
-                        idx2crd(tile % n_tiles, shape<2>(gB)), _, Int<0>{});
+    // Output tiles phase by phase (or interleaved, Params::interleaved), and within a phase
+    // output-channel tiles fastest (neighbouring CTAs share activations in L2), each CTA
+    // taking every gridDim.x-th: a persistent grid, so that the producer loads the next tile's
+    // operands while the consumers store this one's. A tile's place: its phase, its number
+    // there and its channel tile.
+    struct Place {
+      const Phase* phase;
+      int local, n;
+    };
+    // The first problem's operand views and epilogue; a phased launch makes each tile's own.
+    const auto first_inputs = mainloop.load_init(first.problem, first.mainloop);
+    Epilogue first_epilogue(first.epilogue, ss.tensors.epilogue);
+    auto inputs = [&](const Phase& ph) {
+      if constexpr (kPhased) {
+        return mainloop.load_init(ph.problem, ph.mainloop);
+      } else {
+        return first_inputs;
+      }
+    };
+    auto with_epilogue = [&](const Phase& ph, auto&& f) {
+      if constexpr (kPhased) {
+        Epilogue epilogue(ph.epilogue, ss.tensors.epilogue);
+        return f(epilogue);
+      } else {
+        return f(first_epilogue);
+      }
+    };
+    // Every phase has the layer's channels, so the same channel tiles.
+    const int n_tiles = size(shape<2>(get<1>(first_inputs)));
+    auto place = [&](int tile) {
+      if constexpr (!kPhased) return Place{&first, tile, tile % n_tiles};
+      if (params.interleaved) {
+        const int group = params.phase_count * n_tiles;
+        const int m = tile / group, rem = tile % group;
+        return Place{&params.phases[rem / n_tiles], m * n_tiles + rem % n_tiles, rem % n_tiles};
+      }
+      const Phase& ph = params.phases[params.phase_of(tile)];
+      const int local = tile - ph.tile_begin;
+      return Place{&ph, local, local % n_tiles};
+    };
+    // (BM, BK, m tiles, (channel tiles, S, R)) and (BN, BK, n tiles, (channel tiles, S, R)).
+    auto coord = [&](const auto& load_inputs, const Place& at) {
+      return make_coord(idx2crd(at.local / n_tiles, shape<2>(get<0>(load_inputs))),
+                        idx2crd(at.n, shape<2>(get<1>(load_inputs))), _, Int<0>{});
     };
     TiledMma tiled_mma;
 
@@ -382,21 +447,29 @@ struct SparseConv {
       if (producer) {
         typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
         auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-          const int n = tile % n_tiles, k_tiles = params.k_tiles(n);
-          KeptTileIterator<decltype(shape<3>(gA))> it{params.index + n * params.stride,
-                                                      shape<3>(gA)};
-          mainloop.load(params.mainloop, pipeline, state, load_inputs, coord(tile), it, k_tiles,
-                        cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
+        for (int tile = blockIdx.x; tile < params.tiles; tile += gridDim.x) {
+          const Place at = place(tile);
+          const Phase& ph = *at.phase;
+          const int k_tiles = params.k_tiles(at.n, ph.taps);
+          const auto load_inputs = inputs(ph);
+          KeptTileIterator<decltype(shape<3>(get<0>(load_inputs)))> it{
+              params.index + at.n * params.stride, shape<3>(get<0>(load_inputs))};
+          mainloop.load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at), it,
+                        k_tiles, cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
                         ss.tensors.mainloop);
           state.advance(k_tiles);
-          if (epilogue.is_producer_load_needed()) {
-            epi_state = epilogue.load(epi_load, epi_state, problem, Tile{}, coord(tile), tiled_mma,
-                                      cutlass::canonical_lane_idx(), ss.tensors.epilogue);
-          }
+          with_epilogue(ph, [&](Epilogue& epilogue) {
+            if (epilogue.is_producer_load_needed()) {
+              epi_state =
+                  epilogue.load(epi_load, epi_state, ph.problem, Tile{}, coord(load_inputs, at),
+                                tiled_mma, cutlass::canonical_lane_idx(), ss.tensors.epilogue);
+            }
+          });
         }
         mainloop.load_tail(pipeline, state);
-        if (epilogue.is_producer_load_needed()) epilogue.load_tail(epi_load, epi_state);
+        if (first_epilogue.is_producer_load_needed()) {
+          first_epilogue.load_tail(epi_load, epi_state);
+        }
       }
       return;
     }
@@ -414,14 +487,16 @@ struct SparseConv {
       for (int c = mma_thread; c < params.channels; c += kBN) params.moments[slot_row + c] = 0.0f;
     }
     int turn = 0;  // the CTA's tiles so far
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
-      const int k_tiles = params.k_tiles(tile % n_tiles);
+    for (int tile = blockIdx.x; tile < params.tiles; tile += gridDim.x, ++turn) {
+      const Place at = place(tile);
+      const Phase& ph = *at.phase;
+      const int k_tiles = params.k_tiles(at.n, ph.taps);
       if (kPingpong && turn % 2 != group) {  // the other warpgroup's tile: skip its stages
         state.advance(k_tiles);
         continue;
       }
       float run[3] = {0.0f, 0.0f, 0.0f};  // loaded now, used after the mainloop
-      const int channel = (tile % n_tiles) * kBN + mma_thread;
+      const int channel = at.n * kBN + mma_thread;
       if (moments && mma_thread < kBN && channel < params.channels) {
         const float* at = params.moments + slot_row + channel;
         run[0] = at[0];
@@ -431,8 +506,7 @@ struct SparseConv {
       Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(Tile{}));
       if constexpr (kPingpong) turns.wait();  // to multiply
       if (k_tiles > 0) {
-        mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop,
-                     params.mainloop);
+        mainloop.mma(pipeline, state, acc, k_tiles, mma_thread, ss.tensors.mainloop, ph.mainloop);
         mainloop.mma_tail(pipeline, state, k_tiles);
         state.advance(k_tiles);
       } else {
@@ -443,26 +517,28 @@ struct SparseConv {
         turns.wait();  // to store
       }
       if (moments) {
-        AddMoments(params, acc, tile, n_tiles, mma_thread, group, run, ss.moment_sums);
+        AddMoments(params, acc, at.local, n_tiles, mma_thread, group, run, ss.moment_sums);
       }
-      auto [load_next, store_next] =
-          epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, problem, Tile{},
-                         coord(tile), acc, tiled_mma, mma_thread, ss.tensors.epilogue);
-      epi_load_state = load_next;
-      epi_store_state = store_next;
-      if constexpr (kPingpong) {
-        // Only the thread that issued a TMA store can wait for it: drain this tile's before
-        // the other warpgroup writes the epilogue's shared memory.
-        auto [load_tail, store_tail] =
-            epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
-        epi_load_state = load_tail;
-        epi_store_state = store_tail;
-        turns.arrive();
-      }
+      with_epilogue(ph, [&](Epilogue& epilogue) {
+        auto [load_next, store_next] =
+            epilogue.store(epi_load, epi_load_state, epi_store, epi_store_state, ph.problem, Tile{},
+                           coord(inputs(ph), at), acc, tiled_mma, mma_thread, ss.tensors.epilogue);
+        epi_load_state = load_next;
+        epi_store_state = store_next;
+        if constexpr (kPingpong) {
+          // Only the thread that issued a TMA store can wait for it: drain this tile's before
+          // the other warpgroup writes the epilogue's shared memory.
+          auto [load_tail, store_tail] =
+              epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+          epi_load_state = load_tail;
+          epi_store_state = store_tail;
+        }
+      });
+      if constexpr (kPingpong) turns.arrive();
     }
     // Every CTA ran a tile: the grid never exceeds the tile count (PersistentCtas).
     if constexpr (!kPingpong) {
-      epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
+      first_epilogue.store_tail(epi_load, epi_load_state, epi_store, epi_store_state);
     }
   }
 };
@@ -645,16 +721,6 @@ P Problem(const ConvShape& s) {
   return Problem<P>(s, s.pad_h, s.pad_w);
 }
 
-// CTAs of the persistent grid: one per SM, but a count coprime with the output-channel
-// tiles, so that each CTA's tiles (every gridDim.x-th) cycle through all of them. With 132
-// CTAs and 4 channel tiles, CTA b would get channel tile b % 4 every time, and the CTAs of a
-// tile with more kept K tiles than the others would set the pace alone.
-int PersistentCtas(int64_t tiles, int n_tiles, const CudaContext& ctx) {
-  int ctas = std::max(ctx.sm_count, 1);
-  while (ctas > 1 && std::gcd(ctas, n_tiles) != 1) --ctas;
-  return static_cast<int>(std::min<int64_t>(tiles, ctas));
-}
-
 // A pass's CUTLASS arguments for these operands (null pointers: for the checks alone). With a
 // phase (backward data at stride > 1 on `s`): the phase's unit-stride problem, whose filter
 // and dx are strided views of the layer's: every stride-th tap from (r0, s0), every stride-th
@@ -729,50 +795,82 @@ bool Implementable(const ConvShape& s) {
 }
 
 // A pass's GEMM over the problem q (the layer's, or a phase's): M output pixels x N output
-// channels, and the persistent grid's CTAs.
+// channels, in tiles.
 template <class C>
 struct Gemm {
   int64_t pixels;
   int channels;
-  int ctas;
-  Gemm(const ConvShape& s, const ConvShape& q, const CudaContext& ctx) {
+  int n_tiles;
+  int64_t tiles;
+  Gemm(const ConvShape& s, const ConvShape& q) {
     constexpr bool kForward = C::kOp == Operator::kFprop;
     pixels = static_cast<int64_t>(q.n) * (kForward ? q.ho() * q.wo() : q.h * q.w);
     channels = kForward ? s.k : s.c;
     constexpr int kBM = size<0>(typename C::Tile{}), kBN = size<1>(typename C::Tile{});
-    const int n_tiles = (channels + kBN - 1) / kBN;
-    ctas = PersistentCtas(((pixels + kBM - 1) / kBM) * n_tiles, n_tiles, ctx);
+    n_tiles = (channels + kBN - 1) / kBN;
+    tiles = ((pixels + kBM - 1) / kBM) * n_tiles;
   }
-  // Slots of the forward pass's moments (SparseConv::MomentSlots).
-  int moment_slots() const { return C::kPingpong ? 2 * ctas : ctas; }
 };
 
+// Slots of the forward pass's moments (SparseConv::MomentSlots): one per CTA, or per warpgroup.
 template <class C>
-absl::Status LaunchPhase(const ConvShape& s, const DgradPhase* phase, const int* count,
-                         const int* index, int stride, const void* in0, const void* w,
-                         const float* bias, void* out, float* moments, const CudaContext& ctx) {
-  using K = SparseConv<C>;
+int MomentSlots(const ConvShape& s, const CudaContext& ctx) {
+  const Gemm<C> gemm(s, s);
+  const int ctas = PersistentCtas(gemm.tiles, gemm.n_tiles, ctx);
+  return C::kPingpong ? 2 * ctas : ctas;
+}
+
+// One launch over the problems `phases` names (null: the layer's own; else phases of backward
+// data, at most SparseConv::kMaxPhases), their tiles in that order.
+template <class C, bool kPhased>
+absl::Status LaunchPhases(const ConvShape& s, const std::vector<const DgradPhase*>& phases,
+                          const int* count, const int* index, int stride, const void* in0,
+                          const void* w, const float* bias, void* out, float* moments,
+                          const CudaContext& ctx) {
+  using K = SparseConv<C, kPhased>;
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
-  const Arguments<C> a(s, in0, w, bias, out, phase);
-  if (!a.Implementable()) {
-    return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
+  if (phases.empty() || phases.size() > K::kMaxPhases) {
+    return absl::InternalError("hopper conv: 1 to 4 problems per launch");
   }
-  const ConvShape& q = phase != nullptr ? phase->shape : s;  // the problem the kernel runs
-  const Gemm<C> gemm(s, q, ctx);
-  typename K::Params params{Mainloop::get_problem_shape_MNKL(a.problem),
-                            Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr),
-                            Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr),
-                            count,
-                            index,
-                            stride,
-                            s.r * s.s,
-                            q.r * q.s,
-                            moments,
-                            gemm.pixels,
-                            gemm.channels};
+  typename K::Params params{};
+  params.phase_count = static_cast<int>(phases.size());
+  params.count = count;
+  params.index = index;
+  params.stride = stride;
+  params.list_taps = s.r * s.s;
+  params.moments = moments;
+  int64_t tiles = 0, first_tiles = 0;
+  int n_tiles = 1;
+  bool all_equal = true;  // phases of equal extent interleave (Params::interleaved)
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const DgradPhase* phase = phases[i];
+    const Arguments<C> a(s, in0, w, bias, out, phase);
+    if (!a.Implementable()) {
+      return absl::InvalidArgumentError("hopper conv: the shape is outside TMA im2col's limits");
+    }
+    const ConvShape& q = phase != nullptr ? phase->shape : s;  // the problem the kernel runs
+    const Gemm<C> gemm(s, q);
+    typename K::Phase& ph = params.phases[i];
+    ph.problem = Mainloop::get_problem_shape_MNKL(a.problem);
+    ph.mainloop = Mainloop::to_underlying_arguments(a.problem, a.mainloop, nullptr);
+    ph.epilogue = Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr);
+    ph.taps = q.r * q.s;
+    ph.tile_begin = static_cast<int>(tiles);
+    tiles += gemm.tiles;
+    if (i == 0) first_tiles = gemm.tiles;
+    all_equal = all_equal && gemm.tiles == first_tiles;
+    n_tiles = gemm.n_tiles;
+    params.pixels = gemm.pixels;  // read with moments only: forward, one problem
+    params.channels = gemm.channels;
+  }
+  if (tiles > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("hopper conv: more than 2^31 output tiles");
+  }
+  params.tiles = static_cast<int>(tiles);
+  params.interleaved = phases.size() > 1 && all_equal;
   constexpr bool kForward = C::kOp == Operator::kFprop;
-  const dim3 grid(static_cast<unsigned>(gemm.ctas));
+  const dim3 grid(static_cast<unsigned>(PersistentCtas(tiles, n_tiles, ctx)));
   const int smem = static_cast<int>(sizeof(typename K::SharedStorage));
   TOPIARY_RETURN_IF_ERROR(
       CudaStatus(AllowDynamicSmem<SparseConvKernel<K>>(smem), "hopper conv shared memory"));
@@ -834,21 +932,47 @@ absl::Status ZeroEmptyPhases(const ConvShape& s, const std::vector<DgradPhase>& 
   return LaunchStatus("hopper conv backward data (the phases without taps)");
 }
 
+// Backward data at stride > 1: zeros over the phases without taps, then the others in one
+// launch (up to 4 at a time).
+template <class C>
+absl::Status LaunchPhased(const ConvShape& s, const int* count, const int* index, int stride,
+                          const void* dy, const void* w, void* dx, const CudaContext& ctx) {
+  const std::vector<DgradPhase> phases = DgradPhases(s);
+  TOPIARY_RETURN_IF_ERROR(ZeroEmptyPhases(s, phases, dx, ctx));
+  // The phases with taps, most taps first: the persistent grid takes tiles in order, so the
+  // longest tiles start first (within each pixel tile, when the phases interleave) and the
+  // one-tap phase's short ones fill the tail.
+  std::vector<const DgradPhase*> run;
+  for (const DgradPhase& p : phases) {
+    if (!p.empty()) run.push_back(&p);
+  }
+  std::stable_sort(run.begin(), run.end(), [](const DgradPhase* a, const DgradPhase* b) {
+    return a->shape.r * a->shape.s > b->shape.r * b->shape.s;
+  });
+  constexpr size_t kMax = SparseConv<C, true>::kMaxPhases;
+  for (size_t first = 0; first < run.size(); first += kMax) {
+    const std::vector<const DgradPhase*> some(run.begin() + first,
+                                              run.begin() + std::min(run.size(), first + kMax));
+    const absl::Status status =
+        LaunchPhases<C, true>(s, some, count, index, stride, dy, w, nullptr, dx, nullptr, ctx);
+    TOPIARY_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
 template <class C>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
                     const void* in0, const void* w, const float* bias, void* out, float* moments,
                     const CudaContext& ctx) {
   if (!Phased(C::kOp, s)) {
-    return LaunchPhase<C>(s, nullptr, count, index, stride, in0, w, bias, out, moments, ctx);
+    return LaunchPhases<C, false>(s, {nullptr}, count, index, stride, in0, w, bias, out, moments,
+                                  ctx);
   }
-  const std::vector<DgradPhase> phases = DgradPhases(s);
-  TOPIARY_RETURN_IF_ERROR(ZeroEmptyPhases(s, phases, out, ctx));
-  for (const DgradPhase& p : phases) {
-    if (p.empty()) continue;
-    TOPIARY_RETURN_IF_ERROR(
-        LaunchPhase<C>(s, &p, count, index, stride, in0, w, bias, out, nullptr, ctx));
+  if constexpr (C::kOp == Operator::kDgrad) {
+    return LaunchPhased<C>(s, count, index, stride, in0, w, out, ctx);
+  } else {
+    return absl::InternalError("hopper conv: phases are backward data's");
   }
-  return absl::OkStatus();
 }
 
 // Backward filter's CUTLASS arguments: dy is the GEMM's A, x its B (null pointers: for the
@@ -915,16 +1039,29 @@ struct Entry {
 template <Operator Op, int BM, int BN, int BK, bool kPingpong = false>
 constexpr Entry Make(const char* name) {
   using C = Config<Op, BM, BN, BK, kPingpong>;
-  return {
-      name,
-      BM,
-      BK,
-      BN,
-      Launch<C>,
-      [](const ConvShape& s, const CudaContext& ctx) { return Gemm<C>(s, s, ctx).moment_slots(); },
-      nullptr,
-      Implementable<C>};
+  return {name, BM, BK, BN, Launch<C>, MomentSlots<C>, nullptr, Implementable<C>};
 }
+
+// The shifted-window kernels (halo_conv.h): 256 frame pixels at most x 64 output channels x 64
+// reduction channels of every tap; no batch-norm moments.
+absl::Status LaunchHalo(const ConvShape& s, const int* count, const int* index, int stride,
+                        const void* in0, const void* w, const float* bias, void* out,
+                        float* moments, const CudaContext& ctx) {
+  if (moments != nullptr) {
+    return absl::InvalidArgumentError("hopper conv: the halo kernel writes no moments");
+  }
+  return HaloForwardRun(s, count, index, stride, in0, w, bias, out, ctx);
+}
+absl::Status LaunchHaloData(const ConvShape& s, const int* count, const int* index, int stride,
+                            const void* dy, const void* w, const float*, void* dx, float*,
+                            const CudaContext& ctx) {
+  return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx);
+}
+int NoMoments(const ConvShape&, const CudaContext&) { return 0; }
+constexpr Entry kHalo = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
+                         LaunchHalo,       NoMoments, nullptr,    HaloForwardTakes};
+constexpr Entry kHaloData = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
+                             LaunchHaloData,   NoMoments, nullptr,    HaloBackwardDataTakes};
 
 template <int BM, int BN, int BK>
 constexpr Entry MakeFilter(const char* name) {
@@ -950,6 +1087,7 @@ const Entry kForward[] = {
     Make<Operator::kFprop, 256, 64, 64>("wgmma 256x64x64 2wg"),
     Make<Operator::kFprop, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
     Make<Operator::kFprop, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
+    kHalo,
 };
 const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 128, 64, 64>("wgmma 128x64x64 2wg"),
@@ -958,6 +1096,7 @@ const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 256, 128, 64>("wgmma 256x128x64 2wg"),
     Make<Operator::kDgrad, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
     Make<Operator::kDgrad, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
+    kHaloData,
 };
 
 // Backward filter's M is output channels (a 128-channel block, or 64), its N input channels

@@ -72,6 +72,7 @@ int Main(int argc, char** argv) {
       {"resnet50", "layer4 3x3 512->512", 7, 512, 512, 3, 1},
       {"resnet50", "layer3 1x1 1024->256", 14, 1024, 256, 1, 1},
       // The first block of a stage: stride 2 (backward data phase by phase on Hopper).
+      {"resnet50", "layer2 3x3 128->128 s2", 56, 128, 128, 3, 2},
       {"resnet50", "layer3 3x3 256->256 s2", 28, 256, 256, 3, 2},
       {"resnet50", "layer4 3x3 512->512 s2", 14, 512, 512, 3, 2},
       {"resnet50", "layer3 1x1 512->1024 s2", 28, 512, 1024, 1, 2},

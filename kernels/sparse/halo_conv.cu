@@ -1,0 +1,484 @@
+// The shifted-window block-sparse forward convolution (halo_conv.h).
+//
+// A CTA is one producer warpgroup (one thread issues the TMA loads) and two consumer
+// warpgroups (wgmma), over a persistent grid of tiles (image, band of output rows, 64 output
+// channels), channel tiles fastest so that neighbouring CTAs read the same band from L2. Per
+// kept input block of the tile's output channels the producer loads the band's input rows once
+// (a 4-D TMA box: 64 channels x Wp columns x band + R - 1 rows, zeros outside the image, so
+// the padding costs nothing) into one of two halo buffers, and each of the R x S filter taps'
+// 64 x 64 weight tiles into a ring of stages. The consumers multiply each tap's weight tile by
+// the halo rows shifted by r * Wp + s, then stage the tile's outputs in shared memory to write
+// them as whole 128-byte pixel rows.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "cute/arch/copy_sm90_desc.hpp"
+#include "cute/arch/copy_sm90_tma.hpp"
+#include "cute/arch/mma_sm90_desc.hpp"
+#include "cute/arch/mma_sm90_gmma.hpp"
+#include "cute/arch/mma_sm90_gmma_ext.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cuda_host_adapter.hpp"
+#include "cutlass/pipeline/sm90_pipeline.hpp"
+#include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/sparse/halo_conv.h"
+#include "kernels/sparse/persistent_ctas.h"
+#include "util/status_macros.h"
+
+namespace topiary::kernels {
+namespace {
+
+constexpr int kRowBytes = 128;  // one pixel's 64 bf16 channels: a swizzle row
+constexpr int kPixels = 256;    // frame pixels per tile at most: the wgmma's N
+constexpr int kStages = 6;      // weight tiles in flight
+constexpr int kWeightBytes = kHaloTileN * kRowBytes;  // 64 output channels x 64 inputs
+constexpr int kStagePitch = 72;                       // bf16 per staged output pixel: 144 bytes, so
+                                 // the accumulators' scattered writes miss no bank
+constexpr int kStagingBytes = 2 * kPixels * kStagePitch * 2;  // one tile per warpgroup
+constexpr int kCtaThreads = 3 * 128;                          // producer, two consumers
+
+struct HaloParams {
+  CUtensorMap x_map;  // x as [N][H][W][C], boxes of 64 x Wp x (band + R - 1) x 1
+  CUtensorMap w_map;  // w as [K][R * S * C], boxes of 64 x 64
+  const int* count;
+  const int* index;
+  int stride;
+  const float* bias;
+  __nv_bfloat16* y;
+  int filter_c;                          // C of the [K, R, S, C] filter: a tap's stride in its rows
+  int k, ho, wo, s, pad_h, pad_w, taps;  // of the convolution the kernel runs (its view)
+  int wp, band, bands, n_tiles, tiles;
+  int halo_rows;  // per buffer, a multiple of 8 (1024-byte aligned buffers)
+  uint32_t halo_bytes;
+};
+
+// Shared memory, from a 1024-byte aligned base: two halo buffers, the weight stages, the
+// output staging and the barriers.
+// The consumer warpgroups' turns to multiply: one multiplies a tile while the other writes the
+// one before. (Taking turns also keeps each within one round of the ring of stages of the
+// producer: a warpgroup waiting for stages more than a round ahead would see an earlier
+// fill's phase and read the wrong weights.)
+using Turns = cutlass::OrderedSequenceBarrier<1, 2>;
+
+struct Layout {
+  uint32_t halo_bytes_each, weights, staging, bars, turns, total;
+  __host__ __device__ explicit Layout(int halo_rows) {
+    halo_bytes_each = static_cast<uint32_t>(halo_rows) * kRowBytes;
+    weights = 2 * halo_bytes_each;
+    staging = weights + kStages * kWeightBytes;
+    bars = staging + kStagingBytes;
+    turns = bars + (4 + 2 * kStages) * 8;
+    total = turns + sizeof(Turns::SharedStorage);
+  }
+};
+
+// A K-major operand with the 128-byte swizzle whose rows start at `addr` (any 128-byte row of
+// a buffer TMA wrote with the same swizzle): 8-row groups 1024 bytes apart. The swizzle is
+// taken from the address bits, as TMA applied it, so a start row that is not a multiple of 8
+// needs no base offset (measured on an H200: with the offset set the results are wrong).
+[[maybe_unused]] __device__ __forceinline__ uint64_t Operand(uint32_t addr) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+  d.bitfield.leading_byte_offset_ = 1;
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = 1;  // 128-byte swizzle
+  return d.desc_;
+}
+
+// An MN-major operand with the 128-byte swizzle: 64 M values a 128-byte row, one row per K,
+// groups of 8 K rows 1024 bytes apart (a 64 x 64 tile of the [K, R, S, C] filter read as its
+// transpose). A 16-deep K step starts 16 rows further.
+[[maybe_unused]] __device__ __forceinline__ uint64_t TransposedOperand(uint32_t addr) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+  d.bitfield.leading_byte_offset_ = 1;  // one 64-wide block of M: unused
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = 1;
+  return d.desc_;
+}
+
+// The wgmma of N frame pixels: 64 x N x 16, both operands K-major from shared memory. A tile's
+// N is the band's pixels rounded up to one of these (ChooseTiling).
+// The weights (operand A) are K-major in the forward pass (a tile's 64 input channels
+// contiguous) and MN-major in backward data (its 64 output rows, the layer's input channels,
+// contiguous: the filter read transposed).
+template <int N>
+struct HaloMma;
+#define TOPIARY_HALO_MMA(N)                                                                      \
+  template <>                                                                                    \
+  struct HaloMma<N> {                                                                            \
+    template <cute::SM90::GMMA::Major kA>                                                        \
+    using Op = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_SS<kA, cute::SM90::GMMA::Major::K>; \
+  };
+TOPIARY_HALO_MMA(64)
+TOPIARY_HALO_MMA(128)
+TOPIARY_HALO_MMA(192)
+TOPIARY_HALO_MMA(216)
+TOPIARY_HALO_MMA(224)
+TOPIARY_HALO_MMA(232)
+TOPIARY_HALO_MMA(256)
+#undef TOPIARY_HALO_MMA
+constexpr int kTileWidths[] = {64, 128, 192, 216, 224, 232, 256};
+
+template <int N, bool kData, size_t... I>
+__device__ __forceinline__ void Fma(uint64_t a, uint64_t b, float (&d)[N / 2], bool accumulate,
+                                    std::index_sequence<I...>) {
+  constexpr auto kA = kData ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K;
+  HaloMma<N>::template Op<kA>::fma(
+      a, b, d[I]...,
+      accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// kData: backward data, run as the forward convolution of dy with the filter transposed and
+// its taps reversed (HaloBackwardDataRun).
+template <int N, bool kData>
+__global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_constant__ HaloParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kAcc = N / 2;  // accumulators per thread: 64 x N over 128 threads
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+  extern __shared__ char raw[];
+  const uint32_t raw_addr = cute::cast_smem_ptr_to_uint(raw);
+  char* base = raw + ((1024 - raw_addr % 1024) % 1024);
+  const uint32_t base_addr = cute::cast_smem_ptr_to_uint(base);
+  const Layout layout(p.halo_rows);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(base + layout.bars);
+  uint64_t* halo_full = bars;
+  uint64_t* halo_empty = bars + 2;
+  uint64_t* weight_full = bars + 4;
+  uint64_t* weight_empty = bars + 4 + kStages;
+  const int warp_group = threadIdx.x / 128, group_thread = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) {
+      FullBarrier::init(&halo_full[i], 1);
+      EmptyBarrier::init(&halo_empty[i], 1);  // by the warpgroup that used it
+    }
+    for (int i = 0; i < kStages; ++i) {
+      FullBarrier::init(&weight_full[i], 1);
+      EmptyBarrier::init(&weight_empty[i], 1);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  Turns::Params turn_params;
+  turn_params.group_id = warp_group == 0 ? 0 : warp_group - 1;
+  turn_params.group_size = 128;
+  Turns turns(*reinterpret_cast<Turns::SharedStorage*>(base + layout.turns), turn_params);
+  __syncthreads();
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == 0) {
+      cute::prefetch_tma_descriptor(&p.x_map);
+      cute::prefetch_tma_descriptor(&p.w_map);
+      int halos = 0, weights = 0;
+      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+        const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
+        const int band = rest % p.bands, image = rest / p.bands;
+        const int kept = p.count[nt] / p.taps;
+        const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
+        for (int b = 0; b < kept; ++b) {
+          const int c0 = blocks[b] * kHaloTileK;
+          const int h = halos & 1;
+          if (halos >= 2) EmptyBarrier::wait(&halo_empty[h], ((halos >> 1) - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&halo_full[h], p.halo_bytes);
+          cute::SM90_TMA_LOAD_4D::copy(&p.x_map, &halo_full[h], 0,
+                                       base + h * layout.halo_bytes_each, c0, -p.pad_w,
+                                       band * p.band - p.pad_h, image);
+          ++halos;
+          for (int tap = 0; tap < p.taps; ++tap, ++weights) {
+            const int stage = weights % kStages;
+            if (weights >= kStages) {
+              EmptyBarrier::wait(&weight_empty[stage], ((weights / kStages) - 1) & 1);
+            }
+            FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+            // Forward: rows nt's 64 output channels, columns the block's input channels of
+            // this tap. Backward data: rows the block's output channels, columns nt's input
+            // channels of the reversed tap.
+            const int column =
+                kData ? (p.taps - 1 - tap) * p.filter_c + nt * kHaloTileN : tap * p.filter_c + c0;
+            cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                         base + layout.weights + stage * kWeightBytes, column,
+                                         kData ? c0 : nt * kHaloTileN);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<232>();
+  // Pingpong: consumer warpgroup g takes the CTA's tiles 2i + g, so that one writes a tile's
+  // outputs while the other multiplies the next.
+  const int group = warp_group - 1;
+  const int warp = group_thread / 32, lane = group_thread % 32;
+  __nv_bfloat16* staging =
+      reinterpret_cast<__nv_bfloat16*>(base + layout.staging) + group * kPixels * kStagePitch;
+  int halos = 0, stage = 0, stage_round = 0;  // the next halo use, weight stage and its round
+  auto advance_stage = [&]() {
+    if (++stage == kStages) stage = 0, stage_round ^= 1;
+  };
+  int turn = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++turn) {
+    const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
+    const int band = rest % p.bands, image = rest / p.bands;
+    const int kept = p.count[nt] / p.taps;
+    if (turn % 2 != group) {  // the other warpgroup's tile: skip its halos and stages
+      halos += kept;
+      for (int i = 0; i < kept * p.taps; ++i) advance_stage();
+      continue;
+    }
+    float acc[kAcc];
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    turns.wait();
+    int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
+    for (int b = 0; b < kept; ++b, ++halos) {
+      const int h = halos & 1;
+      FullBarrier::wait(&halo_full[h], (halos >> 1) & 1);
+      const uint32_t halo = base_addr + h * layout.halo_bytes_each;
+      int r = 0, s = 0;  // the tap
+      for (int tap = 0; tap < p.taps; ++tap) {
+        FullBarrier::wait(&weight_full[stage], stage_round);
+        const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
+        const uint32_t bb = halo + (r * p.wp + s) * kRowBytes;
+        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
+          const uint64_t weights = kData ? TransposedOperand(a + 2048 * kk) : Operand(a + 32 * kk);
+          Fma<N, kData>(weights, Operand(bb + 32 * kk), acc, b > 0 || tap > 0 || kk > 0,
+                        std::make_index_sequence<kAcc>{});
+        }
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
+        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+        if (last_stage >= 0 && group_thread == 0) {
+          EmptyBarrier::arrive(&weight_empty[last_stage]);
+          if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+        }
+        last_stage = stage;
+        last_halo = tap == p.taps - 1 ? h : -1;
+        advance_stage();
+        if (++s == p.s) s = 0, ++r;
+      }
+    }
+    // The other warpgroup's turn: its multiplies queue behind this one's last (as CUTLASS's
+    // pingpong kernels hand over), so the tensor cores do not wait for this tile's tail.
+    turns.arrive();
+    cute::warpgroup_wait<0>();
+    for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+    if (last_stage >= 0 && group_thread == 0) {
+      EmptyBarrier::arrive(&weight_empty[last_stage]);
+      if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+    }
+
+    // Accumulator (j, h, c) of this thread: output channel 16 warp + lane / 4 + 8 h, pixel 8 j
+    // + 2 (lane % 4) + c. Staged as [pixel][channel].
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int ch = 16 * warp + lane / 4 + 8 * hh;
+      const float bias = p.bias != nullptr ? p.bias[nt * kHaloTileN + ch] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int px = 8 * j + 2 * (lane % 4) + c;
+          staging[px * kStagePitch + ch] = __float2bfloat16_rn(acc[4 * j + 2 * hh + c] + bias);
+        }
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(128, 1 + group);
+    // Whole pixels out: 8 x 16 bytes each, for the frame pixels inside the output.
+    const int rows = min(p.band, p.ho - band * p.band);
+    for (int q = group_thread; q < rows * p.wp * 8; q += 128) {
+      const int px = q / 8, part = q % 8;
+      const int i = px / p.wp, j = px % p.wp;
+      if (j >= p.wo) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(staging + px * kStagePitch + part * 8);
+      const int64_t at =
+          ((static_cast<int64_t>(image) * p.ho + band * p.band + i) * p.wo + j) * p.k +
+          nt * kHaloTileN + part * 8;
+      *reinterpret_cast<uint4*>(p.y + at) = v;
+    }
+    cutlass::arch::NamedBarrier::sync(128, 1 + group);  // staging free for the next tile
+  }
+#endif
+}
+
+// A tile: `band` output rows of one image, `width` frame pixels (the wgmma's N, at least band
+// x Wp). The band that computes the fewest frame pixels over the image (the last band may be
+// short), a tile's fixed costs counted as 32 pixels; 0 when no band fits.
+struct Tiling {
+  int band = 0, width = 0;
+};
+Tiling ChooseTiling(const ConvShape& s) {
+  const int wp = s.wo() + s.s - 1;
+  Tiling best;
+  int64_t best_cost = 0;
+  for (int band = 1; band <= s.ho() && band * wp <= kPixels; ++band) {
+    int width = 0;
+    for (int n : kTileWidths) {
+      if (n >= band * wp) {
+        width = n;
+        break;
+      }
+    }
+    const int64_t cost = static_cast<int64_t>((s.ho() + band - 1) / band) * (width + 32);
+    if (best.band == 0 || cost < best_cost) {
+      best = {band, width};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// Halo rows per buffer: those TMA writes (the band's input rows) and those the last tap's
+// shifted tile reads, a multiple of 8 (1024-byte aligned buffers). Rows past the box hold stale
+// data; they reach only frame pixels past the band, which are not stored.
+int HaloRows(const ConvShape& s, const Tiling& t) {
+  const int wp = s.wo() + s.s - 1;
+  return (std::max(t.width + (s.r - 1) * wp + s.s - 1, (t.band + s.r - 1) * wp) + 7) / 8 * 8;
+}
+
+template <int N, bool kData>
+absl::Status Launch(const HaloParams& p, int ctas, const CudaContext& ctx) {
+  const int smem = static_cast<int>(Layout(p.halo_rows).total) + 1024;
+  TOPIARY_RETURN_IF_ERROR(CudaStatus(
+      cudaFuncSetAttribute(HaloKernel<N, kData>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      "halo conv shared memory"));
+  HaloKernel<N, kData><<<ctas, kCtaThreads, smem, ctx.stream>>>(p);
+  return LaunchStatus(kData ? "halo block-sparse conv backward data"
+                            : "halo block-sparse conv forward");
+}
+
+template <bool kData>
+absl::Status LaunchWidth(int width, const HaloParams& p, int ctas, const CudaContext& ctx) {
+  switch (width) {
+    case 64:
+      return Launch<64, kData>(p, ctas, ctx);
+    case 128:
+      return Launch<128, kData>(p, ctas, ctx);
+    case 192:
+      return Launch<192, kData>(p, ctas, ctx);
+    case 216:
+      return Launch<216, kData>(p, ctas, ctx);
+    case 224:
+      return Launch<224, kData>(p, ctas, ctx);
+    case 232:
+      return Launch<232, kData>(p, ctas, ctx);
+    default:
+      return Launch<256, kData>(p, ctas, ctx);
+  }
+}
+
+absl::Status Encode(CUtensorMap* map, const void* data, int rank, const cuuint64_t* dims,
+                    const cuuint64_t* strides, const cuuint32_t* box) {
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(data), dims, strides, box,
+      unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(
+        absl::StrFormat("halo conv: cuTensorMapEncodeTiled failed (%d)", static_cast<int>(r)));
+  }
+  return absl::OkStatus();
+}
+
+// The forward convolution `v` (the layer's, or backward data's view) over x (in channels v.c)
+// with the [K, R, S, filter_c] filter w.
+template <bool kData>
+absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* index, int stride,
+                 const void* x, const void* w, const float* bias, void* y, const CudaContext& ctx) {
+  HaloParams p{};
+  p.count = count;
+  p.index = index;
+  p.stride = stride;
+  p.bias = bias;
+  p.y = static_cast<__nv_bfloat16*>(y);
+  p.filter_c = filter_c;
+  p.k = v.k;
+  p.ho = v.ho();
+  p.wo = v.wo();
+  p.s = v.s;
+  p.pad_h = v.pad_h;
+  p.pad_w = v.pad_w;
+  p.taps = v.r * v.s;
+  p.wp = v.wo() + v.s - 1;
+  const Tiling tiling = ChooseTiling(v);
+  p.band = tiling.band;
+  p.bands = (p.ho + p.band - 1) / p.band;
+  p.n_tiles = v.k / kHaloTileN;
+  const int64_t tiles = static_cast<int64_t>(v.n) * p.bands * p.n_tiles;
+  if (tiles > (int64_t{1} << 30)) return absl::InvalidArgumentError("halo conv: too many tiles");
+  p.tiles = static_cast<int>(tiles);
+  p.halo_rows = HaloRows(v, tiling);
+  const int box_rows = p.band + v.r - 1;
+  p.halo_bytes = static_cast<uint32_t>(kRowBytes) * p.wp * box_rows;
+  {
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(v.c), static_cast<cuuint64_t>(v.w),
+                                static_cast<cuuint64_t>(v.h), static_cast<cuuint64_t>(v.n)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(v.c) * 2,
+                                   static_cast<cuuint64_t>(v.w) * v.c * 2,
+                                   static_cast<cuuint64_t>(v.h) * v.w * v.c * 2};
+    const cuuint32_t box[4] = {kHaloTileK, static_cast<cuuint32_t>(p.wp),
+                               static_cast<cuuint32_t>(box_rows), 1};
+    TOPIARY_RETURN_IF_ERROR(Encode(&p.x_map, x, 4, dims, strides, box));
+  }
+  {
+    // The filter as [K rows][R * S * C]: forward's K is v.k, backward data's v.c.
+    const int64_t rows = kData ? v.c : v.k, row = static_cast<int64_t>(v.r) * v.s * filter_c;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row) * 2};
+    const cuuint32_t box[2] = {kHaloTileK, kHaloTileN};
+    TOPIARY_RETURN_IF_ERROR(Encode(&p.w_map, w, 2, dims, strides, box));
+  }
+  return LaunchWidth<kData>(tiling.width, p, PersistentCtas(tiles, p.n_tiles, ctx), ctx);
+}
+
+}  // namespace
+
+bool HaloForwardTakes(const ConvShape& s) {
+  if (s.stride_h != 1 || s.stride_w != 1 || s.c % kHaloTileK != 0 || s.k % kHaloTileN != 0) {
+    return false;
+  }
+  const Tiling t = ChooseTiling(s);
+  // TMA boxes: at most 256 rows and columns.
+  if (t.band == 0 || t.band + s.r - 1 > 256) return false;
+  if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
+    return false;
+  }
+  return Layout(HaloRows(s, t)).total + 1024 <= 227 * 1024;
+}
+
+absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
+                            const void* x, const void* w, const float* bias, void* y,
+                            const CudaContext& ctx) {
+  if (!HaloForwardTakes(s)) return absl::InvalidArgumentError("halo conv: shape not taken");
+  return Run<false>(s, s.c, count, index, stride, x, w, bias, y, ctx);
+}
+
+bool HaloBackwardDataTakes(const ConvShape& s) {
+  if (s.stride_h != 1 || s.stride_w != 1 || s.pad_h > s.r - 1 || s.pad_w > s.s - 1) return false;
+  const ConvShape v = TransposedConvShape(s);
+  return v.ho() == s.h && v.wo() == s.w && HaloForwardTakes(v);
+}
+
+absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
+                                 const void* dy, const void* w, void* dx, const CudaContext& ctx) {
+  if (!HaloBackwardDataTakes(s)) {
+    return absl::InvalidArgumentError("halo conv backward data: shape not taken");
+  }
+  return Run<true>(TransposedConvShape(s), s.c, count, index, stride, dy, w, nullptr, dx, ctx);
+}
+
+}  // namespace topiary::kernels

@@ -1,0 +1,55 @@
+// Block-sparse convolution at stride 1 on Hopper as a shifted-window implicit GEMM, forward and
+// backward data:
+// the kernel loads a band of input rows (with its halo) once per kept 64-channel input block
+// and reads every filter tap from that one copy in shared memory, where an im2col GEMM
+// (hopper_conv.h) loads the band again for each tap.
+//
+// Why: a layer whose blocks are 64 output channels wide multiplies each loaded activation by
+// 64 weights only, and im2col loads each activation R x S times; such tiles were bound by their
+// loads from L2 (docs/PERFORMANCE.md, issue 44), not by the tensor cores. Here the loads per
+// multiply-add fall ~R*S-fold.
+//
+// The geometry: each image's output rows are laid in a frame Wp = Wo + S - 1 pixels wide (the
+// padded input's width), so output pixel (i, j) is frame pixel i * Wp + j, and tap (r, s) reads
+// input frame pixel i * Wp + j + r * Wp + s: the same rows of shared memory shifted by a
+// constant. A tile is a band of output rows of one image (as many as fit in 256 frame pixels)
+// times 64 output channels; the frame's last S - 1 columns are computed and dropped. The
+// wgmma's M is the 64 output channels (the filter block, from shared memory) and its N the
+// band's pixels, 128 per consumer warpgroup; its operands are read from shared memory at a
+// start row that need not be a multiple of 8 (the 128-byte swizzle is a function of the
+// address, as TMA wrote it).
+#ifndef TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
+#define TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
+
+#include "absl/status/status.h"
+#include "kernels/conv/conv.h"
+
+namespace topiary::kernels {
+
+struct CudaContext;
+
+// Its tiles: 64 input channels (K) x 64 output channels (N).
+constexpr int kHaloTileK = 64, kHaloTileN = 64;
+
+// Whether the kernel takes the shape: stride and dilation 1, channels multiples of 64, a frame
+// at most 256 pixels wide, and its buffers within shared memory. (The sm_90 check is the
+// caller's.)
+bool HaloForwardTakes(const ConvShape& s);
+
+// y = conv(x, w) (+ bias) over the kept K tiles: count / index / stride as MakeKeptTiles makes
+// them for kHaloTileK x kHaloTileN tiles (hopper_conv.h). bf16 NHWC x and y, [K, R, S, C] w.
+absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
+                            const void* x, const void* w, const float* bias, void* y,
+                            const CudaContext& ctx);
+
+// Backward data at stride 1 (padding at most the filter's side less 1), the same kernel on the
+// transposed problem: dx = conv(dy, the filter transposed with its taps reversed). count /
+// index / stride as MakeKeptTiles makes them for backward data with kHaloTileK x kHaloTileN
+// tiles (64 output channels of the layer x 64 of its input channels).
+bool HaloBackwardDataTakes(const ConvShape& s);
+absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
+                                 const void* dy, const void* w, void* dx, const CudaContext& ctx);
+
+}  // namespace topiary::kernels
+
+#endif  // TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
