@@ -41,6 +41,11 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(3, 7, 7, 192, 128, 1, 1, 1, 0), 64, 128},
       {MakeConv(2, 5, 5, 64, 64, 3, 3, 1, 1), 64, 64},
       {MakeConv(1, 9, 11, 128, 192, 3, 3, 1, 1), 64, 64},
+      // The shifted-window (halo) kernels' frames: no padding (the frame is the input's
+      // width), and a 5x3 filter with padding 2 (an output wider than the input; backward
+      // data's transposed problem then has row padding 2 and column padding 0).
+      {MakeConv(2, 9, 7, 64, 128, 3, 3, 1, 0), 64, 64},
+      {MakeConv(1, 10, 6, 64, 64, 5, 3, 1, 2), 64, 64},
       // 128-channel input blocks: backward data's 128-wide tiles.
       {MakeConv(2, 9, 9, 256, 256, 3, 3, 1, 1), 128, 128},
       // Backward data at stride 2, phase by phase: even maps (resnet's), a 1x1 shortcut (three
@@ -88,12 +93,13 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         // each phase's problem has the layer's dy, dgrad_phases.h).
         const int forward_configs = (*plan)->configs(SparsePass::kForward);
         const int data_configs = (*plan)->configs(SparsePass::kBackwardData);
-        int hopper[2] = {0, 0};
+        int hopper[2] = {0, 0}, halo[2] = {0, 0};
         for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
           for (int config = 0; config < (*plan)->configs(pass); ++config) {
             ASSERT_TRUE((*plan)->set_config(pass, config).ok());
-            hopper[static_cast<int>(pass)] +=
-                (*plan)->config_name(pass).rfind("wgmma", 0) == 0 ? 1 : 0;
+            const std::string name = (*plan)->config_name(pass);
+            hopper[static_cast<int>(pass)] += name.rfind("wgmma", 0) == 0 ? 1 : 0;
+            halo[static_cast<int>(pass)] += name.rfind("halo", 0) == 0 ? 1 : 0;
           }
         }
         const bool aligned = tc && c.bi % 64 == 0 && c.bo % 64 == 0 && Sm90();
@@ -103,6 +109,12 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
           return p.empty() || (p.pad_h_hi >= 0 && p.pad_w_hi >= 0);
         });
         EXPECT_EQ(hopper[1] > 0, aligned && phases_ok);
+        // The shifted-window kernels: stride 1, 64-channel multiples (every shape here fits
+        // their frame and shared memory); backward data with padding below the filter's side.
+        const bool halo_fits =
+            aligned && sh.stride_h == 1 && sh.stride_w == 1 && sh.c % 64 == 0 && sh.k % 64 == 0;
+        EXPECT_EQ(halo[0] > 0, halo_fits);
+        EXPECT_EQ(halo[1] > 0, halo_fits && sh.pad_h < sh.r && sh.pad_w < sh.s);
         for (int config = 0; config < std::max(forward_configs, data_configs); ++config) {
           SCOPED_TRACE("configuration " + std::to_string(config));
           ASSERT_TRUE((*plan)
