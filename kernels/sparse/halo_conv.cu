@@ -60,14 +60,14 @@ struct HaloParams {
   uint32_t halo_bytes;
 };
 
-// Shared memory, from a 1024-byte aligned base: two halo buffers, the weight stages, the
-// output staging and the barriers.
 // The consumer warpgroups' turns to multiply: one multiplies a tile while the other writes the
 // one before. (Taking turns also keeps each within one round of the ring of stages of the
 // producer: a warpgroup waiting for stages more than a round ahead would see an earlier
 // fill's phase and read the wrong weights.)
 using Turns = cutlass::OrderedSequenceBarrier<1, 2>;
 
+// Shared memory, from a 1024-byte aligned base: two halo buffers, the weight stages, the
+// output staging, the barriers and the turns.
 struct Layout {
   uint32_t halo_bytes_each, weights, staging, bars, turns, total;
   __host__ __device__ explicit Layout(int halo_rows) {
@@ -80,30 +80,23 @@ struct Layout {
   }
 };
 
-// A K-major operand with the 128-byte swizzle whose rows start at `addr` (any 128-byte row of
-// a buffer TMA wrote with the same swizzle): 8-row groups 1024 bytes apart. The swizzle is
-// taken from the address bits, as TMA applied it, so a start row that is not a multiple of 8
-// needs no base offset (measured on an H200: with the offset set the results are wrong).
+// An operand in 128-byte rows with the 128-byte swizzle, starting at `addr` (any 128-byte row
+// of a buffer TMA wrote with the same swizzle), groups of 8 rows 1024 bytes apart. The same
+// descriptor serves both majors; the wgmma's transpose flag says what a row is:
+// - K-major (the halo, and the forward's weights): a row is one M or N index's 64 K values; a
+//   16-deep K step starts 32 bytes further along the rows;
+// - MN-major (backward data's weights, the [K, R, S, C] filter read transposed): a row is one
+//   K index's 64 M values; a 16-deep K step starts 16 rows (2048 bytes) further.
+// The swizzle is taken from the address bits, as TMA applied it, so a start row that is not a
+// multiple of 8 needs no base offset (measured on an H200: with the offset set the results are
+// wrong).
 [[maybe_unused]] __device__ __forceinline__ uint64_t Operand(uint32_t addr) {
   cute::GmmaDescriptor d;
   d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-  d.bitfield.leading_byte_offset_ = 1;
+  d.bitfield.leading_byte_offset_ = 1;  // unused: one swizzle atom wide
   d.bitfield.stride_byte_offset_ = 1024 >> 4;
   d.bitfield.base_offset_ = 0;
   d.bitfield.layout_type_ = 1;  // 128-byte swizzle
-  return d.desc_;
-}
-
-// An MN-major operand with the 128-byte swizzle: 64 M values a 128-byte row, one row per K,
-// groups of 8 K rows 1024 bytes apart (a 64 x 64 tile of the [K, R, S, C] filter read as its
-// transpose). A 16-deep K step starts 16 rows further.
-[[maybe_unused]] __device__ __forceinline__ uint64_t TransposedOperand(uint32_t addr) {
-  cute::GmmaDescriptor d;
-  d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-  d.bitfield.leading_byte_offset_ = 1;  // one 64-wide block of M: unused
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
-  d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = 1;
   return d.desc_;
 }
 
@@ -254,9 +247,8 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
         cute::warpgroup_arrive();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-          const uint64_t weights = kData ? TransposedOperand(a + 2048 * kk) : Operand(a + 32 * kk);
-          Fma<N, kData>(weights, Operand(bb + 32 * kk), acc, b > 0 || tap > 0 || kk > 0,
-                        std::make_index_sequence<kAcc>{});
+          Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+                        b > 0 || tap > 0 || kk > 0, std::make_index_sequence<kAcc>{});
         }
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
@@ -352,9 +344,8 @@ int HaloRows(const ConvShape& s, const Tiling& t) {
 template <int N, bool kData>
 absl::Status Launch(const HaloParams& p, int ctas, const CudaContext& ctx) {
   const int smem = static_cast<int>(Layout(p.halo_rows).total) + 1024;
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(
-      cudaFuncSetAttribute(HaloKernel<N, kData>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-      "halo conv shared memory"));
+  TOPIARY_RETURN_IF_ERROR(
+      CudaStatus(AllowDynamicSmem<HaloKernel<N, kData>>(smem), "halo conv shared memory"));
   HaloKernel<N, kData><<<ctas, kCtaThreads, smem, ctx.stream>>>(p);
   return LaunchStatus(kData ? "halo block-sparse conv backward data"
                             : "halo block-sparse conv forward");

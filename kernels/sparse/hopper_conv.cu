@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cute/tensor.hpp>
 #include <limits>
-#include <numeric>
 #include <string>
 #include <utility>
 
@@ -224,7 +223,7 @@ struct SparseConv {
     }
     // Whether the phases' tiles interleave: pixel tile by pixel tile, each phase's channel
     // tiles in turn (phases of equal extent). Then the CTAs at work read one stretch of dy at a
-    // time, as one phase's would, not one per phase: measured 5-20% faster at 50% and 25% kept
+    // time, as one phase's would, not one per phase: measured 1-15% faster at 50% and 25% kept
     // than phase after phase (docs/PERFORMANCE.md).
     bool interleaved = false;
     // Forward: the batch-norm moments of the output (hopper_conv.h), [3][slots][channels]
@@ -831,7 +830,8 @@ absl::Status LaunchPhases(const ConvShape& s, const std::vector<const DgradPhase
   using Mainloop = typename K::Mainloop;
   using Epilogue = typename K::Epilogue;
   if (phases.empty() || phases.size() > K::kMaxPhases) {
-    return absl::InternalError("hopper conv: 1 to 4 problems per launch");
+    return absl::InternalError(
+        absl::StrFormat("hopper conv: 1 to %d problems per launch", K::kMaxPhases));
   }
   typename K::Params params{};
   params.phase_count = static_cast<int>(phases.size());
