@@ -126,8 +126,10 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
                   .ok());
           SCOPED_TRACE((*plan)->config_name(SparsePass::kForward) + ", " +
                        (*plan)->config_name(SparsePass::kBackwardData));
+          // Every entry of y and dx must be written (the frames' extra columns not; the phases
+          // without taps too): start from garbage, not the previous configuration's results.
+          ASSERT_EQ(cudaMemset(y.get(), 0x3f, ny * SizeOf(t)), cudaSuccess);
           ASSERT_TRUE((*plan)->Forward(dx.get(), dw.get(), db.get(), y.get(), ctx_).ok());
-          // Every entry of dx must be written, the phases without taps too: start from garbage.
           ASSERT_EQ(cudaMemset(gx.get(), 0x3f, nx * SizeOf(t)), cudaSuccess);
           ASSERT_TRUE((*plan)->BackwardData(dg.get(), dw.get(), gx.get(), ctx_).ok());
           Sync();
@@ -222,6 +224,8 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
         if (name.rfind("wgmma", 0) != 0 && name.rfind("halo", 0) != 0) continue;
         SCOPED_TRACE(std::string(SparsePassName(pass)) + " " + name);
         ++hopper;
+        ASSERT_EQ(cudaMemset(fwd ? y.get() : gx.get(), 0x3f, (fwd ? ny : nx) * SizeOf(t)),
+                  cudaSuccess);  // garbage, not the previous configuration's results
         ASSERT_TRUE(run().ok());
         Sync();
         EXPECT_LT(Rel(fwd ? y.Host() : gx.Host(), want), 1e-2);

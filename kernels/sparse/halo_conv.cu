@@ -1,14 +1,16 @@
 // The shifted-window block-sparse forward convolution (halo_conv.h).
 //
-// A CTA is one producer warpgroup (one thread issues the TMA loads) and two consumer
-// warpgroups (wgmma), over a persistent grid of tiles (image, band of output rows, 64 output
-// channels), channel tiles fastest so that neighbouring CTAs read the same band from L2. Per
-// kept input block of the tile's output channels the producer loads the band's input rows once
-// (a 4-D TMA box: 64 channels x Wp columns x band + R - 1 rows, zeros outside the image, so
-// the padding costs nothing) into one of two halo buffers, and each of the R x S filter taps'
-// 64 x 64 weight tiles into a ring of stages. The consumers multiply each tap's weight tile by
-// the halo rows shifted by r * Wp + s, then stage the tile's outputs in shared memory to write
-// them as whole 128-byte pixel rows.
+// A CTA is one producer warpgroup (one thread issues the halo loads, another the weights') and
+// two consumer warpgroups (wgmma), over a persistent grid of tiles (image, band of output rows,
+// 64 output channels), channel tiles fastest so that neighbouring CTAs read the same band from
+// L2. Per kept input block of the tile's output channels the halo producer loads the band's
+// input rows once (a 4-D TMA box: 64 channels x Wp columns x band + R - 1 rows, zeros outside
+// the image, so the padding costs nothing) into a ring of two or three halo buffers, and the
+// weight producer each of the R x S filter taps' 64 x 64 weight tiles into a ring of stages.
+// The consumers multiply each tap's weight tile by the halo rows shifted by r * Wp + s, then
+// stage the tile's outputs in shared memory in the output's own layout (the frame's rows of
+// 64 channels, swizzled as TMA reads them) and store them with one TMA box, which drops the
+// frame's extra columns and the rows past the image as out of bounds.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -39,24 +41,24 @@ namespace {
 constexpr int kRowBytes = 128;  // one pixel's 64 bf16 channels: a swizzle row
 constexpr int kPixels = 256;    // frame pixels per tile at most: the wgmma's N
 constexpr int kStages = 6;      // weight tiles in flight
+constexpr int kMaxHalos = 3;    // halo buffers at most (three where they fit: HaloBuffers)
 constexpr int kWeightBytes = kHaloTileN * kRowBytes;  // 64 output channels x 64 inputs
-constexpr int kStagePitch = 72;                       // bf16 per staged output pixel: 144 bytes, so
-                                 // the accumulators' scattered writes miss no bank
-constexpr int kStagingBytes = 2 * kPixels * kStagePitch * 2;  // one tile per warpgroup
-constexpr int kCtaThreads = 3 * 128;                          // producer, two consumers
+constexpr int kStagingBytes = kPixels * kRowBytes;    // a tile's outputs, per warpgroup
+constexpr int kCtaThreads = 3 * 128;                  // producers, two consumers
 
 struct HaloParams {
   CUtensorMap x_map;  // x as [N][H][W][C], boxes of 64 x Wp x (band + R - 1) x 1
   CUtensorMap w_map;  // w as [K][R * S * C], boxes of 64 x 64
+  CUtensorMap y_map;  // y as [N][Ho][Wo][K], boxes of 64 x Wp x band x 1
   const int* count;
   const int* index;
   int stride;
   const float* bias;
-  __nv_bfloat16* y;
   int filter_c;                          // C of the [K, R, S, C] filter: a tap's stride in its rows
   int k, ho, wo, s, pad_h, pad_w, taps;  // of the convolution the kernel runs (its view)
   int wp, band, bands, n_tiles, tiles;
-  int halo_rows;  // per buffer, a multiple of 8 (1024-byte aligned buffers)
+  int halo_rows;     // per buffer, a multiple of 8 (1024-byte aligned buffers)
+  int halo_buffers;  // 2 or kMaxHalos
   uint32_t halo_bytes;
 };
 
@@ -66,16 +68,17 @@ struct HaloParams {
 // fill's phase and read the wrong weights.)
 using Turns = cutlass::OrderedSequenceBarrier<1, 2>;
 
-// Shared memory, from a 1024-byte aligned base: two halo buffers, the weight stages, the
-// output staging, the barriers and the turns.
+// Shared memory, from a 1024-byte aligned base: the halo buffers, the weight stages, the two
+// warpgroups' output staging, the barriers and the turns. Every buffer is 1024-byte aligned
+// (the 128-byte swizzle's period).
 struct Layout {
   uint32_t halo_bytes_each, weights, staging, bars, turns, total;
-  __host__ __device__ explicit Layout(int halo_rows) {
+  __host__ __device__ Layout(int halo_rows, int halo_buffers) {
     halo_bytes_each = static_cast<uint32_t>(halo_rows) * kRowBytes;
-    weights = 2 * halo_bytes_each;
+    weights = halo_buffers * halo_bytes_each;
     staging = weights + kStages * kWeightBytes;
-    bars = staging + kStagingBytes;
-    turns = bars + (4 + 2 * kStages) * 8;
+    bars = staging + 2 * kStagingBytes;
+    turns = bars + (2 * kMaxHalos + 2 * kStages) * 8;
     total = turns + sizeof(Turns::SharedStorage);
   }
 };
@@ -144,15 +147,16 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   const uint32_t raw_addr = cute::cast_smem_ptr_to_uint(raw);
   char* base = raw + ((1024 - raw_addr % 1024) % 1024);
   const uint32_t base_addr = cute::cast_smem_ptr_to_uint(base);
-  const Layout layout(p.halo_rows);
+  const Layout layout(p.halo_rows, p.halo_buffers);
+  const int halo_buffers = p.halo_buffers;
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + layout.bars);
   uint64_t* halo_full = bars;
-  uint64_t* halo_empty = bars + 2;
-  uint64_t* weight_full = bars + 4;
-  uint64_t* weight_empty = bars + 4 + kStages;
+  uint64_t* halo_empty = bars + kMaxHalos;
+  uint64_t* weight_full = bars + 2 * kMaxHalos;
+  uint64_t* weight_empty = bars + 2 * kMaxHalos + kStages;
   const int warp_group = threadIdx.x / 128, group_thread = threadIdx.x % 128;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kMaxHalos; ++i) {
       FullBarrier::init(&halo_full[i], 1);
       EmptyBarrier::init(&halo_empty[i], 1);  // by the warpgroup that used it
     }
@@ -170,39 +174,42 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (threadIdx.x == 0) {
-      cute::prefetch_tma_descriptor(&p.x_map);
-      cute::prefetch_tma_descriptor(&p.w_map);
-      int halos = 0, weights = 0;
-      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
-        const int band = rest % p.bands, image = rest / p.bands;
-        const int kept = p.count[nt] / p.taps;
-        const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
-        for (int b = 0; b < kept; ++b) {
-          const int c0 = blocks[b] * kHaloTileK;
-          const int h = halos & 1;
-          if (halos >= 2) EmptyBarrier::wait(&halo_empty[h], ((halos >> 1) - 1) & 1);
+    // Two producers, each walking all the CTA's tiles: thread 0 loads the halos, thread 32 the
+    // weights. Apart, a halo load waits only for a free halo buffer, not behind the weight
+    // stages of the tiles before it, so it starts up to two tiles ahead.
+    const bool halos = threadIdx.x == 0;
+    if (threadIdx.x != 0 && threadIdx.x != 32) return;
+    cute::prefetch_tma_descriptor(halos ? &p.x_map : &p.w_map);
+    int loads = 0;  // halos or weight tiles loaded so far
+    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+      const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
+      const int band = rest % p.bands, image = rest / p.bands;
+      const int kept = p.count[nt] / p.taps;
+      const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
+      for (int b = 0; b < kept; ++b) {
+        const int c0 = blocks[b] * kHaloTileK;
+        if (halos) {
+          const int h = loads % halo_buffers, use = loads / halo_buffers;
+          if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
           FullBarrier::arrive_and_expect_tx(&halo_full[h], p.halo_bytes);
           cute::SM90_TMA_LOAD_4D::copy(&p.x_map, &halo_full[h], 0,
                                        base + h * layout.halo_bytes_each, c0, -p.pad_w,
                                        band * p.band - p.pad_h, image);
-          ++halos;
-          for (int tap = 0; tap < p.taps; ++tap, ++weights) {
-            const int stage = weights % kStages;
-            if (weights >= kStages) {
-              EmptyBarrier::wait(&weight_empty[stage], ((weights / kStages) - 1) & 1);
-            }
-            FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-            // Forward: rows nt's 64 output channels, columns the block's input channels of
-            // this tap. Backward data: rows the block's output channels, columns nt's input
-            // channels of the reversed tap.
-            const int column =
-                kData ? (p.taps - 1 - tap) * p.filter_c + nt * kHaloTileN : tap * p.filter_c + c0;
-            cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
-                                         base + layout.weights + stage * kWeightBytes, column,
-                                         kData ? c0 : nt * kHaloTileN);
-          }
+          ++loads;
+          continue;
+        }
+        for (int tap = 0; tap < p.taps; ++tap, ++loads) {
+          const int stage = loads % kStages;
+          if (loads >= kStages) EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+          // Forward: rows nt's 64 output channels, columns the block's input channels of
+          // this tap. Backward data: rows the block's output channels, columns nt's input
+          // channels of the reversed tap.
+          const int column =
+              kData ? (p.taps - 1 - tap) * p.filter_c + nt * kHaloTileN : tap * p.filter_c + c0;
+          cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                       base + layout.weights + stage * kWeightBytes, column,
+                                       kData ? c0 : nt * kHaloTileN);
         }
       }
     }
@@ -214,20 +221,16 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   // outputs while the other multiplies the next.
   const int group = warp_group - 1;
   const int warp = group_thread / 32, lane = group_thread % 32;
-  __nv_bfloat16* staging =
-      reinterpret_cast<__nv_bfloat16*>(base + layout.staging) + group * kPixels * kStagePitch;
-  int halos = 0, stage = 0, stage_round = 0;  // the next halo use, weight stage and its round
-  auto advance_stage = [&]() {
-    if (++stage == kStages) stage = 0, stage_round ^= 1;
-  };
+  const uint32_t staging = base_addr + layout.staging + group * kStagingBytes;
+  int halos = 0, weights = 0;  // the next halo and weight tile to use, counted as loaded
   int turn = 0;
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++turn) {
     const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
     const int band = rest % p.bands, image = rest / p.bands;
     const int kept = p.count[nt] / p.taps;
-    if (turn % 2 != group) {  // the other warpgroup's tile: skip its halos and stages
+    if (turn % 2 != group) {  // the other warpgroup's tile: skip its halos and weights
       halos += kept;
-      for (int i = 0; i < kept * p.taps; ++i) advance_stage();
+      weights += kept * p.taps;
       continue;
     }
     float acc[kAcc];
@@ -235,12 +238,13 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     turns.wait();
     int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
     for (int b = 0; b < kept; ++b, ++halos) {
-      const int h = halos & 1;
-      FullBarrier::wait(&halo_full[h], (halos >> 1) & 1);
+      const int h = halos % halo_buffers;
+      FullBarrier::wait(&halo_full[h], (halos / halo_buffers) & 1);
       const uint32_t halo = base_addr + h * layout.halo_bytes_each;
       int r = 0, s = 0;  // the tap
-      for (int tap = 0; tap < p.taps; ++tap) {
-        FullBarrier::wait(&weight_full[stage], stage_round);
+      for (int tap = 0; tap < p.taps; ++tap, ++weights) {
+        const int stage = weights % kStages;
+        FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
         const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
         const uint32_t bb = halo + (r * p.wp + s) * kRowBytes;
         for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
@@ -259,7 +263,6 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
         }
         last_stage = stage;
         last_halo = tap == p.taps - 1 ? h : -1;
-        advance_stage();
         if (++s == p.s) s = 0, ++r;
       }
     }
@@ -273,36 +276,47 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
     }
 
-    // Accumulator (j, h, c) of this thread: output channel 16 warp + lane / 4 + 8 h, pixel 8 j
-    // + 2 (lane % 4) + c. Staged as [pixel][channel].
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int ch = 16 * warp + lane / 4 + 8 * hh;
-      const float bias = p.bias != nullptr ? p.bias[nt * kHaloTileN + ch] : 0.0f;
-#pragma unroll
-      for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int px = 8 * j + 2 * (lane % 4) + c;
-          staging[px * kStagePitch + ch] = __float2bfloat16_rn(acc[4 * j + 2 * hh + c] + bias);
-        }
-      }
-    }
+    // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
+    // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
+    // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
+    // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
+    // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
+    // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
+    if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
     cutlass::arch::NamedBarrier::sync(128, 1 + group);
-    // Whole pixels out: 8 x 16 bytes each, for the frame pixels inside the output.
-    const int rows = min(p.band, p.ho - band * p.band);
-    for (int q = group_thread; q < rows * p.wp * 8; q += 128) {
-      const int px = q / 8, part = q % 8;
-      const int i = px / p.wp, j = px % p.wp;
-      if (j >= p.wo) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(staging + px * kStagePitch + part * 8);
-      const int64_t at =
-          ((static_cast<int64_t>(image) * p.ho + band * p.band + i) * p.wo + j) * p.k +
-          nt * kHaloTileN + part * 8;
-      *reinterpret_cast<uint4*>(p.y + at) = v;
+    float bias[2] = {0.0f, 0.0f};
+    if (p.bias != nullptr) {
+      for (int hh = 0; hh < 2; ++hh)
+        bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
     }
-    cutlass::arch::NamedBarrier::sync(128, 1 + group);  // staging free for the next tile
+    auto pack = [&](int j, int hh) {
+      const __nv_bfloat162 v =
+          __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh], acc[4 * j + 2 * hh + 1] + bias[hh]);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    };
+    const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
+#pragma unroll
+    for (int j = 0; j + 1 < N / 8; j += 2) {
+      const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
+      asm volatile(
+          "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+          "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
+    }
+    if constexpr (N / 8 % 2 == 1) {
+      constexpr int j = N / 8 - 1;
+      const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
+      asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
+                   "r"(pack(j, 0)), "r"(pack(j, 1)));
+    }
+    cute::tma_store_fence();  // the stores above, seen by the TMA engine
+    cutlass::arch::NamedBarrier::sync(128, 1 + group);
+    if (group_thread == 0) {
+      cute::SM90_TMA_STORE_4D::copy(&p.y_map, base + layout.staging + group * kStagingBytes,
+                                    nt * kHaloTileN, 0, band * p.band, image);
+      cute::tma_store_arrive();
+    }
   }
+  if (group_thread == 0) cute::tma_store_wait<0>();  // the staging stays until it is read
 #endif
 }
 
@@ -341,9 +355,20 @@ int HaloRows(const ConvShape& s, const Tiling& t) {
   return (std::max(t.width + (s.r - 1) * wp + s.s - 1, (t.band + s.r - 1) * wp) + 7) / 8 * 8;
 }
 
+constexpr uint32_t kSmemLimit = 227 * 1024;  // shared memory per block on sm_90
+
+// Three halo buffers where they fit (a band's load then starts two tiles ahead), else two; 0
+// when not even two fit.
+int HaloBuffers(int halo_rows) {
+  for (int buffers = kMaxHalos; buffers >= 2; --buffers) {
+    if (Layout(halo_rows, buffers).total + 1024 <= kSmemLimit) return buffers;
+  }
+  return 0;
+}
+
 template <int N, bool kData>
 absl::Status Launch(const HaloParams& p, int ctas, const CudaContext& ctx) {
-  const int smem = static_cast<int>(Layout(p.halo_rows).total) + 1024;
+  const int smem = static_cast<int>(Layout(p.halo_rows, p.halo_buffers).total) + 1024;
   TOPIARY_RETURN_IF_ERROR(
       CudaStatus(AllowDynamicSmem<HaloKernel<N, kData>>(smem), "halo conv shared memory"));
   HaloKernel<N, kData><<<ctas, kCtaThreads, smem, ctx.stream>>>(p);
@@ -385,6 +410,17 @@ absl::Status Encode(CUtensorMap* map, const void* data, int rank, const cuuint64
   return absl::OkStatus();
 }
 
+// An [N][H][W][C] bf16 tensor in boxes of 64 channels x box_w x box_h x 1 image.
+absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w, int c, int box_w,
+                        int box_h) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(c), static_cast<cuuint64_t>(w),
+                              static_cast<cuuint64_t>(h), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c) * 2, static_cast<cuuint64_t>(w) * c * 2,
+                                 static_cast<cuuint64_t>(h) * w * c * 2};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_w), static_cast<cuuint32_t>(box_h), 1};
+  return Encode(map, data, 4, dims, strides, box);
+}
+
 // The forward convolution `v` (the layer's, or backward data's view) over x (in channels v.c)
 // with the [K, R, S, filter_c] filter w.
 template <bool kData>
@@ -395,7 +431,6 @@ absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* 
   p.index = index;
   p.stride = stride;
   p.bias = bias;
-  p.y = static_cast<__nv_bfloat16*>(y);
   p.filter_c = filter_c;
   p.k = v.k;
   p.ho = v.ho();
@@ -413,18 +448,10 @@ absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* 
   if (tiles > (int64_t{1} << 30)) return absl::InvalidArgumentError("halo conv: too many tiles");
   p.tiles = static_cast<int>(tiles);
   p.halo_rows = HaloRows(v, tiling);
+  p.halo_buffers = HaloBuffers(p.halo_rows);
   const int box_rows = p.band + v.r - 1;
   p.halo_bytes = static_cast<uint32_t>(kRowBytes) * p.wp * box_rows;
-  {
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(v.c), static_cast<cuuint64_t>(v.w),
-                                static_cast<cuuint64_t>(v.h), static_cast<cuuint64_t>(v.n)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(v.c) * 2,
-                                   static_cast<cuuint64_t>(v.w) * v.c * 2,
-                                   static_cast<cuuint64_t>(v.h) * v.w * v.c * 2};
-    const cuuint32_t box[4] = {kHaloTileK, static_cast<cuuint32_t>(p.wp),
-                               static_cast<cuuint32_t>(box_rows), 1};
-    TOPIARY_RETURN_IF_ERROR(Encode(&p.x_map, x, 4, dims, strides, box));
-  }
+  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.x_map, x, v.n, v.h, v.w, v.c, p.wp, box_rows));
   {
     // The filter as [K rows][R * S * C]: forward's K is v.k, backward data's v.c.
     const int64_t rows = kData ? v.c : v.k, row = static_cast<int64_t>(v.r) * v.s * filter_c;
@@ -433,6 +460,9 @@ absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* 
     const cuuint32_t box[2] = {kHaloTileK, kHaloTileN};
     TOPIARY_RETURN_IF_ERROR(Encode(&p.w_map, w, 2, dims, strides, box));
   }
+  // A tile's output box is its frame (band rows of Wp pixels), whose columns past Wo and rows
+  // past Ho TMA leaves unwritten.
+  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, v.n, p.ho, p.wo, v.k, p.wp, p.band));
   return LaunchWidth<kData>(tiling.width, p, PersistentCtas(tiles, p.n_tiles, ctx), ctx);
 }
 
@@ -448,7 +478,7 @@ bool HaloForwardTakes(const ConvShape& s) {
   if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
     return false;
   }
-  return Layout(HaloRows(s, t)).total + 1024 <= 227 * 1024;
+  return HaloBuffers(HaloRows(s, t)) != 0;
 }
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,

@@ -15,9 +15,10 @@
 // constant. A tile is a band of output rows of one image (as many as fit in 256 frame pixels)
 // times 64 output channels; the frame's last S - 1 columns are computed and dropped. The
 // wgmma's M is the 64 output channels (the filter block, from shared memory) and its N the
-// band's pixels, 128 per consumer warpgroup; its operands are read from shared memory at a
-// start row that need not be a multiple of 8 (the 128-byte swizzle is a function of the
-// address, as TMA wrote it).
+// band's pixels (up to 256, one tile per consumer warpgroup in turn); its operands are read
+// from shared memory at a start row that need not be a multiple of 8 (the 128-byte swizzle is
+// a function of the address, as TMA wrote it). The tile's outputs leave by one TMA store of
+// its frame, whose extra columns fall outside the output and are not written.
 #ifndef TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
 #define TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
 
