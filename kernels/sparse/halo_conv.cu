@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -45,21 +46,36 @@ constexpr int kMaxHalos = 3;    // halo buffers at most (three where they fit: H
 constexpr int kWeightBytes = kHaloTileN * kRowBytes;  // 64 output channels x 64 inputs
 constexpr int kStagingBytes = kPixels * kRowBytes;    // a tile's outputs, per warpgroup
 constexpr int kCtaThreads = 3 * 128;                  // producers, two consumers
+constexpr int kMaxPhases = 4;                         // stride 2: x's four pixel phases
+constexpr int kMaxTaps = 64;                          // R x S at most
+
+// A phase of the input (at stride 2, the pixels x[2u + a][2v + b]; at stride 1, x itself)
+// with the taps that read it: output pixel (i, j) reads phase pixel (i + dr, j + ds) for a
+// tap, dr and ds from `row` to `row` + its extent - 1.
+struct HaloPhase {
+  int row, col;    // the box's first phase row (less the band's first output row) and column
+  int tap0, taps;  // its entries of the tap table
+  uint32_t bytes;  // its box's: 64 channels x Wp x (band + row extent - 1)
+};
 
 struct HaloParams {
-  CUtensorMap x_map;  // x as [N][H][W][C], boxes of 64 x Wp x (band + R - 1) x 1
-  CUtensorMap w_map;  // w as [K][R * S * C], boxes of 64 x 64
-  CUtensorMap y_map;  // y as [N][Ho][Wo][K], boxes of 64 x Wp x band x 1
+  CUtensorMap x_map[kMaxPhases];  // each phase as [N][H'][W'][C], boxes of 64 x Wp x rows x 1
+  CUtensorMap w_map;              // w as [K][R * S * C], boxes of 64 x 64
+  CUtensorMap y_map;              // y as [N][Ho][Wo][K], boxes of 64 x Wp x band x 1
   const int* count;
   const int* index;
   int stride;
   const float* bias;
-  int filter_c;                          // C of the [K, R, S, C] filter: a tap's stride in its rows
-  int k, ho, wo, s, pad_h, pad_w, taps;  // of the convolution the kernel runs (its view)
+  int taps;        // R x S: a tile's kept blocks are its count / taps
+  int table_taps;  // the taps in the table: those on phases with pixels
+  int phases;      // the phases with taps and pixels
+  HaloPhase phase[kMaxPhases];
+  int tap_column[kMaxTaps];  // a tap's column of the filter as [rows][R * S * C], less the
+                             // tile's channels (forward: the input block's; backward data: nt's)
+  int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
   int wp, band, bands, n_tiles, tiles;
   int halo_rows;     // per buffer, a multiple of 8 (1024-byte aligned buffers)
   int halo_buffers;  // 2 or kMaxHalos
-  uint32_t halo_bytes;
 };
 
 // The consumer warpgroups' turns to multiply: one multiplies a tile while the other writes the
@@ -179,7 +195,11 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     // stages of the tiles before it, so it starts up to two tiles ahead.
     const bool halos = threadIdx.x == 0;
     if (threadIdx.x != 0 && threadIdx.x != 32) return;
-    cute::prefetch_tma_descriptor(halos ? &p.x_map : &p.w_map);
+    if (halos) {
+      for (int ph = 0; ph < p.phases; ++ph) cute::prefetch_tma_descriptor(&p.x_map[ph]);
+    } else {
+      cute::prefetch_tma_descriptor(&p.w_map);
+    }
     int loads = 0;  // halos or weight tiles loaded so far
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
       const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
@@ -189,24 +209,24 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       for (int b = 0; b < kept; ++b) {
         const int c0 = blocks[b] * kHaloTileK;
         if (halos) {
-          const int h = loads % halo_buffers, use = loads / halo_buffers;
-          if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
-          FullBarrier::arrive_and_expect_tx(&halo_full[h], p.halo_bytes);
-          cute::SM90_TMA_LOAD_4D::copy(&p.x_map, &halo_full[h], 0,
-                                       base + h * layout.halo_bytes_each, c0, -p.pad_w,
-                                       band * p.band - p.pad_h, image);
-          ++loads;
+          for (int ph = 0; ph < p.phases; ++ph, ++loads) {
+            const int h = loads % halo_buffers, use = loads / halo_buffers;
+            if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
+            FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
+            cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
+                                         base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
+                                         band * p.band + p.phase[ph].row, image);
+          }
           continue;
         }
-        for (int tap = 0; tap < p.taps; ++tap, ++loads) {
+        for (int tap = 0; tap < p.table_taps; ++tap, ++loads) {
           const int stage = loads % kStages;
           if (loads >= kStages) EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
           FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
           // Forward: rows nt's 64 output channels, columns the block's input channels of
           // this tap. Backward data: rows the block's output channels, columns nt's input
           // channels of the reversed tap.
-          const int column =
-              kData ? (p.taps - 1 - tap) * p.filter_c + nt * kHaloTileN : tap * p.filter_c + c0;
+          const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
           cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
                                        base + layout.weights + stage * kWeightBytes, column,
                                        kData ? c0 : nt * kHaloTileN);
@@ -229,41 +249,44 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     const int band = rest % p.bands, image = rest / p.bands;
     const int kept = p.count[nt] / p.taps;
     if (turn % 2 != group) {  // the other warpgroup's tile: skip its halos and weights
-      halos += kept;
-      weights += kept * p.taps;
+      halos += kept * p.phases;
+      weights += kept * p.table_taps;
       continue;
     }
     float acc[kAcc];
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     turns.wait();
     int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
-    for (int b = 0; b < kept; ++b, ++halos) {
-      const int h = halos % halo_buffers;
-      FullBarrier::wait(&halo_full[h], (halos / halo_buffers) & 1);
-      const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-      int r = 0, s = 0;  // the tap
-      for (int tap = 0; tap < p.taps; ++tap, ++weights) {
-        const int stage = weights % kStages;
-        FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
-        const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-        const uint32_t bb = halo + (r * p.wp + s) * kRowBytes;
-        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-        cute::warpgroup_arrive();
+    bool accumulate = false;
+    for (int b = 0; b < kept; ++b) {
+      for (int ph = 0; ph < p.phases; ++ph, ++halos) {
+        const int h = halos % halo_buffers;
+        FullBarrier::wait(&halo_full[h], (halos / halo_buffers) & 1);
+        const uint32_t halo = base_addr + h * layout.halo_bytes_each;
+        const int tap_end = p.phase[ph].tap0 + p.phase[ph].taps;
+        for (int tap = p.phase[ph].tap0; tap < tap_end; ++tap, ++weights) {
+          const int stage = weights % kStages;
+          FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
+          const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
+          const uint32_t bb = halo + p.tap_shift[tap] * kRowBytes;
+          for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+          cute::warpgroup_arrive();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-          Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
-                        b > 0 || tap > 0 || kk > 0, std::make_index_sequence<kAcc>{});
+          for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
+            Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+                          accumulate || kk > 0, std::make_index_sequence<kAcc>{});
+          }
+          cute::warpgroup_commit_batch();
+          cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
+          for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+          if (last_stage >= 0 && group_thread == 0) {
+            EmptyBarrier::arrive(&weight_empty[last_stage]);
+            if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+          }
+          last_stage = stage;
+          last_halo = tap == tap_end - 1 ? h : -1;
+          accumulate = true;
         }
-        cute::warpgroup_commit_batch();
-        cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
-        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-        if (last_stage >= 0 && group_thread == 0) {
-          EmptyBarrier::arrive(&weight_empty[last_stage]);
-          if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-        }
-        last_stage = stage;
-        last_halo = tap == p.taps - 1 ? h : -1;
-        if (++s == p.s) s = 0, ++r;
       }
     }
     // The other warpgroup's turn: its multiplies queue behind this one's last (as CUTLASS's
@@ -326,11 +349,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
 struct Tiling {
   int band = 0, width = 0;
 };
-Tiling ChooseTiling(const ConvShape& s) {
-  const int wp = s.wo() + s.s - 1;
+Tiling ChooseTiling(int ho, int wp) {
   Tiling best;
   int64_t best_cost = 0;
-  for (int band = 1; band <= s.ho() && band * wp <= kPixels; ++band) {
+  for (int band = 1; band <= ho && band * wp <= kPixels; ++band) {
     int width = 0;
     for (int n : kTileWidths) {
       if (n >= band * wp) {
@@ -338,7 +360,7 @@ Tiling ChooseTiling(const ConvShape& s) {
         break;
       }
     }
-    const int64_t cost = static_cast<int64_t>((s.ho() + band - 1) / band) * (width + 32);
+    const int64_t cost = static_cast<int64_t>((ho + band - 1) / band) * (width + 32);
     if (best.band == 0 || cost < best_cost) {
       best = {band, width};
       best_cost = cost;
@@ -347,12 +369,71 @@ Tiling ChooseTiling(const ConvShape& s) {
   return best;
 }
 
-// Halo rows per buffer: those TMA writes (the band's input rows) and those the last tap's
-// shifted tile reads, a multiple of 8 (1024-byte aligned buffers). Rows past the box hold stale
-// data; they reach only frame pixels past the band, which are not stored.
-int HaloRows(const ConvShape& s, const Tiling& t) {
-  const int wp = s.wo() + s.s - 1;
-  return (std::max(t.width + (s.r - 1) * wp + s.s - 1, (t.band + s.r - 1) * wp) + 7) / 8 * 8;
+// A phase of the input, as HaloPhase (the taps' offsets dr from `row` to `row` + `rows` - 1,
+// ds likewise), with its first pixel of x and the view's size.
+struct PhaseGeometry {
+  int a = 0, b = 0;       // x[stride u + a][stride v + b]
+  int h = 0, w = 0;       // the view's rows and columns
+  int row = 0, rows = 0;  // the taps' row offsets
+  int col = 0, cols = 0;  // and column offsets
+};
+
+// How the kernel runs the convolution `v` (stride 1, or 2 both ways): its phases that taps
+// read, the frame (Wp wide: Wo plus the widest phase's extra columns), the tiling and the
+// halo buffers' rows; band 0 when no band fits.
+struct Geometry {
+  int phases = 0;
+  PhaseGeometry phase[kMaxPhases];
+  int wp = 0, halo_rows = 0;
+  Tiling tiling;
+};
+
+int FloorMod(int x, int m) { return (x % m + m) % m; }
+
+// Tap r of a filter `taps` long reads row stride i + r - pad of x: phase (r - pad) mod stride,
+// its row i + (r - pad - phase) / stride. The first such offset of `phase`'s taps and their
+// count (consecutive offsets), {0, 0} when none lands on it.
+std::pair<int, int> PhaseOffsets(int taps, int pad, int stride, int phase) {
+  int first = 0, count = 0;
+  for (int r = 0; r < taps; ++r) {
+    if (FloorMod(r - pad, stride) != phase) continue;
+    if (count++ == 0) first = (r - pad - phase) / stride;
+  }
+  return {first, count};
+}
+
+Geometry MakeGeometry(const ConvShape& v) {
+  Geometry g;
+  const int stride = v.stride_h;
+  int cols = 1;
+  for (int a = 0; a < stride; ++a) {
+    for (int b = 0; b < stride; ++b) {
+      PhaseGeometry ph;
+      ph.a = a;
+      ph.b = b;
+      ph.h = (v.h - a + stride - 1) / stride;
+      ph.w = (v.w - b + stride - 1) / stride;
+      std::tie(ph.row, ph.rows) = PhaseOffsets(v.r, v.pad_h, stride, a);
+      std::tie(ph.col, ph.cols) = PhaseOffsets(v.s, v.pad_w, stride, b);
+      // No tap reads it, or it has no pixels (an image narrower than the stride): it adds
+      // nothing.
+      if (ph.rows <= 0 || ph.cols <= 0 || ph.h <= 0 || ph.w <= 0) continue;
+      cols = std::max(cols, ph.cols);
+      g.phase[g.phases++] = ph;
+    }
+  }
+  g.wp = v.wo() + cols - 1;
+  g.tiling = ChooseTiling(v.ho(), g.wp);
+  // Halo rows per buffer: those TMA writes (the band's phase rows) and those the last tap's
+  // shifted tile reads, a multiple of 8 (1024-byte aligned buffers). Rows past the box hold
+  // stale data; they reach only frame pixels past the band, which are not stored.
+  for (int i = 0; i < g.phases; ++i) {
+    const PhaseGeometry& ph = g.phase[i];
+    g.halo_rows = std::max({g.halo_rows, g.tiling.width + (ph.rows - 1) * g.wp + ph.cols - 1,
+                            (g.tiling.band + ph.rows - 1) * g.wp});
+  }
+  g.halo_rows = (g.halo_rows + 7) / 8 * 8;
+  return g;
 }
 
 constexpr uint32_t kSmemLimit = 227 * 1024;  // shared memory per block on sm_90
@@ -411,47 +492,68 @@ absl::Status Encode(CUtensorMap* map, const void* data, int rank, const cuuint64
 }
 
 // An [N][H][W][C] bf16 tensor in boxes of 64 channels x box_w x box_h x 1 image.
-absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w, int c, int box_w,
-                        int box_h) {
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(c), static_cast<cuuint64_t>(w),
-                              static_cast<cuuint64_t>(h), static_cast<cuuint64_t>(n)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c) * 2, static_cast<cuuint64_t>(w) * c * 2,
-                                 static_cast<cuuint64_t>(h) * w * c * 2};
+// Pixels (step u + a, step v + b) of an [N][H][W][C] bf16 tensor as a tensor of their own
+// ([N][H'][W'][C], strided), in boxes of 64 channels x box_w x box_h x 1 image.
+absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w, int c, int step,
+                        int a, int b, int box_w, int box_h) {
+  const int64_t pixel = static_cast<int64_t>(c) * 2, row = pixel * w;
+  const cuuint64_t dims[4] = {
+      static_cast<cuuint64_t>(c), static_cast<cuuint64_t>((w - b + step - 1) / step),
+      static_cast<cuuint64_t>((h - a + step - 1) / step), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(pixel * step),
+                                 static_cast<cuuint64_t>(row * step),
+                                 static_cast<cuuint64_t>(row * h)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_w), static_cast<cuuint32_t>(box_h), 1};
-  return Encode(map, data, 4, dims, strides, box);
+  return Encode(map, static_cast<const char*>(data) + a * row + b * pixel, 4, dims, strides, box);
 }
 
-// The forward convolution `v` (the layer's, or backward data's view) over x (in channels v.c)
-// with the [K, R, S, filter_c] filter w.
+// The forward convolution `v` (the layer's, or backward data's view at stride 1) over x (in
+// channels v.c) with the [K, R, S, filter_c] filter w.
 template <bool kData>
 absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* index, int stride,
                  const void* x, const void* w, const float* bias, void* y, const CudaContext& ctx) {
+  const Geometry g = MakeGeometry(v);
   HaloParams p{};
   p.count = count;
   p.index = index;
   p.stride = stride;
   p.bias = bias;
-  p.filter_c = filter_c;
-  p.k = v.k;
-  p.ho = v.ho();
-  p.wo = v.wo();
-  p.s = v.s;
-  p.pad_h = v.pad_h;
-  p.pad_w = v.pad_w;
   p.taps = v.r * v.s;
-  p.wp = v.wo() + v.s - 1;
-  const Tiling tiling = ChooseTiling(v);
-  p.band = tiling.band;
-  p.bands = (p.ho + p.band - 1) / p.band;
+  p.phases = g.phases;
+  p.wp = g.wp;
+  p.band = g.tiling.band;
+  p.bands = (v.ho() + p.band - 1) / p.band;
   p.n_tiles = v.k / kHaloTileN;
   const int64_t tiles = static_cast<int64_t>(v.n) * p.bands * p.n_tiles;
   if (tiles > (int64_t{1} << 30)) return absl::InvalidArgumentError("halo conv: too many tiles");
   p.tiles = static_cast<int>(tiles);
-  p.halo_rows = HaloRows(v, tiling);
+  p.halo_rows = g.halo_rows;
   p.halo_buffers = HaloBuffers(p.halo_rows);
-  const int box_rows = p.band + v.r - 1;
-  p.halo_bytes = static_cast<uint32_t>(kRowBytes) * p.wp * box_rows;
-  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.x_map, x, v.n, v.h, v.w, v.c, p.wp, box_rows));
+  // The tap table, phase after phase; each phase's own view of x.
+  int taps = 0;
+  for (int i = 0; i < g.phases; ++i) {
+    const PhaseGeometry& ph = g.phase[i];
+    const int box_rows = p.band + ph.rows - 1;
+    p.phase[i] = {ph.row, ph.col, taps, 0, static_cast<uint32_t>(kRowBytes) * p.wp * box_rows};
+    for (int r = 0; r < v.r; ++r) {
+      for (int c = 0; c < v.s; ++c) {
+        if (FloorMod(r - v.pad_h, v.stride_h) != ph.a ||
+            FloorMod(c - v.pad_w, v.stride_w) != ph.b) {
+          continue;
+        }
+        const int dr = (r - v.pad_h - ph.a) / v.stride_h, dc = (c - v.pad_w - ph.b) / v.stride_w;
+        const int tap = r * v.s + c;
+        // Backward data reads the filter's taps reversed (TransposedConvShape).
+        p.tap_column[taps] = (kData ? p.taps - 1 - tap : tap) * filter_c;
+        p.tap_shift[taps] = (dr - ph.row) * p.wp + (dc - ph.col);
+        ++taps;
+      }
+    }
+    p.phase[i].taps = taps - p.phase[i].tap0;
+    TOPIARY_RETURN_IF_ERROR(
+        EncodeNhwc(&p.x_map[i], x, v.n, v.h, v.w, v.c, v.stride_h, ph.a, ph.b, p.wp, box_rows));
+  }
+  p.table_taps = taps;  // fewer than R x S where a phase has no pixels: its taps add nothing
   {
     // The filter as [K rows][R * S * C]: forward's K is v.k, backward data's v.c.
     const int64_t rows = kData ? v.c : v.k, row = static_cast<int64_t>(v.r) * v.s * filter_c;
@@ -462,23 +564,27 @@ absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* 
   }
   // A tile's output box is its frame (band rows of Wp pixels), whose columns past Wo and rows
   // past Ho TMA leaves unwritten.
-  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, v.n, p.ho, p.wo, v.k, p.wp, p.band));
-  return LaunchWidth<kData>(tiling.width, p, PersistentCtas(tiles, p.n_tiles, ctx), ctx);
+  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, v.n, v.ho(), v.wo(), v.k, 1, 0, 0, p.wp, p.band));
+  return LaunchWidth<kData>(g.tiling.width, p, PersistentCtas(tiles, p.n_tiles, ctx), ctx);
 }
 
 }  // namespace
 
 bool HaloForwardTakes(const ConvShape& s) {
-  if (s.stride_h != 1 || s.stride_w != 1 || s.c % kHaloTileK != 0 || s.k % kHaloTileN != 0) {
+  if (s.stride_h != s.stride_w || s.stride_h < 1 || s.stride_h > 2 || s.c % kHaloTileK != 0 ||
+      s.k % kHaloTileN != 0 || s.r * s.s > kMaxTaps) {
     return false;
   }
-  const Tiling t = ChooseTiling(s);
-  // TMA boxes: at most 256 rows and columns.
-  if (t.band == 0 || t.band + s.r - 1 > 256) return false;
+  const Geometry g = MakeGeometry(s);
+  if (g.phases == 0 || g.tiling.band == 0) return false;
+  for (int i = 0; i < g.phases; ++i) {
+    // TMA boxes: at most 256 rows and columns.
+    if (g.tiling.band + g.phase[i].rows - 1 > 256) return false;
+  }
   if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
     return false;
   }
-  return HaloBuffers(HaloRows(s, t)) != 0;
+  return HaloBuffers(g.halo_rows) != 0;
 }
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,

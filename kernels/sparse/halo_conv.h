@@ -1,5 +1,5 @@
-// Block-sparse convolution at stride 1 on Hopper as a shifted-window implicit GEMM, forward and
-// backward data:
+// Block-sparse convolution on Hopper as a shifted-window implicit GEMM, forward (stride 1 or 2)
+// and backward data (stride 1):
 // the kernel loads a band of input rows (with its halo) once per kept 64-channel input block
 // and reads every filter tap from that one copy in shared memory, where an im2col GEMM
 // (hopper_conv.h) loads the band again for each tap.
@@ -19,6 +19,12 @@
 // from shared memory at a start row that need not be a multiple of 8 (the 128-byte swizzle is
 // a function of the address, as TMA wrote it). The tile's outputs leave by one TMA store of
 // its frame, whose extra columns fall outside the output and are not written.
+//
+// At stride 2 the input is read as its four phases x[2u + a][2v + b] (each a strided TMA view
+// of x): output pixel (i, j) reads, for tap (r, s), phase ((r - pad) mod 2, (s - pad) mod 2)
+// at (i + dr, j + ds), so each phase is a stride-1 problem over the taps that land on it (1,
+// 2, 2 and 4 of a 3x3 filter), and a tile loads each phase's band once per kept block and
+// accumulates all of them; the frame is Wo plus the widest phase's extra columns.
 #ifndef TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
 #define TOPIARY_KERNELS_SPARSE_HALO_CONV_H_
 
@@ -32,7 +38,7 @@ struct CudaContext;
 // Its tiles: 64 input channels (K) x 64 output channels (N).
 constexpr int kHaloTileK = 64, kHaloTileN = 64;
 
-// Whether the kernel takes the shape: stride and dilation 1, channels multiples of 64, a frame
+// Whether the kernel takes the shape: stride 1 or 2 (both ways), channels multiples of 64, a frame
 // at most 256 pixels wide, and its buffers within shared memory. (The sm_90 check is the
 // caller's.)
 bool HaloForwardTakes(const ConvShape& s);
