@@ -32,6 +32,7 @@
 #include "cutlass/pipeline/sm90_pipeline.hpp"
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
+#include "kernels/runtime/moments.h"
 #include "kernels/sparse/halo_conv.h"
 #include "kernels/sparse/persistent_ctas.h"
 #include "util/status_macros.h"
@@ -66,6 +67,9 @@ struct HaloParams {
   const int* index;
   int stride;
   const float* bias;
+  // The forward's batch-norm moments of y (as stored, in bf16), [3][2 x gridDim.x][K]: a
+  // (count, mean, M2) summary per channel of each consumer warpgroup's tiles; or null.
+  float* moments;
   int taps;        // R x S: a tile's kept blocks are its count / taps
   int table_taps;  // the taps in the table: those on phases with pixels
   int phases;      // the phases with taps and pixels
@@ -73,6 +77,7 @@ struct HaloParams {
   int tap_column[kMaxTaps];  // a tap's column of the filter as [rows][R * S * C], less the
                              // tile's channels (forward: the input block's; backward data: nt's)
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
+  int k, ho, wo;             // y's channels, rows and columns
   int wp, band, bands, n_tiles, tiles;
   int halo_rows;     // per buffer, a multiple of 8 (1024-byte aligned buffers)
   int halo_buffers;  // 2 or kMaxHalos
@@ -149,6 +154,57 @@ __device__ __forceinline__ void Fma(uint64_t a, uint64_t b, float (&d)[N / 2], b
   HaloMma<N>::template Op<kA>::fma(
       a, b, d[I]...,
       accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// Merges a tile's outputs into the moments' slot (HaloParams::moments): y as stored (the
+// accumulators rounded to bf16; moments come without a bias) over the frame pixels inside the
+// output, each channel's sums over a thread's pixels added across the 4 lanes that share it
+// (accumulator 4 j + 2 h + c is channel `channel` + 8 h, frame pixel 8 j + 2 (lane % 4) + c).
+// The lane with lane % 4 == 0 owns the two channels: it alone reads and writes their slot
+// entries, tile after tile in the CTA's order, so the result is deterministic.
+template <int N>
+__device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[N / 2], int band,
+                                        int channel, int lane, int64_t slot, int64_t plane) {
+  const int rows = min(p.band, p.ho - band * p.band);
+  float sum[2] = {0.0f, 0.0f}, sq[2] = {0.0f, 0.0f};
+  int row = 0, col = 2 * (lane % 4);  // frame pixel 8 j + 2 (lane % 4), j = 0
+  while (col >= p.wp) col -= p.wp, ++row;
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      int r = row, x = col + c;
+      if (x >= p.wp) x -= p.wp, ++r;
+      if (r >= rows || x >= p.wo) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v = __bfloat162float(__float2bfloat16_rn(acc[4 * j + 2 * h + c]));
+        sum[h] += v;
+        sq[h] = fmaf(v, v, sq[h]);
+      }
+    }
+    col += 8;
+    while (col >= p.wp) col -= p.wp, ++row;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    for (int mask = 1; mask <= 2; mask <<= 1) {
+      sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], mask);
+      sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], mask);
+    }
+  }
+  const float count = static_cast<float>(rows * p.wo);
+  if (lane % 4 != 0 || count == 0.0f) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float* at = p.moments + slot + channel + 8 * h;
+    float n = at[0], mean = at[plane], m2 = at[2 * plane];
+    const float mean_b = sum[h] / count;
+    MergeMoments(n, mean, m2, count, mean_b, fmaxf(sq[h] - sum[h] * mean_b, 0.0f));
+    at[0] = n;
+    at[plane] = mean;
+    at[2 * plane] = m2;
+  }
 }
 
 // kData: backward data, run as the forward convolution of dy with the filter transposed and
@@ -242,6 +298,14 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   const int group = warp_group - 1;
   const int warp = group_thread / 32, lane = group_thread % 32;
   const uint32_t staging = base_addr + layout.staging + group * kStagingBytes;
+  // This warpgroup's slot of the moments: every channel's count 0 (empty) until its tiles
+  // merge in; the one thread that owns a channel of a tile (Moments) reads and writes it.
+  const int64_t slot = (2 * static_cast<int64_t>(blockIdx.x) + group) * p.k;
+  const int64_t plane = 2 * static_cast<int64_t>(gridDim.x) * p.k;
+  if (p.moments != nullptr) {
+    for (int c = group_thread; c < p.k; c += 128) p.moments[slot + c] = 0.0f;
+    cutlass::arch::NamedBarrier::sync(128, 1 + group);
+  }
   int halos = 0, weights = 0;  // the next halo and weight tile to use, counted as loaded
   int turn = 0;
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++turn) {
@@ -307,6 +371,9 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
     if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
     cutlass::arch::NamedBarrier::sync(128, 1 + group);
+    if (p.moments != nullptr) {
+      Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
+    }
     float bias[2] = {0.0f, 0.0f};
     if (p.bias != nullptr) {
       for (int hh = 0; hh < 2; ++hh)
@@ -511,13 +578,18 @@ absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w,
 // channels v.c) with the [K, R, S, filter_c] filter w.
 template <bool kData>
 absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* index, int stride,
-                 const void* x, const void* w, const float* bias, void* y, const CudaContext& ctx) {
+                 const void* x, const void* w, const float* bias, void* y, float* moments,
+                 const CudaContext& ctx) {
   const Geometry g = MakeGeometry(v);
   HaloParams p{};
   p.count = count;
   p.index = index;
   p.stride = stride;
   p.bias = bias;
+  p.moments = moments;
+  p.k = v.k;
+  p.ho = v.ho();
+  p.wo = v.wo();
   p.taps = v.r * v.s;
   p.phases = g.phases;
   p.wp = g.wp;
@@ -589,9 +661,21 @@ bool HaloForwardTakes(const ConvShape& s) {
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
                             const void* x, const void* w, const float* bias, void* y,
-                            const CudaContext& ctx) {
+                            const CudaContext& ctx, float* moments) {
   if (!HaloForwardTakes(s)) return absl::InvalidArgumentError("halo conv: shape not taken");
-  return Run<false>(s, s.c, count, index, stride, x, w, bias, y, ctx);
+  if (moments != nullptr && bias != nullptr) {
+    return absl::InvalidArgumentError("halo conv: moments are of an output without a bias");
+  }
+  return Run<false>(s, s.c, count, index, stride, x, w, bias, y, moments, ctx);
+}
+
+int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
+  if (!HaloForwardTakes(s)) return 0;
+  const Geometry g = MakeGeometry(s);
+  const int n_tiles = s.k / kHaloTileN;
+  const int64_t tiles =
+      static_cast<int64_t>(s.n) * ((s.ho() + g.tiling.band - 1) / g.tiling.band) * n_tiles;
+  return 2 * PersistentCtas(tiles, n_tiles, ctx);
 }
 
 bool HaloBackwardDataTakes(const ConvShape& s) {
@@ -605,7 +689,8 @@ absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int
   if (!HaloBackwardDataTakes(s)) {
     return absl::InvalidArgumentError("halo conv backward data: shape not taken");
   }
-  return Run<true>(TransposedConvShape(s), s.c, count, index, stride, dy, w, nullptr, dx, ctx);
+  return Run<true>(TransposedConvShape(s), s.c, count, index, stride, dy, w, nullptr, dx, nullptr,
+                   ctx);
 }
 
 }  // namespace topiary::kernels

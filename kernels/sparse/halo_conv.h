@@ -45,9 +45,13 @@ bool HaloForwardTakes(const ConvShape& s);
 
 // y = conv(x, w) (+ bias) over the kept K tiles: count / index / stride as MakeKeptTiles makes
 // them for kHaloTileK x kHaloTileN tiles (hopper_conv.h). bf16 NHWC x and y, [K, R, S, C] w.
+// Without a bias it may also write the batch norm's moments of y as hopper_conv.h's forward
+// does: [3][HaloForwardMomentSlices(s, ctx)][K] floats, a (count, mean, M2) summary per channel
+// of each consumer warpgroup's tiles, merged in a fixed order (deterministic).
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
                             const void* x, const void* w, const float* bias, void* y,
-                            const CudaContext& ctx);
+                            const CudaContext& ctx, float* moments = nullptr);
+int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx);
 
 // Backward data at stride 1 (padding at most the filter's side less 1), the same kernel on the
 // transposed problem: dx = conv(dy, the filter transposed with its taps reversed). count /

@@ -1043,14 +1043,11 @@ constexpr Entry Make(const char* name) {
 }
 
 // The shifted-window kernels (halo_conv.h): 256 frame pixels at most x 64 output channels x 64
-// reduction channels of every tap; no batch-norm moments.
+// reduction channels of every tap; the forward with the batch norm's moments too.
 absl::Status LaunchHalo(const ConvShape& s, const int* count, const int* index, int stride,
                         const void* in0, const void* w, const float* bias, void* out,
                         float* moments, const CudaContext& ctx) {
-  if (moments != nullptr) {
-    return absl::InvalidArgumentError("hopper conv: the halo kernel writes no moments");
-  }
-  return HaloForwardRun(s, count, index, stride, in0, w, bias, out, ctx);
+  return HaloForwardRun(s, count, index, stride, in0, w, bias, out, ctx, moments);
 }
 absl::Status LaunchHaloData(const ConvShape& s, const int* count, const int* index, int stride,
                             const void* dy, const void* w, const float*, void* dx, float*,
@@ -1058,8 +1055,8 @@ absl::Status LaunchHaloData(const ConvShape& s, const int* count, const int* ind
   return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx);
 }
 int NoMoments(const ConvShape&, const CudaContext&) { return 0; }
-constexpr Entry kHalo = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
-                         LaunchHalo,       NoMoments, nullptr,    HaloForwardTakes};
+constexpr Entry kHalo = {"halo 256x64x64",        256,     kHaloTileK,      kHaloTileN, LaunchHalo,
+                         HaloForwardMomentSlices, nullptr, HaloForwardTakes};
 constexpr Entry kHaloData = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
                              LaunchHaloData,   NoMoments, nullptr,    HaloBackwardDataTakes};
 

@@ -272,10 +272,20 @@ class ExactConvEngine : public ConvEngine {
     if (io.cuda) {
       const void* w = WeightFor(*op.kernel, io.dtype);
       auto dense = [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); };
-      // Masked kernels keep the block-sparse dispatch (whose kernels write no moments yet).
-      if (training && io.moments != nullptr && Moments(io) != nullptr && op.kernel->mask.empty()) {
-        TOPIARY_ASSIGN_OR_RETURN(const bool ran, Moments(io)->Run(io.x[0], w, io.y, io.workspace,
-                                                                  io.moments, dense, *io.cuda));
+      MomentsDispatch* moments = training && io.moments != nullptr ? Moments(io) : nullptr;
+      if (moments != nullptr && op.kernel->mask.empty()) {
+        TOPIARY_ASSIGN_OR_RETURN(const bool ran, moments->Run(io.x[0], w, io.y, io.workspace,
+                                                              io.moments, dense, *io.cuda));
+        return ran ? absl::OkStatus() : dense();
+      }
+      // A block-masked kernel keeps the block-sparse dispatch, whose Hopper kernels write the
+      // moments into the same buffer where it runs block-sparse.
+      if (moments != nullptr && Sparse(io) != nullptr) {
+        const SparseConvDispatch::MomentsRequest request{moments->part(), moments->slices(),
+                                                         io.moments};
+        TOPIARY_ASSIGN_OR_RETURN(
+            const bool ran, Sparse(io)->Run(kernels::SparsePass::kForward, *op.kernel, io.x[0], w,
+                                            io.y, bias, nullptr, dense, *io.cuda, &request));
         return ran ? absl::OkStatus() : dense();
       }
       return Dispatch(Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,

@@ -48,7 +48,8 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
                                              const void* in0, const void* in1, void* out,
                                              const float* bias, float* dbias,
                                              const std::function<absl::Status()>& dense,
-                                             const kernels::CudaContext& ctx) {
+                                             const kernels::CudaContext& ctx,
+                                             const MomentsRequest* request) {
   using kernels::SparsePass;
   if (kernel.mask_info.kind != MaskInfo::Kind::kBlock && plan_ == nullptr) return false;
   const bool capturing = kernels::StreamCapturing(ctx);
@@ -104,6 +105,14 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     }
   }
   if (!choice_.sparse[p]) return false;
+  if (pass == SparsePass::kForward && request != nullptr && bias == nullptr) {
+    const int slices = plan_->forward_moment_slices(ctx);
+    if (slices > 0 && slices <= request->capacity) {
+      TOPIARY_RETURN_IF_ERROR(plan_->Forward(in0, in1, nullptr, out, ctx, request->part));
+      *request->moments = {request->part, slices};
+      return true;
+    }
+  }
   TOPIARY_RETURN_IF_ERROR(sparse());
   return true;
 }

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/conv/conv.h"
+#include "kernels/norm_pool/batch_norm.h"
 #include "kernels/sparse/block_sparse_conv.h"
 #include "trainer/core/parameter.h"
 #include "trainer/nn/layer.h"
@@ -33,6 +34,15 @@ namespace topiary {
 
 class SparseConvDispatch {
  public:
+  // Where the training forward pass may leave the batch norm's moments of y (the batch norm
+  // that alone reads y then merges them instead of reading y for its statistics): room for
+  // `capacity` slices of [3][slices][K] floats at `part`, and the summary to fill.
+  struct MomentsRequest {
+    float* part = nullptr;
+    int capacity = 0;
+    kernels::BatchNormMoments* moments = nullptr;
+  };
+
   // For a layer named `layer` of this shape and element type; mode kOn runs every pass
   // block-sparse, untimed.
   SparseConvDispatch(std::string layer, kernels::ConvShape shape, kernels::DType dtype,
@@ -42,11 +52,15 @@ class SparseConvDispatch {
   // kernel's current mask, and returns whether it did (false: the caller runs `dense`).
   // `dense` runs the pass with cuDNN's plan (used here only to time it); operands as
   // BlockSparseConvCuda::Tune's; bias is the forward pass's bias and dbias the filter
-  // gradient's (either may be null).
+  // gradient's (either may be null). With a MomentsRequest (forward, no bias), a block-sparse
+  // forward whose configuration writes the moments (Hopper's) writes them too and fills
+  // *request->moments; otherwise that is left as it was. (The choice is timed without them:
+  // they only save the batch norm's pass over y, so the sparse side's gain is understated.)
   absl::StatusOr<bool> Run(kernels::SparsePass pass, const Parameter& kernel, const void* in0,
                            const void* in1, void* out, const float* bias, float* dbias,
                            const std::function<absl::Status()>& dense,
-                           const kernels::CudaContext& ctx);
+                           const kernels::CudaContext& ctx,
+                           const MomentsRequest* request = nullptr);
 
   const SparseConvChoice& choice() const { return choice_; }
 
