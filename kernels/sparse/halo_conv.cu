@@ -33,6 +33,7 @@
 #include "kernels/runtime/cuda_context.h"
 #include "kernels/runtime/cuda_launch.cuh"
 #include "kernels/runtime/moments.h"
+#include "kernels/sparse/dgrad_phases.h"
 #include "kernels/sparse/halo_conv.h"
 #include "kernels/sparse/persistent_ctas.h"
 #include "util/status_macros.h"
@@ -437,22 +438,46 @@ Tiling ChooseTiling(int ho, int wp) {
 }
 
 // A phase of the input, as HaloPhase (the taps' offsets dr from `row` to `row` + `rows` - 1,
-// ds likewise), with its first pixel of x and the view's size.
+// ds likewise), with its first pixel of the input and its taps' entries of the table.
 struct PhaseGeometry {
-  int a = 0, b = 0;       // x[stride u + a][stride v + b]
-  int h = 0, w = 0;       // the view's rows and columns
+  int a = 0, b = 0;       // input[step u + a][step v + b]
   int row = 0, rows = 0;  // the taps' row offsets
   int col = 0, cols = 0;  // and column offsets
+  int tap0 = 0, taps = 0;
 };
 
-// How the kernel runs the convolution `v` (stride 1, or 2 both ways): its phases that taps
-// read, the frame (Wp wide: Wo plus the widest phase's extra columns), the tiling and the
-// halo buffers' rows; band 0 when no band fits.
+// How the kernel runs one problem: the input's phases that taps read (at stride `step`), each
+// tap's filter tap (r S + s) and offsets, the output view's size, the frame (Wp wide: the
+// view's width plus the widest phase's extra columns), the tiling and the halo buffers' rows;
+// band 0 when no band fits.
 struct Geometry {
-  int phases = 0;
+  int step = 1, phases = 0;
   PhaseGeometry phase[kMaxPhases];
+  int taps = 0;
+  int tap_filter[kMaxTaps], tap_dr[kMaxTaps], tap_ds[kMaxTaps];
+  int ho = 0, wo = 0;
   int wp = 0, halo_rows = 0;
   Tiling tiling;
+
+  void AddTap(int filter_tap, int dr, int ds) {
+    tap_filter[taps] = filter_tap, tap_dr[taps] = dr, tap_ds[taps] = ds;
+    ++taps;
+  }
+  // Once the phases and taps are in: the frame, the tiling and the halo rows.
+  void Finish() {
+    int cols = 1;
+    for (int i = 0; i < phases; ++i) cols = std::max(cols, phase[i].cols);
+    wp = wo + cols - 1;
+    tiling = ChooseTiling(ho, wp);
+    // Halo rows per buffer: those TMA writes (the band's phase rows) and those the last tap's
+    // shifted tile reads, a multiple of 8 (1024-byte aligned buffers). Rows past the box hold
+    // stale data; they reach only frame pixels past the band, which are not stored.
+    for (int i = 0; i < phases; ++i) {
+      halo_rows = std::max({halo_rows, tiling.width + (phase[i].rows - 1) * wp + phase[i].cols - 1,
+                            (tiling.band + phase[i].rows - 1) * wp});
+    }
+    halo_rows = (halo_rows + 7) / 8 * 8;
+  }
 };
 
 int FloorMod(int x, int m) { return (x % m + m) % m; }
@@ -469,37 +494,59 @@ std::pair<int, int> PhaseOffsets(int taps, int pad, int stride, int phase) {
   return {first, count};
 }
 
-Geometry MakeGeometry(const ConvShape& v) {
+// The forward convolution `v` (stride 1, or 2 both ways): x's phases, each with the taps that
+// land on it.
+Geometry ForwardGeometry(const ConvShape& v) {
   Geometry g;
-  const int stride = v.stride_h;
-  int cols = 1;
-  for (int a = 0; a < stride; ++a) {
-    for (int b = 0; b < stride; ++b) {
+  g.step = v.stride_h;
+  g.ho = v.ho();
+  g.wo = v.wo();
+  for (int a = 0; a < g.step; ++a) {
+    for (int b = 0; b < g.step; ++b) {
       PhaseGeometry ph;
       ph.a = a;
       ph.b = b;
-      ph.h = (v.h - a + stride - 1) / stride;
-      ph.w = (v.w - b + stride - 1) / stride;
-      std::tie(ph.row, ph.rows) = PhaseOffsets(v.r, v.pad_h, stride, a);
-      std::tie(ph.col, ph.cols) = PhaseOffsets(v.s, v.pad_w, stride, b);
+      std::tie(ph.row, ph.rows) = PhaseOffsets(v.r, v.pad_h, g.step, a);
+      std::tie(ph.col, ph.cols) = PhaseOffsets(v.s, v.pad_w, g.step, b);
       // No tap reads it, or it has no pixels (an image narrower than the stride): it adds
       // nothing.
-      if (ph.rows <= 0 || ph.cols <= 0 || ph.h <= 0 || ph.w <= 0) continue;
-      cols = std::max(cols, ph.cols);
+      if (ph.rows <= 0 || ph.cols <= 0 || a >= v.h || b >= v.w) continue;
+      ph.tap0 = g.taps;
+      for (int r = 0; r < v.r; ++r) {
+        for (int c = 0; c < v.s; ++c) {
+          if (FloorMod(r - v.pad_h, g.step) != a || FloorMod(c - v.pad_w, g.step) != b) continue;
+          g.AddTap(r * v.s + c, (r - v.pad_h - a) / g.step, (c - v.pad_w - b) / g.step);
+        }
+      }
+      ph.taps = g.taps - ph.tap0;
       g.phase[g.phases++] = ph;
     }
   }
-  g.wp = v.wo() + cols - 1;
-  g.tiling = ChooseTiling(v.ho(), g.wp);
-  // Halo rows per buffer: those TMA writes (the band's phase rows) and those the last tap's
-  // shifted tile reads, a multiple of 8 (1024-byte aligned buffers). Rows past the box hold
-  // stale data; they reach only frame pixels past the band, which are not stored.
-  for (int i = 0; i < g.phases; ++i) {
-    const PhaseGeometry& ph = g.phase[i];
-    g.halo_rows = std::max({g.halo_rows, g.tiling.width + (ph.rows - 1) * g.wp + ph.cols - 1,
-                            (g.tiling.band + ph.rows - 1) * g.wp});
+  g.Finish();
+  return g;
+}
+
+// Backward data's phase `d` of dx (dgrad_phases.h): dy itself as the one input phase, read at
+// (u + dr, v + ds) by tap (r0 + stride t, s0 + stride t') with dr = d.pad_h - t (likewise
+// columns); the output view, the phase's dx pixels.
+Geometry DgradGeometry(const ConvShape& s, const DgradPhase& d) {
+  Geometry g;
+  g.ho = d.shape.h;
+  g.wo = d.shape.w;
+  PhaseGeometry ph;
+  ph.rows = d.shape.r;
+  ph.cols = d.shape.s;
+  ph.row = d.shape.pad_h - (ph.rows - 1);
+  ph.col = d.shape.pad_w - (ph.cols - 1);
+  for (int t = 0; t < ph.rows; ++t) {
+    for (int u = 0; u < ph.cols; ++u) {
+      g.AddTap((d.r0 + s.stride_h * t) * s.s + d.s0 + s.stride_w * u, d.shape.pad_h - t,
+               d.shape.pad_w - u);
+    }
   }
-  g.halo_rows = (g.halo_rows + 7) / 8 * 8;
+  ph.taps = g.taps;
+  g.phase[g.phases++] = ph;
+  g.Finish();
   return g;
 }
 
@@ -512,6 +559,16 @@ int HaloBuffers(int halo_rows) {
     if (Layout(halo_rows, buffers).total + 1024 <= kSmemLimit) return buffers;
   }
   return 0;
+}
+
+// Whether the kernel fits the problem: a band, TMA boxes of at most 256 rows, the halo
+// buffers in shared memory.
+bool Fits(const Geometry& g) {
+  if (g.phases == 0 || g.tiling.band == 0) return false;
+  for (int i = 0; i < g.phases; ++i) {
+    if (g.tiling.band + g.phase[i].rows - 1 > 256) return false;
+  }
+  return HaloBuffers(g.halo_rows) != 0;
 }
 
 template <int N, bool kData>
@@ -574,69 +631,64 @@ absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w,
   return Encode(map, static_cast<const char*>(data) + a * row + b * pixel, 4, dims, strides, box);
 }
 
-// The forward convolution `v` (the layer's, or backward data's view at stride 1) over x (in
-// channels v.c) with the [K, R, S, filter_c] filter w.
+// An [N][H][W][C] bf16 tensor.
+struct Nhwc {
+  const void* data;
+  int n, h, w, c;
+};
+
+// The problem `g` over the input x (read through g's phases) into the view of y at (step u
+// + a, step v + b) (forward: y itself), with the [rows][R * S * filter_c] filter w (forward:
+// rows K; backward data: the layer's K, read transposed).
 template <bool kData>
-absl::Status Run(const ConvShape& v, int filter_c, const int* count, const int* index, int stride,
-                 const void* x, const void* w, const float* bias, void* y, float* moments,
+absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, int y_a, int y_b,
+                 const void* w, int filter_rows, int filter_taps, int filter_c, const int* count,
+                 const int* index, int stride, const float* bias, float* moments,
                  const CudaContext& ctx) {
-  const Geometry g = MakeGeometry(v);
   HaloParams p{};
   p.count = count;
   p.index = index;
   p.stride = stride;
   p.bias = bias;
   p.moments = moments;
-  p.k = v.k;
-  p.ho = v.ho();
-  p.wo = v.wo();
-  p.taps = v.r * v.s;
+  p.k = y.c;
+  p.ho = g.ho;
+  p.wo = g.wo;
+  p.taps = filter_taps;
+  p.table_taps = g.taps;  // fewer than R x S where a phase has no pixels: its taps add nothing
   p.phases = g.phases;
   p.wp = g.wp;
   p.band = g.tiling.band;
-  p.bands = (v.ho() + p.band - 1) / p.band;
-  p.n_tiles = v.k / kHaloTileN;
-  const int64_t tiles = static_cast<int64_t>(v.n) * p.bands * p.n_tiles;
+  p.bands = (g.ho + p.band - 1) / p.band;
+  p.n_tiles = y.c / kHaloTileN;
+  const int64_t tiles = static_cast<int64_t>(x.n) * p.bands * p.n_tiles;
   if (tiles > (int64_t{1} << 30)) return absl::InvalidArgumentError("halo conv: too many tiles");
   p.tiles = static_cast<int>(tiles);
   p.halo_rows = g.halo_rows;
   p.halo_buffers = HaloBuffers(p.halo_rows);
-  // The tap table, phase after phase; each phase's own view of x.
-  int taps = 0;
   for (int i = 0; i < g.phases; ++i) {
     const PhaseGeometry& ph = g.phase[i];
     const int box_rows = p.band + ph.rows - 1;
-    p.phase[i] = {ph.row, ph.col, taps, 0, static_cast<uint32_t>(kRowBytes) * p.wp * box_rows};
-    for (int r = 0; r < v.r; ++r) {
-      for (int c = 0; c < v.s; ++c) {
-        if (FloorMod(r - v.pad_h, v.stride_h) != ph.a ||
-            FloorMod(c - v.pad_w, v.stride_w) != ph.b) {
-          continue;
-        }
-        const int dr = (r - v.pad_h - ph.a) / v.stride_h, dc = (c - v.pad_w - ph.b) / v.stride_w;
-        const int tap = r * v.s + c;
-        // Backward data reads the filter's taps reversed (TransposedConvShape).
-        p.tap_column[taps] = (kData ? p.taps - 1 - tap : tap) * filter_c;
-        p.tap_shift[taps] = (dr - ph.row) * p.wp + (dc - ph.col);
-        ++taps;
-      }
+    p.phase[i] = {ph.row, ph.col, ph.tap0, ph.taps,
+                  static_cast<uint32_t>(kRowBytes) * p.wp * box_rows};
+    for (int t = ph.tap0; t < ph.tap0 + ph.taps; ++t) {
+      p.tap_column[t] = g.tap_filter[t] * filter_c;
+      p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
     }
-    p.phase[i].taps = taps - p.phase[i].tap0;
     TOPIARY_RETURN_IF_ERROR(
-        EncodeNhwc(&p.x_map[i], x, v.n, v.h, v.w, v.c, v.stride_h, ph.a, ph.b, p.wp, box_rows));
+        EncodeNhwc(&p.x_map[i], x.data, x.n, x.h, x.w, x.c, g.step, ph.a, ph.b, p.wp, box_rows));
   }
-  p.table_taps = taps;  // fewer than R x S where a phase has no pixels: its taps add nothing
   {
-    // The filter as [K rows][R * S * C]: forward's K is v.k, backward data's v.c.
-    const int64_t rows = kData ? v.c : v.k, row = static_cast<int64_t>(v.r) * v.s * filter_c;
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(rows)};
+    const int64_t row = static_cast<int64_t>(filter_taps) * filter_c;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(filter_rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row) * 2};
     const cuuint32_t box[2] = {kHaloTileK, kHaloTileN};
     TOPIARY_RETURN_IF_ERROR(Encode(&p.w_map, w, 2, dims, strides, box));
   }
-  // A tile's output box is its frame (band rows of Wp pixels), whose columns past Wo and rows
-  // past Ho TMA leaves unwritten.
-  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, v.n, v.ho(), v.wo(), v.k, 1, 0, 0, p.wp, p.band));
+  // A tile's output box is its frame (band rows of Wp pixels), whose columns past the view's
+  // width and rows past its height TMA leaves unwritten.
+  TOPIARY_RETURN_IF_ERROR(
+      EncodeNhwc(&p.y_map, y.data, y.n, y.h, y.w, y.c, y_step, y_a, y_b, p.wp, p.band));
   return LaunchWidth<kData>(g.tiling.width, p, PersistentCtas(tiles, p.n_tiles, ctx), ctx);
 }
 
@@ -647,16 +699,10 @@ bool HaloForwardTakes(const ConvShape& s) {
       s.k % kHaloTileN != 0 || s.r * s.s > kMaxTaps) {
     return false;
   }
-  const Geometry g = MakeGeometry(s);
-  if (g.phases == 0 || g.tiling.band == 0) return false;
-  for (int i = 0; i < g.phases; ++i) {
-    // TMA boxes: at most 256 rows and columns.
-    if (g.tiling.band + g.phase[i].rows - 1 > 256) return false;
-  }
   if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
     return false;
   }
-  return HaloBuffers(g.halo_rows) != 0;
+  return Fits(ForwardGeometry(s));
 }
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
@@ -666,22 +712,33 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
   if (moments != nullptr && bias != nullptr) {
     return absl::InvalidArgumentError("halo conv: moments are of an output without a bias");
   }
-  return Run<false>(s, s.c, count, index, stride, x, w, bias, y, moments, ctx);
+  return Run<false>(ForwardGeometry(s), {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, 1,
+                    0, 0, w, s.k, s.r * s.s, s.c, count, index, stride, bias, moments, ctx);
 }
 
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
   if (!HaloForwardTakes(s)) return 0;
-  const Geometry g = MakeGeometry(s);
+  const Geometry g = ForwardGeometry(s);
   const int n_tiles = s.k / kHaloTileN;
   const int64_t tiles =
-      static_cast<int64_t>(s.n) * ((s.ho() + g.tiling.band - 1) / g.tiling.band) * n_tiles;
+      static_cast<int64_t>(s.n) * ((g.ho + g.tiling.band - 1) / g.tiling.band) * n_tiles;
   return 2 * PersistentCtas(tiles, n_tiles, ctx);
 }
 
 bool HaloBackwardDataTakes(const ConvShape& s) {
-  if (s.stride_h != 1 || s.stride_w != 1 || s.pad_h > s.r - 1 || s.pad_w > s.s - 1) return false;
-  const ConvShape v = TransposedConvShape(s);
-  return v.ho() == s.h && v.wo() == s.w && HaloForwardTakes(v);
+  if (s.stride_h != s.stride_w || s.stride_h < 1 || s.stride_h > 2 || s.c % kHaloTileN != 0 ||
+      s.k % kHaloTileK != 0 || s.r * s.s > kMaxTaps) {
+    return false;
+  }
+  if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
+    return false;
+  }
+  for (const DgradPhase& d : DgradPhases(s)) {
+    if (d.shape.h == 0 || d.shape.w == 0) continue;  // no dx pixels in the phase
+    // A phase no tap reaches has dx = 0 there, which this kernel does not write.
+    if (d.shape.r == 0 || d.shape.s == 0 || !Fits(DgradGeometry(s, d))) return false;
+  }
+  return true;
 }
 
 absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
@@ -689,8 +746,14 @@ absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int
   if (!HaloBackwardDataTakes(s)) {
     return absl::InvalidArgumentError("halo conv backward data: shape not taken");
   }
-  return Run<true>(TransposedConvShape(s), s.c, count, index, stride, dy, w, nullptr, dx, nullptr,
-                   ctx);
+  // One launch per phase of dx, each over all of dy, stored through a strided view of dx.
+  for (const DgradPhase& d : DgradPhases(s)) {
+    if (d.empty()) continue;
+    TOPIARY_RETURN_IF_ERROR(Run<true>(DgradGeometry(s, d), {dy, s.n, s.ho(), s.wo(), s.k},
+                                      {dx, s.n, s.h, s.w, s.c}, s.stride_h, d.ph, d.pw, w, s.k,
+                                      s.r * s.s, s.c, count, index, stride, nullptr, nullptr, ctx));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace topiary::kernels

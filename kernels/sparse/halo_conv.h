@@ -1,5 +1,5 @@
-// Block-sparse convolution on Hopper as a shifted-window implicit GEMM, forward (stride 1 or 2)
-// and backward data (stride 1):
+// Block-sparse convolution on Hopper as a shifted-window implicit GEMM, forward and backward
+// data at stride 1 or 2:
 // the kernel loads a band of input rows (with its halo) once per kept 64-channel input block
 // and reads every filter tap from that one copy in shared memory, where an im2col GEMM
 // (hopper_conv.h) loads the band again for each tap.
@@ -53,10 +53,13 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
                             const CudaContext& ctx, float* moments = nullptr);
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx);
 
-// Backward data at stride 1 (padding at most the filter's side less 1), the same kernel on the
-// transposed problem: dx = conv(dy, the filter transposed with its taps reversed). count /
-// index / stride as MakeKeptTiles makes them for backward data with kHaloTileK x kHaloTileN
-// tiles (64 output channels of the layer x 64 of its input channels).
+// Backward data, the same kernel once per phase of dx (dgrad_phases.h; stride 1: one): a
+// phase's dx pixels (u, v) read dy at (u + d - t, v + d' - t') for its taps (r0 + stride t,
+// s0 + stride t'), a stride-1 problem over dy with the filter read transposed, stored through
+// a strided view of dx. Taken where every phase of dx with pixels has taps (a 1x1 filter at
+// stride 2 leaves three phases zero, which this kernel does not write). count / index /
+// stride as MakeKeptTiles makes them for backward data with kHaloTileK x kHaloTileN tiles (64
+// output channels of the layer x 64 of its input channels).
 bool HaloBackwardDataTakes(const ConvShape& s);
 absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
                                  const void* dy, const void* w, void* dx, const CudaContext& ctx);
