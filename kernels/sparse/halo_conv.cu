@@ -208,8 +208,8 @@ __device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[
   }
 }
 
-// kData: backward data, run as the forward convolution of dy with the filter transposed and
-// its taps reversed (HaloBackwardDataRun).
+// kData: backward data, one phase of dx as a stride-1 problem over dy with the filter read
+// transposed, its taps from the table (DgradGeometry, HaloBackwardDataRun).
 // kMoments: the forward with the batch norm's moments (p.moments set). A template parameter, so
 // that the kernel without them carries none of their code: measured 5% slower with it (layer2
 // 64x64 at 50% kept, 0.0561 -> 0.0588 ms).
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
           FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
           // Forward: rows nt's 64 output channels, columns the block's input channels of
           // this tap. Backward data: rows the block's output channels, columns nt's input
-          // channels of the reversed tap.
+          // channels of this tap.
           const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
           cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
                                        base + layout.weights + stage * kWeightBytes, column,
