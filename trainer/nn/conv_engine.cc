@@ -78,7 +78,13 @@ struct ConvState : LayerState {
     } else if (sparse != nullptr) {
       s += "; once block-masked, each pass times the block-sparse kernels against this";
     }
-    if (moments != nullptr) s += "; " + moments->Describe();
+    if (moments != nullptr && sparse_choice() != nullptr) {
+      // A block-masked layer: its dispatch, not the moments route, runs the forward.
+      s += sparse->wrote_moments() ? "; its block-sparse forward writes the batch norm's moments"
+                                   : "; the batch norm reads y for its statistics";
+    } else if (moments != nullptr) {
+      s += "; " + moments->Describe();
+    }
     return s;
   }
 };

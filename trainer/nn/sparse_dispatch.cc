@@ -51,6 +51,7 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
                                              const kernels::CudaContext& ctx,
                                              const MomentsRequest* request) {
   using kernels::SparsePass;
+  if (pass == SparsePass::kForward) wrote_moments_ = false;
   if (kernel.mask_info.kind != MaskInfo::Kind::kBlock && plan_ == nullptr) return false;
   const bool capturing = kernels::StreamCapturing(ctx);
   if (kernel.mask_version != version_) {
@@ -110,6 +111,7 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     if (slices > 0 && slices <= request->capacity) {
       TOPIARY_RETURN_IF_ERROR(plan_->Forward(in0, in1, nullptr, out, ctx, request->part));
       *request->moments = {request->part, slices};
+      wrote_moments_ = true;
       return true;
     }
   }

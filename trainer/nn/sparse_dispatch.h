@@ -63,6 +63,8 @@ class SparseConvDispatch {
                            const MomentsRequest* request = nullptr);
 
   const SparseConvChoice& choice() const { return choice_; }
+  // Whether the last block-sparse forward wrote the batch norm's moments (a MomentsRequest).
+  bool wrote_moments() const { return wrote_moments_; }
 
  private:
   // Packs the block lists of the kernel's current mask (or drops them: no block mask).
@@ -76,6 +78,7 @@ class SparseConvDispatch {
   std::unique_ptr<kernels::BlockSparseConvCuda> plan_;
   bool measured_[3] = {false, false, false};
   SparseConvChoice choice_;
+  bool wrote_moments_ = false;
 };
 
 // The mode a network planned with `planned` uses: TOPIARY_SPARSE_CONV=on|off when set, else
