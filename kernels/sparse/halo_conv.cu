@@ -618,7 +618,6 @@ absl::Status Encode(CUtensorMap* map, const void* data, int rank, const cuuint64
   return absl::OkStatus();
 }
 
-// An [N][H][W][C] bf16 tensor in boxes of 64 channels x box_w x box_h x 1 image.
 // Pixels (step u + a, step v + b) of an [N][H][W][C] bf16 tensor as a tensor of their own
 // ([N][H'][W'][C], strided), in boxes of 64 channels x box_w x box_h x 1 image.
 absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w, int c, int step,

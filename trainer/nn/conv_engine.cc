@@ -105,13 +105,15 @@ MomentsDispatch* Moments(const LayerIo& io) {
 }
 
 // Runs a pass with the block-sparse kernels when the layer's dispatch measured them faster
-// for its current mask, else with `dense` (cuDNN); see sparse_dispatch.h.
+// for its current mask, else with `dense` (cuDNN); see sparse_dispatch.h. `moments`: where a
+// block-sparse forward may leave the batch norm's moments (null: nowhere).
 absl::Status Dispatch(SparseConvDispatch* sparse, kernels::SparsePass pass, const ConvOperands& op,
                       const LayerIo& io, const void* in0, const void* in1, void* out,
-                      const float* bias, float* dbias, const std::function<absl::Status()>& dense) {
+                      const float* bias, float* dbias, const std::function<absl::Status()>& dense,
+                      const SparseConvDispatch::MomentsRequest* moments = nullptr) {
   if (sparse != nullptr) {
-    TOPIARY_ASSIGN_OR_RETURN(
-        auto ran, sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias, dense, *io.cuda));
+    TOPIARY_ASSIGN_OR_RETURN(auto ran, sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias,
+                                                   dense, *io.cuda, moments));
     if (ran) return absl::OkStatus();
   }
   return dense();
@@ -286,16 +288,10 @@ class ExactConvEngine : public ConvEngine {
       }
       // A block-masked kernel keeps the block-sparse dispatch, whose Hopper kernels write the
       // moments into the same buffer where it runs block-sparse.
-      if (moments != nullptr && Sparse(io) != nullptr) {
-        const SparseConvDispatch::MomentsRequest request{moments->part(), moments->slices(),
-                                                         io.moments};
-        TOPIARY_ASSIGN_OR_RETURN(
-            const bool ran, Sparse(io)->Run(kernels::SparsePass::kForward, *op.kernel, io.x[0], w,
-                                            io.y, bias, nullptr, dense, *io.cuda, &request));
-        return ran ? absl::OkStatus() : dense();
-      }
+      SparseConvDispatch::MomentsRequest request;
+      if (moments != nullptr) request = {moments->part(), moments->slices(), io.moments};
       return Dispatch(Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
-                      nullptr, dense);
+                      nullptr, dense, moments != nullptr ? &request : nullptr);
     }
     if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {
       return cpu->Forward(io.xf(0), op.kernel->value.data(), bias, io.yf());

@@ -60,7 +60,6 @@ absl::StatusOr<std::unique_ptr<MomentsDispatch>> MomentsDispatch::Create(
   d->shape_ = shape;
   d->forced_ = forced;
   d->plan_ = std::move(*plan);
-  d->slices_ = slices;
   TOPIARY_ASSIGN_OR_RETURN(
       d->part_, Buffer<float>::Create(device, 3 * static_cast<size_t>(slices) * shape.k));
   // The timing's batch-norm parameters and outputs: thrown away, but zeros rather than NaN.

@@ -50,7 +50,7 @@ class MomentsDispatch {
   // Hopper configuration of the shape writes, so a block-masked layer's block-sparse forward
   // (sparse_dispatch.h) writes its moments here too.
   float* part() const { return part_.data(); }
-  int slices() const { return slices_; }
+  int slices() const { return static_cast<int>(part_.size() / (3 * shape_.k)); }
 
   // For the plan report: "forward with its batch norm's moments: wgmma 128x128x64 pingpong
   // (0.0858 ms with the statistics, against cuDNN + the statistics pass 0.1078 ms)", or that
@@ -68,8 +68,7 @@ class MomentsDispatch {
   kernels::ConvShape shape_;
   bool forced_ = false;
   std::unique_ptr<kernels::BlockSparseConvCuda> plan_;  // one block, kept: a dense convolution
-  Buffer<float> part_;                                  // the moments, [3][slices_][K]
-  int slices_ = 0;
+  Buffer<float> part_;                                  // the moments, [3][slices()][K]
   Buffer<float> scratch_;  // the timing's batch-norm parameters and outputs, [8][K]
   bool measured_ = false, chosen_ = false;
   float fused_ms_ = -1, unfused_ms_ = -1;
