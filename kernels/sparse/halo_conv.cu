@@ -618,26 +618,38 @@ absl::Status Encode(CUtensorMap* map, const void* data, int rank, const cuuint64
   return absl::OkStatus();
 }
 
-// Pixels (step u + a, step v + b) of an [N][H][W][C] bf16 tensor as a tensor of their own
-// ([N][H'][W'][C], strided), in boxes of 64 channels x box_w x box_h x 1 image.
-absl::Status EncodeNhwc(CUtensorMap* map, const void* data, int n, int h, int w, int c, int step,
-                        int a, int b, int box_w, int box_h) {
-  const int64_t pixel = static_cast<int64_t>(c) * 2, row = pixel * w;
-  const cuuint64_t dims[4] = {
-      static_cast<cuuint64_t>(c), static_cast<cuuint64_t>((w - b + step - 1) / step),
-      static_cast<cuuint64_t>((h - a + step - 1) / step), static_cast<cuuint64_t>(n)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(pixel * step),
-                                 static_cast<cuuint64_t>(row * step),
-                                 static_cast<cuuint64_t>(row * h)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_w), static_cast<cuuint32_t>(box_h), 1};
-  return Encode(map, static_cast<const char*>(data) + a * row + b * pixel, 4, dims, strides, box);
-}
-
 // An [N][H][W][C] bf16 tensor.
 struct Nhwc {
   const void* data;
   int n, h, w, c;
 };
+
+// Pixels (step u + a, step v + b) of `t` as a tensor of their own ([N][H'][W'][C], strided), in
+// boxes of 64 channels x box_w x box_h x 1 image.
+absl::Status EncodeNhwc(CUtensorMap* map, const Nhwc& t, int step, int a, int b, int box_w,
+                        int box_h) {
+  const int64_t pixel = static_cast<int64_t>(t.c) * 2, row = pixel * t.w;
+  const cuuint64_t dims[4] = {
+      static_cast<cuuint64_t>(t.c), static_cast<cuuint64_t>((t.w - b + step - 1) / step),
+      static_cast<cuuint64_t>((t.h - a + step - 1) / step), static_cast<cuuint64_t>(t.n)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(pixel * step),
+                                 static_cast<cuuint64_t>(row * step),
+                                 static_cast<cuuint64_t>(row * t.h)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_w), static_cast<cuuint32_t>(box_h), 1};
+  return Encode(map, static_cast<const char*>(t.data) + a * row + b * pixel, 4, dims, strides, box);
+}
+
+// The tiles of problem `g` over `images` images into `channels` output channels: bands of
+// output rows x images x 64-channel tiles. Run's grid and HaloForwardMomentSlices' count of it
+// (the moments' slots are two per CTA) both come from here, so they agree.
+struct Tiles {
+  int bands, n_tiles;
+  int64_t count;
+};
+Tiles CountTiles(const Geometry& g, int images, int channels) {
+  const int bands = (g.ho + g.tiling.band - 1) / g.tiling.band, n_tiles = channels / kHaloTileN;
+  return {bands, n_tiles, static_cast<int64_t>(images) * bands * n_tiles};
+}
 
 // The problem `g` over the input x (read through g's phases) into the view of y at (step u
 // + a, step v + b) (forward: y itself), with the [rows][R * S * filter_c] filter w (forward:
@@ -661,11 +673,13 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, in
   p.phases = g.phases;
   p.wp = g.wp;
   p.band = g.tiling.band;
-  p.bands = (g.ho + p.band - 1) / p.band;
-  p.n_tiles = y.c / kHaloTileN;
-  const int64_t tiles = static_cast<int64_t>(x.n) * p.bands * p.n_tiles;
-  if (tiles > (int64_t{1} << 30)) return absl::InvalidArgumentError("halo conv: too many tiles");
-  p.tiles = static_cast<int>(tiles);
+  const Tiles tiles = CountTiles(g, x.n, y.c);
+  if (tiles.count > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("halo conv: too many tiles");
+  }
+  p.bands = tiles.bands;
+  p.n_tiles = tiles.n_tiles;
+  p.tiles = static_cast<int>(tiles.count);
   p.halo_rows = g.halo_rows;
   p.halo_buffers = HaloBuffers(p.halo_rows);
   for (int i = 0; i < g.phases; ++i) {
@@ -677,8 +691,7 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, in
       p.tap_column[t] = g.tap_filter[t] * filter_c;
       p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
     }
-    TOPIARY_RETURN_IF_ERROR(
-        EncodeNhwc(&p.x_map[i], x.data, x.n, x.h, x.w, x.c, g.step, ph.a, ph.b, p.wp, box_rows));
+    TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.x_map[i], x, g.step, ph.a, ph.b, p.wp, box_rows));
   }
   {
     const int64_t row = static_cast<int64_t>(filter_taps) * filter_c;
@@ -689,27 +702,30 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, in
   }
   // A tile's output box is its frame (band rows of Wp pixels), whose columns past the view's
   // width and rows past its height TMA leaves unwritten.
-  TOPIARY_RETURN_IF_ERROR(
-      EncodeNhwc(&p.y_map, y.data, y.n, y.h, y.w, y.c, y_step, y_a, y_b, p.wp, p.band));
-  const int ctas = PersistentCtas(tiles, p.n_tiles, ctx);
+  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, y_step, y_a, y_b, p.wp, p.band));
+  const int ctas = PersistentCtas(tiles.count, p.n_tiles, ctx);
   if constexpr (!kData) {
     if (moments != nullptr) return LaunchWidth<false, true>(g.tiling.width, p, ctas, ctx);
   }
   return LaunchWidth<kData, false>(g.tiling.width, p, ctas, ctx);
 }
 
+// What both passes ask of a shape before its geometry: equal strides of 1 or 2, channels in
+// whole 64-channel tiles on both sides (input channels are the forward's K and backward data's
+// N, and the other way round for output channels), a filter within the tap table, and tensors
+// small enough for 32-bit tile counts and TMA's coordinates.
+static_assert(kHaloTileK == kHaloTileN, "one channel check serves both passes");
+bool ShapeTaken(const ConvShape& s) {
+  if (s.stride_h != s.stride_w || s.stride_h < 1 || s.stride_h > 2 || s.c % kHaloTileK != 0 ||
+      s.k % kHaloTileK != 0 || s.r * s.s > kMaxTaps) {
+    return false;
+  }
+  return static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) < (int64_t{1} << 40);
+}
+
 }  // namespace
 
-bool HaloForwardTakes(const ConvShape& s) {
-  if (s.stride_h != s.stride_w || s.stride_h < 1 || s.stride_h > 2 || s.c % kHaloTileK != 0 ||
-      s.k % kHaloTileN != 0 || s.r * s.s > kMaxTaps) {
-    return false;
-  }
-  if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
-    return false;
-  }
-  return Fits(ForwardGeometry(s));
-}
+bool HaloForwardTakes(const ConvShape& s) { return ShapeTaken(s) && Fits(ForwardGeometry(s)); }
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
                             const void* x, const void* w, const float* bias, void* y,
@@ -724,21 +740,12 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
 
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
   if (!HaloForwardTakes(s)) return 0;
-  const Geometry g = ForwardGeometry(s);
-  const int n_tiles = s.k / kHaloTileN;
-  const int64_t tiles =
-      static_cast<int64_t>(s.n) * ((g.ho + g.tiling.band - 1) / g.tiling.band) * n_tiles;
-  return 2 * PersistentCtas(tiles, n_tiles, ctx);
+  const Tiles tiles = CountTiles(ForwardGeometry(s), s.n, s.k);
+  return 2 * PersistentCtas(tiles.count, tiles.n_tiles, ctx);
 }
 
 bool HaloBackwardDataTakes(const ConvShape& s) {
-  if (s.stride_h != s.stride_w || s.stride_h < 1 || s.stride_h > 2 || s.c % kHaloTileN != 0 ||
-      s.k % kHaloTileK != 0 || s.r * s.s > kMaxTaps) {
-    return false;
-  }
-  if (static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) >= (int64_t{1} << 40)) {
-    return false;
-  }
+  if (!ShapeTaken(s)) return false;
   for (const DgradPhase& d : DgradPhases(s)) {
     if (d.shape.h == 0 || d.shape.w == 0) continue;  // no dx pixels in the phase
     // A phase no tap reaches has dx = 0 there, which this kernel does not write.
