@@ -47,6 +47,10 @@ std::string DescribeSparse(const SparseConvChoice& c) {
       parts.push_back(absl::StrFormat("%s %s (untimed)", pass, side));
     } else if (c.dense_ms[p] == 0 && c.sparse_ms[p] == 0) {
       parts.push_back(absl::StrFormat("%s %s %s (forced)", pass, side, c.config[p]));
+    } else if (p == 0 && c.forward_with_statistics) {
+      parts.push_back(absl::StrFormat(
+          "%s %s (%s %.4f ms against the moments route's %.4f ms, both with the statistics)", pass,
+          side, c.config[p], c.sparse_ms[p], c.dense_ms[p]));
     } else {
       parts.push_back(absl::StrFormat("%s %s (%s %.4f ms against cuDNN's %.4f ms)", pass, side,
                                       c.config[p], c.sparse_ms[p], c.dense_ms[p]));
@@ -78,8 +82,8 @@ struct ConvState : LayerState {
     } else if (sparse != nullptr) {
       s += "; once block-masked, each pass times the block-sparse kernels against this";
     }
-    if (moments != nullptr && sparse_choice() != nullptr) {
-      // A block-masked layer: its dispatch, not the moments route, runs the forward.
+    if (moments != nullptr && sparse_choice() != nullptr && sparse_choice()->sparse[0]) {
+      // A block-masked layer whose forward runs block-sparse.
       s += sparse->wrote_moments() ? "; its block-sparse forward writes the batch norm's moments"
                                    : "; the batch norm reads y for its statistics";
     } else if (moments != nullptr) {
@@ -281,16 +285,17 @@ class ExactConvEngine : public ConvEngine {
       const void* w = WeightFor(*op.kernel, io.dtype);
       auto dense = [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); };
       MomentsDispatch* moments = training && io.moments != nullptr ? Moments(io) : nullptr;
-      if (moments != nullptr && op.kernel->mask.empty()) {
+      SparseConvDispatch* sparse = Sparse(io);
+      if (moments != nullptr && (op.kernel->mask.empty() || sparse == nullptr)) {
         TOPIARY_ASSIGN_OR_RETURN(const bool ran, moments->Run(io.x[0], w, io.y, io.workspace,
                                                               io.moments, dense, *io.cuda));
         return ran ? absl::OkStatus() : dense();
       }
-      // A block-masked kernel keeps the block-sparse dispatch, whose Hopper kernels write the
-      // moments into the same buffer where it runs block-sparse.
+      // A block-masked kernel keeps the block-sparse dispatch, which times its forward against
+      // the moments route and writes the moments where it runs block-sparse.
       SparseConvDispatch::MomentsRequest request;
-      if (moments != nullptr) request = {moments->part(), moments->slices(), io.moments};
-      return Dispatch(Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
+      if (moments != nullptr) request = {moments, io.workspace, io.moments};
+      return Dispatch(sparse, kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
                       nullptr, dense, moments != nullptr ? &request : nullptr);
     }
     if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {

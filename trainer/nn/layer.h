@@ -43,6 +43,9 @@ struct SparseConvChoice {
   float dense_ms[3] = {-1, -1, -1};
   float sparse_ms[3] = {-1, -1, -1};
   std::string config[3];  // the sparse kernel configuration measured, e.g. "tc 128x64/4"
+  // The forward timed with the batch norm's statistics on both sides, against the moments
+  // route (moments_dispatch.h) rather than cuDNN alone.
+  bool forward_with_statistics = false;
 };
 
 // Per-network state of a layer beyond its buffers (e.g. a convolution's cuDNN plan).

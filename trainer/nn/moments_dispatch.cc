@@ -78,6 +78,19 @@ absl::Status MomentsDispatch::Statistics(const void* y, const kernels::BatchNorm
       f + 5 * k, f + 6 * k, nullptr, static_cast<float*>(workspace), ctx, nullptr, moments);
 }
 
+absl::StatusOr<float> MomentsDispatch::TimeWithStatistics(const std::function<absl::Status()>& conv,
+                                                          const void* y,
+                                                          const kernels::BatchNormMoments* moments,
+                                                          void* workspace,
+                                                          const kernels::CudaContext& ctx) const {
+  return kernels::TimeCaptured(
+      [&]() -> absl::Status {
+        TOPIARY_RETURN_IF_ERROR(conv());
+        return Statistics(y, moments, workspace, ctx);
+      },
+      ctx);
+}
+
 absl::StatusOr<bool> MomentsDispatch::Run(const void* x, const void* w, void* y, void* workspace,
                                           kernels::BatchNormMoments* moments,
                                           const std::function<absl::Status()>& dense,
@@ -92,22 +105,12 @@ absl::StatusOr<bool> MomentsDispatch::Run(const void* x, const void* w, void* y,
   if (!measured_ && !forced_) {
     if (kernels::StreamCapturing(ctx)) return false;
     measured_ = true;
-    TOPIARY_ASSIGN_OR_RETURN(unfused_ms_, kernels::TimeCaptured(
-                                              [&]() -> absl::Status {
-                                                TOPIARY_RETURN_IF_ERROR(dense());
-                                                return Statistics(y, nullptr, workspace, ctx);
-                                              },
-                                              ctx));
+    TOPIARY_ASSIGN_OR_RETURN(unfused_ms_, TimeWithStatistics(dense, y, nullptr, workspace, ctx));
     int best = -1;
     for (int config = 0; config < plan_->configs(SparsePass::kForward); ++config) {
       TOPIARY_RETURN_IF_ERROR(plan_->set_config(SparsePass::kForward, config));
       if (plan_->forward_moment_slices(ctx) == 0) continue;
-      TOPIARY_ASSIGN_OR_RETURN(const float ms, kernels::TimeCaptured(
-                                                   [&]() -> absl::Status {
-                                                     TOPIARY_RETURN_IF_ERROR(fused());
-                                                     return Statistics(y, &mine, workspace, ctx);
-                                                   },
-                                                   ctx));
+      TOPIARY_ASSIGN_OR_RETURN(const float ms, TimeWithStatistics(fused, y, &mine, workspace, ctx));
       if (best < 0 || ms < fused_ms_) best = config, fused_ms_ = ms;
     }
     TOPIARY_RETURN_IF_ERROR(plan_->set_config(SparsePass::kForward, best));

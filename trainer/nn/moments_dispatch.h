@@ -52,6 +52,17 @@ class MomentsDispatch {
   float* part() const { return part_.data(); }
   int slices() const { return static_cast<int>(part_.size() / (3 * shape_.k)); }
 
+  // Times `conv` (writing y, and the moments where *moments says) followed by the batch norm's
+  // statistics (merging *moments, or a pass over y when it is null), as a captured graph: how
+  // Run compares its routes, and how a block-masked layer's block-sparse forward is compared
+  // with the measured route (sparse_dispatch.h).
+  absl::StatusOr<float> TimeWithStatistics(const std::function<absl::Status()>& conv, const void* y,
+                                           const kernels::BatchNormMoments* moments,
+                                           void* workspace, const kernels::CudaContext& ctx) const;
+  // The measured route's time with the statistics (ms); negative until Run has measured, and
+  // when the route is forced.
+  float route_ms() const { return measured_ ? (chosen_ ? fused_ms_ : unfused_ms_) : -1; }
+
   // For the plan report: "forward with its batch norm's moments: wgmma 128x128x64 pingpong
   // (0.0858 ms with the statistics, against cuDNN + the statistics pass 0.1078 ms)", or that
   // it is not measured yet.

@@ -52,13 +52,22 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
                                              const MomentsRequest* request) {
   using kernels::SparsePass;
   if (pass == SparsePass::kForward) wrote_moments_ = false;
-  if (kernel.mask_info.kind != MaskInfo::Kind::kBlock && plan_ == nullptr) return false;
+  // The dense side: with the moments asked for, the layer's moments route (true when it ran
+  // the pass: it wrote the moments), else the caller's cuDNN pass (false). Masked weights are
+  // zeros, so either is right for any mask.
+  const bool moments_asked = pass == SparsePass::kForward && request != nullptr &&
+                             request->route != nullptr && bias == nullptr;
+  auto dense_route = [&]() -> absl::StatusOr<bool> {
+    if (!moments_asked) return false;
+    return request->route->Run(in0, in1, out, request->workspace, request->moments, dense, ctx);
+  };
+  if (kernel.mask_info.kind != MaskInfo::Kind::kBlock && plan_ == nullptr) return dense_route();
   const bool capturing = kernels::StreamCapturing(ctx);
   if (kernel.mask_version != version_) {
-    if (capturing) return false;  // not planned for this mask: dense is correct for any mask
+    if (capturing) return dense_route();  // not planned for this mask: dense is correct for any
     TOPIARY_RETURN_IF_ERROR(Replan(kernel, ctx));
   }
-  if (plan_ == nullptr) return false;
+  if (plan_ == nullptr) return dense_route();
   auto sparse = [&]() -> absl::Status {
     switch (pass) {
       case SparsePass::kForward:
@@ -70,9 +79,21 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     }
     return absl::InternalError("unknown pass");
   };
+  // The block-sparse forward writing the moments into the route's buffer, where its
+  // configuration writes them (Hopper's) and they fit (the buffer has room for any Hopper
+  // configuration's slices): mine.slices > 0.
+  float* part = moments_asked ? request->route->part() : nullptr;
+  kernels::BatchNormMoments mine{part, 0};
+  auto with_moments = [&]() -> absl::Status {
+    return plan_->Forward(in0, in1, nullptr, out, ctx, part);
+  };
+  auto moment_slices = [&] {
+    const int n = moments_asked ? plan_->forward_moment_slices(ctx) : 0;
+    return n > 0 && n <= request->route->slices() ? n : 0;
+  };
   const int p = static_cast<int>(pass);
   if (!measured_[p]) {
-    if (capturing) return false;
+    if (capturing) return dense_route();
     measured_[p] = true;
     if (mode_ == BlockSparseMode::kOn) {  // forced: no timing
       choice_.sparse[p] = true;
@@ -89,8 +110,28 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     // and cuDNN's plan as captured graphs (cuDNN's host-side cost per call would otherwise
     // count against it, though a captured step never pays it).
     TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
-    TOPIARY_ASSIGN_OR_RETURN(auto dense_ms, kernels::TimeCaptured(dense, ctx));
-    auto sparse_ms = kernels::TimeCaptured(sparse, ctx, 10);
+    // With the moments asked for, both sides with the batch norm's statistics: the route
+    // measures itself on its first call (running the pass; its output is overwritten below),
+    // and the block-sparse forward pays a pass over y where its configuration writes no
+    // moments.
+    float dense_ms = -1;
+    if (moments_asked) {
+      TOPIARY_RETURN_IF_ERROR(dense_route().status());
+      dense_ms = request->route->route_ms();  // negative when the route is forced: untimed
+    }
+    const bool with_statistics = dense_ms >= 0;
+    if (pass == SparsePass::kForward) choice_.forward_with_statistics = with_statistics;
+    absl::StatusOr<float> sparse_ms;
+    if (with_statistics) {
+      mine.slices = moment_slices();
+      std::function<absl::Status()> conv = sparse;
+      if (mine.slices > 0) conv = with_moments;
+      sparse_ms = request->route->TimeWithStatistics(conv, out, mine.slices > 0 ? &mine : nullptr,
+                                                     request->workspace, ctx);
+    } else {
+      TOPIARY_ASSIGN_OR_RETURN(dense_ms, kernels::TimeCaptured(dense, ctx));
+      sparse_ms = kernels::TimeCaptured(sparse, ctx, 10);
+    }
     if (!sparse_ms.ok()) return sparse_ms.status();
     choice_.dense_ms[p] = dense_ms;
     choice_.sparse_ms[p] = *sparse_ms;
@@ -98,22 +139,21 @@ absl::StatusOr<bool> SparseConvDispatch::Run(kernels::SparsePass pass, const Par
     choice_.sparse[p] = *sparse_ms < dense_ms;
     if (kernels::ConvLogEnabled()) {
       std::fprintf(stderr,
-                   "%s %s: %.1f%% of blocks kept: block-sparse %.4f ms (%s), dense %.4f ms, chose "
-                   "%s\n",
+                   "%s %s: %.1f%% of blocks kept: block-sparse %.4f ms (%s), dense %.4f ms%s, "
+                   "chose %s\n",
                    layer_.c_str(), kernels::SparsePassName(pass), 100.0 * choice_.density,
                    *sparse_ms, choice_.config[p].c_str(), dense_ms,
+                   with_statistics ? " (both with the batch norm's statistics)" : "",
                    choice_.sparse[p] ? "block-sparse" : "dense");
     }
   }
-  if (!choice_.sparse[p]) return false;
-  if (pass == SparsePass::kForward && request != nullptr && bias == nullptr) {
-    const int slices = plan_->forward_moment_slices(ctx);
-    if (slices > 0 && slices <= request->capacity) {
-      TOPIARY_RETURN_IF_ERROR(plan_->Forward(in0, in1, nullptr, out, ctx, request->part));
-      *request->moments = {request->part, slices};
-      wrote_moments_ = true;
-      return true;
-    }
+  if (!choice_.sparse[p]) return dense_route();
+  mine.slices = moment_slices();
+  if (mine.slices > 0) {
+    TOPIARY_RETURN_IF_ERROR(with_moments());
+    *request->moments = mine;
+    wrote_moments_ = true;
+    return true;
   }
   TOPIARY_RETURN_IF_ERROR(sparse());
   return true;

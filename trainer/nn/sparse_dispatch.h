@@ -29,17 +29,22 @@
 #include "kernels/sparse/block_sparse_conv.h"
 #include "trainer/core/parameter.h"
 #include "trainer/nn/layer.h"
+#include "trainer/nn/moments_dispatch.h"
 
 namespace topiary {
 
 class SparseConvDispatch {
  public:
-  // Where the training forward pass may leave the batch norm's moments of y (the batch norm
-  // that alone reads y then merges them instead of reading y for its statistics): room for
-  // `capacity` slices of [3][slices][K] floats at `part`, and the summary to fill.
+  // A training forward pass whose output one batch norm alone reads (which then merges the
+  // moments of y instead of reading y for its statistics): the layer's moments route
+  // (moments_dispatch.h), whose buffer (`route->part()`) a block-sparse forward writes the
+  // moments into, whose measured route (cuDNN then the statistics pass, or Hopper's dense
+  // convolution writing the moments) the block-sparse forward is timed against with the
+  // statistics included, and which runs the pass where the block-sparse side loses; the
+  // workspace that timing needs (MomentsDispatch::WorkspaceBytes) and the summary to fill.
   struct MomentsRequest {
-    float* part = nullptr;
-    int capacity = 0;
+    MomentsDispatch* route = nullptr;
+    void* workspace = nullptr;
     kernels::BatchNormMoments* moments = nullptr;
   };
 
@@ -52,10 +57,11 @@ class SparseConvDispatch {
   // kernel's current mask, and returns whether it did (false: the caller runs `dense`).
   // `dense` runs the pass with cuDNN's plan (used here only to time it); operands as
   // BlockSparseConvCuda::Tune's; bias is the forward pass's bias and dbias the filter
-  // gradient's (either may be null). With a MomentsRequest (forward, no bias), a block-sparse
-  // forward whose configuration writes the moments (Hopper's) writes them too and fills
-  // *request->moments; otherwise that is left as it was. (The choice is timed without them:
-  // they only save the batch norm's pass over y, so the sparse side's gain is understated.)
+  // gradient's (either may be null). With a MomentsRequest (forward, no bias) and a
+  // block-sparse configuration that writes the moments (Hopper's), the forward is timed with
+  // the batch norm's statistics against the request's route, and whichever of the two runs
+  // writes the moments where it can (filling *request->moments; otherwise that is left as it
+  // was). Returns true when it ran the pass.
   absl::StatusOr<bool> Run(kernels::SparsePass pass, const Parameter& kernel, const void* in0,
                            const void* in1, void* out, const float* bias, float* dbias,
                            const std::function<absl::Status()>& dense,
