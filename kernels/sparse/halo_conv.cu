@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "cute/arch/copy_sm90_desc.hpp"
@@ -723,48 +725,65 @@ bool ShapeTaken(const ConvShape& s) {
   return static_cast<int64_t>(s.n) * s.h * s.w * std::max(s.c, s.k) < (int64_t{1} << 40);
 }
 
+// The forward's geometry where the kernel takes shape `s` (ShapeTaken, Fits), else none: what
+// both the check and the run use, built once per call.
+std::optional<Geometry> ForwardTaken(const ConvShape& s) {
+  if (!ShapeTaken(s)) return std::nullopt;
+  Geometry g = ForwardGeometry(s);
+  if (!Fits(g)) return std::nullopt;
+  return g;
+}
+
+// Backward data's phases of dx that have pixels, each with its geometry, where the kernel takes
+// every one of them, else none.
+std::optional<std::vector<std::pair<DgradPhase, Geometry>>> BackwardDataTaken(const ConvShape& s) {
+  if (!ShapeTaken(s)) return std::nullopt;
+  std::vector<std::pair<DgradPhase, Geometry>> phases;
+  for (const DgradPhase& d : DgradPhases(s)) {
+    if (d.shape.h == 0 || d.shape.w == 0) continue;  // no dx pixels in the phase
+    // A phase no tap reaches has dx = 0 there, which this kernel does not write.
+    if (d.shape.r == 0 || d.shape.s == 0) return std::nullopt;
+    Geometry g = DgradGeometry(s, d);
+    if (!Fits(g)) return std::nullopt;
+    phases.emplace_back(d, g);
+  }
+  return phases;
+}
+
 }  // namespace
 
-bool HaloForwardTakes(const ConvShape& s) { return ShapeTaken(s) && Fits(ForwardGeometry(s)); }
+bool HaloForwardTakes(const ConvShape& s) { return ForwardTaken(s).has_value(); }
 
 absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* index, int stride,
                             const void* x, const void* w, const float* bias, void* y,
                             const CudaContext& ctx, float* moments) {
-  if (!HaloForwardTakes(s)) return absl::InvalidArgumentError("halo conv: shape not taken");
+  const std::optional<Geometry> g = ForwardTaken(s);
+  if (!g) return absl::InvalidArgumentError("halo conv: shape not taken");
   if (moments != nullptr && bias != nullptr) {
     return absl::InvalidArgumentError("halo conv: moments are of an output without a bias");
   }
-  return Run<false>(ForwardGeometry(s), {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, 1,
-                    0, 0, w, s.k, s.r * s.s, s.c, count, index, stride, bias, moments, ctx);
+  return Run<false>(*g, {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, 1, 0, 0, w, s.k,
+                    s.r * s.s, s.c, count, index, stride, bias, moments, ctx);
 }
 
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
-  if (!HaloForwardTakes(s)) return 0;
-  const Tiles tiles = CountTiles(ForwardGeometry(s), s.n, s.k);
+  const std::optional<Geometry> g = ForwardTaken(s);
+  if (!g) return 0;
+  const Tiles tiles = CountTiles(*g, s.n, s.k);
   return 2 * PersistentCtas(tiles.count, tiles.n_tiles, ctx);
 }
 
-bool HaloBackwardDataTakes(const ConvShape& s) {
-  if (!ShapeTaken(s)) return false;
-  for (const DgradPhase& d : DgradPhases(s)) {
-    if (d.shape.h == 0 || d.shape.w == 0) continue;  // no dx pixels in the phase
-    // A phase no tap reaches has dx = 0 there, which this kernel does not write.
-    if (d.shape.r == 0 || d.shape.s == 0 || !Fits(DgradGeometry(s, d))) return false;
-  }
-  return true;
-}
+bool HaloBackwardDataTakes(const ConvShape& s) { return BackwardDataTaken(s).has_value(); }
 
 absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
                                  const void* dy, const void* w, void* dx, const CudaContext& ctx) {
-  if (!HaloBackwardDataTakes(s)) {
-    return absl::InvalidArgumentError("halo conv backward data: shape not taken");
-  }
+  const auto phases = BackwardDataTaken(s);
+  if (!phases) return absl::InvalidArgumentError("halo conv backward data: shape not taken");
   // One launch per phase of dx, each over all of dy, stored through a strided view of dx.
-  for (const DgradPhase& d : DgradPhases(s)) {
-    if (d.empty()) continue;
-    TOPIARY_RETURN_IF_ERROR(Run<true>(DgradGeometry(s, d), {dy, s.n, s.ho(), s.wo(), s.k},
-                                      {dx, s.n, s.h, s.w, s.c}, s.stride_h, d.ph, d.pw, w, s.k,
-                                      s.r * s.s, s.c, count, index, stride, nullptr, nullptr, ctx));
+  for (const auto& [d, g] : *phases) {
+    TOPIARY_RETURN_IF_ERROR(Run<true>(g, {dy, s.n, s.ho(), s.wo(), s.k}, {dx, s.n, s.h, s.w, s.c},
+                                      s.stride_h, d.ph, d.pw, w, s.k, s.r * s.s, s.c, count, index,
+                                      stride, nullptr, nullptr, ctx));
   }
   return absl::OkStatus();
 }

@@ -286,13 +286,14 @@ class ExactConvEngine : public ConvEngine {
       auto dense = [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); };
       MomentsDispatch* moments = training && io.moments != nullptr ? Moments(io) : nullptr;
       SparseConvDispatch* sparse = Sparse(io);
-      if (moments != nullptr && (op.kernel->mask.empty() || sparse == nullptr)) {
+      if (moments != nullptr && sparse == nullptr) {
         TOPIARY_ASSIGN_OR_RETURN(const bool ran, moments->Run(io.x[0], w, io.y, io.workspace,
                                                               io.moments, dense, *io.cuda));
         return ran ? absl::OkStatus() : dense();
       }
-      // A block-masked kernel keeps the block-sparse dispatch, which times its forward against
-      // the moments route and writes the moments where it runs block-sparse.
+      // With a block-sparse dispatch, that times a block-masked forward against the moments
+      // route and writes the moments where it runs block-sparse; it runs the route itself for
+      // an unmasked kernel.
       SparseConvDispatch::MomentsRequest request;
       if (moments != nullptr) request = {moments, io.workspace, io.moments};
       return Dispatch(sparse, kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,

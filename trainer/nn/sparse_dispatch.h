@@ -75,6 +75,20 @@ class SparseConvDispatch {
  private:
   // Packs the block lists of the kernel's current mask (or drops them: no block mask).
   absl::Status Replan(const Parameter& kernel, const kernels::CudaContext& ctx);
+  // Chooses the side of pass `pass` for the current plan, on the call's operands (Run's; its
+  // outputs are overwritten by the run that follows): mode kOn forces block-sparse untimed;
+  // otherwise the block-sparse configurations are tuned and the chosen one timed against the
+  // dense side, with the batch norm's statistics where the request asks for them.
+  absl::Status Measure(kernels::SparsePass pass, const void* in0, const void* in1, void* out,
+                       const float* bias, float* dbias, const std::function<absl::Status()>& dense,
+                       const kernels::CudaContext& ctx, const MomentsRequest* request);
+  // The planned block-sparse pass; `moments` (forward only, or null) receives the batch norm's
+  // moments of y.
+  absl::Status RunSparse(kernels::SparsePass pass, const void* in0, const void* in1, void* out,
+                         const float* bias, float* dbias, float* moments,
+                         const kernels::CudaContext& ctx);
+  // The slices of the moments the planned forward writes into the request's buffer (0: none).
+  int MomentSlices(const MomentsRequest& request, const kernels::CudaContext& ctx) const;
 
   std::string layer_;
   kernels::ConvShape shape_;
