@@ -48,9 +48,10 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
       {MakeConv(1, 10, 6, 64, 64, 5, 3, 1, 2), 64, 64},
       // 128-channel input blocks: backward data's 128-wide tiles.
       {MakeConv(2, 9, 9, 256, 256, 3, 3, 1, 1), 128, 128},
-      // Backward data at stride 2, phase by phase: even maps (resnet's), a 1x1 shortcut (three
-      // phases without taps), 128-wide tiles, and no padding (a phase whose last dy row reaches
-      // no dx row of it: Hopper's backward data refuses the layer).
+      // Backward data at stride 2, phase by phase and the halo kernel's phases in one launch:
+      // even maps (resnet's), a 1x1 shortcut (three phases without taps), 128-wide tiles, and
+      // no padding (a phase whose last dy row reaches no dx row of it: Hopper's backward data
+      // refuses the layer). (1x9x11 at stride 2 above: phases of unequal sizes.)
       {MakeConv(2, 14, 14, 128, 128, 3, 3, 2, 1), 64, 64},
       {MakeConv(2, 8, 7, 128, 256, 1, 1, 2, 0), 64, 128},
       // One row: the odd-row phases have no pixels at all, the tapless ones zeros to write.
@@ -96,13 +97,14 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
         // each phase's problem has the layer's dy, dgrad_phases.h).
         const int forward_configs = (*plan)->configs(SparsePass::kForward);
         const int data_configs = (*plan)->configs(SparsePass::kBackwardData);
-        int hopper[2] = {0, 0}, halo[2] = {0, 0};
+        int hopper[2] = {0, 0}, halo[2] = {0, 0}, halo_phases = 0;
         for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
           for (int config = 0; config < (*plan)->configs(pass); ++config) {
             ASSERT_TRUE((*plan)->set_config(pass, config).ok());
             const std::string name = (*plan)->config_name(pass);
             hopper[static_cast<int>(pass)] += name.rfind("wgmma", 0) == 0 ? 1 : 0;
             halo[static_cast<int>(pass)] += name.rfind("halo", 0) == 0 ? 1 : 0;
+            halo_phases += name.rfind("halo phases", 0) == 0 ? 1 : 0;
           }
         }
         const bool aligned = tc && c.bi % 64 == 0 && c.bo % 64 == 0 && Sm90();
@@ -123,6 +125,11 @@ TEST_F(CudaKernels, BlockSparseConvMatchesCpu) {
             });
         EXPECT_EQ(halo[0] > 0, halo_fits);
         EXPECT_EQ(halo[1] > 0, halo_fits && every_phase_tapped);
+        // Its phases in one launch: where there are several phases of dx with pixels.
+        const auto with_pixels = std::count_if(phases.begin(), phases.end(), [](const auto& p) {
+          return p.shape.h > 0 && p.shape.w > 0;
+        });
+        EXPECT_EQ(halo_phases > 0, halo_fits && every_phase_tapped && with_pixels > 1);
         for (int config = 0; config < std::max(forward_configs, data_configs); ++config) {
           SCOPED_TRACE("configuration " + std::to_string(config));
           ASSERT_TRUE((*plan)
@@ -196,8 +203,13 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
       {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 64, 128},
       // Backward data's 128-wide tiles: 98 of 256 x 128 per pass, 196 of 128 x 128.
       {MakeConv(64, 14, 14, 256, 256, 3, 3, 1, 1), 128, 128},
-      // Stride 2: backward data's four phases, 98 tiles of 128 x 64 each.
+      // Stride 2: backward data's four phases, 98 tiles of 128 x 64 each (the halo kernel's
+      // phases in one launch: 32 groups of four tiles, their halos shared).
       {MakeConv(32, 28, 28, 128, 128, 3, 3, 2, 1), 64, 64},
+      // Stride 2 where the halo kernel's phases in one launch do not fit: more kept blocks
+      // (of 8) than a group's 30 KB bands of dy leave room for (three), so it runs phase by
+      // phase (asserted below).
+      {MakeConv(8, 28, 28, 64, 512, 3, 3, 2, 1), 64, 64},
   };
   uint32_t seed = 4400;
   for (const testing::BlockConvCase& c : cases) {
@@ -206,6 +218,9 @@ TEST_F(CudaKernels, HopperBlockSparseKernelsRunManyTilesPerCta) {
         absl::StrFormat("%dx%dx%dx%d k%d blocks %dx%d", sh.n, sh.h, sh.w, sh.c, sh.k, c.bi, c.bo));
     const BlockGrid grid =
         testing::MakeBlockGrid(sh, c.bi, c.bo, testing::GridPattern::kRandom, seed++);
+    if (sh.k == 512) {
+      ASSERT_GE(grid.rows * grid.cols - grid.zeros(), 4);
+    }
     const size_t nx = static_cast<size_t>(sh.n) * sh.h * sh.w * sh.c;
     const size_t nw = static_cast<size_t>(sh.k) * sh.patch();
     const size_t ny = static_cast<size_t>(sh.n) * sh.ho() * sh.wo() * sh.k;

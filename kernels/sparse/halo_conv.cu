@@ -1,4 +1,4 @@
-// The shifted-window block-sparse forward convolution (halo_conv.h).
+// The shifted-window block-sparse convolution, forward and backward data (halo_conv.h).
 //
 // A CTA is one producer warpgroup (one thread issues the halo loads, another the weights') and
 // two consumer warpgroups (wgmma), over a persistent grid of tiles (image, band of output rows,
@@ -11,6 +11,12 @@
 // stage the tile's outputs in shared memory in the output's own layout (the frame's rows of
 // 64 channels, swizzled as TMA reads them) and store them with one TMA box, which drops the
 // frame's extra columns and the rows past the image as out of bounds.
+//
+// Backward data at stride 2 may run all phases of dx in one launch: the grid's unit is then a
+// group of tiles (image, band of dy, 64 channels), one tile per phase of dx, which the
+// consumers take in turn as any tiles; the group's halos are loaded once, stay in their
+// buffers for all of its tiles (a ring that holds a group's halos at once) and are released
+// by both consumers after their last tile of the group.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -46,26 +52,22 @@ namespace {
 constexpr int kRowBytes = 128;  // one pixel's 64 bf16 channels: a swizzle row
 constexpr int kPixels = 256;    // frame pixels per tile at most: the wgmma's N
 constexpr int kStages = 6;      // weight tiles in flight
-constexpr int kMaxHalos = 3;    // halo buffers at most (three where they fit: HaloBuffers)
+constexpr int kMaxHalos = 8;    // halo buffers at most (HaloBuffers)
 constexpr int kWeightBytes = kHaloTileN * kRowBytes;  // 64 output channels x 64 inputs
 constexpr int kStagingBytes = kPixels * kRowBytes;    // a tile's outputs, per warpgroup
 constexpr int kCtaThreads = 3 * 128;                  // producers, two consumers
 constexpr int kMaxPhases = 4;                         // stride 2: x's four pixel phases
 constexpr int kMaxTaps = 64;                          // R x S at most
 
-// A phase of the input (at stride 2, the pixels x[2u + a][2v + b]; at stride 1, x itself)
-// with the taps that read it: output pixel (i, j) reads phase pixel (i + dr, j + ds) for a
-// tap, dr and ds from `row` to `row` + its extent - 1.
+// A phase of the input (at stride 2, the pixels x[2u + a][2v + b]; at stride 1, x itself):
+// output pixel (i, j) reads phase pixel (i + dr, j + ds) for a tap, dr and ds from `row` to
+// `row` + its extent - 1.
 struct HaloPhase {
   int row, col;    // the box's first phase row (less the band's first output row) and column
-  int tap0, taps;  // its entries of the tap table
   uint32_t bytes;  // its box's: 64 channels x Wp x (band + row extent - 1)
 };
 
 struct HaloParams {
-  CUtensorMap x_map[kMaxPhases];  // each phase as [N][H'][W'][C], boxes of 64 x Wp x rows x 1
-  CUtensorMap w_map;              // w as [K][R * S * C], boxes of 64 x 64
-  CUtensorMap y_map;              // y as [N][Ho][Wo][K], boxes of 64 x Wp x band x 1
   const int* count;
   const int* index;
   int stride;
@@ -73,17 +75,29 @@ struct HaloParams {
   // The forward's batch-norm moments of y (as stored, in bf16), [3][2 x gridDim.x][K]: a
   // (count, mean, M2) summary per channel of each consumer warpgroup's tiles; or null.
   float* moments;
-  int taps;        // R x S: a tile's kept blocks are its count / taps
-  int table_taps;  // the taps in the table: those on phases with pixels
-  int phases;      // the phases with taps and pixels
+  int taps;    // R x S: a tile's kept blocks are its count / taps
+  int phases;  // the input phases with taps and pixels
   HaloPhase phase[kMaxPhases];
+  // The output phases (backward data at stride 2, fused: the phases of dx; otherwise one): a
+  // group of tiles (image, band, output channels) is one tile per output phase, in turn, all
+  // reading the group's halos, which stay until the group's last tiles release them
+  // (halo_users: 2 with several output phases, else 1, each halo released after its taps).
+  int out_phases, halo_users;
+  // The tap table's entries of output phase o and input phase i: tap0[o][i] on, tap_count[o][i]
+  // of them; an output phase's entries are consecutive, out_tap0[o] on, out_taps[o] of them.
+  int tap0[kMaxPhases][kMaxPhases], tap_count[kMaxPhases][kMaxPhases];
+  int out_tap0[kMaxPhases], out_taps[kMaxPhases];
   int tap_column[kMaxTaps];  // a tap's column of the filter as [rows][R * S * C], less the
                              // tile's channels (forward: the input block's; backward data: nt's)
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
   int k, ho, wo;             // y's channels, rows and columns
-  int wp, band, bands, n_tiles, tiles;
+  int wp, band, bands, n_tiles, groups;
   int halo_rows;     // per buffer, a multiple of 8 (1024-byte aligned buffers)
-  int halo_buffers;  // 2 or kMaxHalos
+  int halo_buffers;  // HaloBuffers' (kMaxHalos at most)
+  // The tensor maps last: the scalars and tables the loops read come first.
+  CUtensorMap x_map[kMaxPhases];  // each phase as [N][H'][W'][C], boxes of 64 x Wp x rows x 1
+  CUtensorMap w_map;              // w as [K][R * S * C], boxes of 64 x 64
+  CUtensorMap y_map[kMaxPhases];  // each output phase as [N][Ho][Wo][K], boxes of 64 x Wp x band
 };
 
 // The consumer warpgroups' turns to multiply: one multiplies a tile while the other writes the
@@ -102,7 +116,7 @@ struct Layout {
     weights = halo_buffers * halo_bytes_each;
     staging = weights + kStages * kWeightBytes;
     bars = staging + 2 * kStagingBytes;
-    turns = bars + (2 * kMaxHalos + 2 * kStages) * 8;
+    turns = bars + (2 * halo_buffers + 2 * kStages) * 8;
     total = turns + sizeof(Turns::SharedStorage);
   }
 };
@@ -210,14 +224,26 @@ __device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[
   }
 }
 
-// kData: backward data, one phase of dx as a stride-1 problem over dy with the filter read
-// transposed, its taps from the table (DgradGeometry, HaloBackwardDataRun).
-// kMoments: the forward with the batch norm's moments (p.moments set). A template parameter, so
-// that the kernel without them carries none of their code: measured 5% slower with it (layer2
-// 64x64 at 50% kept, 0.0561 -> 0.0588 ms).
-template <int N, bool kData, bool kMoments>
+// What a kernel computes:
+// - kForward, kForwardMoments: the forward, the latter with the batch norm's moments
+//   (p.moments set);
+// - kData: backward data, one phase of dx as a stride-1 problem over dy with the filter read
+//   transposed, its taps from the table (DgradGeometry, HaloBackwardDataRun);
+// - kDataPhases: backward data, every phase of dx (p.out_phases) in turn per band of dy, its
+//   halos shared by the group's tiles.
+// Template parameters, so that a kernel carries none of the others' code: the forward measured
+// 5% slower with the moments' code in (layer2 64x64 at 50% kept, 0.0561 -> 0.0588 ms). (The
+// one-phase kernels run 1.5-2.5% slower than before the output phases came in, their multiply
+// loop's SASS the same: docs/PERFORMANCE.md, eleventh session.)
+enum class Variant { kForward, kForwardMoments, kData, kDataPhases };
+
+template <int N, Variant V>
 __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_constant__ HaloParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kData = V == Variant::kData || V == Variant::kDataPhases;
+  constexpr bool kMoments = V == Variant::kForwardMoments;
+  constexpr bool kShared = V == Variant::kDataPhases;
+  const int out_phases = kShared ? p.out_phases : 1;
   constexpr int kAcc = N / 2;  // accumulators per thread: 64 x N over 128 threads
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -229,14 +255,14 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   const int halo_buffers = p.halo_buffers;
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + layout.bars);
   uint64_t* halo_full = bars;
-  uint64_t* halo_empty = bars + kMaxHalos;
-  uint64_t* weight_full = bars + 2 * kMaxHalos;
-  uint64_t* weight_empty = bars + 2 * kMaxHalos + kStages;
+  uint64_t* halo_empty = bars + halo_buffers;
+  uint64_t* weight_full = bars + 2 * halo_buffers;
+  uint64_t* weight_empty = bars + 2 * halo_buffers + kStages;
   const int warp_group = threadIdx.x / 128, group_thread = threadIdx.x % 128;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kMaxHalos; ++i) {
+    for (int i = 0; i < halo_buffers; ++i) {
       FullBarrier::init(&halo_full[i], 1);
-      EmptyBarrier::init(&halo_empty[i], 1);  // by the warpgroup that used it
+      EmptyBarrier::init(&halo_empty[i], p.halo_users);  // by the warpgroups that used it
     }
     for (int i = 0; i < kStages; ++i) {
       FullBarrier::init(&weight_full[i], 1);
@@ -263,14 +289,14 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       cute::prefetch_tma_descriptor(&p.w_map);
     }
     int loads = 0;  // halos or weight tiles loaded so far
-    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-      const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
+    for (int tg = blockIdx.x; tg < p.groups; tg += gridDim.x) {
+      const int nt = tg % p.n_tiles, rest = tg / p.n_tiles;
       const int band = rest % p.bands, image = rest / p.bands;
       const int kept = p.count[nt] / p.taps;
       const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
-      for (int b = 0; b < kept; ++b) {
-        const int c0 = blocks[b] * kHaloTileK;
-        if (halos) {
+      if (halos) {  // once per group: every output phase's tile reads them
+        for (int b = 0; b < kept; ++b) {
+          const int c0 = blocks[b] * kHaloTileK;
           for (int ph = 0; ph < p.phases; ++ph, ++loads) {
             const int h = loads % halo_buffers, use = loads / halo_buffers;
             if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
@@ -279,19 +305,27 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
                                          base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
                                          band * p.band + p.phase[ph].row, image);
           }
-          continue;
         }
-        for (int tap = 0; tap < p.table_taps; ++tap, ++loads) {
-          const int stage = loads % kStages;
-          if (loads >= kStages) EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
-          FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-          // Forward: rows nt's 64 output channels, columns the block's input channels of
-          // this tap. Backward data: rows the block's output channels, columns nt's input
-          // channels of this tap.
-          const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
-          cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
-                                       base + layout.weights + stage * kWeightBytes, column,
-                                       kData ? c0 : nt * kHaloTileN);
+        continue;
+      }
+      for (int op = 0; op < out_phases; ++op) {
+        const int tap_end = p.out_tap0[op] + p.out_taps[op];
+        for (int b = 0; b < kept; ++b) {
+          const int c0 = blocks[b] * kHaloTileK;
+          for (int tap = p.out_tap0[op]; tap < tap_end; ++tap, ++loads) {
+            const int stage = loads % kStages;
+            if (loads >= kStages) {
+              EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+            }
+            FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+            // Forward: rows nt's 64 output channels, columns the block's input channels of
+            // this tap. Backward data: rows the block's output channels, columns nt's input
+            // channels of this tap.
+            const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
+            cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                         base + layout.weights + stage * kWeightBytes, column,
+                                         kData ? c0 : nt * kHaloTileN);
+          }
         }
       }
     }
@@ -314,102 +348,112 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   }
   int halos = 0, weights = 0;  // the next halo and weight tile to use, counted as loaded
   int turn = 0;
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++turn) {
-    const int nt = tile % p.n_tiles, rest = tile / p.n_tiles;
+  // With one output phase a halo is released as soon as its taps are done; with several, each
+  // warpgroup releases the group's halos after its last tile of the group.
+  for (int tg = blockIdx.x; tg < p.groups; tg += gridDim.x) {
+    const int nt = tg % p.n_tiles, rest = tg / p.n_tiles;
     const int band = rest % p.bands, image = rest / p.bands;
     const int kept = p.count[nt] / p.taps;
-    if (turn % 2 != group) {  // the other warpgroup's tile: skip its halos and weights
-      halos += kept * p.phases;
-      weights += kept * p.table_taps;
-      continue;
-    }
-    float acc[kAcc];
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    turns.wait();
-    int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
-    bool accumulate = false;
-    for (int b = 0; b < kept; ++b) {
-      for (int ph = 0; ph < p.phases; ++ph, ++halos) {
-        const int h = halos % halo_buffers;
-        FullBarrier::wait(&halo_full[h], (halos / halo_buffers) & 1);
-        const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-        const int tap_end = p.phase[ph].tap0 + p.phase[ph].taps;
-        for (int tap = p.phase[ph].tap0; tap < tap_end; ++tap, ++weights) {
-          const int stage = weights % kStages;
-          FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
-          const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-          const uint32_t bb = halo + p.tap_shift[tap] * kRowBytes;
-          for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-          cute::warpgroup_arrive();
+    const int group_halos = halos;  // the group's first halo
+    halos += kept * p.phases;
+    for (int op = 0; op < out_phases; ++op, ++turn) {
+      if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
+        weights += kept * p.out_taps[op];
+        continue;
+      }
+      float acc[kAcc];
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      turns.wait();
+      int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
+      bool accumulate = false;
+      for (int b = 0; b < kept; ++b) {
+        for (int ph = 0; ph < p.phases; ++ph) {
+          const int fill = group_halos + b * p.phases + ph, h = fill % halo_buffers;
+          FullBarrier::wait(&halo_full[h], (fill / halo_buffers) & 1);
+          const uint32_t halo = base_addr + h * layout.halo_bytes_each;
+          const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
+          for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++weights) {
+            const int stage = weights % kStages;
+            FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
+            const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
+            const uint32_t bb = halo + p.tap_shift[tap] * kRowBytes;
+            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+            cute::warpgroup_arrive();
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-            Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
-                          accumulate || kk > 0, std::make_index_sequence<kAcc>{});
+            for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
+              Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+                            accumulate || kk > 0, std::make_index_sequence<kAcc>{});
+            }
+            cute::warpgroup_commit_batch();
+            cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
+            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+            if (last_stage >= 0 && group_thread == 0) {
+              EmptyBarrier::arrive(&weight_empty[last_stage]);
+              if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+            }
+            last_stage = stage;
+            last_halo = !kShared && tap == tap_end - 1 ? h : -1;
+            accumulate = true;
           }
-          cute::warpgroup_commit_batch();
-          cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
-          for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-          if (last_stage >= 0 && group_thread == 0) {
-            EmptyBarrier::arrive(&weight_empty[last_stage]);
-            if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-          }
-          last_stage = stage;
-          last_halo = tap == tap_end - 1 ? h : -1;
-          accumulate = true;
         }
       }
-    }
-    // The other warpgroup's turn: its multiplies queue behind this one's last (as CUTLASS's
-    // pingpong kernels hand over), so the tensor cores do not wait for this tile's tail.
-    turns.arrive();
-    cute::warpgroup_wait<0>();
-    for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-    if (last_stage >= 0 && group_thread == 0) {
-      EmptyBarrier::arrive(&weight_empty[last_stage]);
-      if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-    }
+      // The other warpgroup's turn: its multiplies queue behind this one's last (as CUTLASS's
+      // pingpong kernels hand over), so the tensor cores do not wait for this tile's tail.
+      turns.arrive();
+      cute::warpgroup_wait<0>();
+      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (last_stage >= 0 && group_thread == 0) {
+        EmptyBarrier::arrive(&weight_empty[last_stage]);
+        if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+      }
+      // Output phases alternate between the warpgroups, so each has one of the group's last two.
+      if (kShared && op + 2 >= out_phases && group_thread == 0) {
+        for (int i = group_halos; i < halos; ++i)
+          EmptyBarrier::arrive(&halo_empty[i % halo_buffers]);
+      }
 
-    // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
-    // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
-    // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
-    // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
-    // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
-    // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
-    if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
-    cutlass::arch::NamedBarrier::sync(128, 1 + group);
-    if constexpr (kMoments) {
-      Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
-    }
-    float bias[2] = {0.0f, 0.0f};
-    if (p.bias != nullptr) {
-      for (int hh = 0; hh < 2; ++hh)
-        bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
-    }
-    auto pack = [&](int j, int hh) {
-      const __nv_bfloat162 v =
-          __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh], acc[4 * j + 2 * hh + 1] + bias[hh]);
-      return *reinterpret_cast<const uint32_t*>(&v);
-    };
-    const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
+      // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
+      // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
+      // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
+      // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
+      // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
+      // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
+      if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
+      cutlass::arch::NamedBarrier::sync(128, 1 + group);
+      if constexpr (kMoments) {
+        Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
+      }
+      float bias[2] = {0.0f, 0.0f};
+      if (p.bias != nullptr) {
+        for (int hh = 0; hh < 2; ++hh)
+          bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
+      }
+      auto pack = [&](int j, int hh) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh],
+                                                       acc[4 * j + 2 * hh + 1] + bias[hh]);
+        return *reinterpret_cast<const uint32_t*>(&v);
+      };
+      const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
 #pragma unroll
-    for (int j = 0; j + 1 < N / 8; j += 2) {
-      const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
-      asm volatile(
-          "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-          "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
-    }
-    if constexpr (N / 8 % 2 == 1) {
-      constexpr int j = N / 8 - 1;
-      const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
-      asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
-                   "r"(pack(j, 0)), "r"(pack(j, 1)));
-    }
-    cute::tma_store_fence();  // the stores above, seen by the TMA engine
-    cutlass::arch::NamedBarrier::sync(128, 1 + group);
-    if (group_thread == 0) {
-      cute::SM90_TMA_STORE_4D::copy(&p.y_map, base + layout.staging + group * kStagingBytes,
-                                    nt * kHaloTileN, 0, band * p.band, image);
-      cute::tma_store_arrive();
+      for (int j = 0; j + 1 < N / 8; j += 2) {
+        const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
+        asm volatile(
+            "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+            "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
+      }
+      if constexpr (N / 8 % 2 == 1) {
+        constexpr int j = N / 8 - 1;
+        const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
+        asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
+                     "r"(pack(j, 0)), "r"(pack(j, 1)));
+      }
+      cute::tma_store_fence();  // the stores above, seen by the TMA engine
+      cutlass::arch::NamedBarrier::sync(128, 1 + group);
+      if (group_thread == 0) {
+        cute::SM90_TMA_STORE_4D::copy(&p.y_map[op], base + layout.staging + group * kStagingBytes,
+                                      nt * kHaloTileN, 0, band * p.band, image);
+        cute::tma_store_arrive();
+      }
     }
   }
   if (group_thread == 0) cute::tma_store_wait<0>();  // the staging stays until it is read
@@ -443,30 +487,44 @@ Tiling ChooseTiling(int ho, int wp) {
 }
 
 // A phase of the input, as HaloPhase (the taps' offsets dr from `row` to `row` + `rows` - 1,
-// ds likewise), with its first pixel of the input and its taps' entries of the table.
+// ds likewise), with its first pixel of the input.
 struct PhaseGeometry {
   int a = 0, b = 0;       // input[step u + a][step v + b]
   int row = 0, rows = 0;  // the taps' row offsets
   int col = 0, cols = 0;  // and column offsets
-  int tap0 = 0, taps = 0;
 };
 
-// How the kernel runs one problem: the input's phases that taps read (at stride `step`), each
-// tap's filter tap (r S + s) and offsets, the output view's size, the frame (Wp wide: the
-// view's width plus the widest phase's extra columns), the tiling and the halo buffers' rows;
-// band 0 when no band fits.
+// A phase of the output: the pixels y[out_step u + a][out_step v + b], ho x wo of them.
+struct OutGeometry {
+  int a = 0, b = 0, ho = 0, wo = 0;
+};
+
+// How the kernel runs one problem: the input's phases that taps read (at stride `step`), the
+// output's phases (at stride out_step), each tap's filter tap (r S + s), offsets and phases
+// (the table in output phase then input phase order), the largest output phase's size, the
+// frame (Wp wide: that width plus the widest input phase's extra columns), the tiling and the
+// halo buffers' rows; band 0 when no band fits.
 struct Geometry {
   int step = 1, phases = 0;
   PhaseGeometry phase[kMaxPhases];
+  int out_step = 1, out_phases = 0;
+  OutGeometry out[kMaxPhases];
   int taps = 0;
   int tap_filter[kMaxTaps], tap_dr[kMaxTaps], tap_ds[kMaxTaps];
+  int tap_phase[kMaxTaps], tap_out[kMaxTaps];
   int ho = 0, wo = 0;
   int wp = 0, halo_rows = 0;
   Tiling tiling;
 
-  void AddTap(int filter_tap, int dr, int ds) {
+  void AddTap(int filter_tap, int dr, int ds, int in_phase, int out_phase) {
     tap_filter[taps] = filter_tap, tap_dr[taps] = dr, tap_ds[taps] = ds;
+    tap_phase[taps] = in_phase, tap_out[taps] = out_phase;
     ++taps;
+  }
+  void AddOut(int a, int b, int rows, int cols) {
+    out[out_phases++] = {a, b, rows, cols};
+    ho = std::max(ho, rows);
+    wo = std::max(wo, cols);
   }
   // Once the phases and taps are in: the frame, the tiling and the halo rows.
   void Finish() {
@@ -500,12 +558,11 @@ std::pair<int, int> PhaseOffsets(int taps, int pad, int stride, int phase) {
 }
 
 // The forward convolution `v` (stride 1, or 2 both ways): x's phases, each with the taps that
-// land on it.
+// land on it, into y itself.
 Geometry ForwardGeometry(const ConvShape& v) {
   Geometry g;
   g.step = v.stride_h;
-  g.ho = v.ho();
-  g.wo = v.wo();
+  g.AddOut(0, 0, v.ho(), v.wo());
   for (int a = 0; a < g.step; ++a) {
     for (int b = 0; b < g.step; ++b) {
       PhaseGeometry ph;
@@ -516,14 +573,13 @@ Geometry ForwardGeometry(const ConvShape& v) {
       // No tap reads it, or it has no pixels (an image narrower than the stride): it adds
       // nothing.
       if (ph.rows <= 0 || ph.cols <= 0 || a >= v.h || b >= v.w) continue;
-      ph.tap0 = g.taps;
       for (int r = 0; r < v.r; ++r) {
         for (int c = 0; c < v.s; ++c) {
           if (FloorMod(r - v.pad_h, g.step) != a || FloorMod(c - v.pad_w, g.step) != b) continue;
-          g.AddTap(r * v.s + c, (r - v.pad_h - a) / g.step, (c - v.pad_w - b) / g.step);
+          g.AddTap(r * v.s + c, (r - v.pad_h - a) / g.step, (c - v.pad_w - b) / g.step, g.phases,
+                   0);
         }
       }
-      ph.taps = g.taps - ph.tap0;
       g.phase[g.phases++] = ph;
     }
   }
@@ -531,25 +587,35 @@ Geometry ForwardGeometry(const ConvShape& v) {
   return g;
 }
 
-// Backward data's phase `d` of dx (dgrad_phases.h): dy itself as the one input phase, read at
-// (u + dr, v + ds) by tap (r0 + stride t, s0 + stride t') with dr = d.pad_h - t (likewise
-// columns); the output view, the phase's dx pixels.
-Geometry DgradGeometry(const ConvShape& s, const DgradPhase& d) {
+// Backward data's phases `ds` of dx (dgrad_phases.h), each with pixels and taps: dy itself as
+// the one input phase, read at (u + dr, v + ds) by phase d's tap (r0 + stride t, s0 + stride
+// t') with dr = d.pad_h - t (likewise columns), into each phase's dx pixels. One phase is one
+// launch's problem; all of them at once share each band of dy (the halo spans every phase's
+// offsets).
+Geometry DgradGeometry(const ConvShape& s, const std::vector<DgradPhase>& ds) {
   Geometry g;
-  g.ho = d.shape.h;
-  g.wo = d.shape.w;
-  PhaseGeometry ph;
-  ph.rows = d.shape.r;
-  ph.cols = d.shape.s;
-  ph.row = d.shape.pad_h - (ph.rows - 1);
-  ph.col = d.shape.pad_w - (ph.cols - 1);
-  for (int t = 0; t < ph.rows; ++t) {
-    for (int u = 0; u < ph.cols; ++u) {
-      g.AddTap((d.r0 + s.stride_h * t) * s.s + d.s0 + s.stride_w * u, d.shape.pad_h - t,
-               d.shape.pad_w - u);
+  g.out_step = s.stride_h;
+  int lo_r = 0, hi_r = 0, lo_c = 0, hi_c = 0;
+  for (const DgradPhase& d : ds) {
+    const int out = g.out_phases;
+    g.AddOut(d.ph, d.pw, d.shape.h, d.shape.w);
+    for (int t = 0; t < d.shape.r; ++t) {
+      for (int u = 0; u < d.shape.s; ++u) {
+        g.AddTap((d.r0 + s.stride_h * t) * s.s + d.s0 + s.stride_w * u, d.shape.pad_h - t,
+                 d.shape.pad_w - u, 0, out);
+      }
     }
+    const int r_lo = d.shape.pad_h - (d.shape.r - 1), c_lo = d.shape.pad_w - (d.shape.s - 1);
+    if (out == 0 || r_lo < lo_r) lo_r = r_lo;
+    if (out == 0 || d.shape.pad_h > hi_r) hi_r = d.shape.pad_h;
+    if (out == 0 || c_lo < lo_c) lo_c = c_lo;
+    if (out == 0 || d.shape.pad_w > hi_c) hi_c = d.shape.pad_w;
   }
-  ph.taps = g.taps;
+  PhaseGeometry ph;
+  ph.row = lo_r;
+  ph.rows = hi_r - lo_r + 1;
+  ph.col = lo_c;
+  ph.cols = hi_c - lo_c + 1;
   g.phase[g.phases++] = ph;
   g.Finish();
   return g;
@@ -557,10 +623,13 @@ Geometry DgradGeometry(const ConvShape& s, const DgradPhase& d) {
 
 constexpr uint32_t kSmemLimit = 227 * 1024;  // shared memory per block on sm_90
 
-// Three halo buffers where they fit (a band's load then starts two tiles ahead), else two; 0
-// when not even two fit.
-int HaloBuffers(int halo_rows) {
-  for (int buffers = kMaxHalos; buffers >= 2; --buffers) {
+// The most halo buffers, from `most` down to `least`, that fit in shared memory; 0 when not
+// even `least` do. With one output phase (each halo released after its taps) three where they
+// fit (kStreamHalos: a band's load starts two tiles ahead), else two; with several, at least a
+// group's halos at once (kept blocks x input phases).
+constexpr int kStreamHalos = 3;
+int HaloBuffers(int halo_rows, int most, int least) {
+  for (int buffers = most; buffers >= least; --buffers) {
     if (Layout(halo_rows, buffers).total + 1024 <= kSmemLimit) return buffers;
   }
   return 0;
@@ -573,36 +642,37 @@ bool Fits(const Geometry& g) {
   for (int i = 0; i < g.phases; ++i) {
     if (g.tiling.band + g.phase[i].rows - 1 > 256) return false;
   }
-  return HaloBuffers(g.halo_rows) != 0;
+  return HaloBuffers(g.halo_rows, kStreamHalos, 2) != 0;
 }
 
-template <int N, bool kData, bool kMoments = false>
+template <int N, Variant V>
 absl::Status Launch(const HaloParams& p, int ctas, const CudaContext& ctx) {
   const int smem = static_cast<int>(Layout(p.halo_rows, p.halo_buffers).total) + 1024;
-  TOPIARY_RETURN_IF_ERROR(CudaStatus(AllowDynamicSmem<HaloKernel<N, kData, kMoments>>(smem),
-                                     "halo conv shared memory"));
-  HaloKernel<N, kData, kMoments><<<ctas, kCtaThreads, smem, ctx.stream>>>(p);
-  return LaunchStatus(kData ? "halo block-sparse conv backward data"
-                            : "halo block-sparse conv forward");
+  TOPIARY_RETURN_IF_ERROR(
+      CudaStatus(AllowDynamicSmem<HaloKernel<N, V>>(smem), "halo conv shared memory"));
+  HaloKernel<N, V><<<ctas, kCtaThreads, smem, ctx.stream>>>(p);
+  return LaunchStatus(V == Variant::kData || V == Variant::kDataPhases
+                          ? "halo block-sparse conv backward data"
+                          : "halo block-sparse conv forward");
 }
 
-template <bool kData, bool kMoments>
+template <Variant V>
 absl::Status LaunchWidth(int width, const HaloParams& p, int ctas, const CudaContext& ctx) {
   switch (width) {
     case 64:
-      return Launch<64, kData, kMoments>(p, ctas, ctx);
+      return Launch<64, V>(p, ctas, ctx);
     case 128:
-      return Launch<128, kData, kMoments>(p, ctas, ctx);
+      return Launch<128, V>(p, ctas, ctx);
     case 192:
-      return Launch<192, kData, kMoments>(p, ctas, ctx);
+      return Launch<192, V>(p, ctas, ctx);
     case 216:
-      return Launch<216, kData, kMoments>(p, ctas, ctx);
+      return Launch<216, V>(p, ctas, ctx);
     case 224:
-      return Launch<224, kData, kMoments>(p, ctas, ctx);
+      return Launch<224, V>(p, ctas, ctx);
     case 232:
-      return Launch<232, kData, kMoments>(p, ctas, ctx);
+      return Launch<232, V>(p, ctas, ctx);
     default:
-      return Launch<256, kData, kMoments>(p, ctas, ctx);
+      return Launch<256, V>(p, ctas, ctx);
   }
 }
 
@@ -653,14 +723,20 @@ Tiles CountTiles(const Geometry& g, int images, int channels) {
   return {bands, n_tiles, static_cast<int64_t>(images) * bands * n_tiles};
 }
 
-// The problem `g` over the input x (read through g's phases) into the view of y at (step u
-// + a, step v + b) (forward: y itself), with the [rows][R * S * filter_c] filter w (forward:
-// rows K; backward data: the layer's K, read transposed).
+// The halo buffers problem `g` runs with where its tiles keep at most `most_kept` blocks; 0
+// when they do not fit (several output phases: a group's halos must fit at once).
+int GroupHaloBuffers(const Geometry& g, int most_kept) {
+  if (g.out_phases == 1) return HaloBuffers(g.halo_rows, kStreamHalos, 2);
+  return HaloBuffers(g.halo_rows, kMaxHalos, std::max(1, most_kept * g.phases));
+}
+
+// The problem `g` over the input x (read through g's phases) into y's phases (forward: y
+// itself), with the [rows][R * S * filter_c] filter w (forward: rows K; backward data: the
+// layer's K, read transposed).
 template <bool kData>
-absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, int y_a, int y_b,
-                 const void* w, int filter_rows, int filter_taps, int filter_c, const int* count,
-                 const int* index, int stride, const float* bias, float* moments,
-                 const CudaContext& ctx) {
+absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, const void* w, int filter_rows,
+                 int filter_taps, int filter_c, const int* count, const int* index, int stride,
+                 const float* bias, float* moments, const CudaContext& ctx) {
   HaloParams p{};
   p.count = count;
   p.index = index;
@@ -671,29 +747,35 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, in
   p.ho = g.ho;
   p.wo = g.wo;
   p.taps = filter_taps;
-  p.table_taps = g.taps;  // fewer than R x S where a phase has no pixels: its taps add nothing
   p.phases = g.phases;
+  p.out_phases = g.out_phases;
+  p.halo_users = g.out_phases > 1 ? 2 : 1;
   p.wp = g.wp;
   p.band = g.tiling.band;
   const Tiles tiles = CountTiles(g, x.n, y.c);
-  if (tiles.count > (int64_t{1} << 30)) {
+  if (tiles.count * g.out_phases > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("halo conv: too many tiles");
   }
   p.bands = tiles.bands;
   p.n_tiles = tiles.n_tiles;
-  p.tiles = static_cast<int>(tiles.count);
+  p.groups = static_cast<int>(tiles.count);
   p.halo_rows = g.halo_rows;
-  p.halo_buffers = HaloBuffers(p.halo_rows);
+  p.halo_buffers = GroupHaloBuffers(g, stride / filter_taps);
+  if (p.halo_buffers == 0) return absl::InvalidArgumentError("halo conv: halos do not fit");
   for (int i = 0; i < g.phases; ++i) {
     const PhaseGeometry& ph = g.phase[i];
     const int box_rows = p.band + ph.rows - 1;
-    p.phase[i] = {ph.row, ph.col, ph.tap0, ph.taps,
-                  static_cast<uint32_t>(kRowBytes) * p.wp * box_rows};
-    for (int t = ph.tap0; t < ph.tap0 + ph.taps; ++t) {
-      p.tap_column[t] = g.tap_filter[t] * filter_c;
-      p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
-    }
+    p.phase[i] = {ph.row, ph.col, static_cast<uint32_t>(kRowBytes) * p.wp * box_rows};
     TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.x_map[i], x, g.step, ph.a, ph.b, p.wp, box_rows));
+  }
+  // The tap table, in output phase then input phase order (as the geometries add the taps).
+  for (int t = 0; t < g.taps; ++t) {
+    const int o = g.tap_out[t], i = g.tap_phase[t];
+    const PhaseGeometry& ph = g.phase[i];
+    if (p.tap_count[o][i]++ == 0) p.tap0[o][i] = t;
+    if (p.out_taps[o]++ == 0) p.out_tap0[o] = t;
+    p.tap_column[t] = g.tap_filter[t] * filter_c;
+    p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
   }
   {
     const int64_t row = static_cast<int64_t>(filter_taps) * filter_c;
@@ -704,12 +786,19 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, int y_step, in
   }
   // A tile's output box is its frame (band rows of Wp pixels), whose columns past the view's
   // width and rows past its height TMA leaves unwritten.
-  TOPIARY_RETURN_IF_ERROR(EncodeNhwc(&p.y_map, y, y_step, y_a, y_b, p.wp, p.band));
-  const int ctas = PersistentCtas(tiles.count, p.n_tiles, ctx);
-  if constexpr (!kData) {
-    if (moments != nullptr) return LaunchWidth<false, true>(g.tiling.width, p, ctas, ctx);
+  for (int o = 0; o < g.out_phases; ++o) {
+    TOPIARY_RETURN_IF_ERROR(
+        EncodeNhwc(&p.y_map[o], y, g.out_step, g.out[o].a, g.out[o].b, p.wp, p.band));
   }
-  return LaunchWidth<kData, false>(g.tiling.width, p, ctas, ctx);
+  const int ctas = PersistentCtas(tiles.count, p.n_tiles, ctx);
+  if constexpr (kData) {
+    if (g.out_phases > 1) return LaunchWidth<Variant::kDataPhases>(g.tiling.width, p, ctas, ctx);
+    return LaunchWidth<Variant::kData>(g.tiling.width, p, ctas, ctx);
+  } else {
+    if (moments != nullptr)
+      return LaunchWidth<Variant::kForwardMoments>(g.tiling.width, p, ctas, ctx);
+    return LaunchWidth<Variant::kForward>(g.tiling.width, p, ctas, ctx);
+  }
 }
 
 // What both passes ask of a shape before its geometry: equal strides of 1 or 2, channels in
@@ -734,20 +823,31 @@ std::optional<Geometry> ForwardTaken(const ConvShape& s) {
   return g;
 }
 
-// Backward data's phases of dx that have pixels, each with its geometry, where the kernel takes
-// every one of them, else none.
-std::optional<std::vector<std::pair<DgradPhase, Geometry>>> BackwardDataTaken(const ConvShape& s) {
+// Backward data where the kernel takes shape `s`: the geometry of each phase of dx that has
+// pixels (one launch each), and of all of them at once (stride 2; one launch whose tiles share
+// each band of dy, where a group's halos fit: GroupHaloBuffers).
+struct DgradPlan {
+  std::vector<Geometry> phases;
+  std::optional<Geometry> fused;
+};
+std::optional<DgradPlan> BackwardDataTaken(const ConvShape& s) {
   if (!ShapeTaken(s)) return std::nullopt;
-  std::vector<std::pair<DgradPhase, Geometry>> phases;
+  DgradPlan plan;
+  std::vector<DgradPhase> with_pixels;
   for (const DgradPhase& d : DgradPhases(s)) {
     if (d.shape.h == 0 || d.shape.w == 0) continue;  // no dx pixels in the phase
     // A phase no tap reaches has dx = 0 there, which this kernel does not write.
     if (d.shape.r == 0 || d.shape.s == 0) return std::nullopt;
-    Geometry g = DgradGeometry(s, d);
+    Geometry g = DgradGeometry(s, {d});
     if (!Fits(g)) return std::nullopt;
-    phases.emplace_back(d, g);
+    plan.phases.push_back(g);
+    with_pixels.push_back(d);
   }
-  return phases;
+  if (with_pixels.size() > 1) {
+    Geometry g = DgradGeometry(s, with_pixels);
+    if (Fits(g)) plan.fused = g;
+  }
+  return plan;
 }
 
 }  // namespace
@@ -762,8 +862,8 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
   if (moments != nullptr && bias != nullptr) {
     return absl::InvalidArgumentError("halo conv: moments are of an output without a bias");
   }
-  return Run<false>(*g, {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, 1, 0, 0, w, s.k,
-                    s.r * s.s, s.c, count, index, stride, bias, moments, ctx);
+  return Run<false>(*g, {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, w, s.k, s.r * s.s,
+                    s.c, count, index, stride, bias, moments, ctx);
 }
 
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
@@ -775,15 +875,26 @@ int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
 
 bool HaloBackwardDataTakes(const ConvShape& s) { return BackwardDataTaken(s).has_value(); }
 
+bool HaloBackwardDataPhasesTakes(const ConvShape& s) {
+  const std::optional<DgradPlan> plan = BackwardDataTaken(s);
+  return plan && plan->fused;
+}
+
 absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
-                                 const void* dy, const void* w, void* dx, const CudaContext& ctx) {
-  const auto phases = BackwardDataTaken(s);
-  if (!phases) return absl::InvalidArgumentError("halo conv backward data: shape not taken");
+                                 const void* dy, const void* w, void* dx, const CudaContext& ctx,
+                                 bool one_launch) {
+  const std::optional<DgradPlan> plan = BackwardDataTaken(s);
+  if (!plan) return absl::InvalidArgumentError("halo conv backward data: shape not taken");
+  const Nhwc in{dy, s.n, s.ho(), s.wo(), s.k}, out{dx, s.n, s.h, s.w, s.c};
+  const int taps = s.r * s.s;
+  if (one_launch && plan->fused && GroupHaloBuffers(*plan->fused, stride / taps) > 0) {
+    return Run<true>(*plan->fused, in, out, w, s.k, taps, s.c, count, index, stride, nullptr,
+                     nullptr, ctx);
+  }
   // One launch per phase of dx, each over all of dy, stored through a strided view of dx.
-  for (const auto& [d, g] : *phases) {
-    TOPIARY_RETURN_IF_ERROR(Run<true>(g, {dy, s.n, s.ho(), s.wo(), s.k}, {dx, s.n, s.h, s.w, s.c},
-                                      s.stride_h, d.ph, d.pw, w, s.k, s.r * s.s, s.c, count, index,
-                                      stride, nullptr, nullptr, ctx));
+  for (const Geometry& g : plan->phases) {
+    TOPIARY_RETURN_IF_ERROR(
+        Run<true>(g, in, out, w, s.k, taps, s.c, count, index, stride, nullptr, nullptr, ctx));
   }
   return absl::OkStatus();
 }

@@ -53,16 +53,25 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
                             const CudaContext& ctx, float* moments = nullptr);
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx);
 
-// Backward data, the same kernel once per phase of dx (dgrad_phases.h; stride 1: one): a
+// Backward data, the same kernel on each phase of dx (dgrad_phases.h; stride 1: one): a
 // phase's dx pixels (u, v) read dy at (u + d - t, v + d' - t') for its taps (r0 + stride t,
 // s0 + stride t'), a stride-1 problem over dy with the filter read transposed, stored through
 // a strided view of dx. Taken where every phase of dx with pixels has taps (a 1x1 filter at
 // stride 2 leaves three phases zero, which this kernel does not write). count / index /
 // stride as MakeKeptTiles makes them for backward data with kHaloTileK x kHaloTileN tiles (64
 // output channels of the layer x 64 of its input channels).
+//
+// One launch per phase, or with `one_launch` all of them in one launch (taken by
+// HaloBackwardDataPhasesTakes: stride 2), whose tiles come in groups, one tile per phase of
+// dx, that read each kept block's band of dy once: phase by phase, the band is loaded once
+// per phase for the phase's 1, 2 or 4 taps (of a 3x3 filter), and the loads bound the
+// kernel. The group's bands stay in shared memory until its last tile; where the most kept
+// blocks' bands do not fit, it runs phase by phase.
 bool HaloBackwardDataTakes(const ConvShape& s);
+bool HaloBackwardDataPhasesTakes(const ConvShape& s);
 absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int* index, int stride,
-                                 const void* dy, const void* w, void* dx, const CudaContext& ctx);
+                                 const void* dy, const void* w, void* dx, const CudaContext& ctx,
+                                 bool one_launch = false);
 
 }  // namespace topiary::kernels
 

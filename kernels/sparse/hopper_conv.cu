@@ -1054,11 +1054,19 @@ absl::Status LaunchHaloData(const ConvShape& s, const int* count, const int* ind
                             const CudaContext& ctx) {
   return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx);
 }
+absl::Status LaunchHaloDataPhases(const ConvShape& s, const int* count, const int* index,
+                                  int stride, const void* dy, const void* w, const float*, void* dx,
+                                  float*, const CudaContext& ctx) {
+  return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx, /*one_launch=*/true);
+}
 int NoMoments(const ConvShape&, const CudaContext&) { return 0; }
 constexpr Entry kHalo = {"halo 256x64x64",        256,     kHaloTileK,      kHaloTileN, LaunchHalo,
                          HaloForwardMomentSlices, nullptr, HaloForwardTakes};
 constexpr Entry kHaloData = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
                              LaunchHaloData,   NoMoments, nullptr,    HaloBackwardDataTakes};
+constexpr Entry kHaloDataPhases = {
+    "halo phases 256x64x64", 256,       kHaloTileK, kHaloTileN,
+    LaunchHaloDataPhases,    NoMoments, nullptr,    HaloBackwardDataPhasesTakes};
 
 template <int BM, int BN, int BK>
 constexpr Entry MakeFilter(const char* name) {
@@ -1094,6 +1102,7 @@ const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
     Make<Operator::kDgrad, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
     kHaloData,
+    kHaloDataPhases,
 };
 
 // Backward filter's M is output channels (a 128-channel block, or 64), its N input channels
