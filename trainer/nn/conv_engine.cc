@@ -109,18 +109,22 @@ MomentsDispatch* Moments(const LayerIo& io) {
 }
 
 // Runs a pass with the block-sparse kernels when the layer's dispatch measured them faster
-// for its current mask, else with `dense` (cuDNN); see sparse_dispatch.h. `moments`: where a
-// block-sparse forward may leave the batch norm's moments (null: nowhere).
+// for its current mask, else with `dense` (cuDNN); see sparse_dispatch.h. `moments`: the
+// training forward's moments request (null: none), whose route runs the pass where a layer
+// has no block-sparse dispatch (with one, the dispatch falls back to the route itself).
 absl::Status Dispatch(SparseConvDispatch* sparse, kernels::SparsePass pass, const ConvOperands& op,
                       const LayerIo& io, const void* in0, const void* in1, void* out,
                       const float* bias, float* dbias, const std::function<absl::Status()>& dense,
                       const SparseConvDispatch::MomentsRequest* moments = nullptr) {
+  bool ran = false;
   if (sparse != nullptr) {
-    TOPIARY_ASSIGN_OR_RETURN(auto ran, sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias,
-                                                   dense, *io.cuda, moments));
-    if (ran) return absl::OkStatus();
+    TOPIARY_ASSIGN_OR_RETURN(
+        ran, sparse->Run(pass, *op.kernel, in0, in1, out, bias, dbias, dense, *io.cuda, moments));
+  } else if (moments != nullptr) {
+    TOPIARY_ASSIGN_OR_RETURN(ran, moments->route->Run(in0, in1, out, moments->workspace,
+                                                      moments->moments, dense, *io.cuda));
   }
-  return dense();
+  return ran ? absl::OkStatus() : dense();
 }
 
 absl::Status Named(const std::string& layer, const absl::Status& st) {
@@ -285,18 +289,11 @@ class ExactConvEngine : public ConvEngine {
       const void* w = WeightFor(*op.kernel, io.dtype);
       auto dense = [&] { return Plan(io).Forward(io.x[0], w, bias, io.y, io.workspace, *io.cuda); };
       MomentsDispatch* moments = training && io.moments != nullptr ? Moments(io) : nullptr;
-      SparseConvDispatch* sparse = Sparse(io);
-      if (moments != nullptr && sparse == nullptr) {
-        TOPIARY_ASSIGN_OR_RETURN(const bool ran, moments->Run(io.x[0], w, io.y, io.workspace,
-                                                              io.moments, dense, *io.cuda));
-        return ran ? absl::OkStatus() : dense();
-      }
-      // With a block-sparse dispatch, that times a block-masked forward against the moments
-      // route and writes the moments where it runs block-sparse; it runs the route itself for
-      // an unmasked kernel.
+      // The block-sparse dispatch times a block-masked forward against the moments route and
+      // writes the moments where it runs block-sparse; otherwise the route runs the pass.
       SparseConvDispatch::MomentsRequest request;
       if (moments != nullptr) request = {moments, io.workspace, io.moments};
-      return Dispatch(sparse, kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
+      return Dispatch(Sparse(io), kernels::SparsePass::kForward, op, io, io.x[0], w, io.y, bias,
                       nullptr, dense, moments != nullptr ? &request : nullptr);
     }
     if (kernels::ConvOneDnnPlan* cpu = CpuPlan(io)) {

@@ -44,12 +44,16 @@ absl::Status SparseConvDispatch::Replan(const Parameter& kernel, const kernels::
   return absl::OkStatus();
 }
 
+namespace {
+
 // Whether the call asks for the batch norm's moments: a forward without a bias, with a route.
 bool MomentsAsked(kernels::SparsePass pass, const float* bias,
                   const SparseConvDispatch::MomentsRequest* request) {
   return pass == kernels::SparsePass::kForward && request != nullptr && request->route != nullptr &&
          bias == nullptr;
 }
+
+}  // namespace
 
 absl::Status SparseConvDispatch::RunSparse(kernels::SparsePass pass, const void* in0,
                                            const void* in1, void* out, const float* bias,
@@ -96,7 +100,6 @@ absl::Status SparseConvDispatch::Measure(kernels::SparsePass pass, const void* i
   // against it, though a captured step never pays it).
   TOPIARY_RETURN_IF_ERROR(plan_->Tune(pass, in0, in1, out, ctx).status());
   choice_.config[p] = plan_->config_name(pass);
-  auto sparse = [&] { return RunSparse(pass, in0, in1, out, bias, dbias, nullptr, ctx); };
   // With the moments asked for, both sides with the batch norm's statistics: the route measures
   // itself on its first call (running the pass; its output is overwritten after), and the
   // block-sparse forward pays a pass over y where its configuration writes no moments.
@@ -111,16 +114,17 @@ absl::Status SparseConvDispatch::Measure(kernels::SparsePass pass, const void* i
   if (pass == SparsePass::kForward) choice_.forward_with_statistics = with_statistics;
   absl::StatusOr<float> sparse_ms;
   if (with_statistics) {
-    float* part = request->route->part();
-    kernels::BatchNormMoments mine{part, MomentSlices(*request, ctx)};
-    auto with_moments = [&] { return RunSparse(pass, in0, in1, out, nullptr, nullptr, part, ctx); };
-    std::function<absl::Status()> conv = sparse;
-    if (mine.slices > 0) conv = with_moments;
-    sparse_ms = request->route->TimeWithStatistics(conv, out, mine.slices > 0 ? &mine : nullptr,
-                                                   request->workspace, ctx);
+    // The block-sparse forward writes the moments where its configuration can (mine.slices >
+    // 0), else the statistics pass reads y.
+    const kernels::BatchNormMoments mine{request->route->part(), MomentSlices(*request, ctx)};
+    float* part = mine.slices > 0 ? request->route->part() : nullptr;
+    sparse_ms = request->route->TimeWithStatistics(
+        [&] { return RunSparse(pass, in0, in1, out, bias, dbias, part, ctx); }, out,
+        mine.slices > 0 ? &mine : nullptr, request->workspace, ctx);
   } else {
     TOPIARY_ASSIGN_OR_RETURN(dense_ms, kernels::TimeCaptured(dense, ctx));
-    sparse_ms = kernels::TimeCaptured(sparse, ctx, 10);
+    sparse_ms = kernels::TimeCaptured(
+        [&] { return RunSparse(pass, in0, in1, out, bias, dbias, nullptr, ctx); }, ctx, 10);
   }
   if (!sparse_ms.ok()) return sparse_ms.status();
   choice_.dense_ms[p] = dense_ms;
