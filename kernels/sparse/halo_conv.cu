@@ -80,13 +80,11 @@ struct HaloParams {
   HaloPhase phase[kMaxPhases];
   // The output phases (backward data at stride 2, fused: the phases of dx; otherwise one): a
   // group of tiles (image, band, output channels) is one tile per output phase, in turn, all
-  // reading the group's halos, which stay until the group's last tiles release them
-  // (halo_users: 2 with several output phases, else 1, each halo released after its taps).
-  int out_phases, halo_users;
+  // reading the group's halos, which stay until the group's last tiles release them.
+  int out_phases;
   // The tap table's entries of output phase o and input phase i: tap0[o][i] on, tap_count[o][i]
-  // of them; an output phase's entries are consecutive, out_tap0[o] on, out_taps[o] of them.
+  // of them.
   int tap0[kMaxPhases][kMaxPhases], tap_count[kMaxPhases][kMaxPhases];
-  int out_tap0[kMaxPhases], out_taps[kMaxPhases];
   int tap_column[kMaxTaps];  // a tap's column of the filter as [rows][R * S * C], less the
                              // tile's channels (forward: the input block's; backward data: nt's)
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
@@ -116,7 +114,7 @@ struct Layout {
     weights = halo_buffers * halo_bytes_each;
     staging = weights + kStages * kWeightBytes;
     bars = staging + 2 * kStagingBytes;
-    turns = bars + (2 * halo_buffers + 2 * kStages) * 8;
+    turns = bars + (2 * kMaxHalos + 2 * kStages) * 8;  // fixed slots: see HaloKernel
     total = turns + sizeof(Turns::SharedStorage);
   }
 };
@@ -233,8 +231,8 @@ __device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[
 //   halos shared by the group's tiles.
 // Template parameters, so that a kernel carries none of the others' code: the forward measured
 // 5% slower with the moments' code in (layer2 64x64 at 50% kept, 0.0561 -> 0.0588 ms). (The
-// one-phase kernels run 1.5-2.5% slower than before the output phases came in, their multiply
-// loop's SASS the same: docs/PERFORMANCE.md, eleventh session.)
+// one-phase kernels run about 1% slower than before the output phases came in, their multiply
+// loop's SASS the same: docs/PERFORMANCE.md, eleventh and twelfth sessions.)
 enum class Variant { kForward, kForwardMoments, kData, kDataPhases };
 
 template <int N, Variant V>
@@ -254,15 +252,18 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   const Layout layout(p.halo_rows, p.halo_buffers);
   const int halo_buffers = p.halo_buffers;
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + layout.bars);
+  // Fixed slots, not sized by the buffers used: a barrier's address is then a constant
+  // offset, not a load of the buffer count on the multiply loop's release path.
   uint64_t* halo_full = bars;
-  uint64_t* halo_empty = bars + halo_buffers;
-  uint64_t* weight_full = bars + 2 * halo_buffers;
-  uint64_t* weight_empty = bars + 2 * halo_buffers + kStages;
+  uint64_t* halo_empty = bars + kMaxHalos;
+  uint64_t* weight_full = bars + 2 * kMaxHalos;
+  uint64_t* weight_empty = bars + 2 * kMaxHalos + kStages;
   const int warp_group = threadIdx.x / 128, group_thread = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int i = 0; i < halo_buffers; ++i) {
       FullBarrier::init(&halo_full[i], 1);
-      EmptyBarrier::init(&halo_empty[i], p.halo_users);  // by the warpgroups that used it
+      // Released by the warpgroup that used it, or with several output phases by both.
+      EmptyBarrier::init(&halo_empty[i], kShared ? 2 : 1);
     }
     for (int i = 0; i < kStages; ++i) {
       FullBarrier::init(&weight_full[i], 1);
@@ -308,23 +309,26 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
         }
         continue;
       }
+      // In the consumers' order: output phase, block, input phase, tap.
       for (int op = 0; op < out_phases; ++op) {
-        const int tap_end = p.out_tap0[op] + p.out_taps[op];
         for (int b = 0; b < kept; ++b) {
           const int c0 = blocks[b] * kHaloTileK;
-          for (int tap = p.out_tap0[op]; tap < tap_end; ++tap, ++loads) {
-            const int stage = loads % kStages;
-            if (loads >= kStages) {
-              EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+          for (int ph = 0; ph < p.phases; ++ph) {
+            const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
+            for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
+              const int stage = loads % kStages;
+              if (loads >= kStages) {
+                EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+              }
+              FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+              // Forward: rows nt's 64 output channels, columns the block's input channels of
+              // this tap. Backward data: rows the block's output channels, columns nt's input
+              // channels of this tap.
+              const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
+              cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                           base + layout.weights + stage * kWeightBytes, column,
+                                           kData ? c0 : nt * kHaloTileN);
             }
-            FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-            // Forward: rows nt's 64 output channels, columns the block's input channels of
-            // this tap. Backward data: rows the block's output channels, columns nt's input
-            // channels of this tap.
-            const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
-            cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
-                                         base + layout.weights + stage * kWeightBytes, column,
-                                         kData ? c0 : nt * kHaloTileN);
           }
         }
       }
@@ -358,7 +362,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     halos += kept * p.phases;
     for (int op = 0; op < out_phases; ++op, ++turn) {
       if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
-        weights += kept * p.out_taps[op];
+        for (int ph = 0; ph < p.phases; ++ph) weights += kept * p.tap_count[op][ph];
         continue;
       }
       float acc[kAcc];
@@ -723,8 +727,9 @@ Tiles CountTiles(const Geometry& g, int images, int channels) {
   return {bands, n_tiles, static_cast<int64_t>(images) * bands * n_tiles};
 }
 
-// The halo buffers problem `g` runs with where its tiles keep at most `most_kept` blocks; 0
-// when they do not fit (several output phases: a group's halos must fit at once).
+// The halo buffers problem `g` runs with where its tiles keep at most `most_kept` blocks (with
+// one output phase, any number: halos stream through); 0 when they do not fit (several output
+// phases: a group's halos must fit at once).
 int GroupHaloBuffers(const Geometry& g, int most_kept) {
   if (g.out_phases == 1) return HaloBuffers(g.halo_rows, kStreamHalos, 2);
   return HaloBuffers(g.halo_rows, kMaxHalos, std::max(1, most_kept * g.phases));
@@ -732,11 +737,11 @@ int GroupHaloBuffers(const Geometry& g, int most_kept) {
 
 // The problem `g` over the input x (read through g's phases) into y's phases (forward: y
 // itself), with the [rows][R * S * filter_c] filter w (forward: rows K; backward data: the
-// layer's K, read transposed).
+// layer's K, read transposed), in `halo_buffers` halo buffers (GroupHaloBuffers', not 0).
 template <bool kData>
-absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, const void* w, int filter_rows,
-                 int filter_taps, int filter_c, const int* count, const int* index, int stride,
-                 const float* bias, float* moments, const CudaContext& ctx) {
+absl::Status Run(const Geometry& g, int halo_buffers, const Nhwc& x, const Nhwc& y, const void* w,
+                 int filter_rows, int filter_taps, int filter_c, const int* count, const int* index,
+                 int stride, const float* bias, float* moments, const CudaContext& ctx) {
   HaloParams p{};
   p.count = count;
   p.index = index;
@@ -749,7 +754,6 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, const void* w,
   p.taps = filter_taps;
   p.phases = g.phases;
   p.out_phases = g.out_phases;
-  p.halo_users = g.out_phases > 1 ? 2 : 1;
   p.wp = g.wp;
   p.band = g.tiling.band;
   const Tiles tiles = CountTiles(g, x.n, y.c);
@@ -760,8 +764,7 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, const void* w,
   p.n_tiles = tiles.n_tiles;
   p.groups = static_cast<int>(tiles.count);
   p.halo_rows = g.halo_rows;
-  p.halo_buffers = GroupHaloBuffers(g, stride / filter_taps);
-  if (p.halo_buffers == 0) return absl::InvalidArgumentError("halo conv: halos do not fit");
+  p.halo_buffers = halo_buffers;
   for (int i = 0; i < g.phases; ++i) {
     const PhaseGeometry& ph = g.phase[i];
     const int box_rows = p.band + ph.rows - 1;
@@ -773,7 +776,6 @@ absl::Status Run(const Geometry& g, const Nhwc& x, const Nhwc& y, const void* w,
     const int o = g.tap_out[t], i = g.tap_phase[t];
     const PhaseGeometry& ph = g.phase[i];
     if (p.tap_count[o][i]++ == 0) p.tap0[o][i] = t;
-    if (p.out_taps[o]++ == 0) p.out_tap0[o] = t;
     p.tap_column[t] = g.tap_filter[t] * filter_c;
     p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
   }
@@ -862,8 +864,9 @@ absl::Status HaloForwardRun(const ConvShape& s, const int* count, const int* ind
   if (moments != nullptr && bias != nullptr) {
     return absl::InvalidArgumentError("halo conv: moments are of an output without a bias");
   }
-  return Run<false>(*g, {x, s.n, s.h, s.w, s.c}, {y, s.n, s.ho(), s.wo(), s.k}, w, s.k, s.r * s.s,
-                    s.c, count, index, stride, bias, moments, ctx);
+  return Run<false>(*g, GroupHaloBuffers(*g, 0), {x, s.n, s.h, s.w, s.c},
+                    {y, s.n, s.ho(), s.wo(), s.k}, w, s.k, s.r * s.s, s.c, count, index, stride,
+                    bias, moments, ctx);
 }
 
 int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx) {
@@ -887,14 +890,17 @@ absl::Status HaloBackwardDataRun(const ConvShape& s, const int* count, const int
   if (!plan) return absl::InvalidArgumentError("halo conv backward data: shape not taken");
   const Nhwc in{dy, s.n, s.ho(), s.wo(), s.k}, out{dx, s.n, s.h, s.w, s.c};
   const int taps = s.r * s.s;
-  if (one_launch && plan->fused && GroupHaloBuffers(*plan->fused, stride / taps) > 0) {
-    return Run<true>(*plan->fused, in, out, w, s.k, taps, s.c, count, index, stride, nullptr,
-                     nullptr, ctx);
+  if (one_launch && plan->fused) {
+    const int buffers = GroupHaloBuffers(*plan->fused, stride / taps);
+    if (buffers > 0) {
+      return Run<true>(*plan->fused, buffers, in, out, w, s.k, taps, s.c, count, index, stride,
+                       nullptr, nullptr, ctx);
+    }
   }
   // One launch per phase of dx, each over all of dy, stored through a strided view of dx.
   for (const Geometry& g : plan->phases) {
-    TOPIARY_RETURN_IF_ERROR(
-        Run<true>(g, in, out, w, s.k, taps, s.c, count, index, stride, nullptr, nullptr, ctx));
+    TOPIARY_RETURN_IF_ERROR(Run<true>(g, GroupHaloBuffers(g, 0), in, out, w, s.k, taps, s.c, count,
+                                      index, stride, nullptr, nullptr, ctx));
   }
   return absl::OkStatus();
 }
