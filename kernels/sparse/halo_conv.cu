@@ -230,9 +230,7 @@ __device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[
 // - kDataPhases: backward data, every phase of dx (p.out_phases) in turn per band of dy, its
 //   halos shared by the group's tiles.
 // Template parameters, so that a kernel carries none of the others' code: the forward measured
-// 5% slower with the moments' code in (layer2 64x64 at 50% kept, 0.0561 -> 0.0588 ms). (The
-// one-phase kernels run about 1% slower than before the output phases came in, their multiply
-// loop's SASS the same: docs/PERFORMANCE.md, eleventh and twelfth sessions.)
+// 5% slower with the moments' code in (layer2 64x64 at 50% kept, 0.0561 -> 0.0588 ms).
 enum class Variant { kForward, kForwardMoments, kData, kDataPhases };
 
 template <int N, Variant V>
@@ -376,11 +374,16 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
           FullBarrier::wait(&halo_full[h], (fill / halo_buffers) & 1);
           const uint32_t halo = base_addr + h * layout.halo_bytes_each;
           const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
+          // Each tap's operand row is read one tap ahead: an indexed load of the parameters
+          // waits on the constant cache, here behind the batch in flight instead of before it.
+          int shift = p.tap_shift[p.tap0[op][ph]];
           for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++weights) {
+            const int next_shift = p.tap_shift[min(tap + 1, kMaxTaps - 1)];
             const int stage = weights % kStages;
             FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
             const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-            const uint32_t bb = halo + p.tap_shift[tap] * kRowBytes;
+            const uint32_t bb = halo + shift * kRowBytes;
+            shift = next_shift;
             for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
             cute::warpgroup_arrive();
 #pragma unroll
