@@ -314,15 +314,16 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
           for (int ph = 0; ph < p.phases; ++ph) {
             const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
             for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
+              // Forward: rows nt's 64 output channels, columns the block's input channels of
+              // this tap. Backward data: rows the block's output channels, columns nt's input
+              // channels of this tap. (Read before the wait for a free stage, so that the
+              // constant cache's latency overlaps it.)
+              const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
               const int stage = loads % kStages;
               if (loads >= kStages) {
                 EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
               }
               FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-              // Forward: rows nt's 64 output channels, columns the block's input channels of
-              // this tap. Backward data: rows the block's output channels, columns nt's input
-              // channels of this tap.
-              const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
               cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
                                            base + layout.weights + stage * kWeightBytes, column,
                                            kData ? c0 : nt * kHaloTileN);
@@ -368,17 +369,20 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       turns.wait();
       int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
       bool accumulate = false;
+      // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
+      // phase's last tap, the next phase's first; every phase of the table has taps): an
+      // indexed load of the parameters waits on the constant cache, here behind the batch in
+      // flight instead of before it.
+      int shift = p.tap_shift[p.tap0[op][0]];
       for (int b = 0; b < kept; ++b) {
         for (int ph = 0; ph < p.phases; ++ph) {
           const int fill = group_halos + b * p.phases + ph, h = fill % halo_buffers;
+          const int tap0 = p.tap0[op][ph], tap_end = tap0 + p.tap_count[op][ph];
+          const int next_tap0 = p.tap0[op][ph + 1 < p.phases ? ph + 1 : 0];
           FullBarrier::wait(&halo_full[h], (fill / halo_buffers) & 1);
           const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-          const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
-          // Each tap's operand row is read one tap ahead: an indexed load of the parameters
-          // waits on the constant cache, here behind the batch in flight instead of before it.
-          int shift = p.tap_shift[p.tap0[op][ph]];
-          for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++weights) {
-            const int next_shift = p.tap_shift[min(tap + 1, kMaxTaps - 1)];
+          for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
+            const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
             const int stage = weights % kStages;
             FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
             const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
