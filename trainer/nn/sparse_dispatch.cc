@@ -116,11 +116,12 @@ absl::Status SparseConvDispatch::Measure(kernels::SparsePass pass, const void* i
   if (with_statistics) {
     // The block-sparse forward writes the moments where its configuration can (mine.slices >
     // 0), else the statistics pass reads y.
-    const kernels::BatchNormMoments mine{request->route->part(), MomentSlices(*request, ctx)};
-    float* part = mine.slices > 0 ? request->route->part() : nullptr;
+    float* const part = request->route->part();
+    const kernels::BatchNormMoments mine{part, MomentSlices(*request, ctx)};
+    float* const written = mine.slices > 0 ? part : nullptr;
     sparse_ms = request->route->TimeWithStatistics(
-        [&] { return RunSparse(pass, in0, in1, out, bias, dbias, part, ctx); }, out,
-        mine.slices > 0 ? &mine : nullptr, request->workspace, ctx);
+        [&] { return RunSparse(pass, in0, in1, out, bias, dbias, written, ctx); }, out,
+        written != nullptr ? &mine : nullptr, request->workspace, ctx);
   } else {
     TOPIARY_ASSIGN_OR_RETURN(dense_ms, kernels::TimeCaptured(dense, ctx));
     sparse_ms = kernels::TimeCaptured(
