@@ -362,26 +362,35 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     const int group_halos = halos;  // the group's first halo
     halos += kept * p.phases;
     for (int op = 0; op < out_phases; ++op, ++turn) {
+      int batches = 0;  // the tile's: one per kept block and tap
+      for (int ph = 0; ph < p.phases; ++ph) batches += kept * p.tap_count[op][ph];
       if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
-        for (int ph = 0; ph < p.phases; ++ph) weights += kept * p.tap_count[op][ph];
+        weights += batches;
         continue;
       }
+      // What the tile's first batch needs, before the turn: from the turn on, the tensor cores
+      // run only the other warpgroup's last batches until this one issues its first.
+      // The first batch overwrites the accumulators (accumulate = false): only a tile without
+      // taps stores them as they are.
       float acc[kAcc];
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      turns.wait();
-      int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
-      bool accumulate = false;
+      if (batches == 0) {
+        for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      }
+      // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
+      int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
       // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
       // phase's last tap, the next phase's first; every phase of the table has taps): an
       // indexed load of the parameters waits on the constant cache, here behind the batch in
       // flight instead of before it.
       int shift = p.tap_shift[p.tap0[op][0]];
+      int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
+      bool accumulate = false;
+      turns.wait();
       for (int b = 0; b < kept; ++b) {
         for (int ph = 0; ph < p.phases; ++ph) {
-          const int fill = group_halos + b * p.phases + ph, h = fill % halo_buffers;
           const int tap0 = p.tap0[op][ph], tap_end = tap0 + p.tap_count[op][ph];
           const int next_tap0 = p.tap0[op][ph + 1 < p.phases ? ph + 1 : 0];
-          FullBarrier::wait(&halo_full[h], (fill / halo_buffers) & 1);
+          FullBarrier::wait(&halo_full[h], h_parity);
           const uint32_t halo = base_addr + h * layout.halo_bytes_each;
           for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
             const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
@@ -398,6 +407,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
                             accumulate || kk > 0, std::make_index_sequence<kAcc>{});
             }
             cute::warpgroup_commit_batch();
+            // The tile's last batch issued: the other warpgroup's turn, its multiplies queued
+            // behind this one's last two (as CUTLASS's pingpong kernels hand over, one batch
+            // earlier), so that the tensor cores do not wait for this tile's tail.
+            if (--batches == 0) turns.arrive();
             cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
             for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
             if (last_stage >= 0 && group_thread == 0) {
@@ -408,11 +421,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
             last_halo = !kShared && tap == tap_end - 1 ? h : -1;
             accumulate = true;
           }
+          if (++h == halo_buffers) h = 0, h_parity ^= 1;
         }
       }
-      // The other warpgroup's turn: its multiplies queue behind this one's last (as CUTLASS's
-      // pingpong kernels hand over), so the tensor cores do not wait for this tile's tail.
-      turns.arrive();
+      if (!accumulate) turns.arrive();  // no batches: the turn passes at once
       cute::warpgroup_wait<0>();
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
       if (last_stage >= 0 && group_thread == 0) {
