@@ -383,13 +383,16 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       // indexed load of the parameters waits on the constant cache, here behind the batch in
       // flight instead of before it.
       int shift = p.tap_shift[p.tap0[op][0]];
+      // Likewise each input phase's taps, read a phase ahead: at stride 2 a phase has 1-4 taps.
+      int tap0 = p.tap0[op][0], tap_end = tap0 + p.tap_count[op][0];
       int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
       bool accumulate = false;
       turns.wait();
       for (int b = 0; b < kept; ++b) {
         for (int ph = 0; ph < p.phases; ++ph) {
-          const int tap0 = p.tap0[op][ph], tap_end = tap0 + p.tap_count[op][ph];
-          const int next_tap0 = p.tap0[op][ph + 1 < p.phases ? ph + 1 : 0];
+          const int next_phase = ph + 1 < p.phases ? ph + 1 : 0;
+          const int next_tap0 = p.tap0[op][next_phase];
+          const int next_end = next_tap0 + p.tap_count[op][next_phase];
           FullBarrier::wait(&halo_full[h], h_parity);
           const uint32_t halo = base_addr + h * layout.halo_bytes_each;
           for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
@@ -422,6 +425,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
             accumulate = true;
           }
           if (++h == halo_buffers) h = 0, h_parity ^= 1;
+          tap0 = next_tap0, tap_end = next_end;
         }
       }
       if (!accumulate) turns.arrive();  // no batches: the turn passes at once
