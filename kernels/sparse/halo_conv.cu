@@ -3,14 +3,18 @@
 // A CTA is one producer warpgroup (one thread issues the halo loads, another the weights') and
 // two consumer warpgroups (wgmma), over a persistent grid of tiles (image, band of output rows,
 // 64 output channels), channel tiles fastest so that neighbouring CTAs read the same band from
-// L2. Per kept input block of the tile's output channels the halo producer loads the band's
-// input rows once (a 4-D TMA box: 64 channels x Wp columns x band + R - 1 rows, zeros outside
-// the image, so the padding costs nothing) into a ring of two or three halo buffers, and the
-// weight producer each of the R x S filter taps' 64 x 64 weight tiles into a ring of stages.
-// The consumers multiply each tap's weight tile by the halo rows shifted by r * Wp + s, then
-// stage the tile's outputs in shared memory in the output's own layout (the frame's rows of
-// 64 channels, swizzled as TMA reads them) and store them with one TMA box, which drops the
-// frame's extra columns and the rows past the image as out of bounds.
+// L2. The grid's unit is two tiles of the same channels and band, of two images, which the
+// consumers take in turn: each warpgroup then gets tiles of the same channels, and so the same
+// work (with units of one tile and the grid's CTA count odd, one warpgroup of a CTA would get
+// every other channel tile, and where their kept blocks differ, as backward data's rows may, it
+// would multiply while the other idled instead of storing). Per kept input block of the tile's
+// output channels the halo producer loads the band's input rows once (a 4-D TMA box: 64 channels x
+// Wp columns x band + R - 1 rows, zeros outside the image, so the padding costs nothing) into a
+// ring of two or three halo buffers, and the weight producer each of the R x S filter taps' 64 x 64
+// weight tiles into a ring of stages. The consumers multiply each tap's weight tile by the halo
+// rows shifted by r * Wp + s, then stage the tile's outputs in shared memory in the output's own
+// layout (the frame's rows of 64 channels, swizzled as TMA reads them) and store them with one TMA
+// box, which drops the frame's extra columns and the rows past the image as out of bounds.
 //
 // Backward data at stride 2 may run all phases of dx in one launch: the grid's unit is then a
 // group of tiles (image, band of dy, 64 channels), one tile per phase of dx, which the
@@ -92,8 +96,9 @@ struct HaloParams {
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
   int k, ho, wo;             // y's channels, rows and columns
   int wp, band, bands, n_tiles, groups;
-  int halo_rows;     // per buffer, a multiple of 8 (1024-byte aligned buffers)
-  int halo_buffers;  // HaloBuffers' (kMaxHalos at most)
+  int n, unit_images;  // the images, and those of a unit of the grid (a group: 1 or 2)
+  int halo_rows;       // per buffer, a multiple of 8 (1024-byte aligned buffers)
+  int halo_buffers;    // HaloBuffers' (kMaxHalos at most)
   // The tensor maps last: the scalars and tables the loops read come first.
   CUtensorMap x_map[kMaxPhases];  // each phase as [N][H'][W'][C], boxes of 64 x Wp x rows x 1
   CUtensorMap w_map;              // w as [K][R * S * C], boxes of 64 x 64
@@ -290,45 +295,48 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       cute::prefetch_tma_descriptor(&p.w_map);
     }
     int loads = 0;  // halos or weight tiles loaded so far
-    for (int tg = blockIdx.x; tg < p.groups; tg += gridDim.x) {
-      const int nt = tg % p.n_tiles, rest = tg / p.n_tiles;
-      const int band = rest % p.bands, image = rest / p.bands;
+    for (int unit = blockIdx.x; unit < p.groups; unit += gridDim.x) {
+      const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
+      const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
+      const int last = min(first + p.unit_images, p.n);
       const int kept = p.count[nt] / p.taps;
       const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
-      if (halos) {  // once per group: every output phase's tile reads them
-        for (int b = 0; b < kept; ++b) {
-          const int c0 = blocks[b] * kHaloTileK;
-          for (int ph = 0; ph < p.phases; ++ph, ++loads) {
-            const int h = loads % halo_buffers, use = loads / halo_buffers;
-            if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
-            FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
-            cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
-                                         base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
-                                         band * p.band + p.phase[ph].row, image);
+      for (int image = first; image < last; ++image) {
+        if (halos) {  // once per group: every output phase's tile reads them
+          for (int b = 0; b < kept; ++b) {
+            const int c0 = blocks[b] * kHaloTileK;
+            for (int ph = 0; ph < p.phases; ++ph, ++loads) {
+              const int h = loads % halo_buffers, use = loads / halo_buffers;
+              if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
+              FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
+              cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
+                                           base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
+                                           band * p.band + p.phase[ph].row, image);
+            }
           }
+          continue;
         }
-        continue;
-      }
-      // In the consumers' order: output phase, block, input phase, tap.
-      for (int op = 0; op < out_phases; ++op) {
-        for (int b = 0; b < kept; ++b) {
-          const int c0 = blocks[b] * kHaloTileK;
-          for (int ph = 0; ph < p.phases; ++ph) {
-            const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
-            for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
-              // Forward: rows nt's 64 output channels, columns the block's input channels of
-              // this tap. Backward data: rows the block's output channels, columns nt's input
-              // channels of this tap. (Read before the wait for a free stage, so that the
-              // constant cache's latency overlaps it.)
-              const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
-              const int stage = loads % kStages;
-              if (loads >= kStages) {
-                EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+        // In the consumers' order: output phase, block, input phase, tap.
+        for (int op = 0; op < out_phases; ++op) {
+          for (int b = 0; b < kept; ++b) {
+            const int c0 = blocks[b] * kHaloTileK;
+            for (int ph = 0; ph < p.phases; ++ph) {
+              const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
+              for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
+                // Forward: rows nt's 64 output channels, columns the block's input channels of
+                // this tap. Backward data: rows the block's output channels, columns nt's input
+                // channels of this tap. (Read before the wait for a free stage, so that the
+                // constant cache's latency overlaps it.)
+                const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
+                const int stage = loads % kStages;
+                if (loads >= kStages) {
+                  EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
+                }
+                FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+                cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                             base + layout.weights + stage * kWeightBytes, column,
+                                             kData ? c0 : nt * kHaloTileN);
               }
-              FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-              cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
-                                           base + layout.weights + stage * kWeightBytes, column,
-                                           kData ? c0 : nt * kHaloTileN);
             }
           }
         }
@@ -355,133 +363,136 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   int turn = 0;
   // With one output phase a halo is released as soon as its taps are done; with several, each
   // warpgroup releases the group's halos after its last tile of the group.
-  for (int tg = blockIdx.x; tg < p.groups; tg += gridDim.x) {
-    const int nt = tg % p.n_tiles, rest = tg / p.n_tiles;
-    const int band = rest % p.bands, image = rest / p.bands;
+  for (int unit = blockIdx.x; unit < p.groups; unit += gridDim.x) {
+    const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
+    const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
+    const int last = min(first + p.unit_images, p.n);
     const int kept = p.count[nt] / p.taps;
-    const int group_halos = halos;  // the group's first halo
-    halos += kept * p.phases;
-    for (int op = 0; op < out_phases; ++op, ++turn) {
-      int batches = 0;  // the tile's: one per kept block and tap
-      for (int ph = 0; ph < p.phases; ++ph) batches += kept * p.tap_count[op][ph];
-      if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
-        weights += batches;
-        continue;
-      }
-      // What the tile's first batch needs, before the turn: from the turn on, the tensor cores
-      // run only the other warpgroup's last batches until this one issues its first.
-      // The first batch overwrites the accumulators (accumulate = false): only a tile without
-      // taps stores them as they are.
-      float acc[kAcc];
-      if (batches == 0) {
-        for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      }
-      // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
-      int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
-      // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
-      // phase's last tap, the next phase's first; every phase of the table has taps): an
-      // indexed load of the parameters waits on the constant cache, here behind the batch in
-      // flight instead of before it.
-      int shift = p.tap_shift[p.tap0[op][0]];
-      // Likewise each input phase's taps, read a phase ahead: at stride 2 a phase has 1-4 taps.
-      int tap0 = p.tap0[op][0], tap_end = tap0 + p.tap_count[op][0];
-      int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
-      bool accumulate = false;
-      turns.wait();
-      for (int b = 0; b < kept; ++b) {
-        for (int ph = 0; ph < p.phases; ++ph) {
-          const int next_phase = ph + 1 < p.phases ? ph + 1 : 0;
-          const int next_tap0 = p.tap0[op][next_phase];
-          const int next_end = next_tap0 + p.tap_count[op][next_phase];
-          FullBarrier::wait(&halo_full[h], h_parity);
-          const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-          for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
-            const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
-            const int stage = weights % kStages;
-            FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
-            const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-            const uint32_t bb = halo + shift * kRowBytes;
-            shift = next_shift;
-            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-            cute::warpgroup_arrive();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-              Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
-                            accumulate || kk > 0, std::make_index_sequence<kAcc>{});
-            }
-            cute::warpgroup_commit_batch();
-            // The tile's last batch issued: the other warpgroup's turn, its multiplies queued
-            // behind this one's last two (as CUTLASS's pingpong kernels hand over, one batch
-            // earlier), so that the tensor cores do not wait for this tile's tail.
-            if (--batches == 0) turns.arrive();
-            cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
-            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-            if (last_stage >= 0 && group_thread == 0) {
-              EmptyBarrier::arrive(&weight_empty[last_stage]);
-              if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-            }
-            last_stage = stage;
-            last_halo = !kShared && tap == tap_end - 1 ? h : -1;
-            accumulate = true;
-          }
-          if (++h == halo_buffers) h = 0, h_parity ^= 1;
-          tap0 = next_tap0, tap_end = next_end;
+    for (int image = first; image < last; ++image) {
+      const int group_halos = halos;  // the group's first halo
+      halos += kept * p.phases;
+      for (int op = 0; op < out_phases; ++op, ++turn) {
+        int batches = 0;  // the tile's: one per kept block and tap
+        for (int ph = 0; ph < p.phases; ++ph) batches += kept * p.tap_count[op][ph];
+        if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
+          weights += batches;
+          continue;
         }
-      }
-      if (!accumulate) turns.arrive();  // no batches: the turn passes at once
-      cute::warpgroup_wait<0>();
-      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-      if (last_stage >= 0 && group_thread == 0) {
-        EmptyBarrier::arrive(&weight_empty[last_stage]);
-        if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-      }
-      // Output phases alternate between the warpgroups, so each has one of the group's last two.
-      if (kShared && op + 2 >= out_phases && group_thread == 0) {
-        for (int i = group_halos; i < halos; ++i)
-          EmptyBarrier::arrive(&halo_empty[i % halo_buffers]);
-      }
-
-      // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
-      // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
-      // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
-      // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
-      // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
-      // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
-      if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
-      cutlass::arch::NamedBarrier::sync(128, 1 + group);
-      if constexpr (kMoments) {
-        Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
-      }
-      float bias[2] = {0.0f, 0.0f};
-      if (p.bias != nullptr) {
-        for (int hh = 0; hh < 2; ++hh)
-          bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
-      }
-      auto pack = [&](int j, int hh) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh],
-                                                       acc[4 * j + 2 * hh + 1] + bias[hh]);
-        return *reinterpret_cast<const uint32_t*>(&v);
-      };
-      const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
+        // What the tile's first batch needs, before the turn: from the turn on, the tensor cores
+        // run only the other warpgroup's last batches until this one issues its first.
+        // The first batch overwrites the accumulators (accumulate = false): only a tile without
+        // taps stores them as they are.
+        float acc[kAcc];
+        if (batches == 0) {
+          for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+        }
+        // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
+        int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
+        // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
+        // phase's last tap, the next phase's first; every phase of the table has taps): an
+        // indexed load of the parameters waits on the constant cache, here behind the batch in
+        // flight instead of before it.
+        int shift = p.tap_shift[p.tap0[op][0]];
+        // Likewise each input phase's taps, read a phase ahead: at stride 2 a phase has 1-4 taps.
+        int tap0 = p.tap0[op][0], tap_end = tap0 + p.tap_count[op][0];
+        int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
+        bool accumulate = false;
+        turns.wait();
+        for (int b = 0; b < kept; ++b) {
+          for (int ph = 0; ph < p.phases; ++ph) {
+            const int next_phase = ph + 1 < p.phases ? ph + 1 : 0;
+            const int next_tap0 = p.tap0[op][next_phase];
+            const int next_end = next_tap0 + p.tap_count[op][next_phase];
+            FullBarrier::wait(&halo_full[h], h_parity);
+            const uint32_t halo = base_addr + h * layout.halo_bytes_each;
+            for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
+              const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
+              const int stage = weights % kStages;
+              FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
+              const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
+              const uint32_t bb = halo + shift * kRowBytes;
+              shift = next_shift;
+              for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+              cute::warpgroup_arrive();
 #pragma unroll
-      for (int j = 0; j + 1 < N / 8; j += 2) {
-        const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
-        asm volatile(
-            "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-            "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
-      }
-      if constexpr (N / 8 % 2 == 1) {
-        constexpr int j = N / 8 - 1;
-        const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
-        asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
-                     "r"(pack(j, 0)), "r"(pack(j, 1)));
-      }
-      cute::tma_store_fence();  // the stores above, seen by the TMA engine
-      cutlass::arch::NamedBarrier::sync(128, 1 + group);
-      if (group_thread == 0) {
-        cute::SM90_TMA_STORE_4D::copy(&p.y_map[op], base + layout.staging + group * kStagingBytes,
-                                      nt * kHaloTileN, 0, band * p.band, image);
-        cute::tma_store_arrive();
+              for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
+                Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+                              accumulate || kk > 0, std::make_index_sequence<kAcc>{});
+              }
+              cute::warpgroup_commit_batch();
+              // The tile's last batch issued: the other warpgroup's turn, its multiplies queued
+              // behind this one's last two (as CUTLASS's pingpong kernels hand over, one batch
+              // earlier), so that the tensor cores do not wait for this tile's tail.
+              if (--batches == 0) turns.arrive();
+              cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
+              for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+              if (last_stage >= 0 && group_thread == 0) {
+                EmptyBarrier::arrive(&weight_empty[last_stage]);
+                if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+              }
+              last_stage = stage;
+              last_halo = !kShared && tap == tap_end - 1 ? h : -1;
+              accumulate = true;
+            }
+            if (++h == halo_buffers) h = 0, h_parity ^= 1;
+            tap0 = next_tap0, tap_end = next_end;
+          }
+        }
+        if (!accumulate) turns.arrive();  // no batches: the turn passes at once
+        cute::warpgroup_wait<0>();
+        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+        if (last_stage >= 0 && group_thread == 0) {
+          EmptyBarrier::arrive(&weight_empty[last_stage]);
+          if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+        }
+        // Output phases alternate between the warpgroups, so each has one of the group's last two.
+        if (kShared && op + 2 >= out_phases && group_thread == 0) {
+          for (int i = group_halos; i < halos; ++i)
+            EmptyBarrier::arrive(&halo_empty[i % halo_buffers]);
+        }
+
+        // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
+        // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
+        // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
+        // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
+        // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
+        // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
+        if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
+        cutlass::arch::NamedBarrier::sync(128, 1 + group);
+        if constexpr (kMoments) {
+          Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
+        }
+        float bias[2] = {0.0f, 0.0f};
+        if (p.bias != nullptr) {
+          for (int hh = 0; hh < 2; ++hh)
+            bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
+        }
+        auto pack = [&](int j, int hh) {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh],
+                                                         acc[4 * j + 2 * hh + 1] + bias[hh]);
+          return *reinterpret_cast<const uint32_t*>(&v);
+        };
+        const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
+#pragma unroll
+        for (int j = 0; j + 1 < N / 8; j += 2) {
+          const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
+          asm volatile(
+              "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+              "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
+        }
+        if constexpr (N / 8 % 2 == 1) {
+          constexpr int j = N / 8 - 1;
+          const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
+          asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
+                       "r"(pack(j, 0)), "r"(pack(j, 1)));
+        }
+        cute::tma_store_fence();  // the stores above, seen by the TMA engine
+        cutlass::arch::NamedBarrier::sync(128, 1 + group);
+        if (group_thread == 0) {
+          cute::SM90_TMA_STORE_4D::copy(&p.y_map[op], base + layout.staging + group * kStagingBytes,
+                                        nt * kHaloTileN, 0, band * p.band, image);
+          cute::tma_store_arrive();
+        }
       }
     }
   }
@@ -745,15 +756,19 @@ absl::Status EncodeNhwc(CUtensorMap* map, const Nhwc& t, int step, int a, int b,
 }
 
 // The tiles of problem `g` over `images` images into `channels` output channels: bands of
-// output rows x images x 64-channel tiles. Run's grid and HaloForwardMomentSlices' count of it
-// (the moments' slots are two per CTA) both come from here, so they agree.
+// output rows x images x 64-channel tiles, in units of two images (the two warpgroups' tiles)
+// or, with several output phases, of one (a group of tiles already). Run's grid and
+// HaloForwardMomentSlices' count of it (the moments' slots are two per CTA) both come from
+// here, so they agree.
 struct Tiles {
-  int bands, n_tiles;
-  int64_t count;
+  int bands, n_tiles, unit_images;
+  int64_t count;  // the grid's units
 };
 Tiles CountTiles(const Geometry& g, int images, int channels) {
   const int bands = (g.ho + g.tiling.band - 1) / g.tiling.band, n_tiles = channels / kHaloTileN;
-  return {bands, n_tiles, static_cast<int64_t>(images) * bands * n_tiles};
+  const int unit_images = g.out_phases == 1 ? 2 : 1;
+  const int64_t units = (static_cast<int64_t>(images) + unit_images - 1) / unit_images;
+  return {bands, n_tiles, unit_images, units * bands * n_tiles};
 }
 
 // The halo buffers the fused phases of problem `g` run with where its tiles keep at most
@@ -792,6 +807,8 @@ absl::Status Run(const Geometry& g, int halo_buffers, const Nhwc& x, const Nhwc&
   p.bands = tiles.bands;
   p.n_tiles = tiles.n_tiles;
   p.groups = static_cast<int>(tiles.count);
+  p.n = x.n;
+  p.unit_images = tiles.unit_images;
   p.halo_rows = g.halo_rows;
   p.halo_buffers = halo_buffers;
   for (int i = 0; i < g.phases; ++i) {
