@@ -182,11 +182,18 @@ std::vector<std::string> ShippedMultiplierFolders() {
       candidates.emplace_back(d);
     }
   }
+  const std::string in_runfiles = "/topiary/data/multipliers/evoapprox8b";
+  // A binary started by another Bazel binary or test (the CLI under the Python suite) has
+  // no runfiles tree of its own until Bazel builds it as a target of its own, which a test
+  // does not wait for; its caller's runfiles, named by Bazel's variables, hold the tables.
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(var)) candidates.push_back(dir + in_runfiles);
+  }
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0) {
     const std::string self(exe, static_cast<size_t>(n));
-    candidates.push_back(self + ".runfiles/topiary/data/multipliers/evoapprox8b");
+    candidates.push_back(self + ".runfiles" + in_runfiles);
     const std::string dir = self.substr(0, self.rfind('/'));
     candidates.push_back(dir + "/../share/topiary/multipliers");
   }

@@ -54,8 +54,9 @@ struct MultiplierMetrics {
 absl::StatusOr<Multiplier> LoadMultiplier(const std::string& name);
 
 // Where the EvoApprox tables shipped with Topiary (data/multipliers/evoapprox8b) are found,
-// the first existing of: $TOPIARY_MULTIPLIERS (folders separated by ':'), the running
-// binary's Bazel runfiles, <binary>/../share/topiary/multipliers,
+// the first existing of: $TOPIARY_MULTIPLIERS (folders separated by ':'), the Bazel
+// runfiles of $RUNFILES_DIR or $TEST_SRCDIR, the running binary's own runfiles,
+// <binary>/../share/topiary/multipliers,
 // /usr/share/topiary/multipliers, ./data/multipliers/evoapprox8b (a source checkout).
 std::vector<std::string> ShippedMultiplierFolders();
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -166,6 +167,29 @@ TEST(Multiplier, BadNamesAndFilesAreNamed) {
   EXPECT_EQ(h->table[12345], 0x0202);
   EXPECT_FALSE(h->known.has_value());
   EXPECT_EQ(h->sha256.size(), 64u);
+}
+
+// A binary run by another Bazel binary or test has no runfiles tree of its own; the caller's
+// RUNFILES_DIR names where the shipped tables are.
+TEST(Multiplier, ShippedTablesAreFoundInTheCallersRunfiles) {
+  const std::string root = ::testing::TempDir() + "/caller.runfiles";
+  const std::string folder = root + "/topiary/data/multipliers/evoapprox8b";
+  ASSERT_EQ(std::system(("mkdir -p '" + folder + "'").c_str()), 0);
+  std::ofstream(folder + "/mul8u_only_here.bin") << std::string(131072, '\x03');
+  const char* before = std::getenv("RUNFILES_DIR");
+  const std::string saved = before ? before : "";
+  ::setenv("RUNFILES_DIR", root.c_str(), 1);
+  auto m = LoadMultiplier("mul8u_only_here");
+  auto missing = LoadMultiplier("mul8u_nowhere");
+  if (before) {
+    ::setenv("RUNFILES_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("RUNFILES_DIR");
+  }
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->table[777], 0x0303);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(folder), absl::string_view::npos) << missing.status();
 }
 
 TEST(Multiplier, WeightTuningNeverHurtsAndKeepsExactTables) {
