@@ -95,7 +95,8 @@ struct HaloParams {
                              // tile's channels (forward: the input block's; backward data: nt's)
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
   int k, ho, wo;             // y's channels, rows and columns
-  int wp, band, bands, n_tiles, groups;
+  int wp, band, bands, n_tiles;
+  int units;           // the grid's: a channel tile and band of `unit_images` images (Tiles)
   int n, unit_images;  // the images, and those of a unit of the grid (a group: 1 or 2)
   int halo_rows;       // per buffer, a multiple of 8 (1024-byte aligned buffers)
   int halo_buffers;    // HaloBuffers' (kMaxHalos at most)
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       cute::prefetch_tma_descriptor(&p.w_map);
     }
     int loads = 0;  // halos or weight tiles loaded so far
-    for (int unit = blockIdx.x; unit < p.groups; unit += gridDim.x) {
+    for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
       const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
       const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
       const int last = min(first + p.unit_images, p.n);
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   int turn = 0;
   // With one output phase a halo is released as soon as its taps are done; with several, each
   // warpgroup releases the group's halos after its last tile of the group.
-  for (int unit = blockIdx.x; unit < p.groups; unit += gridDim.x) {
+  for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
     const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
     const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
     const int last = min(first + p.unit_images, p.n);
@@ -806,7 +807,7 @@ absl::Status Run(const Geometry& g, int halo_buffers, const Nhwc& x, const Nhwc&
   }
   p.bands = tiles.bands;
   p.n_tiles = tiles.n_tiles;
-  p.groups = static_cast<int>(tiles.count);
+  p.units = static_cast<int>(tiles.count);
   p.n = x.n;
   p.unit_images = tiles.unit_images;
   p.halo_rows = g.halo_rows;
