@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "trainer/util/file_util.h"
 
 namespace topiary {
 namespace {
@@ -174,7 +175,7 @@ TEST(Multiplier, BadNamesAndFilesAreNamed) {
 TEST(Multiplier, ShippedTablesAreFoundInTheCallersRunfiles) {
   const std::string root = ::testing::TempDir() + "/caller.runfiles";
   const std::string folder = root + "/topiary/data/multipliers/evoapprox8b";
-  ASSERT_EQ(std::system(("mkdir -p '" + folder + "'").c_str()), 0);
+  ASSERT_TRUE(MakeDirs(folder).ok());
   std::ofstream(folder + "/mul8u_only_here.bin") << std::string(131072, '\x03');
   const char* before = std::getenv("RUNFILES_DIR");
   const std::string saved = before ? before : "";
