@@ -91,6 +91,7 @@ struct HaloParams {
   // The tap table's entries of output phase o and input phase i: tap0[o][i] on, tap_count[o][i]
   // of them.
   int tap0[kMaxPhases][kMaxPhases], tap_count[kMaxPhases][kMaxPhases];
+  int out_taps[kMaxPhases];  // output phase o's taps over every input phase
   int tap_column[kMaxTaps];  // a tap's column of the filter as [rows][R * S * C], less the
                              // tile's channels (forward: the input block's; backward data: nt's)
   int tap_shift[kMaxTaps];   // the halo row its operand starts at (frame pixel 0's)
@@ -230,6 +231,20 @@ __device__ __forceinline__ void Moments(const HaloParams& p, const float (&acc)[
   }
 }
 
+// Walks a CTA's groups of tiles in the grid's order, for every role alike: body(nt, band, image,
+// kept) per image of each of its units (channel tile nt, band of output rows, `unit_images`
+// images), `kept` the channel tile's kept blocks.
+template <class Body>
+__device__ __forceinline__ void ForEachGroup(const HaloParams& p, Body&& body) {
+  for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+    const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
+    const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
+    const int last = min(first + p.unit_images, p.n);
+    const int kept = p.count[nt] / p.taps;
+    for (int image = first; image < last; ++image) body(nt, band, image, kept);
+  }
+}
+
 // What a kernel computes:
 // - kForward, kForwardMoments: the forward, the latter with the batch norm's moments
 //   (p.moments set);
@@ -296,53 +311,47 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       cute::prefetch_tma_descriptor(&p.w_map);
     }
     int loads = 0;  // halos or weight tiles loaded so far
-    for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
-      const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
-      const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
-      const int last = min(first + p.unit_images, p.n);
-      const int kept = p.count[nt] / p.taps;
+    ForEachGroup(p, [&](int nt, int band, int image, int kept) {
       const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
-      for (int image = first; image < last; ++image) {
-        if (halos) {  // once per group: every output phase's tile reads them
-          for (int b = 0; b < kept; ++b) {
-            const int c0 = blocks[b] * kHaloTileK;
-            for (int ph = 0; ph < p.phases; ++ph, ++loads) {
-              const int h = loads % halo_buffers, use = loads / halo_buffers;
-              if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
-              FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
-              cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
-                                           base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
-                                           band * p.band + p.phase[ph].row, image);
-            }
+      if (halos) {  // once per group: every output phase's tile reads them
+        for (int b = 0; b < kept; ++b) {
+          const int c0 = blocks[b] * kHaloTileK;
+          for (int ph = 0; ph < p.phases; ++ph, ++loads) {
+            const int h = loads % halo_buffers, use = loads / halo_buffers;
+            if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
+            FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
+            cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
+                                         base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
+                                         band * p.band + p.phase[ph].row, image);
           }
-          continue;
         }
-        // In the consumers' order: output phase, block, input phase, tap.
-        for (int op = 0; op < out_phases; ++op) {
-          for (int b = 0; b < kept; ++b) {
-            const int c0 = blocks[b] * kHaloTileK;
-            for (int ph = 0; ph < p.phases; ++ph) {
-              const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
-              for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
-                // Forward: rows nt's 64 output channels, columns the block's input channels of
-                // this tap. Backward data: rows the block's output channels, columns nt's input
-                // channels of this tap. (Read before the wait for a free stage, so that the
-                // constant cache's latency overlaps it.)
-                const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
-                const int stage = loads % kStages;
-                if (loads >= kStages) {
-                  EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
-                }
-                FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
-                cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
-                                             base + layout.weights + stage * kWeightBytes, column,
-                                             kData ? c0 : nt * kHaloTileN);
+        return;
+      }
+      // In the consumers' order: output phase, block, input phase, tap.
+      for (int op = 0; op < out_phases; ++op) {
+        for (int b = 0; b < kept; ++b) {
+          const int c0 = blocks[b] * kHaloTileK;
+          for (int ph = 0; ph < p.phases; ++ph) {
+            const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
+            for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {
+              // Forward: rows nt's 64 output channels, columns the block's input channels of
+              // this tap. Backward data: rows the block's output channels, columns nt's input
+              // channels of this tap. (Read before the wait for a free stage, so that the
+              // constant cache's latency overlaps it.)
+              const int column = p.tap_column[tap] + (kData ? nt * kHaloTileN : c0);
+              const int stage = loads % kStages;
+              if (loads >= kStages) {
+                EmptyBarrier::wait(&weight_empty[stage], (loads / kStages - 1) & 1);
               }
+              FullBarrier::arrive_and_expect_tx(&weight_full[stage], kWeightBytes);
+              cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &weight_full[stage], 0,
+                                           base + layout.weights + stage * kWeightBytes, column,
+                                           kData ? c0 : nt * kHaloTileN);
             }
           }
         }
       }
-    }
+    });
     return;
   }
 
@@ -364,139 +373,132 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
   int turn = 0;
   // With one output phase a halo is released as soon as its taps are done; with several, each
   // warpgroup releases the group's halos after its last tile of the group.
-  for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
-    const int nt = unit % p.n_tiles, rest = unit / p.n_tiles;
-    const int band = rest % p.bands, first = rest / p.bands * p.unit_images;
-    const int last = min(first + p.unit_images, p.n);
-    const int kept = p.count[nt] / p.taps;
-    for (int image = first; image < last; ++image) {
-      const int group_halos = halos;  // the group's first halo
-      halos += kept * p.phases;
-      for (int op = 0; op < out_phases; ++op, ++turn) {
-        int batches = 0;  // the tile's: one per kept block and tap
-        for (int ph = 0; ph < p.phases; ++ph) batches += kept * p.tap_count[op][ph];
-        if (turn % 2 != group) {  // the other warpgroup's tile: skip its weights
-          weights += batches;
-          continue;
-        }
-        // What the tile's first batch needs, before the turn: from the turn on, the tensor cores
-        // run only the other warpgroup's last batches until this one issues its first.
-        // The first batch overwrites the accumulators (accumulate = false): only a tile without
-        // taps stores them as they are.
-        float acc[kAcc];
-        if (batches == 0) {
-          for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-        }
-        // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
-        int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
-        // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
-        // phase's last tap, the next phase's first; every phase of the table has taps): an
-        // indexed load of the parameters waits on the constant cache, here behind the batch in
-        // flight instead of before it.
-        int shift = p.tap_shift[p.tap0[op][0]];
-        // Likewise each input phase's taps, read a phase ahead: at stride 2 a phase has 1-4 taps.
-        int tap0 = p.tap0[op][0], tap_end = tap0 + p.tap_count[op][0];
-        int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
-        bool accumulate = false;
-        turns.wait();
-        for (int b = 0; b < kept; ++b) {
-          for (int ph = 0; ph < p.phases; ++ph) {
-            const int next_phase = ph + 1 < p.phases ? ph + 1 : 0;
-            const int next_tap0 = p.tap0[op][next_phase];
-            const int next_end = next_tap0 + p.tap_count[op][next_phase];
-            FullBarrier::wait(&halo_full[h], h_parity);
-            const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-            for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
-              const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
-              const int stage = weights % kStages;
-              FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
-              const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-              const uint32_t bb = halo + shift * kRowBytes;
-              shift = next_shift;
-              for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-              cute::warpgroup_arrive();
+  ForEachGroup(p, [&](int nt, int band, int image, int kept) {
+    const int group_halos = halos;  // the group's first halo
+    halos += kept * p.phases;
+    for (int op = 0; op < out_phases; ++op, ++turn) {
+      int batches = kept * p.out_taps[op];  // the tile's: one per kept block and tap
+      if (turn % 2 != group) {              // the other warpgroup's tile: skip its weights
+        weights += batches;
+        continue;
+      }
+      // What the tile's first batch needs, before the turn: from the turn on, the tensor cores
+      // run only the other warpgroup's last batches until this one issues its first.
+      // The first batch overwrites the accumulators (accumulate = false): only a tile without
+      // taps stores them as they are.
+      float acc[kAcc];
+      if (batches == 0) {
+        for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      }
+      // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
+      int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
+      // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
+      // phase's last tap, the next phase's first; every phase of the table has taps): an
+      // indexed load of the parameters waits on the constant cache, here behind the batch in
+      // flight instead of before it.
+      int shift = p.tap_shift[p.tap0[op][0]];
+      // Likewise each input phase's taps, read a phase ahead: at stride 2 a phase has 1-4 taps.
+      int tap0 = p.tap0[op][0], tap_end = tap0 + p.tap_count[op][0];
+      int last_stage = -1, last_halo = -1;  // the batch in flight: released once it completes
+      bool accumulate = false;
+      turns.wait();
+      for (int b = 0; b < kept; ++b) {
+        for (int ph = 0; ph < p.phases; ++ph) {
+          const int next_phase = ph + 1 < p.phases ? ph + 1 : 0;
+          const int next_tap0 = p.tap0[op][next_phase];
+          const int next_end = next_tap0 + p.tap_count[op][next_phase];
+          FullBarrier::wait(&halo_full[h], h_parity);
+          const uint32_t halo = base_addr + h * layout.halo_bytes_each;
+          for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
+            const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
+            const int stage = weights % kStages;
+            FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
+            const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
+            const uint32_t bb = halo + shift * kRowBytes;
+            shift = next_shift;
+            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+            cute::warpgroup_arrive();
 #pragma unroll
-              for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-                Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
-                              accumulate || kk > 0, std::make_index_sequence<kAcc>{});
-              }
-              cute::warpgroup_commit_batch();
-              // The tile's last batch issued: the other warpgroup's turn, its multiplies queued
-              // behind this one's last two (as CUTLASS's pingpong kernels hand over, one batch
-              // earlier), so that the tensor cores do not wait for this tile's tail.
-              if (--batches == 0) turns.arrive();
-              cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
-              for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-              if (last_stage >= 0 && group_thread == 0) {
-                EmptyBarrier::arrive(&weight_empty[last_stage]);
-                if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-              }
-              last_stage = stage;
-              last_halo = !kShared && tap == tap_end - 1 ? h : -1;
-              accumulate = true;
+            for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
+              Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+                            accumulate || kk > 0, std::make_index_sequence<kAcc>{});
             }
-            if (++h == halo_buffers) h = 0, h_parity ^= 1;
-            tap0 = next_tap0, tap_end = next_end;
+            cute::warpgroup_commit_batch();
+            // The tile's last batch issued: the other warpgroup's turn, its multiplies queued
+            // behind this one's last two (as CUTLASS's pingpong kernels hand over, one batch
+            // earlier), so that the tensor cores do not wait for this tile's tail.
+            if (--batches == 0) turns.arrive();
+            cute::warpgroup_wait<1>();  // the batch before this one is done: release its operands
+            for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+            if (last_stage >= 0 && group_thread == 0) {
+              EmptyBarrier::arrive(&weight_empty[last_stage]);
+              if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+            }
+            last_stage = stage;
+            last_halo = !kShared && tap == tap_end - 1 ? h : -1;
+            accumulate = true;
           }
-        }
-        if (!accumulate) turns.arrive();  // no batches: the turn passes at once
-        cute::warpgroup_wait<0>();
-        for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-        if (last_stage >= 0 && group_thread == 0) {
-          EmptyBarrier::arrive(&weight_empty[last_stage]);
-          if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
-        }
-        // Output phases alternate between the warpgroups, so each has one of the group's last two.
-        if (kShared && op + 2 >= out_phases && group_thread == 0) {
-          for (int i = group_halos; i < halos; ++i)
-            EmptyBarrier::arrive(&halo_empty[i % halo_buffers]);
-        }
-
-        // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
-        // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
-        // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
-        // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
-        // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
-        // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
-        if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
-        cutlass::arch::NamedBarrier::sync(128, 1 + group);
-        if constexpr (kMoments) {
-          Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
-        }
-        float bias[2] = {0.0f, 0.0f};
-        if (p.bias != nullptr) {
-          for (int hh = 0; hh < 2; ++hh)
-            bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
-        }
-        auto pack = [&](int j, int hh) {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh],
-                                                         acc[4 * j + 2 * hh + 1] + bias[hh]);
-          return *reinterpret_cast<const uint32_t*>(&v);
-        };
-        const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
-#pragma unroll
-        for (int j = 0; j + 1 < N / 8; j += 2) {
-          const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
-          asm volatile(
-              "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-              "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
-        }
-        if constexpr (N / 8 % 2 == 1) {
-          constexpr int j = N / 8 - 1;
-          const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
-          asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
-                       "r"(pack(j, 0)), "r"(pack(j, 1)));
-        }
-        cute::tma_store_fence();  // the stores above, seen by the TMA engine
-        cutlass::arch::NamedBarrier::sync(128, 1 + group);
-        if (group_thread == 0) {
-          cute::SM90_TMA_STORE_4D::copy(&p.y_map[op], base + layout.staging + group * kStagingBytes,
-                                        nt * kHaloTileN, 0, band * p.band, image);
-          cute::tma_store_arrive();
+          if (++h == halo_buffers) h = 0, h_parity ^= 1;
+          tap0 = next_tap0, tap_end = next_end;
         }
       }
+      if (!accumulate) turns.arrive();  // no batches: the turn passes at once
+      cute::warpgroup_wait<0>();
+      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (last_stage >= 0 && group_thread == 0) {
+        EmptyBarrier::arrive(&weight_empty[last_stage]);
+        if (last_halo >= 0) EmptyBarrier::arrive(&halo_empty[last_halo]);
+      }
+      // Output phases alternate between the warpgroups, so each has one of the group's last two.
+      if (kShared && op + 2 >= out_phases && group_thread == 0) {
+        for (int i = group_halos; i < halos; ++i)
+          EmptyBarrier::arrive(&halo_empty[i % halo_buffers]);
+      }
+
+      // The epilogue. Accumulator 4 j + 2 h + c of this thread is output channel 16 warp + lane /
+      // 4 + 8 h, frame pixel 8 j + 2 (lane % 4) + c: for each (j, h) the warp holds an 8 x 8
+      // matrix (channels x pixels) in the layout stmatrix takes, and its transposed form stores
+      // it as 8 pixel rows of 8 channels (16 bytes), into the staging's 128-byte pixel rows with
+      // the 128-byte swizzle (16-byte chunk c of row px at chunk c ^ (px % 8)). Lane l gives the
+      // row address of matrix l / 8: (j + l / 16, h = l / 8 % 2), pixel row l % 8.
+      if (group_thread == 0) cute::tma_store_wait<0>();  // the last store has read the staging
+      cutlass::arch::NamedBarrier::sync(128, 1 + group);
+      if constexpr (kMoments) {
+        Moments<N>(p, acc, band, nt * kHaloTileN + 16 * warp + lane / 4, lane, slot, plane);
+      }
+      float bias[2] = {0.0f, 0.0f};
+      if (p.bias != nullptr) {
+        for (int hh = 0; hh < 2; ++hh)
+          bias[hh] = p.bias[nt * kHaloTileN + 16 * warp + lane / 4 + 8 * hh];
+      }
+      auto pack = [&](int j, int hh) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * hh] + bias[hh],
+                                                       acc[4 * j + 2 * hh + 1] + bias[hh]);
+        return *reinterpret_cast<const uint32_t*>(&v);
+      };
+      const int row = lane % 8, chunk = (2 * warp + lane / 8 % 2) ^ row;
+#pragma unroll
+      for (int j = 0; j + 1 < N / 8; j += 2) {
+        const uint32_t at = staging + (8 * (j + lane / 16) + row) * kRowBytes + chunk * 16;
+        asm volatile(
+            "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+            "r"(pack(j, 0)), "r"(pack(j, 1)), "r"(pack(j + 1, 0)), "r"(pack(j + 1, 1)));
+      }
+      if constexpr (N / 8 % 2 == 1) {
+        constexpr int j = N / 8 - 1;
+        const uint32_t at = staging + (8 * j + row) * kRowBytes + chunk * 16;
+        asm volatile("stmatrix.sync.aligned.x2.trans.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(at),
+                     "r"(pack(j, 0)), "r"(pack(j, 1)));
+      }
+      cute::tma_store_fence();  // the stores above, seen by the TMA engine
+      cutlass::arch::NamedBarrier::sync(128, 1 + group);
+      if (group_thread == 0) {
+        cute::SM90_TMA_STORE_4D::copy(&p.y_map[op], base + layout.staging + group * kStagingBytes,
+                                      nt * kHaloTileN, 0, band * p.band, image);
+        cute::tma_store_arrive();
+      }
     }
-  }
+  });
   if (group_thread == 0) cute::tma_store_wait<0>();  // the staging stays until it is read
 #endif
 }
@@ -823,6 +825,7 @@ absl::Status Run(const Geometry& g, int halo_buffers, const Nhwc& x, const Nhwc&
     const int o = g.tap_out[t], i = g.tap_phase[t];
     const PhaseGeometry& ph = g.phase[i];
     if (p.tap_count[o][i]++ == 0) p.tap0[o][i] = t;
+    ++p.out_taps[o];
     p.tap_column[t] = g.tap_filter[t] * filter_c;
     p.tap_shift[t] = (g.tap_dr[t] - ph.row) * p.wp + (g.tap_ds[t] - ph.col);
   }
