@@ -64,6 +64,7 @@ constexpr int kStagingBytes = kPixels * kRowBytes;    // a tile's outputs, per w
 constexpr int kCtaThreads = 3 * 128;                  // producers, two consumers
 constexpr int kMaxPhases = 4;                         // stride 2: x's four pixel phases
 constexpr int kMaxTaps = 64;                          // R x S at most
+constexpr uint32_t kSmemLimit = 227 * 1024;           // shared memory per block on sm_90
 
 // A phase of the input (at stride 2, the pixels x[2u + a][2v + b]; at stride 1, x itself):
 // output pixel (i, j) reads phase pixel (i + dr, j + ds) for a tap, dr and ds from `row` to
@@ -138,15 +139,18 @@ struct Layout {
 // The swizzle is taken from the address bits, as TMA applied it, so a start row that is not a
 // multiple of 8 needs no base offset (measured on an H200: with the offset set the results are
 // wrong).
-[[maybe_unused]] __device__ __forceinline__ uint64_t Operand(uint32_t addr) {
-  cute::GmmaDescriptor d;
-  d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-  d.bitfield.leading_byte_offset_ = 1;  // unused: one swizzle atom wide
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
-  d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = 1;  // 128-byte swizzle
-  return d.desc_;
-}
+//
+// As cute::GmmaDescriptor's two words: the high one fixed (the stride between 8-row groups,
+// 1024 bytes, in 16-byte units at bits 32-45; the 128-byte swizzle, layout type 1 at bits
+// 62-63), the low one the start address in 16-byte units (bits 0-13) and the unused leading
+// offset 1 (bits 16-29). The multiply loop keeps low words and steps them by adding, where
+// building each descriptor from its address took 6 instructions per operand: in Nsight
+// Compute's source view of the halo kernels the multiplying warps spend most of their samples
+// on their own instructions, not waiting for the tensor cores.
+constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);
+static_assert(kSmemLimit / 16 < (1u << 14), "a start address fits the low word's 14 bits");
+__device__ __forceinline__ uint32_t DescLo(uint32_t addr) { return (addr >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t Desc(uint32_t lo) { return (uint64_t{kDescHi} << 32) | lo; }
 
 // The wgmma of N frame pixels: 64 x N x 16, both operands K-major from shared memory. A tile's
 // N is the band's pixels rounded up to one of these (ChooseTiling).
@@ -370,6 +374,8 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     cutlass::arch::NamedBarrier::sync(128, 1 + group);
   }
   int halos = 0, weights = 0;  // the next halo and weight tile to use, counted as loaded
+  // The operand descriptors' low words (DescLo) of the first halo buffer and weight stage.
+  const uint32_t halo_lo = DescLo(base_addr), weights_lo = DescLo(base_addr + layout.weights);
   int turn = 0;
   // With one output phase a halo is released as soon as its taps are done; with several, each
   // warpgroup releases the group's halos after its last tile of the group.
@@ -390,8 +396,11 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       if (batches == 0) {
         for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       }
-      // The tile's first halo buffer and the parity of its fill, then stepped halo by halo.
+      // The tile's first halo buffer and weight stage and the parities of their fills, then
+      // stepped (a division per batch measured 1% slower: layer3 64x64 0.0474 -> 0.0470 ms).
       int h = group_halos % halo_buffers, h_parity = (group_halos / halo_buffers) & 1;
+      int stage = weights % kStages, w_parity = (weights / kStages) & 1;
+      weights += batches;
       // Each tap's operand row is read one tap ahead, across phases and blocks (after an input
       // phase's last tap, the next phase's first; every phase of the table has taps): an
       // indexed load of the parameters waits on the constant cache, here behind the batch in
@@ -408,19 +417,18 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
           const int next_tap0 = p.tap0[op][next_phase];
           const int next_end = next_tap0 + p.tap_count[op][next_phase];
           FullBarrier::wait(&halo_full[h], h_parity);
-          const uint32_t halo = base_addr + h * layout.halo_bytes_each;
-          for (int tap = tap0; tap < tap_end; ++tap, ++weights) {
+          const uint32_t halo = halo_lo + h * (layout.halo_bytes_each / 16);
+          for (int tap = tap0; tap < tap_end; ++tap) {
             const int next_shift = p.tap_shift[tap + 1 < tap_end ? tap + 1 : next_tap0];
-            const int stage = weights % kStages;
-            FullBarrier::wait(&weight_full[stage], (weights / kStages) & 1);
-            const uint32_t a = base_addr + layout.weights + stage * kWeightBytes;
-            const uint32_t bb = halo + shift * kRowBytes;
+            FullBarrier::wait(&weight_full[stage], w_parity);
+            const uint32_t a = weights_lo + stage * (kWeightBytes / 16);  // descriptors' low words
+            const uint32_t bb = halo + shift * (kRowBytes / 16);
             shift = next_shift;
             for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
             cute::warpgroup_arrive();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {  // 16 channels a step: 32 bytes along the rows
-              Fma<N, kData>(Operand(a + (kData ? 2048 : 32) * kk), Operand(bb + 32 * kk), acc,
+              Fma<N, kData>(Desc(a + (kData ? 2048 : 32) / 16 * kk), Desc(bb + 2 * kk), acc,
                             accumulate || kk > 0, std::make_index_sequence<kAcc>{});
             }
             cute::warpgroup_commit_batch();
@@ -437,6 +445,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
             last_stage = stage;
             last_halo = !kShared && tap == tap_end - 1 ? h : -1;
             accumulate = true;
+            if (++stage == kStages) stage = 0, w_parity ^= 1;
           }
           if (++h == halo_buffers) h = 0, h_parity ^= 1;
           tap0 = next_tap0, tap_end = next_end;
@@ -663,8 +672,6 @@ Geometry DgradGeometry(const ConvShape& s, const std::vector<DgradPhase>& ds) {
   g.Finish();
   return g;
 }
-
-constexpr uint32_t kSmemLimit = 227 * 1024;  // shared memory per block on sm_90
 
 // The most halo buffers, from `most` down to `least`, that fit in shared memory; 0 when not
 // even `least` do. With one output phase (each halo released after its taps) three where they
