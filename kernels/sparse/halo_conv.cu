@@ -139,18 +139,30 @@ struct Layout {
 // The swizzle is taken from the address bits, as TMA applied it, so a start row that is not a
 // multiple of 8 needs no base offset (measured on an H200: with the offset set the results are
 // wrong).
-//
-// As cute::GmmaDescriptor's two words: the high one fixed (the stride between 8-row groups,
-// 1024 bytes, in 16-byte units at bits 32-45; the 128-byte swizzle, layout type 1 at bits
-// 62-63), the low one the start address in 16-byte units (bits 0-13) and the unused leading
-// offset 1 (bits 16-29). The multiply loop keeps low words and steps them by adding, where
-// building each descriptor from its address took 6 instructions per operand: in Nsight
-// Compute's source view of the halo kernels the multiplying warps spend most of their samples
-// on their own instructions, not waiting for the tensor cores.
-constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint64_t Operand(uint32_t addr) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+  d.bitfield.leading_byte_offset_ = 1;  // unused: one swizzle atom wide
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = 1;  // 128-byte swizzle
+  return d.desc_;
+}
+
+// The multiply loop keeps descriptors' low words (the start address in 16-byte units, bits
+// 0-13, and the leading offset) and steps them by adding; the high word (the stride between
+// 8-row groups and the swizzle) is the same for every operand. Building each descriptor from
+// its address took 6 instructions per operand, and in Nsight Compute's source view of the halo
+// kernels the multiplying warps spend most of their samples on their own instructions, not
+// waiting for the tensor cores. Both words come from Operand, so the fields are set in one
+// place (the compiler folds Desc's high word to a constant).
 static_assert(kSmemLimit / 16 < (1u << 14), "a start address fits the low word's 14 bits");
-__device__ __forceinline__ uint32_t DescLo(uint32_t addr) { return (addr >> 4) | (1u << 16); }
-__device__ __forceinline__ uint64_t Desc(uint32_t lo) { return (uint64_t{kDescHi} << 32) | lo; }
+__device__ __forceinline__ uint32_t DescLo(uint32_t addr) {
+  return static_cast<uint32_t>(Operand(addr));
+}
+__device__ __forceinline__ uint64_t Desc(uint32_t lo) {
+  return (Operand(0) & ~uint64_t{0xffffffffu}) | lo;
+}
 
 // The wgmma of N frame pixels: 64 x N x 16, both operands K-major from shared memory. A tile's
 // N is the band's pixels rounded up to one of these (ChooseTiling).

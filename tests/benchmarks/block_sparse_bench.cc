@@ -9,7 +9,9 @@
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
 //                      [--layer NAME] [--block INxOUT] [--all_configs 1] [--density D]
-// --density D measures that kept fraction only (e.g. for a profiler), --layer that layer only.
+//                      [--pass forward|backward_data|backward_filter]
+// --density D measures that kept fraction only (e.g. for a profiler), --layer that layer only,
+// --pass that pass only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +44,9 @@ int Main(int argc, char** argv) {
   int block_in = 8, block_out = 8;
   bool all_configs = false;  // --all_configs 1: time every configuration too
   double only_density = 0;   // --density D: just that kept fraction
+  const SparsePass passes[] = {SparsePass::kForward, SparsePass::kBackwardData,
+                               SparsePass::kBackwardFilter};
+  bool want[3] = {true, true, true};  // --pass NAME: that pass only
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--density") &&
         (!absl::SimpleAtod(argv[i + 1], &only_density) || only_density <= 0 || only_density > 1)) {
@@ -50,6 +55,19 @@ int Main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--pass")) {
+      bool known = false;
+      for (int k = 0; k < 3; ++k) {  // the pass's name with '_' for ' '
+        std::string name = SparsePassName(passes[k]);
+        std::replace(name.begin(), name.end(), ' ', '_');
+        want[k] = name == argv[i + 1];
+        known |= want[k];
+      }
+      if (!known) {
+        absl::FPrintF(stderr, "--pass wants forward, backward_data or backward_filter\n");
+        return 2;
+      }
+    }
     if (!std::strcmp(argv[i], "--block") &&
         !topiary::bench::ParseBlockShape(argv[i + 1], &block_in, &block_out)) {
       absl::FPrintF(stderr, "--block wants INxOUT, e.g. 64x128\n");
@@ -78,8 +96,6 @@ int Main(int argc, char** argv) {
       {"resnet50", "layer3 1x1 512->1024 s2", 28, 512, 1024, 1, 2},
   };
   const double densities[] = {1.0, 0.75, 0.5, 0.25, 0.125};
-  const SparsePass passes[] = {SparsePass::kForward, SparsePass::kBackwardData,
-                               SparsePass::kBackwardFilter};
   for (const bench::ConvLayer& l : layers) {
     if (!only.empty() && only != l.name) continue;
     ConvShape s = l.Shape(sweep.Batch(l));
@@ -95,11 +111,19 @@ int Main(int argc, char** argv) {
     auto dense = ConvCudaPlan::Create(s, p, size_t{1} << 30, false, cuda);
     CHECK_OK(dense.status());
     void* ws = DeviceAlloc((*dense)->workspace_bytes());
-    const double dense_ms[3] = {
-        TimeMs(cuda, iters, [&] { CHECK_OK((*dense)->Forward(x, w, nullptr, y, ws, cuda)); }),
-        TimeMs(cuda, iters, [&] { CHECK_OK((*dense)->BackwardData(dy, w, dx, ws, cuda)); }),
-        TimeMs(cuda, iters,
-               [&] { CHECK_OK((*dense)->BackwardFilter(x, dy, dw, nullptr, ws, cuda)); })};
+    // Pass i's operands, as Tune takes them, and one run of it by cuDNN.
+    const void* in0[3] = {x, dy, x};
+    const void* in1[3] = {w, w, dy};
+    void* out[3] = {y, dx, dw};
+    auto dense_run = [&](int i) {
+      if (i == 0) CHECK_OK((*dense)->Forward(x, w, nullptr, y, ws, cuda));
+      if (i == 1) CHECK_OK((*dense)->BackwardData(dy, w, dx, ws, cuda));
+      if (i == 2) CHECK_OK((*dense)->BackwardFilter(x, dy, dw, nullptr, ws, cuda));
+    };
+    double dense_ms[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i) {
+      if (want[i]) dense_ms[i] = TimeMs(cuda, iters, [&] { dense_run(i); });
+    }
     double crossover[3] = {0, 0, 0};
     for (double d : densities) {
       if (s.c / block_in < 2 || s.k / block_out < 2) continue;  // one row or column: dense
@@ -109,48 +133,43 @@ int Main(int argc, char** argv) {
       auto sparse = BlockSparseConvCuda::Create(s, grid, t, cuda);
       CHECK_OK(sparse.status());
       BlockSparseConvCuda& sp = **sparse;
-      if (all_configs) {  // every configuration's time, for choosing tile shapes
-        for (SparsePass pass : passes) {
-          for (int config = 0; config < sp.configs(pass); ++config) {
-            if (!sp.tuned(pass, config)) continue;  // the plain filter kernel: timed below
-            CHECK_OK(sp.set_config(pass, config));
-            const double ms = TimeMs(cuda, iters, [&] {
-              if (pass == SparsePass::kForward) CHECK_OK(sp.Forward(x, w, nullptr, y, cuda));
-              if (pass == SparsePass::kBackwardData) CHECK_OK(sp.BackwardData(dy, w, dx, cuda));
-              if (pass == SparsePass::kBackwardFilter) {
-                CHECK_OK(sp.BackwardFilter(x, dy, dw, nullptr, cuda));
-              }
-            });
-            absl::PrintF(
-                "{\"layer\":\"%s\",\"density\":%.3f,\"pass\":\"%s\",\"config\":\"%s\","
-                "\"ms\":%.4f}\n",
-                l.name, grid.density(), SparsePassName(pass), sp.config_name(pass), ms);
-          }
+      auto sparse_run = [&](int i) {
+        if (i == 0) CHECK_OK(sp.Forward(x, w, nullptr, y, cuda));
+        if (i == 1) CHECK_OK(sp.BackwardData(dy, w, dx, cuda));
+        if (i == 2) CHECK_OK(sp.BackwardFilter(x, dy, dw, nullptr, cuda));
+      };
+      for (int i = 0; all_configs && i < 3; ++i) {  // every configuration's time too
+        if (!want[i]) continue;
+        for (int config = 0; config < sp.configs(passes[i]); ++config) {
+          if (!sp.tuned(passes[i], config)) continue;  // the plain filter kernel: timed below
+          CHECK_OK(sp.set_config(passes[i], config));
+          const double ms = TimeMs(cuda, iters, [&] { sparse_run(i); });
+          absl::PrintF(
+              "{\"layer\":\"%s\",\"density\":%.3f,\"pass\":\"%s\",\"config\":\"%s\","
+              "\"ms\":%.4f}\n",
+              l.name, grid.density(), SparsePassName(passes[i]), sp.config_name(passes[i]), ms);
         }
       }
-      CHECK_OK(sp.Tune(SparsePass::kForward, x, w, y, cuda).status());
-      CHECK_OK(sp.Tune(SparsePass::kBackwardData, dy, w, dx, cuda).status());
       // Where only the plain filter-gradient kernel takes the grid it is slow: a few runs
       // suffice to show it.
       const bool filter_fast = sp.configs(SparsePass::kBackwardFilter) > 1;
-      if (filter_fast) CHECK_OK(sp.Tune(SparsePass::kBackwardFilter, x, dy, dw, cuda).status());
-      const double sparse_ms[3] = {
-          TimeMs(cuda, iters, [&] { CHECK_OK(sp.Forward(x, w, nullptr, y, cuda)); }),
-          TimeMs(cuda, iters, [&] { CHECK_OK(sp.BackwardData(dy, w, dx, cuda)); }),
-          TimeMs(cuda, filter_fast ? iters : 2,
-                 [&] { CHECK_OK(sp.BackwardFilter(x, dy, dw, nullptr, cuda)); })};
       for (int i = 0; i < 3; ++i) {
-        const double speedup = dense_ms[i] / sparse_ms[i];
+        if (!want[i]) continue;
+        const bool fast = i < 2 || filter_fast;
+        if (fast) CHECK_OK(sp.Tune(passes[i], in0[i], in1[i], out[i], cuda).status());
+        const double sparse_ms = TimeMs(cuda, fast ? iters : 2, [&] { sparse_run(i); });
+        const double speedup = dense_ms[i] / sparse_ms;
         if (speedup > 1.0) crossover[i] = std::max(crossover[i], grid.density());
         absl::PrintF(
             "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
             "\"density\":%.3f,\"pass\":\"%s\",\"cudnn_ms\":%.4f,\"sparse_ms\":%.4f,"
             "\"speedup\":%.2f,\"config\":\"%s\",\"block\":\"%dx%d\"}\n",
             gpu, l.model, l.name, s.n, PrecisionName(p), grid.density(), SparsePassName(passes[i]),
-            dense_ms[i], sparse_ms[i], speedup, sp.config_name(passes[i]), block_in, block_out);
+            dense_ms[i], sparse_ms, speedup, sp.config_name(passes[i]), block_in, block_out);
       }
     }
     for (int i = 0; i < 3; ++i) {
+      if (!want[i]) continue;
       absl::PrintF(
           "{\"model\":\"%s\",\"layer\":\"%s\",\"pass\":\"%s\",\"crossover_density\":%.3f}\n",
           l.model, l.name, SparsePassName(passes[i]), crossover[i]);
