@@ -6,7 +6,11 @@ traffic (input read and output written once, bf16) at a memory bandwidth; a mask
 multiply-adds shrink to the kept fraction, its activations do not. The network is its
 convolutions alone, as if every batch norm, ReLU and add were fused away: an upper bound.
 
-  conv_ceiling.py [--batch 256] [--tmacs 380] [--tbps 3.0]
+  conv_ceiling.py [--batch 256] [--tmacs 380] [--tbps 3.0] [--floors 1]
+
+--floors 1 prints instead each distinct 3x3 layer's activation traffic and the time it takes at
+--tbps: no kernel that reads the input and writes the output once runs the layer faster, at any
+kept fraction (so a layer whose dense time is less than 1.6x that floor cannot meet a 1.6x goal).
 """
 import argparse
 
@@ -41,8 +45,19 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--tmacs", type=float, default=380, help="multiply-adds per second, 1e12")
     p.add_argument("--tbps", type=float, default=3.0, help="memory bandwidth, TB/s")
+    p.add_argument("--floors", type=int, default=0, help="1: each 3x3 layer's memory floor")
     a = p.parse_args()
     convs = layers(a.batch)
+    if a.floors:
+        seen = set()
+        for name, macs, act, _ in convs:
+            if ".conv2" not in name or (macs, act) in seen:
+                continue
+            seen.add((macs, act))
+            print(f"{name}: {act / 1e6:.1f} MB of activations, {1e3 * act / (a.tbps * 1e12):.4f} ms"
+                  f" at {a.tbps} TB/s; multiply-adds {1e3 * macs / (a.tmacs * 1e12):.4f} ms"
+                  f" at {a.tmacs} TMAC/s")
+        return
 
     def ms(kept, first_masked_stage):
         t = 0.0
