@@ -328,16 +328,19 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     }
     int loads = 0;  // halos or weight tiles loaded so far
     ForEachGroup(p, [&](int nt, int band, int image, int kept) {
-      const int* blocks = p.index + nt * p.stride;  // tap 0's entries: the channel tiles
-      // The forward takes its kept blocks from the (nt mod kept)-th on: the channel tiles of a
-      // band run side by side on neighbouring CTAs, and where two keep the same block in the
-      // same place of their lists both wait on the one DRAM read of its halos; rotated, one
-      // tends to find it in L2. (Measured: layer3 s2 64x64 at 50% kept 0.0587 -> 0.0565 ms;
-      // backward data's phase by phase 2% slower: there the order stays.)
+      // The first channel of the tile's b-th kept block, as both producers walk them (tap 0's
+      // entries of the index are the channel tiles). The forward takes its kept blocks from
+      // the (nt mod kept)-th on: the channel tiles of a band run side by side on neighbouring
+      // CTAs, and where two keep the same block in the same place of their lists both wait on
+      // the one DRAM read of its halos; rotated, one tends to find it in L2. (Measured: layer3
+      // s2 64x64 at 50% kept 0.0587 -> 0.0565 ms; backward data's phase by phase 2% slower:
+      // there the order stays.)
+      const int* blocks = p.index + nt * p.stride;
       const int rot = !kData && kept > 0 ? nt % kept : 0;
+      auto block_channel = [&](int b) { return blocks[(b + rot) % kept] * kHaloTileK; };
       if (halos) {  // once per group: every output phase's tile reads them
         for (int b = 0; b < kept; ++b) {
-          const int c0 = blocks[(b + rot) % kept] * kHaloTileK;
+          const int c0 = block_channel(b);
           for (int ph = 0; ph < p.phases; ++ph, ++loads) {
             const int h = loads % halo_buffers, use = loads / halo_buffers;
             if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       // In the consumers' order: output phase, block, input phase, tap.
       for (int op = 0; op < out_phases; ++op) {
         for (int b = 0; b < kept; ++b) {
-          const int c0 = blocks[(b + rot) % kept] * kHaloTileK;
+          const int c0 = block_channel(b);
           for (int ph = 0; ph < p.phases; ++ph) {
             const int tap_end = p.tap0[op][ph] + p.tap_count[op][ph];
             for (int tap = p.tap0[op][ph]; tap < tap_end; ++tap, ++loads) {

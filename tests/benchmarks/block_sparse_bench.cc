@@ -111,14 +111,15 @@ int Main(int argc, char** argv) {
     auto dense = ConvCudaPlan::Create(s, p, size_t{1} << 30, false, cuda);
     CHECK_OK(dense.status());
     void* ws = DeviceAlloc((*dense)->workspace_bytes());
-    // Pass i's operands, as Tune takes them, and one run of it by cuDNN.
+    // Pass i's operands (as Tune takes them: forward x, w -> y; backward data dy, w -> dx;
+    // backward filter x, dy -> dw) and one run of it by cuDNN.
     const void* in0[3] = {x, dy, x};
     const void* in1[3] = {w, w, dy};
     void* out[3] = {y, dx, dw};
     auto dense_run = [&](int i) {
-      if (i == 0) CHECK_OK((*dense)->Forward(x, w, nullptr, y, ws, cuda));
-      if (i == 1) CHECK_OK((*dense)->BackwardData(dy, w, dx, ws, cuda));
-      if (i == 2) CHECK_OK((*dense)->BackwardFilter(x, dy, dw, nullptr, ws, cuda));
+      if (i == 0) CHECK_OK((*dense)->Forward(in0[i], in1[i], nullptr, out[i], ws, cuda));
+      if (i == 1) CHECK_OK((*dense)->BackwardData(in0[i], in1[i], out[i], ws, cuda));
+      if (i == 2) CHECK_OK((*dense)->BackwardFilter(in0[i], in1[i], out[i], nullptr, ws, cuda));
     };
     double dense_ms[3] = {0, 0, 0};
     for (int i = 0; i < 3; ++i) {
@@ -134,9 +135,9 @@ int Main(int argc, char** argv) {
       CHECK_OK(sparse.status());
       BlockSparseConvCuda& sp = **sparse;
       auto sparse_run = [&](int i) {
-        if (i == 0) CHECK_OK(sp.Forward(x, w, nullptr, y, cuda));
-        if (i == 1) CHECK_OK(sp.BackwardData(dy, w, dx, cuda));
-        if (i == 2) CHECK_OK(sp.BackwardFilter(x, dy, dw, nullptr, cuda));
+        if (i == 0) CHECK_OK(sp.Forward(in0[i], in1[i], nullptr, out[i], cuda));
+        if (i == 1) CHECK_OK(sp.BackwardData(in0[i], in1[i], out[i], cuda));
+        if (i == 2) CHECK_OK(sp.BackwardFilter(in0[i], in1[i], out[i], nullptr, cuda));
       };
       for (int i = 0; all_configs && i < 3; ++i) {  // every configuration's time too
         if (!want[i]) continue;
