@@ -661,18 +661,20 @@ absl::StatusOr<std::unique_ptr<BlockSparseConvCuda>> BlockSparseConvCuda::Create
     const int out_block = fwd ? grid.block_out : grid.block_in;
     for (int config = 0; config < HopperConvConfigs(pass); ++config) {
       const int tk = HopperConvTileK(pass, config), tn = HopperConvTileN(pass, config);
+      const KeptOrder order = HopperConvKeptOrder(pass, config);
       if (red_block % tk != 0 || out_block % tn != 0 || !HopperConvTakes(pass, config, s, ctx)) {
         continue;
       }
       std::vector<Device::Hopper>& offered = d.hopper[fwd ? 0 : 1];
-      const auto same_tiles = std::find_if(offered.begin(), offered.end(), [&](const auto& o) {
-        return HopperConvTileK(pass, o.config) == tk && HopperConvTileN(pass, o.config) == tn;
+      const auto same_lists = std::find_if(offered.begin(), offered.end(), [&](const auto& o) {
+        return HopperConvTileK(pass, o.config) == tk && HopperConvTileN(pass, o.config) == tn &&
+               HopperConvKeptOrder(pass, o.config) == order;
       });
       Device::Hopper h;
-      if (same_tiles != offered.end()) {
-        h = *same_tiles;
+      if (same_lists != offered.end()) {
+        h = *same_lists;
       } else {
-        const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn);
+        const KeptTiles kept_tiles = MakeKeptTiles(pass, s, grid, tk, tn, order);
         h.stride = kept_tiles.stride;
         TOPIARY_ASSIGN(h.count, d.Upload(kept_tiles.count));
         TOPIARY_ASSIGN(h.index, d.Upload(kept_tiles.index));

@@ -328,16 +328,12 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     }
     int loads = 0;  // halos or weight tiles loaded so far
     ForEachGroup(p, [&](int nt, int band, int image, int kept) {
-      // The first channel of the tile's b-th kept block, as both producers walk them (tap 0's
-      // entries of the index are the channel tiles). The forward takes its kept blocks from
-      // the (nt mod kept)-th on: the channel tiles of a band run side by side on neighbouring
-      // CTAs, and where two keep the same block in the same place of their lists both wait on
-      // the one DRAM read of its halos; rotated, one tends to find it in L2. (Measured: layer3
-      // s2 64x64 at 50% kept 0.0587 -> 0.0565 ms; backward data's phase by phase 2% slower:
-      // there the order stays.)
+      // The first channel of the tile's b-th kept block, as both producers walk them: tap 0's
+      // entries of the index, in the order MakeKeptTiles chose for the pass (kept_tiles.cc:
+      // the channel tiles of a band run side by side on neighbouring CTAs, and the order
+      // decides which blocks' bands they read from DRAM at the same time).
       const int* blocks = p.index + nt * p.stride;
-      const int rot = !kData && kept > 0 ? nt % kept : 0;
-      auto block_channel = [&](int b) { return blocks[(b + rot) % kept] * kHaloTileK; };
+      auto block_channel = [&](int b) { return blocks[b] * kHaloTileK; };
       if (halos) {  // once per group: every output phase's tile reads them
         for (int b = 0; b < kept; ++b) {
           const int c0 = block_channel(b);

@@ -44,7 +44,8 @@ constexpr int kHaloTileK = 64, kHaloTileN = 64;
 bool HaloForwardTakes(const ConvShape& s);
 
 // y = conv(x, w) (+ bias) over the kept K tiles: count / index / stride as MakeKeptTiles makes
-// them for kHaloTileK x kHaloTileN tiles (hopper_conv.h). bf16 NHWC x and y, [K, R, S, C] w.
+// them for kHaloTileK x kHaloTileN tiles, in any order (KeptOrder::kRotated measured fastest:
+// kept_tiles.cc). bf16 NHWC x and y, [K, R, S, C] w.
 // Without a bias it may also write the batch norm's moments of y as hopper_conv.h's forward
 // does: [3][HaloForwardMomentSlices(s, ctx)][K] floats, a (count, mean, M2) summary per channel
 // of each consumer warpgroup's tiles, merged in a fixed order (deterministic).
@@ -59,7 +60,8 @@ int HaloForwardMomentSlices(const ConvShape& s, const CudaContext& ctx);
 // a strided view of dx. Taken where every phase of dx with pixels has taps (a 1x1 filter at
 // stride 2 leaves three phases zero, which this kernel does not write). count / index /
 // stride as MakeKeptTiles makes them for backward data with kHaloTileK x kHaloTileN tiles (64
-// output channels of the layer x 64 of its input channels).
+// output channels of the layer x 64 of its input channels), in any order (KeptOrder::kColoured
+// measured fastest).
 //
 // One launch per phase, or with `one_launch` all of them in one launch (taken by
 // HaloBackwardDataPhasesTakes: stride 2), whose tiles come in groups, one tile per phase of

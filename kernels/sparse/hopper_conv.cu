@@ -1034,6 +1034,7 @@ struct Entry {
                                 void*, const CudaContext&);
   bool (*implementable)(const ConvShape&);
   bool phased = false;  // backward filter: runs several phases (FilterConfig::kTwoPieces)
+  KeptOrder order = KeptOrder::kAscending;  // of the kept lists it walks (kept_tiles.cc)
 };
 
 template <Operator Op, int BM, int BN, int BK, bool kPingpong = false>
@@ -1060,13 +1061,29 @@ absl::Status LaunchHaloDataPhases(const ConvShape& s, const int* count, const in
   return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx, /*one_launch=*/true);
 }
 int NoMoments(const ConvShape&, const CudaContext&) { return 0; }
-constexpr Entry kHalo = {"halo 256x64x64",        256,     kHaloTileK,      kHaloTileN, LaunchHalo,
-                         HaloForwardMomentSlices, nullptr, HaloForwardTakes};
-constexpr Entry kHaloData = {"halo 256x64x64", 256,       kHaloTileK, kHaloTileN,
-                             LaunchHaloData,   NoMoments, nullptr,    HaloBackwardDataTakes};
-constexpr Entry kHaloDataPhases = {
-    "halo phases 256x64x64", 256,       kHaloTileK, kHaloTileN,
-    LaunchHaloDataPhases,    NoMoments, nullptr,    HaloBackwardDataPhasesTakes};
+constexpr Entry kHalo = {
+    "halo 256x64x64",        256,     kHaloTileK,       kHaloTileN, LaunchHalo,
+    HaloForwardMomentSlices, nullptr, HaloForwardTakes, false,      KeptOrder::kRotated};
+constexpr Entry kHaloData = {"halo 256x64x64",
+                             256,
+                             kHaloTileK,
+                             kHaloTileN,
+                             LaunchHaloData,
+                             NoMoments,
+                             nullptr,
+                             HaloBackwardDataTakes,
+                             false,
+                             KeptOrder::kColoured};
+constexpr Entry kHaloDataPhases = {"halo phases 256x64x64",
+                                   256,
+                                   kHaloTileK,
+                                   kHaloTileN,
+                                   LaunchHaloDataPhases,
+                                   NoMoments,
+                                   nullptr,
+                                   HaloBackwardDataPhasesTakes,
+                                   false,
+                                   KeptOrder::kColoured};
 
 template <int BM, int BN, int BK>
 constexpr Entry MakeFilter(const char* name) {
@@ -1129,6 +1146,9 @@ std::string HopperConvConfigName(SparsePass pass, int config) {
 int HopperConvTileM(SparsePass pass, int config) { return Entries(pass).first[config].tile_m; }
 int HopperConvTileK(SparsePass pass, int config) { return Entries(pass).first[config].tile_k; }
 int HopperConvTileN(SparsePass pass, int config) { return Entries(pass).first[config].tile_n; }
+KeptOrder HopperConvKeptOrder(SparsePass pass, int config) {
+  return Entries(pass).first[config].order;
+}
 
 bool HopperConvTakes(SparsePass pass, int config, const ConvShape& s, const CudaContext& ctx) {
   const auto [entries, n] = Entries(pass);

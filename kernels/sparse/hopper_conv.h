@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "kernels/conv/conv.h"
 #include "kernels/sparse/block_sparse_conv.h"
+#include "kernels/sparse/kept_tiles.h"
 
 namespace topiary::kernels {
 
@@ -29,6 +30,8 @@ std::string HopperConvConfigName(SparsePass pass, int config);  // "wgmma 128x12
 int HopperConvTileM(SparsePass pass, int config);
 int HopperConvTileK(SparsePass pass, int config);
 int HopperConvTileN(SparsePass pass, int config);
+// The order of the kept lists its kernel walks fastest (kept_tiles.h: measured).
+KeptOrder HopperConvKeptOrder(SparsePass pass, int config);
 
 // Whether a pass's kernel configuration takes this shape on the current device: an sm_90 GPU,
 // channels multiples of 8 (TMA's 16-byte rows), for backward data at stride > 1 phases whose
@@ -39,7 +42,8 @@ bool HopperConvTakes(SparsePass pass, int config, const ConvShape& shape, const 
 
 // The pass over the kept K tiles: count[j] tiles of output tile j, listed from index[j *
 // stride]; count and index are device arrays from MakeKeptTiles(pass, shape, grid,
-// HopperConvTileK(pass, config), HopperConvTileN(pass, config)). Forward: in0 = x, in1 = w,
+// HopperConvTileK(pass, config), HopperConvTileN(pass, config), HopperConvKeptOrder(pass,
+// config)) (any order computes the same sums, up to fp32 rounding). Forward: in0 = x, in1 = w,
 // out = y (+ bias, fp32, may be null). Backward data: in0 = dy, in1 = w, out = dx, no bias.
 // Forward without a bias may also write the batch norm's moments of its output (of y as
 // stored, in bf16) for BatchNormForwardTrainCuda (batch_norm.h), which then reads y only to

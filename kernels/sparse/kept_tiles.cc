@@ -1,6 +1,7 @@
 #include "kernels/sparse/kept_tiles.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace topiary::kernels {
 
@@ -34,10 +35,115 @@ std::vector<uint8_t> BlockCover(const ConvShape& s, const BlockGrid& grid, int k
   return cover;
 }
 
+// The orders (KeptOrder) in which the output tiles walk the channel tiles they need (needs(j,
+// ct)). The output tiles of a band run side by side on neighbouring CTAs and walk their lists
+// at about the same pace, so the order decides which channel tiles' activations they read
+// from DRAM at the same time. Measured on the H200 (docs/PERFORMANCE.md, issue 44; 64x64
+// blocks, 50% kept, layer3 s2):
+// - The halo forward (halo_conv.h): rotated. Two output tiles that need the same block then
+//   tend to read it together, one DRAM read for both, and each place of the lists brings about
+//   the same share of first reads: 0.0577 -> 0.0560 ms against ascending. The edge colouring
+//   (every tile a different block at each place: all first reads at the first place, none
+//   after) ran 0.0581 ms against the rotation's 0.0554.
+// - The halo backward data (one launch for the phases): coloured, 0.0618 -> 0.0608 ms against
+//   ascending (its tiles load a group's bands of dy together, before multiplying).
+// - The im2col kernels (hopper_conv.h), whose neighbouring CTAs multiply the same pixels
+//   by different channel tiles: ascending (coloured backward data measured 1-1.5% slower at
+//   layer4, rotated forward no faster).
+//
+// Ascending, from output tile j's (j mod kept)-th where `rotate`.
+std::vector<std::vector<int>> RotatedOrder(int n_tiles, int c_tiles,
+                                           const std::function<bool(int, int)>& needs,
+                                           bool rotate) {
+  std::vector<std::vector<int>> order(n_tiles);
+  for (int j = 0; j < n_tiles; ++j) {
+    std::vector<int> ascending;
+    for (int ct = 0; ct < c_tiles; ++ct) {
+      if (needs(j, ct)) ascending.push_back(ct);
+    }
+    const size_t kept = ascending.size(), first = rotate && kept > 0 ? j % kept : 0;
+    for (size_t b = 0; b < kept; ++b) order[j].push_back(ascending[(b + first) % kept]);
+  }
+  return order;
+}
+
+// A proper edge colouring of the bipartite graph of output tiles and channel tiles (an edge
+// where a tile needs one) with as many colours as the most edges at a vertex (König: a
+// bipartite graph always has one), each tile's channel tiles in the order of their edges'
+// colours: where every vertex has that many edges (a balanced grid), no two tiles name the
+// same channel tile at the same place of their lists.
+//
+// Edges are coloured one at a time: with colour a free at the tile and b free at the channel
+// tile, if a is taken at the channel tile, the path from it that alternates a and b is
+// recoloured (a <-> b), which frees a there; the path cannot reach the tile (it enters output
+// tiles by edges of colour a, which the tile has none of).
+std::vector<std::vector<int>> ColourOrder(int n_tiles, int c_tiles,
+                                          const std::function<bool(int, int)>& needs) {
+  int colours = 0;
+  std::vector<int> c_degree(c_tiles, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    int degree = 0;
+    for (int ct = 0; ct < c_tiles; ++ct) {
+      if (!needs(j, ct)) continue;
+      ++degree;
+      colours = std::max(colours, ++c_degree[ct]);
+    }
+    colours = std::max(colours, degree);
+  }
+  // at_tile[j][c]: the channel tile of tile j's edge of colour c, or -1; at_channel likewise.
+  std::vector<int> at_tile(static_cast<size_t>(n_tiles) * colours, -1);
+  std::vector<int> at_channel(static_cast<size_t>(c_tiles) * colours, -1);
+  auto tile_slot = [&](int j, int c) -> int& {
+    return at_tile[static_cast<size_t>(j) * colours + c];
+  };
+  auto channel_slot = [&](int ct, int c) -> int& {
+    return at_channel[static_cast<size_t>(ct) * colours + c];
+  };
+  auto free_colour = [&](auto slot, int v) {
+    int c = 0;
+    while (slot(v, c) != -1) ++c;  // fewer edges than colours at every vertex being coloured
+    return c;
+  };
+  struct Edge {
+    int j, ct, colour;
+  };
+  std::vector<Edge> path;
+  for (int j = 0; j < n_tiles; ++j) {
+    for (int ct = 0; ct < c_tiles; ++ct) {
+      if (!needs(j, ct)) continue;
+      const int a = free_colour(tile_slot, j), b = free_colour(channel_slot, ct);
+      path.clear();
+      for (int v = ct, c = a, tile_side = 0;;) {  // from ct along colours a, b, a, ...
+        const int next = tile_side ? tile_slot(v, c) : channel_slot(v, c);
+        if (next == -1) break;
+        path.push_back(tile_side ? Edge{v, next, c} : Edge{next, v, c});
+        v = next;
+        tile_side = !tile_side;
+        c = c == a ? b : a;
+      }
+      for (const Edge& e : path) tile_slot(e.j, e.colour) = channel_slot(e.ct, e.colour) = -1;
+      for (const Edge& e : path) {
+        const int c = e.colour == a ? b : a;
+        tile_slot(e.j, c) = e.ct;
+        channel_slot(e.ct, c) = e.j;
+      }
+      tile_slot(j, a) = ct;
+      channel_slot(ct, a) = j;
+    }
+  }
+  std::vector<std::vector<int>> order(n_tiles);
+  for (int j = 0; j < n_tiles; ++j) {
+    for (int c = 0; c < colours; ++c) {
+      if (tile_slot(j, c) != -1) order[j].push_back(tile_slot(j, c));
+    }
+  }
+  return order;
+}
+
 }  // namespace
 
 KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& s, const BlockGrid& grid, int tile_k,
-                        int tile_n) {
+                        int tile_n, KeptOrder order_kind) {
   // The reduction side (K of the GEMM) and the output side (N), in channels.
   const bool fwd = pass == SparsePass::kForward;
   const int red = fwd ? s.c : s.k, out = fwd ? s.k : s.c;
@@ -54,22 +160,20 @@ KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& s, const BlockGrid& gr
     return cover[fwd ? static_cast<size_t>(j) * c_tiles + ct
                      : static_cast<size_t>(ct) * t.n_tiles + j] != 0;
   };
-  int per_tap_max = 0;
-  for (int j = 0; j < t.n_tiles; ++j) {
-    int n = 0;
-    for (int ct = 0; ct < c_tiles; ++ct) n += needs(j, ct);
-    per_tap_max = std::max(per_tap_max, n);
-  }
-  t.stride = std::max(1, per_tap_max * s.r * s.s);
+  const std::vector<std::vector<int>> order =
+      order_kind == KeptOrder::kColoured
+          ? ColourOrder(t.n_tiles, c_tiles, needs)
+          : RotatedOrder(t.n_tiles, c_tiles, needs, order_kind == KeptOrder::kRotated);
+  size_t per_tap_max = 0;
+  for (const std::vector<int>& o : order) per_tap_max = std::max(per_tap_max, o.size());
+  t.stride = std::max(1, static_cast<int>(per_tap_max) * s.r * s.s);
   t.count.assign(t.n_tiles, 0);
   t.index.assign(static_cast<size_t>(t.n_tiles) * t.stride, 0);
   for (int j = 0; j < t.n_tiles; ++j) {
     int32_t* out = &t.index[static_cast<size_t>(j) * t.stride];
     int n = 0;
-    for (int tap = 0; tap < s.r * s.s; ++tap) {  // tap = s_col + S * r_row: ascending numbers
-      for (int ct = 0; ct < c_tiles; ++ct) {
-        if (needs(j, ct)) out[n++] = ct + c_tiles * tap;
-      }
+    for (int tap = 0; tap < s.r * s.s; ++tap) {  // tap = s_col + S * r_row, ascending
+      for (int ct : order[j]) out[n++] = ct + c_tiles * tap;
     }
     t.count[j] = n;
   }

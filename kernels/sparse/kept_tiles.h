@@ -22,16 +22,25 @@
 
 namespace topiary::kernels {
 
+// The order in which each output tile's list names its channel tiles (the same at every tap):
+// the one its kernel's producer walks best, measured (kept_tiles.cc).
+// - kAscending: ascending.
+// - kRotated: ascending from output tile j's (j mod kept)-th.
+// - kColoured: an edge colouring of the output tiles x channel tiles graph: on a balanced grid
+//   no two output tiles name the same channel tile at the same place of their lists.
+enum class KeptOrder { kAscending, kRotated, kColoured };
+
 struct KeptTiles {
   int tile_k = 0, tile_n = 0;
   int k_tiles = 0;  // all K tiles: ceil(C / tile_k) * R * S
   int n_tiles = 0;  // ceil(K / tile_n)
   int stride = 0;   // entries per output tile in `index`: the most any tile keeps (at least 1)
   std::vector<int32_t> count;  // [n_tiles]
-  // [n_tiles][stride]: ascending K-tile numbers, then padding. Every tap lists the same
-  // channel tiles (a block covers all taps), so count is a multiple of R * S and the first
-  // count / (R * S) * T entries are the list a filter of T taps would have (what backward
-  // data's stride phases read, dgrad_phases.h).
+  // [n_tiles][stride]: K-tile numbers, then padding. Taps in ascending order, and at every tap
+  // the same channel tiles (a block covers all taps) in the same order, so count is a multiple
+  // of R * S and the first count / (R * S) * T entries are the list a filter of T taps would
+  // have (what backward data's stride phases read, dgrad_phases.h), the channel tiles in the
+  // KeptOrder asked for.
   std::vector<int32_t> index;
   // Kept K tiles over all output tiles / (k_tiles * n_tiles).
   double density() const;
@@ -40,7 +49,7 @@ struct KeptTiles {
 // For the forward or backward-data pass.
 // REQUIRES: CheckBlockGrid(shape, grid).ok(), tile_k > 0, tile_n > 0, pass not backward filter.
 KeptTiles MakeKeptTiles(SparsePass pass, const ConvShape& shape, const BlockGrid& grid, int tile_k,
-                        int tile_n);
+                        int tile_n, KeptOrder order = KeptOrder::kAscending);
 
 // Backward filter: M is the output channels, N the (input channel, tap) pairs numbered like K
 // above (n = c_tile + c_tiles * (s + S * r)), K the output pixels. Its output tiles are the

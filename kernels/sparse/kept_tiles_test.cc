@@ -1,13 +1,18 @@
 // The kept K-tile lists of both passes against brute force over the element mask a grid
-// stands for: a tile is listed exactly when some kept filter element falls in it, in
-// ascending order; block
-// shapes aligned with the tiles and not, ragged channel counts, 1x1 and 3x3 filters.
+// stands for: a tile is listed exactly when some kept filter element falls in it, taps in
+// ascending order and the same channel tiles in the same order at every tap; block shapes
+// aligned with the tiles and not, ragged channel counts, 1x1 and 3x3 filters, in each order:
+// ascending, rotated (from output tile j's (j mod kept)-th), or coloured (on balanced grids,
+// no two output tiles name one channel tile at the same place, below).
 #include "kernels/sparse/kept_tiles.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -41,12 +46,19 @@ TEST(KeptTiles, ListExactlyTheTilesWithKeptWeights) {
                                    s.r, s.s, c.bi, c.bo, c.tk, c.tn, static_cast<int>(pattern)));
       const BlockGrid grid = MakeBlockGrid(s, c.bi, c.bo, pattern, seed++);
       const std::vector<uint8_t> mask = grid.Expand(s.k, s.r * s.s, s.c);  // [out, taps, in]
-      for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
-        SCOPED_TRACE(SparsePassName(pass));
+      for (const auto& [pass, order] :
+           {std::pair{SparsePass::kForward, KeptOrder::kAscending},
+            std::pair{SparsePass::kForward, KeptOrder::kRotated},
+            std::pair{SparsePass::kForward, KeptOrder::kColoured},
+            std::pair{SparsePass::kBackwardData, KeptOrder::kAscending},
+            std::pair{SparsePass::kBackwardData, KeptOrder::kRotated},
+            std::pair{SparsePass::kBackwardData, KeptOrder::kColoured}}) {
+        SCOPED_TRACE(
+            absl::StrFormat("%s, order %d", SparsePassName(pass), static_cast<int>(order)));
         // Forward reduces over input channels into output channels; backward data the reverse.
         const bool fwd = pass == SparsePass::kForward;
         const int red = fwd ? s.c : s.k, out = fwd ? s.k : s.c;
-        const KeptTiles t = MakeKeptTiles(pass, s, grid, c.tk, c.tn);
+        const KeptTiles t = MakeKeptTiles(pass, s, grid, c.tk, c.tn, order);
         const int c_tiles = (red + c.tk - 1) / c.tk, taps = s.r * s.s;
         ASSERT_EQ(t.k_tiles, c_tiles * taps);
         ASSERT_EQ(t.n_tiles, (out + c.tn - 1) / c.tn);
@@ -66,8 +78,20 @@ TEST(KeptTiles, ListExactlyTheTilesWithKeptWeights) {
             if (any) want.push_back(tile);
           }
           ASSERT_LE(t.count[j], t.stride);
+          ASSERT_EQ(t.count[j] % taps, 0);
           const size_t at = static_cast<size_t>(j) * t.stride;
-          const std::vector<int> got(t.index.begin() + at, t.index.begin() + at + t.count[j]);
+          const int per_tap = t.count[j] / taps;
+          std::vector<int> got(t.index.begin() + at, t.index.begin() + at + t.count[j]);
+          for (int i = 0; i < t.count[j]; ++i) {  // tap 0's order at every tap
+            EXPECT_EQ(got[i], got[i % per_tap] + c_tiles * (i / per_tap)) << "entry " << i;
+          }
+          if (order != KeptOrder::kColoured) {  // tap 0's: ascending, rotated or not
+            const int first = order == KeptOrder::kRotated && per_tap > 0 ? j % per_tap : 0;
+            for (int b = 0; b < per_tap; ++b) {
+              EXPECT_EQ(got[b], want[(b + first) % per_tap]) << "output tile " << j;
+            }
+          }
+          std::sort(got.begin(), got.end());
           EXPECT_EQ(got, want) << "output tile " << j;
         }
         if (pattern == GridPattern::kAll) {
@@ -81,6 +105,53 @@ TEST(KeptTiles, ListExactlyTheTilesWithKeptWeights) {
       }
     }
   }
+}
+
+// The coloured order on balanced grids (every output tile needs as many channel tiles as every
+// channel tile has output tiles needing it): at each place of the lists, every output tile
+// names a different channel tile. Random balanced grids of 2 to 8 blocks a side, each
+// fraction kept, both passes.
+TEST(KeptTiles, ColouredListsNameDistinctChannelTilesAtEachPlaceOnBalancedGrids) {
+  std::mt19937 gen(11);
+  int checked = 0;
+  for (int side = 2; side <= 8; ++side) {
+    for (int keep = 1; keep <= side; ++keep) {
+      for (int trial = 0; trial < 20; ++trial) {
+        // Column c keeps rows (c + shift_i) mod side for keep distinct shifts: each row and
+        // column keeps `keep` blocks; the rows and columns are then shuffled.
+        std::vector<int> shifts(side), rows(side), cols(side);
+        std::iota(shifts.begin(), shifts.end(), 0);
+        std::iota(rows.begin(), rows.end(), 0);
+        std::iota(cols.begin(), cols.end(), 0);
+        std::shuffle(shifts.begin(), shifts.end(), gen);
+        std::shuffle(rows.begin(), rows.end(), gen);
+        std::shuffle(cols.begin(), cols.end(), gen);
+        const ConvShape s = MakeConv(1, 5, 5, 64 * side, 64 * side, 3, 3, 1, 1);
+        BlockGrid grid = BlockGrid::Dense(s.c, s.k, 64, 64);
+        std::fill(grid.kept.begin(), grid.kept.end(), 0);
+        for (int c = 0; c < side; ++c) {
+          for (int i = 0; i < keep; ++i) grid.at(rows[(c + shifts[i]) % side], cols[c]) = 1;
+        }
+        for (SparsePass pass : {SparsePass::kForward, SparsePass::kBackwardData}) {
+          const KeptTiles t = MakeKeptTiles(pass, s, grid, 64, 64, KeptOrder::kColoured);
+          SCOPED_TRACE(absl::StrFormat("%dx%d keeping %d, trial %d, %s", side, side, keep, trial,
+                                       SparsePassName(pass)));
+          for (int place = 0; place < keep; ++place) {
+            std::vector<int> named;
+            for (int j = 0; j < t.n_tiles; ++j) {
+              ASSERT_EQ(t.count[j], keep * 9);
+              named.push_back(t.index[static_cast<size_t>(j) * t.stride + place]);
+            }
+            std::sort(named.begin(), named.end());
+            EXPECT_EQ(std::adjacent_find(named.begin(), named.end()), named.end())
+                << "place " << place;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 20 * 35);  // sides 2..8, each keeping 1..side, both passes
 }
 
 // The filter gradient's kept tiles against brute force over the element mask, and the work
