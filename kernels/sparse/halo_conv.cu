@@ -326,7 +326,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
     } else {
       cute::prefetch_tma_descriptor(&p.w_map);
     }
-    int loads = 0;  // halos or weight tiles loaded so far
+    int loads = 0;  // weight tiles loaded so far
+    // The halo producer's next buffer and the fills it has had, stepped (as the consumers do),
+    // not divided per load.
+    int h = 0, fills = 0;
     ForEachGroup(p, [&](int nt, int band, int image, int kept) {
       // The first channel of the tile's b-th kept block, as both producers walk them: tap 0's
       // entries of the index, in the order MakeKeptTiles chose for the pass (kept_tiles.cc:
@@ -337,13 +340,17 @@ __global__ void __launch_bounds__(kCtaThreads, 1) HaloKernel(const __grid_consta
       if (halos) {  // once per group: every output phase's tile reads them
         for (int b = 0; b < kept; ++b) {
           const int c0 = block_channel(b);
-          for (int ph = 0; ph < p.phases; ++ph, ++loads) {
-            const int h = loads % halo_buffers, use = loads / halo_buffers;
-            if (use > 0) EmptyBarrier::wait(&halo_empty[h], (use - 1) & 1);
-            FullBarrier::arrive_and_expect_tx(&halo_full[h], p.phase[ph].bytes);
+          for (int ph = 0; ph < p.phases; ++ph) {
+            // The load's parameters, read before the wait for a free buffer, so that the
+            // constant cache's latency overlaps it (as the weights' producer does).
+            const HaloPhase phase = p.phase[ph];
+            const int row = band * p.band + phase.row;
+            if (fills > 0) EmptyBarrier::wait(&halo_empty[h], (fills - 1) & 1);
+            FullBarrier::arrive_and_expect_tx(&halo_full[h], phase.bytes);
             cute::SM90_TMA_LOAD_4D::copy(&p.x_map[ph], &halo_full[h], 0,
-                                         base + h * layout.halo_bytes_each, c0, p.phase[ph].col,
-                                         band * p.band + p.phase[ph].row, image);
+                                         base + h * layout.halo_bytes_each, c0, phase.col, row,
+                                         image);
+            if (++h == halo_buffers) h = 0, ++fills;
           }
         }
         return;
