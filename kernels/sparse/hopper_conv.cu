@@ -48,12 +48,13 @@ using cutlass::conv::Operator;
 // The producer's walk over one output tile's `count` kept K tiles: *it is the coordinate of
 // the next kept tile in the collective's K-tile shape (reduction-channel tile, filter column,
 // filter row), read from the list and converted when the collective asks for it, after it
-// has waited for a free stage.
+// has waited for a free stage. (It takes the count it does not need, so that the producer
+// makes either walk alike: KeptTileCoords below.)
 template <class KShape>
 struct KeptTileIterator {
   const int* next;
   KShape shape;
-  CUTE_DEVICE KeptTileIterator(const int* list, int, KShape s) : next(list), shape(s) {}
+  CUTE_DEVICE KeptTileIterator(const int* list, int /*count*/, KShape s) : next(list), shape(s) {}
   CUTE_DEVICE auto operator*() const { return idx2crd(*next, shape); }
   CUTE_DEVICE KeptTileIterator& operator++() {
     ++next;
