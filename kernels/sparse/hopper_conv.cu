@@ -1087,29 +1087,19 @@ absl::Status LaunchHaloDataPhases(const ConvShape& s, const int* count, const in
   return HaloBackwardDataRun(s, count, index, stride, dy, w, dx, ctx, /*one_launch=*/true);
 }
 int NoMoments(const ConvShape&, const CudaContext&) { return 0; }
-constexpr Entry kHalo = {
-    "halo 256x64x64",        256,     kHaloTileK,       kHaloTileN, LaunchHalo,
-    HaloForwardMomentSlices, nullptr, HaloForwardTakes, false,      KeptOrder::kRotated};
-constexpr Entry kHaloData = {"halo 256x64x64",
-                             256,
-                             kHaloTileK,
-                             kHaloTileN,
-                             LaunchHaloData,
-                             NoMoments,
-                             nullptr,
-                             HaloBackwardDataTakes,
-                             false,
-                             KeptOrder::kColoured};
-constexpr Entry kHaloDataPhases = {"halo phases 256x64x64",
-                                   256,
-                                   kHaloTileK,
-                                   kHaloTileN,
-                                   LaunchHaloDataPhases,
-                                   NoMoments,
-                                   nullptr,
-                                   HaloBackwardDataPhasesTakes,
-                                   false,
-                                   KeptOrder::kColoured};
+// A halo configuration (the kernels above), walking its lists in `order` (kept_tiles.cc:
+// measured per kernel).
+constexpr Entry MakeHalo(const char* name, decltype(Entry::launch) launch,
+                         decltype(Entry::moment_slots) moment_slots,
+                         decltype(Entry::implementable) takes, KeptOrder order) {
+  return {name, 256, kHaloTileK, kHaloTileN, launch, moment_slots, nullptr, takes, false, order};
+}
+constexpr Entry kHalo = MakeHalo("halo 256x64x64", LaunchHalo, HaloForwardMomentSlices,
+                                 HaloForwardTakes, KeptOrder::kRotated);
+constexpr Entry kHaloData = MakeHalo("halo 256x64x64", LaunchHaloData, NoMoments,
+                                     HaloBackwardDataTakes, KeptOrder::kColoured);
+constexpr Entry kHaloDataPhases = MakeHalo("halo phases 256x64x64", LaunchHaloDataPhases, NoMoments,
+                                           HaloBackwardDataPhasesTakes, KeptOrder::kColoured);
 
 template <int BM, int BN, int BK>
 constexpr Entry MakeFilter(const char* name) {
