@@ -45,41 +45,38 @@ using namespace cute;  // NOLINT: CuTe's layout algebra reads as a language
 
 using cutlass::conv::Operator;
 
-// The producer's walk over one output tile's `count` kept K tiles: *it is the coordinate of
-// the next kept tile in the collective's K-tile shape (reduction-channel tile, filter column,
-// filter row), read from the list and converted when the collective asks for it, after it
-// has waited for a free stage. (It takes the count it does not need, so that the producer
-// makes either walk alike: KeptTileCoords below.)
-template <class KShape>
-struct KeptTileIterator {
-  const int* next;
-  KShape shape;
-  CUTE_DEVICE KeptTileIterator(const int* list, int /*count*/, KShape s) : next(list), shape(s) {}
-  CUTE_DEVICE auto operator*() const { return idx2crd(*next, shape); }
-  CUTE_DEVICE KeptTileIterator& operator++() {
-    ++next;
-    return *this;
-  }
+// The divisors that turn a kept-tile list entry t = c_tile + c_tiles * (s + S * r) (kept_tiles.h)
+// into the collective's K-tile coordinate (c_tile, s, r): its K-tile shape's first two modes,
+// set on the host from the problem each phase runs (LaunchPhases).
+struct KTileDivisors {
+  FastDivmod channel_tiles, columns;
 };
 
-// The same walk with each coordinate read and converted when the walk reaches it (here, or in
-// ++), which the collective does before it waits for a free stage: the list's load and the
-// divisions overlap that wait. Measured (H200, 2026-12-02, 128x128 blocks): backward data at
-// stride 2, its phases in one launch, 4-10% faster (layer4 s2 at 50% kept 0.0607-0.0612 ->
-// 0.0584-0.0594 ms, the pingpong tiles 0.0768-0.0775 -> 0.0688-0.0695), but the one-problem
-// launches 4-11% slower (layer4's forward 0.0425 -> 0.0470, its backward data 0.0426 ->
-// 0.0472), why we have not found (no spills either way): so the phased launches alone take it.
-template <class KShape>
-struct KeptTileCoords {
-  const int* next;
-  int left;
-  KShape shape;
-  decltype(idx2crd(0, KShape{})) at;
-  CUTE_DEVICE KeptTileCoords(const int* list, int count, KShape s)
-      : next(list), left(count), shape(s), at(idx2crd(count > 0 ? *list : 0, s)) {}
-  CUTE_DEVICE auto operator*() const { return at; }
-  CUTE_DEVICE KeptTileCoords& operator++() {
-    if (--left > 0) at = idx2crd(*++next, shape);
+// The producer's walk over one output tile's `count` kept K tiles: *it is the coordinate of
+// the current one in the collective's K-tile shape (channel tile, filter column, filter row).
+// The collective asks for it after it has waited for a free stage and issues the stage's loads
+// right after, so that is the work between a freed stage and its loads: a multiply-high per
+// division (FastDivmod; the runtime divisions idx2crd would make are about 20 instructions
+// each), on an entry ++ has already read (the list's load overlaps the wait). Measured (H200,
+// 2026-12-03, against idx2crd after the wait): every im2col configuration faster, the 64-wide
+// tiles most (layer4 at 50% kept, 128x64x64: 0.080 -> 0.059 ms), the pingpong 128x128 tiles
+// 5% (layer3 s2 forward 0.0541 -> 0.0516); reading the entry after the wait instead gave
+// about half of that.
+struct KeptTileWalk {
+  const int* next;  // the entry after the current one
+  int entry;        // the current one
+  int left;         // entries from the current one on
+  KTileDivisors div;
+  CUTE_DEVICE KeptTileWalk(const int* list, int count, const KTileDivisors& d)
+      : next(list + 1), entry(count > 0 ? *list : 0), left(count), div(d) {}
+  CUTE_DEVICE auto operator*() const {
+    int taps, row;
+    const int channel_tile = div.channel_tiles.Mod(entry, &taps);
+    const int column = div.columns.Mod(taps, &row);
+    return make_coord(channel_tile, column, row);
+  }
+  CUTE_DEVICE KeptTileWalk& operator++() {
+    if (--left > 0) entry = *next++;
     return *this;
   }
 };
@@ -224,6 +221,7 @@ struct SparseConv {
     typename Epilogue::Params epilogue;
     int taps;  // the filter taps of its problem
     int tile_begin;
+    KTileDivisors k_tiles;  // of its K-tile shape
   };
   // A launch runs up to a 2 x 2 stride's phases: one persistent grid over all their tiles, so
   // that the small phases share one tail instead of each leaving the GPU idle at its end.
@@ -476,9 +474,7 @@ struct SparseConv {
           const Phase& ph = *at.phase;
           const int k_tiles = params.k_tiles(at.n, ph.taps);
           const auto load_inputs = inputs(ph);
-          using KShape = decltype(shape<3>(get<0>(load_inputs)));
-          std::conditional_t<kPhased, KeptTileCoords<KShape>, KeptTileIterator<KShape>> it(
-              params.index + at.n * params.stride, k_tiles, shape<3>(get<0>(load_inputs)));
+          KeptTileWalk it(params.index + at.n * params.stride, k_tiles, ph.k_tiles);
           mainloop.load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at), it,
                         k_tiles, cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
                         ss.tensors.mainloop);
@@ -883,6 +879,12 @@ absl::Status LaunchPhases(const ConvShape& s, const std::vector<const DgradPhase
     ph.epilogue = Epilogue::to_underlying_arguments(a.xformed(), a.epilogue, nullptr);
     ph.taps = q.r * q.s;
     ph.tile_begin = static_cast<int>(tiles);
+    // The collective's K-tile shape: its K mode (C, S, R), or (K, S, R) for backward data,
+    // cut into tiles of BK channels.
+    const auto k_mode = get<2>(ph.problem);
+    constexpr int kBK = size<2>(typename C::Tile{});
+    ph.k_tiles = {FastDivmod((static_cast<int>(get<0>(k_mode)) + kBK - 1) / kBK),
+                  FastDivmod(static_cast<int>(get<1>(k_mode)))};
     tiles += gemm.tiles;
     if (i == 0) first_tiles = gemm.tiles;
     all_equal = all_equal && gemm.tiles == first_tiles;
