@@ -46,22 +46,27 @@ using namespace cute;  // NOLINT: CuTe's layout algebra reads as a language
 using cutlass::conv::Operator;
 
 // The divisors that turn a kept-tile list entry t = c_tile + c_tiles * (s + S * r) (kept_tiles.h)
-// into the collective's K-tile coordinate (c_tile, s, r): its K-tile shape's first two modes,
-// set on the host from the problem each phase runs (LaunchPhases).
+// into the collective's K-tile coordinate (c_tile, s, r), by a multiply-high each
+// (FastDivmod: a runtime division is about 20 instructions): its K-tile shape's first two
+// modes, set on the host from the problem each phase runs (LaunchPhases).
 struct KTileDivisors {
   FastDivmod channel_tiles, columns;
+  CUTE_DEVICE auto Coord(int entry) const {
+    int taps, row;
+    const int channel_tile = channel_tiles.Mod(entry, &taps);
+    const int column = columns.Mod(taps, &row);
+    return make_coord(channel_tile, column, row);
+  }
 };
 
-// The producer's walk over one output tile's `count` kept K tiles: *it is the coordinate of
-// the current one in the collective's K-tile shape (channel tile, filter column, filter row).
-// The collective asks for it after it has waited for a free stage and issues the stage's loads
-// right after, so that is the work between a freed stage and its loads: a multiply-high per
-// division (FastDivmod; the runtime divisions idx2crd would make are about 20 instructions
-// each), on an entry ++ has already read (the list's load overlaps the wait). Measured (H200,
-// 2026-12-03, against idx2crd after the wait): every im2col configuration faster, the 64-wide
-// tiles most (layer4 at 50% kept, 128x64x64: 0.080 -> 0.059 ms), the pingpong 128x128 tiles
-// 5% (layer3 s2 forward 0.0541 -> 0.0516); reading the entry after the wait instead gave
-// about half of that.
+// The collective's producer walk over one output tile's `count` kept K tiles: *it is the
+// coordinate of the current one in the collective's K-tile shape. The collective asks for it
+// after it has waited for a free stage and issues the stage's loads right after, so that is
+// the work between a freed stage and its loads: the decode above, on an entry ++ has already
+// read (the list's load overlaps the wait). Measured (H200, 2026-12-03, against idx2crd after
+// the wait): every im2col configuration faster, the 64-wide tiles most (layer4 at 50% kept,
+// 128x64x64: 0.080 -> 0.059 ms), the pingpong 128x128 tiles 5% (layer3 s2 forward 0.0541 ->
+// 0.0516); reading the entry after the wait instead gave about half of that.
 struct KeptTileWalk {
   const int* next;  // the entry after the current one
   int entry;        // the current one
@@ -69,12 +74,7 @@ struct KeptTileWalk {
   KTileDivisors div;
   CUTE_DEVICE KeptTileWalk(const int* list, int count, const KTileDivisors& d)
       : next(list + 1), entry(count > 0 ? *list : 0), left(count), div(d) {}
-  CUTE_DEVICE auto operator*() const {
-    int taps, row;
-    const int channel_tile = div.channel_tiles.Mod(entry, &taps);
-    const int column = div.columns.Mod(taps, &row);
-    return make_coord(channel_tile, column, row);
-  }
+  CUTE_DEVICE auto operator*() const { return div.Coord(entry); }
   CUTE_DEVICE KeptTileWalk& operator++() {
     if (--left > 0) entry = *next++;
     return *this;
@@ -376,6 +376,67 @@ struct SparseConv {
     return kPingpong ? 2 * static_cast<int>(gridDim.x) : static_cast<int>(gridDim.x);
   }
 
+  // The producer's loads of an output tile's `count` kept K tiles (`list`) for the 64-wide
+  // tiles: the collective's load (KeptTileWalk above) with each stage's TMA coordinates made
+  // before the wait for the free stage, so that after the wait come only the loads. (The
+  // collective makes both coordinates after the wait, through the im2col view, which divides
+  // the tile's pixel index into image, row and column again for every K tile.) Here the pixel
+  // part is made once per tile (pixel tile 0's view at the K tile plus the tile's pixels less
+  // pixel tile 0's: the two parts of an im2col coordinate add), and the next K tile's
+  // coordinates right after this one's loads, from an entry read a K tile earlier. Measured
+  // (H200, 2026-12-03, against KeptTileWalk): the 64-wide tiles 2-10% faster (layer4 at 50%
+  // kept, 128x64x64 pingpong 0.0587 -> 0.0552 ms, its stride-2 backward data 0.086 -> 0.079),
+  // but the 128-wide tiles of one-problem launches 2-3% slower (layer3 s2's forward, 128x128x64
+  // pingpong, 0.0517 -> 0.0527), why we have not found: so the 64-wide tiles alone take it.
+  template <class Pipeline, class State, class Inputs, class BlockCoord>
+  static CUTLASS_DEVICE void Load(const typename Mainloop::Params& mp, Pipeline& pipeline,
+                                  State state, const Inputs& inputs, const BlockCoord& blk,
+                                  const int* list, int count, const KTileDivisors& div,
+                                  typename Mainloop::TensorStorage& smem) {
+    if (!cute::elect_one_sync() || count <= 0) return;
+    auto tma_a = mp.tma_load_a.get_slice(0);
+    auto tma_b = mp.tma_load_b.get_slice(0);
+    Tensor gA = tma_a.partition_S(get<0>(inputs)(_, _, get<0>(blk), _));  // (TMA, M, K, k)
+    Tensor gA0 = tma_a.partition_S(get<0>(inputs)(_, _, 0, _));
+    Tensor gB = tma_b.partition_S(get<1>(inputs)(_, _, get<1>(blk), _));
+    Tensor sA = tma_a.partition_D(
+        make_tensor(make_smem_ptr(smem.smem_A.data()), typename Mainloop::SmemLayoutA{}));
+    Tensor sB = tma_b.partition_D(
+        make_tensor(make_smem_ptr(smem.smem_B.data()), typename Mainloop::SmemLayoutB{}));
+    const auto k0 = make_coord(0, 0, 0);
+    const auto pixels = gA(_, _, _, k0)(Int<0>{}) - gA0(_, _, _, k0)(Int<0>{});
+    auto coords = [&](int entry) {
+      const auto k = div.Coord(entry);
+      return cute::make_tuple(gA0(_, _, _, k)(Int<0>{}) + pixels, gB(_, _, _, k)(Int<0>{}));
+    };
+    // TMA views at these coordinates: A's, whose one box's coordinate the copy reads from
+    // its first element, and B's, the slice's boxes (an MN-major filter tile may take two)
+    // moved to the coordinate.
+    static_assert(decltype(size<1>(gA) * size<2>(gA))::value == 1, "one im2col box per stage");
+    auto at_a = [](const auto& coord, const auto& like) {
+      const auto s = shape(like);
+      return make_tensor(make_inttuple_iter(coord), make_layout(s, repeat_like(s, Int<0>{})));
+    };
+    auto at_b = [](const auto& coord, const auto& like) {
+      return make_tensor(make_inttuple_iter(coord), like.layout());
+    };
+    auto next = coords(list[0]);
+    int ahead = count > 1 ? list[1] : 0;
+    for (int i = 0; i < count; ++i) {
+      const auto now = next;
+      pipeline.producer_acquire(state);
+      auto* barrier = pipeline.producer_get_barrier(state);
+      const int stage = state.index();
+      copy(mp.tma_load_a.with(*barrier), at_a(get<0>(now), gA(_, _, _, k0)), sA(_, _, _, stage));
+      copy(mp.tma_load_b.with(*barrier), at_b(get<1>(now), gB(_, _, _, k0)), sB(_, _, _, stage));
+      ++state;
+      if (i + 1 < count) {
+        next = coords(ahead);
+        if (i + 2 < count) ahead = list[i + 2];
+      }
+    }
+  }
+
   static CUTLASS_DEVICE void Run(const Params& params, char* smem) {
     using Pipeline = typename Mainloop::MainloopPipeline;
     using EpiLoadPipeline = typename Epilogue::LoadPipeline;
@@ -474,10 +535,16 @@ struct SparseConv {
           const Phase& ph = *at.phase;
           const int k_tiles = params.k_tiles(at.n, ph.taps);
           const auto load_inputs = inputs(ph);
-          KeptTileWalk it(params.index + at.n * params.stride, k_tiles, ph.k_tiles);
-          mainloop.load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at), it,
-                        k_tiles, cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
-                        ss.tensors.mainloop);
+          const int* list = params.index + at.n * params.stride;
+          if constexpr (kBN == 64) {
+            Load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at), list, k_tiles,
+                 ph.k_tiles, ss.tensors.mainloop);
+          } else {
+            mainloop.load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at),
+                          KeptTileWalk(list, k_tiles, ph.k_tiles), k_tiles,
+                          cutlass::canonical_lane_idx(), cute::block_rank_in_cluster(),
+                          ss.tensors.mainloop);
+          }
           state.advance(k_tiles);
           with_epilogue(ph, [&](Epilogue& epilogue) {
             if (epilogue.is_producer_load_needed()) {
@@ -1118,7 +1185,9 @@ constexpr Entry MakeFilter(const char* name) {
 // slower than 256x64x64, so 64-wide tiles stay at 0.74-0.77x cuDNN dense: each K step loads 40
 // KB for 1M multiply-adds, against 48 KB for 2M at 256 x 128 (L2 bandwidth). 128-channel input
 // blocks allow backward data the 128-wide tiles, at 0.89-0.96x. A 128-deep K tile (64 x 128
-// blocks) measured 3x slower.
+// blocks) measured 3x slower. The 256x64x64 pingpong tiles (each warpgroup a whole 256 x 64
+// tile, 128 accumulators a thread) are the fastest 64-wide ones on layer4 (7x7 maps), 3-5%
+// faster than 256x64x64 2wg (H200, 2026-12-03).
 const Entry kForward[] = {
     Make<Operator::kFprop, 128, 128, 64>("wgmma 128x128x64 2wg"),
     Make<Operator::kFprop, 256, 128, 64>("wgmma 256x128x64 2wg"),
@@ -1127,6 +1196,7 @@ const Entry kForward[] = {
     Make<Operator::kFprop, 256, 64, 64>("wgmma 256x64x64 2wg"),
     Make<Operator::kFprop, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
     Make<Operator::kFprop, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
+    Make<Operator::kFprop, 256, 64, 64, true>("wgmma 256x64x64 pingpong"),
     kHalo,
 };
 const Entry kBackwardData[] = {
@@ -1136,6 +1206,7 @@ const Entry kBackwardData[] = {
     Make<Operator::kDgrad, 256, 128, 64>("wgmma 256x128x64 2wg"),
     Make<Operator::kDgrad, 128, 64, 64, true>("wgmma 128x64x64 pingpong"),
     Make<Operator::kDgrad, 128, 128, 64, true>("wgmma 128x128x64 pingpong"),
+    Make<Operator::kDgrad, 256, 64, 64, true>("wgmma 256x64x64 pingpong"),
     kHaloData,
     kHaloDataPhases,
 };
