@@ -377,17 +377,20 @@ struct SparseConv {
   }
 
   // The producer's loads of an output tile's `count` kept K tiles (`list`) for the 64-wide
-  // tiles: the collective's load (KeptTileWalk above) with each stage's TMA coordinates made
-  // before the wait for the free stage, so that after the wait come only the loads. (The
-  // collective makes both coordinates after the wait, through the im2col view, which divides
-  // the tile's pixel index into image, row and column again for every K tile.) Here the pixel
-  // part is made once per tile (pixel tile 0's view at the K tile plus the tile's pixels less
+  // tiles and the phased launches: the collective's load (KeptTileWalk above) with each stage's TMA
+  // coordinates made before the wait for the free stage, so that after the wait come only the
+  // loads. (The collective makes both coordinates after the wait, through the im2col view, which
+  // divides the tile's pixel index into image, row and column again for every K tile.) Here the
+  // pixel part is made once per tile (pixel tile 0's view at the K tile plus the tile's pixels less
   // pixel tile 0's: the two parts of an im2col coordinate add), and the next K tile's
   // coordinates right after this one's loads, from an entry read a K tile earlier. Measured
   // (H200, 2026-12-03, against KeptTileWalk): the 64-wide tiles 2-10% faster (layer4 at 50%
   // kept, 128x64x64 pingpong 0.0587 -> 0.0552 ms, its stride-2 backward data 0.086 -> 0.079),
   // but the 128-wide tiles of one-problem launches 2-3% slower (layer3 s2's forward, 128x128x64
-  // pingpong, 0.0517 -> 0.0527), why we have not found: so the 64-wide tiles alone take it.
+  // pingpong, 0.0517 -> 0.0527; Nsight shows the same memory throughput and fewer issued
+  // instructions, why we have not found), while in phased launches (backward data at stride 2)
+  // they gain too (layer4 s2 at 50% kept, 128x128x64 pingpong 0.0620 -> 0.0576, 256x128x64 2wg
+  // 0.0575 -> 0.0572): so the 64-wide tiles and the phased launches take it.
   template <class Pipeline, class State, class Inputs, class BlockCoord>
   static CUTLASS_DEVICE void Load(const typename Mainloop::Params& mp, Pipeline& pipeline,
                                   State state, const Inputs& inputs, const BlockCoord& blk,
@@ -536,7 +539,7 @@ struct SparseConv {
           const int k_tiles = params.k_tiles(at.n, ph.taps);
           const auto load_inputs = inputs(ph);
           const int* list = params.index + at.n * params.stride;
-          if constexpr (kBN == 64) {
+          if constexpr (kBN == 64 || kPhased) {  // measured: Load's comment
             Load(ph.mainloop, pipeline, state, load_inputs, coord(load_inputs, at), list, k_tiles,
                  ph.k_tiles, ss.tensors.mainloop);
           } else {
