@@ -119,8 +119,19 @@ using Turns = cutlass::OrderedSequenceBarrier<2, 2>;
 // each warpgroup takes every other BM x BN tile of the CTA instead, so that one stores its
 // tile while the other multiplies the next: the epilogue no longer stalls the tensor cores,
 // which matters most where few K tiles are kept.
-template <Operator Op, int BM, int BN, int BK, bool kPingpongTiles = false>
+//
+// kWideStores (pingpong only): the epilogue stores the tile in two 64 x BN pieces, both staged
+// in shared memory at once, instead of CUTLASS's choice, eight 64 x 32 pieces two at a time
+// (each store waits for the TMA unit to have read the piece two before it, behind the
+// producer's loads). Measured (H200, 2026-12-03, docs/PERFORMANCE.md): faster for 64-wide
+// pingpong tiles (layer4 64x64 forward at 50% kept 0.0487 -> 0.0477 ms) and in the phased
+// launches, whose one-tap tiles are mostly stores (layer4 s2 128x128 backward data at 25%,
+// 128x128x64 pingpong 0.0399 -> 0.0372), slower for 128-wide tiles elsewhere (layer4 128x128
+// forward 0.0403 -> 0.0420: the staging takes a stage) and for cooperative tiles.
+template <Operator Op, int BM, int BN, int BK, bool kPingpongTiles = false,
+          bool kWideStores = false>
 struct Config {
+  static_assert(kPingpongTiles || !kWideStores, "wide stores are measured for pingpong tiles");
   static constexpr Operator kOp = Op;
   static constexpr bool kPingpong = kPingpongTiles;
   using Problem = cutlass::conv::ConvProblemShape<Op, 2>;
@@ -130,7 +141,9 @@ struct Config {
   using Nhwc = cutlass::layout::TensorNHWC;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
+      std::conditional_t<kWideStores, Shape<_64, Int<BN>>,
+                         cutlass::epilogue::collective::EpilogueTileAuto>,
+      float, float, void, Nhwc, 8, Bf16, Nhwc, 8,
       std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                          cutlass::epilogue::TmaWarpSpecializedCooperative>,
       cutlass::epilogue::fusion::LinCombPerColBias<Bf16, float, float, void, float>>::CollectiveOp;
@@ -874,13 +887,14 @@ bool Phased(Operator op, const ConvShape& s) {
   return op == Operator::kDgrad && (s.stride_h > 1 || s.stride_w > 1);
 }
 
-template <class C>
+// C runs the layer as one problem, P its phases (Make).
+template <class C, class P>
 bool Implementable(const ConvShape& s) {
   if (!Phased(C::kOp, s))
     return Arguments<C>(s, nullptr, nullptr, nullptr, nullptr).Implementable();
   for (const DgradPhase& p : DgradPhases(s)) {
     if (p.empty()) continue;
-    if (!Arguments<C>(s, nullptr, nullptr, nullptr, nullptr, &p).Implementable()) return false;
+    if (!Arguments<P>(s, nullptr, nullptr, nullptr, nullptr, &p).Implementable()) return false;
   }
   return true;
 }
@@ -1058,7 +1072,7 @@ absl::Status LaunchPhased(const ConvShape& s, const int* count, const int* index
   return absl::OkStatus();
 }
 
-template <class C>
+template <class C, class P>
 absl::Status Launch(const ConvShape& s, const int* count, const int* index, int stride,
                     const void* in0, const void* w, const float* bias, void* out, float* moments,
                     const CudaContext& ctx) {
@@ -1067,7 +1081,7 @@ absl::Status Launch(const ConvShape& s, const int* count, const int* index, int 
                                   ctx);
   }
   if constexpr (C::kOp == Operator::kDgrad) {
-    return LaunchPhased<C>(s, count, index, stride, in0, w, out, ctx);
+    return LaunchPhased<P>(s, count, index, stride, in0, w, out, ctx);
   } else {
     return absl::InternalError("hopper conv: phases are backward data's");
   }
@@ -1135,10 +1149,13 @@ struct Entry {
   KeptOrder order = KeptOrder::kAscending;  // of the kept lists it walks (kept_tiles.cc)
 };
 
+// A configuration: C for one problem, P for the phases of backward data at stride > 1, each
+// with the stores measured faster there (Config's kWideStores).
 template <Operator Op, int BM, int BN, int BK, bool kPingpong = false>
 constexpr Entry Make(const char* name) {
-  using C = Config<Op, BM, BN, BK, kPingpong>;
-  return {name, BM, BK, BN, Launch<C>, MomentSlots<C>, nullptr, Implementable<C>};
+  using C = Config<Op, BM, BN, BK, kPingpong, kPingpong && BN == 64>;
+  using P = Config<Op, BM, BN, BK, kPingpong, kPingpong>;
+  return {name, BM, BK, BN, Launch<C, P>, MomentSlots<C>, nullptr, Implementable<C, P>};
 }
 
 // The shifted-window kernels (halo_conv.h): 256 frame pixels at most x 64 output channels x 64
