@@ -120,14 +120,15 @@ using Turns = cutlass::OrderedSequenceBarrier<2, 2>;
 // tile while the other multiplies the next: the epilogue no longer stalls the tensor cores,
 // which matters most where few K tiles are kept.
 //
-// kWideStores (pingpong only): the epilogue stores the tile in two 64 x BN pieces, both staged
-// in shared memory at once, instead of CUTLASS's choice, eight 64 x 32 pieces two at a time
-// (each store waits for the TMA unit to have read the piece two before it, behind the
-// producer's loads). Measured (H200, 2026-12-03, docs/PERFORMANCE.md): faster for 64-wide
-// pingpong tiles (layer4 64x64 forward at 50% kept 0.0487 -> 0.0477 ms) and in the phased
-// launches, whose one-tap tiles are mostly stores (layer4 s2 128x128 backward data at 25%,
-// 128x128x64 pingpong 0.0399 -> 0.0372), slower for 128-wide tiles elsewhere (layer4 128x128
-// forward 0.0403 -> 0.0420: the staging takes a stage) and for cooperative tiles.
+// kWideStores (pingpong only): the epilogue stores the tile in 64 x BN pieces (a 128-pixel
+// tile in two, both staged in shared memory at once; a 256-pixel one in four, two at a time)
+// instead of CUTLASS's choice, 64 x 32 pieces two at a time (each store waits for the TMA unit
+// to have read the piece two before it, behind the producer's loads). Measured (H200, 2026-12-03,
+// docs/PERFORMANCE.md): faster for 64-wide pingpong tiles (layer4 64x64 forward at 50% kept 0.0487
+// -> 0.0477 ms) and in the phased launches, whose one-tap tiles are mostly stores (layer4 s2
+// 128x128 backward data at 25%, 128x128x64 pingpong 0.0399 -> 0.0372), slower for 128-wide tiles
+// elsewhere (layer4 128x128 forward 0.0403 -> 0.0420: the staging takes a stage) and for
+// cooperative tiles.
 template <Operator Op, int BM, int BN, int BK, bool kPingpongTiles = false,
           bool kWideStores = false>
 struct Config {
