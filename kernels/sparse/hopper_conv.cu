@@ -1208,10 +1208,10 @@ constexpr Entry MakeFilter(const char* name) {
 // turned-tiles, docs/PERFORMANCE.md). So 64-wide tiles stay at 0.74-0.77x cuDNN dense: each K
 // step loads 40 KB for 1M multiply-adds, against 32 KB at 128 x 128, and their loads pace them:
 // without their wgmma they run as fast (a ceiling build, branch exp-ceiling, 2026-12-03),
-// though Nsight finds no unit saturated. 128-channel input blocks allow backward data the 128-wide tiles, at 0.89-0.96x. A
-// 128-deep K tile (64 x 128 blocks) measured 3x slower. The 256x64x64 pingpong tiles (each
-// warpgroup a whole 256 x 64 tile, 128 accumulators a thread) are the fastest 64-wide ones on
-// layer4 (7x7 maps), 3-5% faster than 256x64x64 2wg (H200, 2026-12-03).
+// though Nsight finds no unit saturated. 128-channel input blocks allow backward data the 128-wide
+// tiles, at 0.89-0.96x. A 128-deep K tile (64 x 128 blocks) measured 3x slower. The 256x64x64
+// pingpong tiles (each warpgroup a whole 256 x 64 tile, 128 accumulators a thread) are the fastest
+// 64-wide ones on layer4 (7x7 maps), 3-5% faster than 256x64x64 2wg (H200, 2026-12-03).
 const Entry kForward[] = {
     Make<Operator::kFprop, 128, 128, 64>("wgmma 128x128x64 2wg"),
     Make<Operator::kFprop, 256, 128, 64>("wgmma 256x128x64 2wg"),
