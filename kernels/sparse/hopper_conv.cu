@@ -499,9 +499,12 @@ struct SparseConv {
     // output-channel tiles fastest (neighbouring CTAs share activations in L2), each CTA
     // taking every gridDim.x-th: a persistent grid, so that the producer loads the next tile's
     // operands while the consumers store this one's. A tile's place: its phase, its number
-    // there and its channel tile.
+    // there and its channel tile. The phase is an index into params.phases, not a pointer: with
+    // a pointer the compiler read the phase's fields through generic loads (52 LD.E per phased
+    // kernel, where an index gives indexed constant loads), which made the phased launches 3-7%
+    // slower (H200, 2026-12-03; docs/PERFORMANCE.md).
     struct Place {
-      const Phase* phase;
+      int phase;
       int local, n;
     };
     // The first problem's operand views and epilogue; a phased launch makes each tile's own.
@@ -525,15 +528,15 @@ struct SparseConv {
     // Every phase has the layer's channels, so the same channel tiles.
     const int n_tiles = size(shape<2>(get<1>(first_inputs)));
     auto place = [&](int tile) {
-      if constexpr (!kPhased) return Place{&first, tile, tile % n_tiles};
+      if constexpr (!kPhased) return Place{0, tile, tile % n_tiles};
       if (params.interleaved) {
         const int group = params.phase_count * n_tiles;
         const int m = tile / group, rem = tile % group;
-        return Place{&params.phases[rem / n_tiles], m * n_tiles + rem % n_tiles, rem % n_tiles};
+        return Place{rem / n_tiles, m * n_tiles + rem % n_tiles, rem % n_tiles};
       }
-      const Phase& ph = params.phases[params.phase_of(tile)];
-      const int local = tile - ph.tile_begin;
-      return Place{&ph, local, local % n_tiles};
+      const int p = params.phase_of(tile);
+      const int local = tile - params.phases[p].tile_begin;
+      return Place{p, local, local % n_tiles};
     };
     // (BM, BK, m tiles, (channel tiles, S, R)) and (BN, BK, n tiles, (channel tiles, S, R)).
     auto coord = [&](const auto& load_inputs, const Place& at) {
@@ -549,7 +552,7 @@ struct SparseConv {
         auto epi_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
         for (int tile = blockIdx.x; tile < params.tiles; tile += gridDim.x) {
           const Place at = place(tile);
-          const Phase& ph = *at.phase;
+          const Phase& ph = params.phases[at.phase];
           const int k_tiles = params.k_tiles(at.n, ph.taps);
           const auto load_inputs = inputs(ph);
           const int* list = params.index + at.n * params.stride;
@@ -594,7 +597,7 @@ struct SparseConv {
     int turn = 0;  // the CTA's tiles so far
     for (int tile = blockIdx.x; tile < params.tiles; tile += gridDim.x, ++turn) {
       const Place at = place(tile);
-      const Phase& ph = *at.phase;
+      const Phase& ph = params.phases[at.phase];
       const int k_tiles = params.k_tiles(at.n, ph.taps);
       if (kPingpong && turn % 2 != group) {  // the other warpgroup's tile: skip its stages
         state.advance(k_tiles);
@@ -893,9 +896,11 @@ template <class C, class P>
 bool Implementable(const ConvShape& s) {
   if (!Phased(C::kOp, s))
     return Arguments<C>(s, nullptr, nullptr, nullptr, nullptr).Implementable();
-  for (const DgradPhase& p : DgradPhases(s)) {
-    if (p.empty()) continue;
-    if (!Arguments<P>(s, nullptr, nullptr, nullptr, nullptr, &p).Implementable()) return false;
+  if constexpr (C::kOp == Operator::kDgrad) {  // only backward data has phases
+    for (const DgradPhase& p : DgradPhases(s)) {
+      if (p.empty()) continue;
+      if (!Arguments<P>(s, nullptr, nullptr, nullptr, nullptr, &p).Implementable()) return false;
+    }
   }
   return true;
 }

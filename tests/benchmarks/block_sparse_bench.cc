@@ -9,9 +9,12 @@
 // shape and pass the crossover: the highest density measured at which sparse is faster.
 //   block_sparse_bench [--precision bf16|fp32] [--batch20 128] [--batch50 256] [--iters 20]
 //                      [--layer NAME] [--block INxOUT] [--all_configs 1] [--density D]
-//                      [--pass forward|backward_data|backward_filter]
+//                      [--pass forward|backward_data|backward_filter] [--captured 1]
 // --density D measures that kept fraction only (e.g. for a profiler), --layer that layer only,
-// --pass that pass only.
+// --pass that pass only. --captured 1 times the calls captured into a CUDA graph and replayed,
+// as the trainer runs a step, so the host's launch work (a stride-2 backward data makes four
+// problems' TMA descriptors per call) is not counted; by default each call is launched from
+// the host, as an uncaptured run pays.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,7 +36,6 @@ namespace {
 
 using bench::DeviceAlloc;
 using bench::RandomDevice;
-using bench::TimeMs;
 
 int Main(int argc, char** argv) {
   bench::program = "block_sparse_bench";
@@ -43,6 +45,7 @@ int Main(int argc, char** argv) {
   std::string only;  // --layer NAME: just that layer (e.g. for a profiler)
   int block_in = 8, block_out = 8;
   bool all_configs = false;  // --all_configs 1: time every configuration too
+  bool captured = false;     // --captured 1: time graph replays (the file's comment)
   double only_density = 0;   // --density D: just that kept fraction
   const SparsePass passes[] = {SparsePass::kForward, SparsePass::kBackwardData,
                                SparsePass::kBackwardFilter};
@@ -54,6 +57,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     if (!std::strcmp(argv[i], "--all_configs")) all_configs = std::strcmp(argv[i + 1], "0") != 0;
+    if (!std::strcmp(argv[i], "--captured")) captured = std::strcmp(argv[i + 1], "0") != 0;
     if (!std::strcmp(argv[i], "--layer")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--pass")) {
       bool known = false;
@@ -79,6 +83,7 @@ int Main(int argc, char** argv) {
   }
   const DType t = ActivationType(p);
   const CudaContext cuda = bench::MakeContext();
+  auto time_ms = [&](int runs, auto&& f) { return bench::TimeMs(cuda, runs, f, captured); };
   const std::string gpu = bench::GpuName();
 
   const bench::ConvLayer layers[] = {
@@ -123,7 +128,7 @@ int Main(int argc, char** argv) {
     };
     double dense_ms[3] = {0, 0, 0};
     for (int i = 0; i < 3; ++i) {
-      if (want[i]) dense_ms[i] = TimeMs(cuda, iters, [&] { dense_run(i); });
+      if (want[i]) dense_ms[i] = time_ms(iters, [&] { dense_run(i); });
     }
     double crossover[3] = {0, 0, 0};
     for (double d : densities) {
@@ -144,7 +149,7 @@ int Main(int argc, char** argv) {
         for (int config = 0; config < sp.configs(passes[i]); ++config) {
           if (!sp.tuned(passes[i], config)) continue;  // the plain filter kernel: timed below
           CHECK_OK(sp.set_config(passes[i], config));
-          const double ms = TimeMs(cuda, iters, [&] { sparse_run(i); });
+          const double ms = time_ms(iters, [&] { sparse_run(i); });
           absl::PrintF(
               "{\"layer\":\"%s\",\"density\":%.3f,\"pass\":\"%s\",\"config\":\"%s\","
               "\"ms\":%.4f}\n",
@@ -158,15 +163,16 @@ int Main(int argc, char** argv) {
         if (!want[i]) continue;
         const bool fast = i < 2 || filter_fast;
         if (fast) CHECK_OK(sp.Tune(passes[i], in0[i], in1[i], out[i], cuda).status());
-        const double sparse_ms = TimeMs(cuda, fast ? iters : 2, [&] { sparse_run(i); });
+        const double sparse_ms = time_ms(fast ? iters : 2, [&] { sparse_run(i); });
         const double speedup = dense_ms[i] / sparse_ms;
         if (speedup > 1.0) crossover[i] = std::max(crossover[i], grid.density());
         absl::PrintF(
             "{\"gpu\":\"%s\",\"model\":\"%s\",\"layer\":\"%s\",\"batch\":%d,\"precision\":\"%s\","
             "\"density\":%.3f,\"pass\":\"%s\",\"cudnn_ms\":%.4f,\"sparse_ms\":%.4f,"
-            "\"speedup\":%.2f,\"config\":\"%s\",\"block\":\"%dx%d\"}\n",
+            "\"speedup\":%.2f,\"config\":\"%s\",\"block\":\"%dx%d\",\"captured\":%s}\n",
             gpu, l.model, l.name, s.n, PrecisionName(p), grid.density(), SparsePassName(passes[i]),
-            dense_ms[i], sparse_ms, speedup, sp.config_name(passes[i]), block_in, block_out);
+            dense_ms[i], sparse_ms, speedup, sp.config_name(passes[i]), block_in, block_out,
+            captured ? "true" : "false");
       }
     }
     for (int i = 0; i < 3; ++i) {

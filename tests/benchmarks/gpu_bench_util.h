@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/conv/conv.h"
 #include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/cuda_timing.h"
 #include "kernels/runtime/dtype.h"
 
 namespace topiary::kernels::bench {
@@ -94,15 +95,15 @@ struct ConvLayer {
 };
 
 // Milliseconds per call of f (which exits on failure itself), averaged over `iters` calls
-// after a warm-up call.
+// after a warm-up call: launched from the host one by one, or, with `captured`, captured into a
+// CUDA graph and replayed (as the trainer runs a step: without the host's launch work).
 template <typename F>
-double TimeMs(const CudaContext& cuda, int iters, F f) {
-  auto ms = TimeOnStream(
-      [&] {
-        f();
-        return absl::OkStatus();
-      },
-      cuda, iters);
+double TimeMs(const CudaContext& cuda, int iters, F f, bool captured = false) {
+  const auto run = [&] {
+    f();
+    return absl::OkStatus();
+  };
+  auto ms = captured ? TimeCaptured(run, cuda, iters) : TimeOnStream(run, cuda, iters);
   CHECK_OK(ms.status());
   return *ms;
 }
