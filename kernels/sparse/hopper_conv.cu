@@ -501,7 +501,7 @@ struct SparseConv {
     // operands while the consumers store this one's. A tile's place: its phase, its number
     // there and its channel tile. The phase is an index into params.phases, not a pointer: with
     // a pointer the compiler read the phase's fields through generic loads (52 LD.E per phased
-    // kernel, where an index gives indexed constant loads), which made the phased launches 3-7%
+    // kernel, where an index gives indexed constant loads), which made the phased launches 1-7%
     // slower (H200, 2026-12-03; docs/PERFORMANCE.md).
     struct Place {
       int phase;

@@ -12,9 +12,9 @@
 //                      [--pass forward|backward_data|backward_filter] [--captured 1]
 // --density D measures that kept fraction only (e.g. for a profiler), --layer that layer only,
 // --pass that pass only. --captured 1 times the calls captured into a CUDA graph and replayed,
-// as the trainer runs a step, so the host's launch work (a stride-2 backward data makes four
-// problems' TMA descriptors per call) is not counted; by default each call is launched from
-// the host, as an uncaptured run pays.
+// as the trainer runs a step, so neither the host's launch work (a stride-2 backward data
+// makes four problems' TMA descriptors per call) nor the gaps between launches count (1-3% on
+// resnet50's layers, docs/PERFORMANCE.md); by default each call is launched from the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
